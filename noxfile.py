@@ -1,0 +1,109 @@
+"""Test sessions for the ir-stack monorepo.
+
+`nox` with no arguments runs what CI needs: every layer's tests in isolation, the integration
+tests, lint and typecheck. Each `tests` session creates a fresh environment holding only torch,
+that package, the sibling packages it declares (installed from their local paths) and the test
+tools, which proves the layer stands alone.
+
+Torch is installed first, pinned by ``IR_STACK_TORCH`` (default ``torch==2.13.0``, the CPU build
+on our machines), so that resolving ``torch>=2.11,<2.15`` installs nothing more.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PACKAGES = [
+    "ir-spec",
+    "ir-dispatch",
+    "ir-passes",
+    "ir-kernels-triton",
+    "ir-kernels-cuda",
+    "ir-piecewise",
+    "ir-stack",
+]
+TORCH = os.environ.get("IR_STACK_TORCH", "torch==2.13.0")
+TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-benchmark>=4"]
+#: Extra local distributions a package's tests install (e.g. test providers).
+TEST_EXTRAS: dict[str, list[str]] = {}
+#: Environment per package's test session.
+TEST_ENV: dict[str, dict[str, str]] = {"ir-kernels-triton": {"TRITON_INTERPRET": "1"}}
+
+nox.options.sessions = ["tests", "integration", "lint", "typecheck"]
+nox.options.default_venv_backend = "venv"
+nox.options.error_on_missing_interpreters = True
+
+
+def _requirement_name(requirement: str) -> str:
+    match = re.match(r"[A-Za-z0-9_.\-]+", requirement)
+    assert match is not None, requirement
+    return match.group(0).lower().replace("_", "-")
+
+
+def sibling_closure(package: str) -> list[str]:
+    """`package` and every sibling it depends on, directly or not, dependencies first."""
+    order: list[str] = []
+
+    def visit(name: str) -> None:
+        if name in order:
+            return
+        meta = tomllib.loads((ROOT / "packages" / name / "pyproject.toml").read_text())
+        for req in meta["project"].get("dependencies", []):
+            dep = _requirement_name(req)
+            if dep in PACKAGES:
+                visit(dep)
+        order.append(name)
+
+    visit(package)
+    return order
+
+
+def install_packages(session: nox.Session, packages: list[str]) -> None:
+    """Install torch first, then the given packages (and their siblings) from local paths."""
+    session.install(TORCH)
+    closure: list[str] = []
+    for package in packages:
+        closure += [p for p in sibling_closure(package) if p not in closure]
+    session.install(*(str(ROOT / "packages" / p) for p in closure))
+
+
+@nox.session(tags=["tests"])
+@nox.parametrize("package", PACKAGES, ids=PACKAGES)
+def tests(session: nox.Session, package: str) -> None:
+    """One layer's tests in an environment with only that layer and its dependencies."""
+    install_packages(session, [package])
+    session.install(*TEST_TOOLS, *TEST_EXTRAS.get(package, []))
+    session.run("python", "-m", "pip", "list", "--format=freeze")
+    session.run(
+        "pytest", f"packages/{package}/tests", *session.posargs, env=TEST_ENV.get(package, {})
+    )
+
+
+@nox.session(tags=["tests"])
+def integration(session: nox.Session) -> None:
+    """End-to-end tests with every layer installed."""
+    install_packages(session, PACKAGES)
+    session.install(*TEST_TOOLS)
+    session.run("pytest", "tests-integration", *session.posargs, env={"TRITON_INTERPRET": "1"})
+
+
+@nox.session(tags=["checks"])
+def lint(session: nox.Session) -> None:
+    """ruff: lint and formatting."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(tags=["checks"])
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict over every package's sources."""
+    install_packages(session, PACKAGES)
+    session.install("mypy>=1.10", *TEST_TOOLS)
+    session.run("mypy", *(f"packages/{p}/src" for p in PACKAGES))

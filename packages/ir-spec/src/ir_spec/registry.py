@@ -1,0 +1,53 @@
+"""The op registry and the `ir_spec.ops` namespace."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .op import IrOp
+
+_OPS: dict[str, IrOp] = {}
+
+
+def add(op: IrOp) -> None:
+    """Record a newly declared op (the caller has checked the name is free)."""
+    _OPS[op.name] = op
+
+
+def lookup(name: str) -> IrOp | None:
+    """The op called `name`, or None."""
+    return _OPS.get(name)
+
+
+class OpNamespace:
+    """`ir_spec.ops`: attribute access and iteration over every declared op."""
+
+    def __getattr__(self, name: str) -> IrOp:
+        op = _OPS.get(name)
+        if op is None:
+            if name.startswith("__"):
+                raise AttributeError(name)
+            raise AttributeError(
+                f"ir_spec.ops has no op {name!r}; known ops: {', '.join(sorted(_OPS)) or '(none)'}"
+            )
+        return op
+
+    def __iter__(self) -> Iterator[IrOp]:
+        return iter(list(_OPS.values()))
+
+    def __len__(self) -> int:
+        return len(_OPS)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _OPS
+
+    def __dir__(self) -> list[str]:
+        return sorted(_OPS)
+
+    def __repr__(self) -> str:
+        return f"<ir_spec.ops: {', '.join(sorted(_OPS))}>"
+
+
+ops = OpNamespace()

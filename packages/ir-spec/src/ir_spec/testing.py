@@ -1,0 +1,65 @@
+"""Helpers every provider's tests use: sample inputs and tolerance-aware comparison."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from .op import IrOp
+from .sampling import SampleSpec
+
+__all__ = ["ACTIVATION_DTYPES", "SampleSpec", "assert_close", "clone_args", "sample_inputs"]
+
+#: The activation dtypes every catalog op defines.
+ACTIVATION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def sample_inputs(op: IrOp, spec: SampleSpec | None = None, **fields: Any) -> tuple[Any, ...]:
+    """Fresh random positional arguments for `op` (a `SampleSpec`, or its fields as keywords)."""
+    if op.input_generator is None:
+        raise ValueError(f"op {op.name!r} has no input generator (register_input_generator)")
+    if spec is None:
+        spec = SampleSpec(**fields)
+    elif fields:
+        raise TypeError("sample_inputs: pass either a SampleSpec or its fields, not both")
+    return op.input_generator(spec)
+
+
+def clone_args(args: Sequence[Any]) -> tuple[Any, ...]:
+    """Copies of the tensor arguments (same strides), other arguments as they are."""
+    return tuple(
+        a.clone(memory_format=torch.preserve_format) if isinstance(a, torch.Tensor) else a
+        for a in args
+    )
+
+
+def assert_close(op: IrOp, actual: Any, expected: Any, *, msg: str = "") -> None:
+    """Compare results (a tensor or a tuple of them) with the op's tolerance per dtype.
+
+    fp8 results are compared as float32 values with the e4m3 tolerance.
+    """
+    act = actual if isinstance(actual, tuple | list) else (actual,)
+    exp = expected if isinstance(expected, tuple | list) else (expected,)
+    if len(act) != len(exp):
+        raise AssertionError(f"ir.{op.name}: {len(act)} results, expected {len(exp)}. {msg}")
+    for i, (a, e) in enumerate(zip(act, exp, strict=True)):
+        if a.shape != e.shape or a.dtype != e.dtype:
+            raise AssertionError(
+                f"ir.{op.name} result {i}: shape/dtype {tuple(a.shape)}/{a.dtype}, expected "
+                f"{tuple(e.shape)}/{e.dtype}. {msg}"
+            )
+        tol = op.tolerance(e.dtype)
+        prefix = f"ir.{op.name} result {i}:"
+
+        def describe(message: str, prefix: str = prefix) -> str:
+            return f"{prefix} {message} {msg}"
+
+        torch.testing.assert_close(
+            a.float().cpu(),
+            e.float().cpu(),
+            atol=tol.atol,
+            rtol=tol.rtol,
+            msg=describe,
+        )
