@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import tomllib
 from pathlib import Path
 
@@ -28,7 +29,7 @@ PACKAGES = [
     "ir-piecewise",
     "ir-stack",
 ]
-TORCH = os.environ.get("IR_STACK_TORCH", "torch==2.13.0")
+TORCH = shlex.split(os.environ.get("IR_STACK_TORCH", "torch==2.13.0"))
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-benchmark>=4"]
 #: Extra local distributions a package's tests install (e.g. test providers).
 TEST_EXTRAS: dict[str, list[str]] = {}
@@ -66,7 +67,7 @@ def sibling_closure(package: str) -> list[str]:
 
 def install_packages(session: nox.Session, packages: list[str]) -> None:
     """Install torch first, then the given packages (and their siblings) from local paths."""
-    session.install(TORCH)
+    session.install(*TORCH)
     closure: list[str] = []
     for package in packages:
         closure += [p for p in sibling_closure(package) if p not in closure]
