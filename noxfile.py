@@ -32,7 +32,12 @@ PACKAGES = [
 TORCH = shlex.split(os.environ.get("IR_STACK_TORCH", "torch==2.13.0"))
 TEST_TOOLS = ["pytest>=8", "hypothesis>=6.100", "pytest-benchmark>=4"]
 #: Extra local distributions a package's tests install (e.g. test providers).
-TEST_EXTRAS: dict[str, list[str]] = {}
+TEST_EXTRAS: dict[str, list[str]] = {
+    "ir-dispatch": [
+        "packages/ir-dispatch/tests/providers/good",
+        "packages/ir-dispatch/tests/providers/broken",
+    ],
+}
 #: Environment per package's test session.
 TEST_ENV: dict[str, dict[str, str]] = {"ir-kernels-triton": {"TRITON_INTERPRET": "1"}}
 

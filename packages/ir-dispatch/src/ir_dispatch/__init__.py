@@ -1,12 +1,103 @@
-"""ir-dispatch: Kernel selection for ir-spec ops: priorities, platform defaults, explainable
-choices.
+"""ir-dispatch: the one selection rule for ir-spec ops, in eager mode and at compile time.
 
-It will hold the priority lists (code, CLI, environment), platform defaults per mode, the one
-selection rule used by eager dispatch and compile-time lowering, provider discovery through the
-ir.providers entry points, batch-invariant mode, and observability (explain, stats, python -m
-ir_dispatch).
+Importing ``ir_dispatch`` installs it as ir-spec's dispatcher (`install` does it again after
+someone replaced it; every function here raises `RuntimeError` while another dispatcher is
+installed, so a half-configured process cannot go unnoticed). At import it also reads
+``IR_OP_PRIORITY`` (then loading the ``ir.providers`` entry points to validate the names),
+``IR_BATCH_INVARIANT`` and ``IR_DISPATCH_STATS``; ``IR_DISABLE_PROVIDERS`` and ``IR_PLATFORM``
+are read on first use.
+
+Rule for `supports_args` authors: decide on dtypes, layouts and static sizes (hidden size, head
+size, group size), never on the number of tokens. Eager calls cache the choice per op under a key
+of exactly those properties, so a predicate that looks at the token count would see only the
+first call's.
 """
 
-from ._version import __version__
+import logging
+import os
 
-__all__ = ["__version__"]
+import ir_spec
+
+from ._version import __version__
+from .cli import ENV as PRIORITY_ENV
+from .cli import parse_priority_args, parse_priority_env
+from .defaults import EAGER, INDUCTOR, MODES, default_priority
+from .discovery import DISABLE_ENV, GROUP, ProviderLoad, provider_loads, reset_discovery
+from .installation import _Installed
+from .platforms import Platform, detect_platform
+from .selection import (
+    Explanation,
+    PriorityDispatcher,
+    ProviderVerdict,
+    Verdict,
+    effective_priority,
+    explain,
+    reset_stats,
+    select,
+    stats,
+)
+from .state import (
+    batch_invariant,
+    collect_stats,
+    current_mode,
+    mode,
+    priority,
+    set_batch_invariant,
+    set_priority,
+    user_priority,
+)
+
+logger = logging.getLogger("ir_dispatch")
+
+
+def install() -> PriorityDispatcher:
+    """Install ir-dispatch as ir-spec's dispatcher (done on import); return it."""
+    dispatcher = _Installed.dispatcher
+    if not isinstance(dispatcher, PriorityDispatcher):
+        dispatcher = PriorityDispatcher()
+        _Installed.dispatcher = dispatcher
+    previous = ir_spec.set_dispatcher(dispatcher)
+    if previous is not dispatcher and not isinstance(previous, ir_spec.NativeDispatcher):
+        logger.warning("ir_dispatch replaced ir_spec's dispatcher %r", previous)
+    return dispatcher
+
+
+install()
+if os.environ.get(PRIORITY_ENV):
+    set_priority(parse_priority_env(os.environ[PRIORITY_ENV]))
+
+__all__ = [
+    "DISABLE_ENV",
+    "EAGER",
+    "GROUP",
+    "INDUCTOR",
+    "MODES",
+    "PRIORITY_ENV",
+    "Explanation",
+    "Platform",
+    "PriorityDispatcher",
+    "ProviderLoad",
+    "ProviderVerdict",
+    "Verdict",
+    "__version__",
+    "batch_invariant",
+    "collect_stats",
+    "current_mode",
+    "default_priority",
+    "detect_platform",
+    "effective_priority",
+    "explain",
+    "install",
+    "mode",
+    "parse_priority_args",
+    "parse_priority_env",
+    "priority",
+    "provider_loads",
+    "reset_discovery",
+    "reset_stats",
+    "select",
+    "set_batch_invariant",
+    "set_priority",
+    "stats",
+    "user_priority",
+]
