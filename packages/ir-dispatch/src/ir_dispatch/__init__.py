@@ -38,6 +38,7 @@ from .selection import (
 )
 from .state import (
     batch_invariant,
+    refresh_fast_path,
     collect_stats,
     current_mode,
     mode,
@@ -57,6 +58,7 @@ def install() -> PriorityDispatcher:
         dispatcher = PriorityDispatcher()
         _Installed.dispatcher = dispatcher
     previous = ir_spec.set_dispatcher(dispatcher)
+    refresh_fast_path()
     if previous is not dispatcher and not isinstance(previous, ir_spec.NativeDispatcher):
         logger.warning("ir_dispatch replaced ir_spec's dispatcher %r", previous)
     return dispatcher

@@ -7,6 +7,7 @@ choice bumps `generation` and clears the ops' cached eager choices.
 
 import contextlib
 import os
+import threading
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -44,6 +45,14 @@ class _State:
     batch_invariant: bool = _env_flag(BATCH_INVARIANT_ENV)
     collect_stats: bool = _env_flag(STATS_ENV)
     generation: int = 0
+    active_scopes: int = 0  # scopes entered and not yet left, in every thread
+    lock = threading.Lock()
+
+
+def refresh_fast_path() -> None:
+    """Let eager calls use the ops' own caches directly while no scope is active anywhere and
+    stats are off (see `ir_spec.use_op_choice_caches`)."""
+    ir_spec.use_op_choice_caches(_State.active_scopes == 0 and not _State.collect_stats)
 
 
 _SCOPE: ContextVar[Scope | None] = ContextVar("ir_dispatch_scope", default=None)
@@ -96,11 +105,17 @@ def current_mode() -> str:
 
 @contextlib.contextmanager
 def _enter(scope: Scope) -> Iterator[None]:
+    with _State.lock:
+        _State.active_scopes += 1
+        refresh_fast_path()
     token = _SCOPE.set(scope)
     try:
         yield
     finally:
         _SCOPE.reset(token)
+        with _State.lock:
+            _State.active_scopes -= 1
+            refresh_fast_path()
 
 
 def priority(
@@ -144,4 +159,5 @@ def collect_stats(enabled: bool = True) -> None:
     Counting bypasses the choice cache, so it slows eager calls down; it is off by default.
     """
     _State.collect_stats = bool(enabled)
+    refresh_fast_path()
     changed()

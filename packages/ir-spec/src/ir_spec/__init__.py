@@ -13,6 +13,7 @@ from .dispatcher import (
     forget_all_choices,
     get_dispatcher,
     set_dispatcher,
+    use_op_choice_caches,
 )
 from .impl import Impl
 from .op import NAMESPACE, RESERVED_PROVIDERS, IrOp, register_op
@@ -37,4 +38,5 @@ __all__ = [
     "ops",
     "register_op",
     "set_dispatcher",
+    "use_op_choice_caches",
 ]

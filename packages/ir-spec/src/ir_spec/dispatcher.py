@@ -11,6 +11,9 @@ Protocol (for ir-dispatch and any other selection policy):
   A dispatcher whose state is process-wide returns ``op.choices`` and calls
   ``op.forget_choices()`` (or `forget_all_choices`) whenever its policy changes; one with scoped
   state returns a dictionary owned by that scope.
+* `use_op_choice_caches` lets a dispatcher say that ``choice_cache(op)`` is ``op.choices`` in
+  every context right now, so eager calls skip asking (`set_dispatcher` turns it off for any
+  dispatcher but the native one).
 * ``registration_changed(op)`` is called after an implementation is registered or removed (the
   op's own ``choices`` are already cleared).
 
@@ -68,6 +71,17 @@ class _Hook:
     """Holds the installed dispatcher; module-level state kept in one place."""
 
     current: Dispatcher = NativeDispatcher()
+    #: While true, eager calls use ``op.choices`` without asking ``choice_cache`` (fast path).
+    op_caches: bool = True
+
+
+def use_op_choice_caches(enabled: bool) -> None:
+    """Tell ir-spec whether ``choice_cache(op)`` is ``op.choices`` everywhere right now.
+
+    A dispatcher whose state can be scoped turns this off while any scope is active (in any
+    thread) and on again after, sparing unscoped eager calls the ``choice_cache`` call.
+    """
+    _Hook.op_caches = bool(enabled)
 
 
 def forget_all_choices() -> None:
@@ -93,6 +107,7 @@ def set_dispatcher(dispatcher: Dispatcher | None) -> Dispatcher:
             "select(op, args), choice_cache(op) and registration_changed(op) methods"
         )
     previous, _Hook.current = _Hook.current, dispatcher
+    _Hook.op_caches = isinstance(dispatcher, NativeDispatcher)
     forget_all_choices()
     logger.debug("ir_spec dispatcher: %r -> %r", previous, dispatcher)
     return previous

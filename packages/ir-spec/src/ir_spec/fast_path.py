@@ -26,7 +26,7 @@ def __call__(self, {params}):
     if _is_compiling() or _depth():
         return self._default_overload({names})
     try:
-        impl = _hook.current.choice_cache(self)[{key}]
+        impl = (self.choices if _hook.op_caches else _hook.current.choice_cache(self))[{key}]
     except Exception:
         impl = self.choose(({names},))
     if impl.inplace:
@@ -37,7 +37,7 @@ def maybe_inplace(self, {params}):
     if _is_compiling() or _depth():
         return self._maybe_inplace_overload({names})
     try:
-        impl = _hook.current.choice_cache(self)[{key}]
+        impl = (self.choices if _hook.op_caches else _hook.current.choice_cache(self))[{key}]
     except Exception:
         impl = self.choose(({names},))
     return impl.fn({names})
@@ -48,13 +48,17 @@ def _tensor_key(name: str) -> str:
     return f"{name}.dtype, {name}.device, {name}.dim(), {name}.shape[-1], {name}.is_contiguous()"
 
 
+# A required tensor's summary is spliced into the key tuple (one flat tuple hashes faster than
+# nested ones); an optional tensor's stays a nested tuple, or None.
+
+
 def generic_key_expression(native: Callable[..., Any]) -> str:
     """The generic dispatch key: per tensor its dtype, device, rank, last size and contiguity;
     every other argument as it is."""
     parts = []
     for p in inspect.signature(native, eval_str=True).parameters.values():
         if p.annotation is torch.Tensor:
-            parts.append(f"({_tensor_key(p.name)})")
+            parts.append(_tensor_key(p.name))
         elif p.annotation == (torch.Tensor | None):
             parts.append(f"(None if {p.name} is None else ({_tensor_key(p.name)}))")
         else:
