@@ -38,11 +38,11 @@ from .selection import (
 )
 from .state import (
     batch_invariant,
-    refresh_fast_path,
     collect_stats,
     current_mode,
     mode,
     priority,
+    refresh_fast_path,
     set_batch_invariant,
     set_priority,
     user_priority,
