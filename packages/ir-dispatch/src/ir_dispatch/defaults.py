@@ -17,6 +17,11 @@ Why each entry (the kernel measurements behind them live in ``benchmarks/results
 * CUDA, compiled, quantization and fused norm/activation + quant ops: ``cuda`` then ``triton``
   before ``native``: Inductor's kernels for per-token and per-group absmax reach only 0.60 to
   0.77 of copy bandwidth (two passes over the row), a fused kernel reads the row once.
+* In-place variants (``cuda_inplace``, ``triton_inplace``) of ``fused_add_rms_norm`` and
+  ``rotary_embedding`` come before the out-of-place ones when compiling: the lowering pass
+  clones their activations and clone elimination removes the clones of donated buffers, so they
+  save memory at no cost. In eager mode the out-of-place ones are used (a default-overload call
+  of an in-place kernel must clone first).
 * ROCm and XPU: ``triton`` then ``native`` in both modes (the ``cuda`` provider builds for
   NVIDIA GPUs only).
 """
@@ -49,11 +54,16 @@ QUANT_OPS = (
 _KERNELS_FIRST = ["cuda", "triton", "native"]
 _NATIVE_FIRST = ["native", "cuda", "triton"]
 _TRITON_FIRST = ["triton", "native"]
+#: Ops with in-place kernels: compiled graphs use them (clone elimination makes them free);
+#: eager default calls prefer out-of-place kernels (an in-place one would need a clone first).
+INPLACE_OPS = ("fused_add_rms_norm", "rotary_embedding")
+_NATIVE_FIRST_INPLACE = ["native", "cuda_inplace", "cuda", "triton_inplace", "triton"]
 
 _TABLE: dict[tuple[Platform, str], dict[str, list[str]]] = {
     (Platform.CUDA, EAGER): {op: _KERNELS_FIRST for op in SIMPLE_OPS + QUANT_OPS},
     (Platform.CUDA, INDUCTOR): {
         **{op: _NATIVE_FIRST for op in SIMPLE_OPS},
+        **{op: _NATIVE_FIRST_INPLACE for op in INPLACE_OPS},
         **{op: _KERNELS_FIRST for op in QUANT_OPS},
     },
     (Platform.ROCM, EAGER): {op: _TRITON_FIRST for op in SIMPLE_OPS + QUANT_OPS},

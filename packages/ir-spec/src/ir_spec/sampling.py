@@ -33,18 +33,23 @@ class SampleSpec:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     def generator(self) -> torch.Generator:
-        """A CPU generator seeded from `seed`."""
-        return torch.Generator().manual_seed(self.seed)
+        """A generator on the spec's device, seeded from `seed` (values differ between devices,
+        never between runs)."""
+        return torch.Generator(device=self.device).manual_seed(self.seed)
 
     def randn(
         self, gen: torch.Generator, width: int, *, std: float = 1.0, padded: bool = True
     ) -> torch.Tensor:
         """Normal values of shape ``batch_shape + (width,)``, with the spec's row padding."""
         pad = self.row_padding if padded else 0
-        full = torch.randn(*self.batch_shape, width + pad, generator=gen) * std
-        return full.to(device=self.device, dtype=self.dtype)[..., :width]
+        full = torch.randn(*self.batch_shape, width + pad, generator=gen, device=self.device)
+        return (full * std).to(self.dtype)[..., :width]
 
     def weight(self, gen: torch.Generator, width: int) -> torch.Tensor:
         """A 1-D weight near one, never zero."""
-        w = 1.0 + 0.5 * torch.randn(width, generator=gen)
-        return w.to(device=self.device, dtype=self.dtype)
+        w = 1.0 + 0.5 * torch.randn(width, generator=gen, device=self.device)
+        return w.to(self.dtype)
+
+    def randint(self, gen: torch.Generator, high: int) -> torch.Tensor:
+        """Integers in ``[0, high)`` of shape `batch_shape` (for example positions)."""
+        return torch.randint(0, high, self.batch_shape, generator=gen, device=self.device)

@@ -159,7 +159,7 @@ def _rotary_inputs(spec: SampleSpec) -> tuple[Any, ...]:
     max_position = spec.options.get("max_position", 4096)
     query = spec.randn(gen, heads * head_size)
     key = spec.randn(gen, kv_heads * head_size)
-    positions = torch.randint(0, max_position, spec.batch_shape, generator=gen).to(spec.device)
+    positions = spec.randint(gen, max_position)
     cache = make_cos_sin_cache(max_position, rotary_dim)
     cache = cache.to(device=spec.device, dtype=spec.options.get("cache_dtype", torch.float32))
     return (positions, query, key, head_size, cache, spec.options.get("is_neox_style", True))

@@ -1,0 +1,320 @@
+"""Provider ``triton`` for every catalog op, and ``triton_inplace`` for the two ops whose
+activations may be overwritten (``fused_add_rms_norm`` and ``rotary_embedding``).
+
+Every implementation is a row-wise kernel: a row's result never depends on other rows, and the
+launch configuration depends on the row width only, so all are registered batch-invariant.
+`supports_args` accepts float32/float16/bfloat16 activations on the kernels' device whose rows
+the kernels can address (last dimension contiguous, leading dimensions collapsing into one row
+stride) and contiguous parameters (weight, scale, cache, positions).
+"""
+
+import torch
+from torch import Tensor
+
+from ir_spec import ops
+
+from . import norm_kernels as nk
+from . import pointwise_kernels as pk
+from .platform import on_kernel_device, row_stride, triton_supported
+from .rotary_kernels import launch_rotary
+
+PROVIDER = "triton"
+INPLACE_PROVIDER = "triton_inplace"
+FP8 = torch.float8_e4m3fn
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+SUPPORTED = triton_supported()
+
+
+def _rowwise(*tensors: Tensor) -> bool:
+    return all(t.dtype in _DTYPES and row_stride(t) is not None for t in tensors)
+
+
+def _param(t: Tensor | None) -> bool:
+    return t is None or t.is_contiguous()
+
+
+def _empty_rows(x: Tensor, width: int | None = None, dtype: torch.dtype | None = None) -> Tensor:
+    shape = (*x.shape[:-1], x.shape[-1] if width is None else width)
+    return torch.empty(shape, dtype=dtype or x.dtype, device=x.device)
+
+
+# ------------------------------------------------------------------------------ rms_norm
+def _norm_ok(x: Tensor, weight: Tensor | None, *extra: Tensor | None) -> bool:
+    return (
+        on_kernel_device(x, weight, *extra)
+        and _rowwise(x)
+        and _param(weight)
+        and all(_param(t) for t in extra)
+    )
+
+
+def rms_norm_supported(
+    x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
+) -> bool:
+    return _norm_ok(x, weight)
+
+
+@ops.rms_norm.register_impl(
+    PROVIDER, supported=SUPPORTED, supports_args=rms_norm_supported, batch_invariant=True
+)
+def rms_norm(
+    x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
+) -> Tensor:
+    out = _empty_rows(x)
+    nk.launch_norm(x, weight, epsilon, variance_size, out)
+    return out
+
+
+def fused_add_rms_norm_supported(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> bool:
+    return _norm_ok(x, weight, None) and on_kernel_device(x_residual) and _rowwise(x_residual)
+
+
+@ops.fused_add_rms_norm.register_impl(
+    PROVIDER, supported=SUPPORTED, supports_args=fused_add_rms_norm_supported,
+    batch_invariant=True,
+)
+def fused_add_rms_norm(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    out, residual_out = _empty_rows(x), _empty_rows(x)
+    nk.launch_norm(x, weight, epsilon, variance_size, out, residual=x_residual,
+                   residual_out=residual_out)
+    return out, residual_out
+
+
+@ops.fused_add_rms_norm.register_impl(
+    INPLACE_PROVIDER, supported=SUPPORTED, supports_args=fused_add_rms_norm_supported,
+    inplace=True, batch_invariant=True,
+)
+def fused_add_rms_norm_inplace(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Writes ``x + x_residual`` into `x_residual` and the normalized result into `x`."""
+    nk.launch_norm(x, weight, epsilon, variance_size, x, residual=x_residual,
+                   residual_out=x_residual)
+    return x, x_residual
+
+
+def rms_norm_static_quant_fp8_supported(
+    x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
+) -> bool:
+    return _norm_ok(x, weight, scale)
+
+
+@ops.rms_norm_static_quant_fp8.register_impl(
+    PROVIDER, supported=SUPPORTED, supports_args=rms_norm_static_quant_fp8_supported,
+    batch_invariant=True,
+)
+def rms_norm_static_quant_fp8(
+    x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
+) -> Tensor:
+    q = _empty_rows(x, dtype=FP8)
+    nk.launch_norm(x, weight, epsilon, None, q, quant=nk.QUANT_STATIC, scale=scale)
+    return q
+
+
+def fused_add_rms_norm_static_quant_fp8_supported(
+    x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
+) -> bool:
+    return _norm_ok(x, weight, scale) and on_kernel_device(x_residual) and _rowwise(x_residual)
+
+
+@ops.fused_add_rms_norm_static_quant_fp8.register_impl(
+    PROVIDER, supported=SUPPORTED, supports_args=fused_add_rms_norm_static_quant_fp8_supported,
+    batch_invariant=True,
+)
+def fused_add_rms_norm_static_quant_fp8(
+    x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
+) -> tuple[Tensor, Tensor]:
+    q, residual_out = _empty_rows(x, dtype=FP8), _empty_rows(x)
+    nk.launch_norm(x, weight, epsilon, None, q, residual=x_residual, residual_out=residual_out,
+                   quant=nk.QUANT_STATIC, scale=scale)
+    return q, residual_out
+
+
+def rms_norm_dynamic_quant_fp8_supported(
+    x: Tensor, weight: Tensor | None, epsilon: float, scale_ub: Tensor | None = None
+) -> bool:
+    return _norm_ok(x, weight, scale_ub)
+
+
+@ops.rms_norm_dynamic_quant_fp8.register_impl(
+    PROVIDER, supported=SUPPORTED, supports_args=rms_norm_dynamic_quant_fp8_supported,
+    batch_invariant=True,
+)
+def rms_norm_dynamic_quant_fp8(
+    x: Tensor, weight: Tensor | None, epsilon: float, scale_ub: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    q = _empty_rows(x, dtype=FP8)
+    scale = _empty_rows(x, 1, torch.float32)
+    nk.launch_norm(x, weight, epsilon, None, q, quant=nk.QUANT_DYNAMIC, scale_out=scale,
+                   scale_ub=scale_ub)
+    return q, scale
+
+
+# ---------------------------------------------------------------------- activations
+def _gated_ok(x: Tensor, scale: Tensor | None = None) -> bool:
+    return on_kernel_device(x, scale) and _rowwise(x) and _param(scale)
+
+
+def silu_and_mul_supported(x: Tensor) -> bool:
+    return _gated_ok(x)
+
+
+@ops.silu_and_mul.register_impl(
+    PROVIDER, supported=SUPPORTED, supports_args=silu_and_mul_supported, batch_invariant=True
+)
+def silu_and_mul(x: Tensor) -> Tensor:
+    out = _empty_rows(x, x.shape[-1] // 2)
+    pk.launch_gated(x, out, pk.ACT_SILU)
+    return out
+
+
+def gelu_and_mul_supported(x: Tensor, approximate: str = "none") -> bool:
+    return _gated_ok(x)
+
+
+@ops.gelu_and_mul.register_impl(
+    PROVIDER, supported=SUPPORTED, supports_args=gelu_and_mul_supported, batch_invariant=True
+)
+def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
+    out = _empty_rows(x, x.shape[-1] // 2)
+    pk.launch_gated(x, out, pk.ACT_GELU_TANH if approximate == "tanh" else pk.ACT_GELU)
+    return out
+
+
+def silu_and_mul_static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
+    return _gated_ok(x, scale)
+
+
+@ops.silu_and_mul_static_quant_fp8.register_impl(
+    PROVIDER, supported=SUPPORTED, supports_args=silu_and_mul_static_quant_fp8_supported,
+    batch_invariant=True,
+)
+def silu_and_mul_static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
+    q = _empty_rows(x, x.shape[-1] // 2, FP8)
+    pk.launch_gated(x, q, pk.ACT_SILU, scale)
+    return q
+
+
+# -------------------------------------------------------------------------- quant
+def static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
+    return _gated_ok(x, scale)
+
+
+@ops.static_quant_fp8.register_impl(
+    PROVIDER, supported=SUPPORTED, supports_args=static_quant_fp8_supported, batch_invariant=True
+)
+def static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
+    q = _empty_rows(x, dtype=FP8)
+    pk.launch_static_quant(x, scale, q)
+    return q
+
+
+def dynamic_quant_fp8_supported(x: Tensor, scale_ub: Tensor | None = None) -> bool:
+    return _gated_ok(x, scale_ub)
+
+
+@ops.dynamic_quant_fp8.register_impl(
+    PROVIDER, supported=SUPPORTED, supports_args=dynamic_quant_fp8_supported,
+    batch_invariant=True,
+)
+def dynamic_quant_fp8(x: Tensor, scale_ub: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    q = _empty_rows(x, dtype=FP8)
+    scale = _empty_rows(x, 1, torch.float32)
+    pk.launch_dynamic_quant(x, scale_ub, q, scale)
+    return q, scale
+
+
+#: Largest group the group-quant kernel holds in one tile row.
+MAX_GROUP_SIZE = 16384
+
+
+def group_quant_fp8_supported(
+    x: Tensor, group_size: int = 128, column_major_scales: bool = False
+) -> bool:
+    return _gated_ok(x) and group_size <= MAX_GROUP_SIZE
+
+
+@ops.group_quant_fp8.register_impl(
+    PROVIDER, supported=SUPPORTED, supports_args=group_quant_fp8_supported, batch_invariant=True
+)
+def group_quant_fp8(
+    x: Tensor, group_size: int = 128, column_major_scales: bool = False
+) -> tuple[Tensor, Tensor]:
+    q = _empty_rows(x, dtype=FP8)
+    groups = x.shape[-1] // group_size
+    lead = x.shape[:-1]
+    if column_major_scales:
+        scale = torch.empty((groups, *lead), dtype=torch.float32, device=x.device).movedim(0, -1)
+    else:
+        scale = torch.empty((*lead, groups), dtype=torch.float32, device=x.device)
+    pk.launch_group_quant(x, group_size, q, scale)
+    return q, scale
+
+
+# ------------------------------------------------------------------------- rotary
+def rotary_embedding_supported(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+) -> bool:
+    return (
+        on_kernel_device(positions, x_query, x_key, cos_sin_cache)
+        and _rowwise(x_query, x_key)
+        and positions.is_contiguous()
+        and cos_sin_cache.is_contiguous()
+    )
+
+
+@ops.rotary_embedding.register_impl(
+    PROVIDER, supported=SUPPORTED, supports_args=rotary_embedding_supported,
+    batch_invariant=True,
+)
+def rotary_embedding(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+) -> tuple[Tensor, Tensor]:
+    query, key = _empty_rows(x_query), _empty_rows(x_key)
+    launch_rotary(positions, x_query, x_key, head_size, cos_sin_cache, is_neox_style, query,
+                  key)
+    return query, key
+
+
+@ops.rotary_embedding.register_impl(
+    INPLACE_PROVIDER, supported=SUPPORTED, supports_args=rotary_embedding_supported,
+    inplace=True, batch_invariant=True,
+)
+def rotary_embedding_inplace(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+) -> tuple[Tensor, Tensor]:
+    """Rotates `x_query` and `x_key` in place and returns them."""
+    launch_rotary(positions, x_query, x_key, head_size, cos_sin_cache, is_neox_style, x_query,
+                  x_key)
+    return x_query, x_key

@@ -1,0 +1,190 @@
+"""One Triton kernel family for the RMS-norm ops: optional residual add, optional weight, and
+no / static / dynamic fp8 quantization of the output.
+
+A program handles one row. Rows up to `MAX_SINGLE_PASS` elements are read once and held in
+registers; longer rows are processed in chunks (the row is read again from L2 for the
+normalization pass). Each row's arithmetic is the same whatever the batch, so results are
+batch-invariant.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from .fp8 import exact_rounding, saturate_fp8
+from .platform import LOOP_BLOCK, MAX_SINGLE_PASS, next_power_of_2, num_rows, rows, warps_for
+
+FP8_MAX = 448.0
+MIN_SCALE = 1.0 / (448.0 * 512.0)
+
+QUANT_NONE = 0
+QUANT_STATIC = 1
+QUANT_DYNAMIC = 2
+
+
+@triton.jit
+def _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT: tl.constexpr):
+    y = x * inv_rms
+    if HAS_WEIGHT:
+        w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        y = y * w
+    return y
+
+
+@triton.jit
+def _quantize(y, scale, EXACT_FP8: tl.constexpr):
+    return saturate_fp8(y / scale, EXACT_FP8)
+
+
+@triton.jit
+def norm_kernel(
+    x_ptr,
+    x_stride,
+    r_ptr,
+    r_stride,
+    w_ptr,
+    out_ptr,
+    out_stride,
+    res_ptr,
+    res_stride,
+    scale_ptr,
+    scale_out_ptr,
+    scale_ub_ptr,
+    hidden,
+    variance_size,
+    eps,
+    HAS_RESIDUAL: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    QUANT: tl.constexpr,
+    HAS_UB: tl.constexpr,
+    BLOCK: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
+    EXACT_FP8: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    act_dtype = x_ptr.dtype.element_ty
+    x_row = x_ptr + row * x_stride
+    r_row = r_ptr + row * r_stride
+    res_row = res_ptr + row * res_stride
+    out_row = out_ptr + row * out_stride
+    if SINGLE_PASS:
+        offs = tl.arange(0, BLOCK)
+        mask = offs < hidden
+        x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+        if HAS_RESIDUAL:
+            r = tl.load(r_row + offs, mask=mask, other=0.0).to(tl.float32)
+            s = (x + r).to(act_dtype)
+            tl.store(res_row + offs, s, mask=mask)
+            x = s.to(tl.float32)
+        sq = tl.where(offs < variance_size, x * x, 0.0)
+        inv_rms = tl.rsqrt(tl.sum(sq, axis=0) / variance_size + eps)
+        y = _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT)
+        if QUANT == 0:
+            tl.store(out_row + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+        else:
+            y = y.to(act_dtype).to(tl.float32)
+            if QUANT == 1:
+                scale = tl.load(scale_ptr)
+            else:
+                amax = tl.max(tl.where(mask, tl.abs(y), 0.0), axis=0)
+                if HAS_UB:
+                    amax = tl.minimum(amax, tl.load(scale_ub_ptr))
+                scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
+                tl.store(scale_out_ptr + row, scale)
+            q = _quantize(y, scale, EXACT_FP8)
+            tl.store(out_row + offs, q.to(out_ptr.dtype.element_ty), mask=mask)
+    else:
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, hidden, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < hidden
+            x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+            if HAS_RESIDUAL:
+                r = tl.load(r_row + offs, mask=mask, other=0.0).to(tl.float32)
+                s = (x + r).to(act_dtype)
+                tl.store(res_row + offs, s, mask=mask)
+                x = s.to(tl.float32)
+            acc += tl.where(offs < variance_size, x * x, 0.0)
+        inv_rms = tl.rsqrt(tl.sum(acc, axis=0) / variance_size + eps)
+        tl.debug_barrier()  # the residual written above is read back below
+        src_row = res_row if HAS_RESIDUAL else x_row
+        scale = 1.0
+        if QUANT == 1:
+            scale = tl.load(scale_ptr)
+        if QUANT == 2:
+            amax_acc = tl.zeros([BLOCK], dtype=tl.float32)
+            for start in range(0, hidden, BLOCK):
+                offs = start + tl.arange(0, BLOCK)
+                mask = offs < hidden
+                x = tl.load(src_row + offs, mask=mask, other=0.0).to(tl.float32)
+                y = _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT)
+                y = y.to(act_dtype).to(tl.float32)
+                amax_acc = tl.maximum(amax_acc, tl.where(mask, tl.abs(y), 0.0))
+            amax = tl.max(amax_acc, axis=0)
+            if HAS_UB:
+                amax = tl.minimum(amax, tl.load(scale_ub_ptr))
+            scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
+            tl.store(scale_out_ptr + row, scale)
+        for start in range(0, hidden, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < hidden
+            x = tl.load(src_row + offs, mask=mask, other=0.0).to(tl.float32)
+            y = _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT)
+            if QUANT == 0:
+                tl.store(out_row + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+            else:
+                y = y.to(act_dtype).to(tl.float32)
+                q = _quantize(y, scale, EXACT_FP8)
+                tl.store(out_row + offs, q.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def launch_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    variance_size: int | None,
+    out: torch.Tensor,
+    *,
+    residual: torch.Tensor | None = None,
+    residual_out: torch.Tensor | None = None,
+    quant: int = QUANT_NONE,
+    scale: torch.Tensor | None = None,
+    scale_out: torch.Tensor | None = None,
+    scale_ub: torch.Tensor | None = None,
+) -> None:
+    """Run `norm_kernel` over the rows of `x` (all tensors already validated)."""
+    hidden = x.shape[-1]
+    n = num_rows(x)
+    if n == 0:
+        return
+    x2 = rows(x)
+    out2 = rows(out)
+    r2 = rows(residual) if residual is not None else x2
+    res2 = rows(residual_out) if residual_out is not None else x2
+    single = hidden <= MAX_SINGLE_PASS
+    block = next_power_of_2(hidden) if single else LOOP_BLOCK
+    norm_kernel[(n,)](
+        x2,
+        x2.stride(0),
+        r2,
+        r2.stride(0),
+        weight if weight is not None else x2,
+        out2,
+        out2.stride(0),
+        res2,
+        res2.stride(0),
+        scale if scale is not None else x2,
+        scale_out if scale_out is not None else x2,
+        scale_ub if scale_ub is not None else x2,
+        hidden,
+        hidden if variance_size is None else variance_size,
+        epsilon,
+        HAS_RESIDUAL=residual is not None,
+        HAS_WEIGHT=weight is not None,
+        QUANT=quant,
+        HAS_UB=scale_ub is not None,
+        BLOCK=block,
+        SINGLE_PASS=single,
+        EXACT_FP8=exact_rounding(),
+        num_warps=warps_for(block),
+    )

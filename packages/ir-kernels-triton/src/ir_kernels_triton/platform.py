@@ -1,0 +1,76 @@
+"""Where Triton kernels can run, and the layout rules every kernel shares."""
+
+import functools
+import os
+
+import torch
+
+try:
+    import triton
+
+    HAVE_TRITON = True
+except ImportError:  # pragma: no cover - triton is a declared dependency
+    HAVE_TRITON = False
+
+#: Largest row the single-pass kernels hold in registers; longer rows take the looped kernels.
+MAX_SINGLE_PASS = 16384
+#: Chunk width of the looped kernels.
+LOOP_BLOCK = 4096
+
+
+def interpreting() -> bool:
+    """True under ``TRITON_INTERPRET=1`` (kernels run on CPU tensors, in numpy)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@functools.cache
+def triton_supported() -> bool:
+    """Triton can run here: a CUDA/ROCm GPU it targets, or the interpreter."""
+    if not HAVE_TRITON:
+        return False
+    return interpreting() or torch.cuda.is_available()
+
+
+def on_kernel_device(*tensors: torch.Tensor | None) -> bool:
+    """All given tensors live where the kernels run (the GPU; the CPU when interpreting)."""
+    want_cuda = not interpreting()
+    return all(t is None or t.is_cuda == want_cuda for t in tensors)
+
+
+def row_stride(t: torch.Tensor) -> int | None:
+    """The stride between rows when `t`'s leading dimensions collapse into one row index and
+    its last dimension is contiguous; None when the kernels cannot address it."""
+    if t.dim() == 0:
+        return None
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        return None
+    if t.dim() == 1:
+        return t.shape[-1]
+    try:
+        return int(t.view(-1, t.shape[-1]).stride(0))
+    except RuntimeError:
+        return None
+
+
+def rows(t: torch.Tensor) -> torch.Tensor:
+    """`t` viewed as ``[rows, hidden]`` (callers checked `row_stride` first)."""
+    return t.view(-1, t.shape[-1])
+
+
+def num_rows(t: torch.Tensor) -> int:
+    """Number of rows (product of the leading dimensions)."""
+    return t.numel() // t.shape[-1] if t.shape[-1] else 0
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= max(n, 1)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def warps_for(block: int) -> int:
+    """Warps per program for a row block of `block` elements (depends on the width only, so
+    results never depend on the batch)."""
+    return max(1, min(16, block // 512))
+
+
+__all__ = ["HAVE_TRITON", "triton"]

@@ -1,0 +1,193 @@
+"""Triton kernels for the gated activations and the fp8 quantizers.
+
+Gated activations and static quantization are elementwise over a 2-D grid (row, column block).
+Dynamic per-token quantization reads a row once when it fits in registers; group quantization
+handles several whole groups per program.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from .fp8 import exact_rounding, saturate_fp8
+from .platform import LOOP_BLOCK, MAX_SINGLE_PASS, next_power_of_2, num_rows, rows, warps_for
+
+ACT_SILU = 0
+ACT_GELU = 1
+ACT_GELU_TANH = 2
+POINTWISE_BLOCK = 2048
+
+
+@triton.jit
+def _gate(a, ACT: tl.constexpr):
+    if ACT == 0:
+        g = a / (1.0 + tl.exp(-a))
+    elif ACT == 1:
+        g = 0.5 * a * (1.0 + tl.erf(a * 0.7071067811865476))
+    else:
+        inner = 0.7978845608028654 * (a + 0.044715 * a * a * a)
+        # tanh(t) = 1 - 2 / (exp(2t) + 1), stable at both ends
+        g = 0.5 * a * (2.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0))
+    return g
+
+
+@triton.jit
+def gated_kernel(
+    x_ptr,
+    x_stride,
+    out_ptr,
+    out_stride,
+    scale_ptr,
+    d,
+    ACT: tl.constexpr,
+    QUANT: tl.constexpr,
+    BLOCK: tl.constexpr,
+    EXACT_FP8: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < d
+    x_row = x_ptr + row * x_stride
+    a = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(x_row + d + offs, mask=mask, other=0.0).to(tl.float32)
+    y = _gate(a, ACT) * b
+    if QUANT:
+        y = y.to(x_ptr.dtype.element_ty).to(tl.float32)
+        y = saturate_fp8(y / tl.load(scale_ptr), EXACT_FP8)
+    tl.store(out_ptr + row * out_stride + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def launch_gated(x: torch.Tensor, out: torch.Tensor, act: int,
+                 scale: torch.Tensor | None = None) -> None:
+    """``out = act(x[..., :d]) * x[..., d:]`` (then quantized with `scale` if given)."""
+    d = x.shape[-1] // 2
+    n = num_rows(x)
+    if n == 0 or d == 0:
+        return
+    x2, out2 = rows(x), rows(out)
+    block = min(POINTWISE_BLOCK, next_power_of_2(d))
+    gated_kernel[(n, triton.cdiv(d, block))](
+        x2, x2.stride(0), out2, out2.stride(0), scale if scale is not None else x2, d,
+        ACT=act, QUANT=scale is not None, BLOCK=block, EXACT_FP8=exact_rounding(), num_warps=warps_for(block) * 2,
+    )
+
+
+@triton.jit
+def static_quant_kernel(
+    x_ptr, x_stride, q_ptr, q_stride, scale_ptr, hidden,
+    BLOCK: tl.constexpr, EXACT_FP8: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < hidden
+    x = tl.load(x_ptr + row * x_stride + offs, mask=mask, other=0.0).to(tl.float32)
+    q = saturate_fp8(x / tl.load(scale_ptr), EXACT_FP8)
+    tl.store(q_ptr + row * q_stride + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
+
+
+def launch_static_quant(x: torch.Tensor, scale: torch.Tensor, q: torch.Tensor) -> None:
+    """``q = saturate(x / scale)``."""
+    hidden = x.shape[-1]
+    n = num_rows(x)
+    if n == 0:
+        return
+    x2, q2 = rows(x), rows(q)
+    block = min(POINTWISE_BLOCK, next_power_of_2(hidden))
+    static_quant_kernel[(n, triton.cdiv(hidden, block))](
+        x2, x2.stride(0), q2, q2.stride(0), scale, hidden, BLOCK=block,
+        EXACT_FP8=exact_rounding(), num_warps=warps_for(block) * 2,
+    )
+
+
+@triton.jit
+def dynamic_quant_kernel(
+    x_ptr, x_stride, q_ptr, q_stride, scale_ptr, ub_ptr, hidden,
+    HAS_UB: tl.constexpr, BLOCK: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    EXACT_FP8: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    x_row = x_ptr + row * x_stride
+    q_row = q_ptr + row * q_stride
+    if SINGLE_PASS:
+        offs = tl.arange(0, BLOCK)
+        mask = offs < hidden
+        x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+        amax = tl.max(tl.abs(x), axis=0)
+    else:
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, hidden, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            acc = tl.maximum(acc, tl.abs(tl.load(x_row + offs, mask=offs < hidden, other=0.0)
+                                         .to(tl.float32)))
+        amax = tl.max(acc, axis=0)
+    if HAS_UB:
+        amax = tl.minimum(amax, tl.load(ub_ptr))
+    scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
+    tl.store(scale_ptr + row, scale)
+    if SINGLE_PASS:
+        offs = tl.arange(0, BLOCK)
+        q = saturate_fp8(x / scale, EXACT_FP8)
+        tl.store(q_row + offs, q.to(q_ptr.dtype.element_ty), mask=offs < hidden)
+    else:
+        for start in range(0, hidden, BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            mask = offs < hidden
+            x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+            q = saturate_fp8(x / scale, EXACT_FP8)
+            tl.store(q_row + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
+
+
+def launch_dynamic_quant(x: torch.Tensor, scale_ub: torch.Tensor | None, q: torch.Tensor,
+                         scale: torch.Tensor) -> None:
+    """Per-row absmax scale into `scale` (contiguous, one per row) and `q`."""
+    hidden = x.shape[-1]
+    n = num_rows(x)
+    if n == 0:
+        return
+    x2, q2 = rows(x), rows(q)
+    single = hidden <= MAX_SINGLE_PASS
+    block = next_power_of_2(hidden) if single else LOOP_BLOCK
+    dynamic_quant_kernel[(n,)](
+        x2, x2.stride(0), q2, q2.stride(0), scale, scale_ub if scale_ub is not None else scale,
+        hidden, HAS_UB=scale_ub is not None, BLOCK=block, SINGLE_PASS=single, EXACT_FP8=exact_rounding(),
+        num_warps=warps_for(block),
+    )
+
+
+@triton.jit
+def group_quant_kernel(
+    x_ptr, x_stride, q_ptr, q_stride, scale_ptr, scale_row_stride, scale_group_stride,
+    hidden, group_size, groups,
+    GROUPS_PER_PROGRAM: tl.constexpr, GROUP_BLOCK: tl.constexpr, EXACT_FP8: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1) * GROUPS_PER_PROGRAM + tl.arange(0, GROUPS_PER_PROGRAM)
+    c = tl.arange(0, GROUP_BLOCK)
+    col = g[:, None] * group_size + c[None, :]
+    mask = (g[:, None] < groups) & (c[None, :] < group_size)
+    x = tl.load(x_ptr + row * x_stride + col, mask=mask, other=0.0).to(tl.float32)
+    amax = tl.max(tl.abs(x), axis=1)
+    scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
+    tl.store(scale_ptr + row * scale_row_stride + g * scale_group_stride, scale, mask=g < groups)
+    q = saturate_fp8(x / scale[:, None], EXACT_FP8)
+    tl.store(q_ptr + row * q_stride + col, q.to(q_ptr.dtype.element_ty), mask=mask)
+
+
+def launch_group_quant(x: torch.Tensor, group_size: int, q: torch.Tensor,
+                       scale: torch.Tensor) -> None:
+    """Per-(row, group) scales into `scale` (any strides) and `q`."""
+    hidden = x.shape[-1]
+    n = num_rows(x)
+    if n == 0:
+        return
+    groups = hidden // group_size
+    x2, q2 = rows(x), rows(q)
+    scale2 = scale.reshape(n, groups) if scale.dim() != 2 else scale
+    group_block = next_power_of_2(group_size)
+    per_program = max(1, min(next_power_of_2(groups), 4096 // group_block))
+    group_quant_kernel[(n, triton.cdiv(groups, per_program))](
+        x2, x2.stride(0), q2, q2.stride(0), scale2, scale2.stride(0), scale2.stride(1),
+        hidden, group_size, groups, GROUPS_PER_PROGRAM=per_program, GROUP_BLOCK=group_block,
+        EXACT_FP8=exact_rounding(),
+        num_warps=warps_for(per_program * group_block),
+    )

@@ -1,0 +1,181 @@
+"""Provider triton against the native reference: every op, dtypes, hidden sizes, token counts,
+contiguous and strided rows, 3-D inputs; in-place variants; batch invariance; rejections.
+
+Without a GPU the kernels run in Triton's interpreter on a reduced matrix (float32/float16,
+small sizes); on a GPU the full matrix runs, bfloat16 included.
+"""
+
+from typing import Any
+
+import pytest
+import torch
+
+import ir_dispatch
+import ir_kernels_triton
+from ir_spec import IrOp, SampleSpec, ops
+from ir_spec.testing import assert_close, clone_args, sample_inputs
+
+GPU = torch.cuda.is_available()
+DEVICE = "cuda" if GPU else "cpu"
+DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if GPU else [])
+HIDDEN = [8, 769, 2048, 5125, 8192, 16384, 65536] if GPU else [8, 769, 2048, 5125]
+TOKENS = [0, 1, 7, 4096] if GPU else [0, 1, 7]
+LAYOUTS = ["contiguous", "strided", "3d"]
+PROVIDERS = [(op, p) for op in ops for p in op.impls if p.startswith("triton")]
+
+
+def spec_for(dtype: torch.dtype, hidden: int, tokens: int, layout: str, seed: int = 0,
+             **options: Any) -> SampleSpec:
+    batch = (2, tokens // 2 or 1) if layout == "3d" and tokens > 1 else (tokens,)
+    return SampleSpec(batch_shape=batch, hidden_size=hidden, dtype=dtype, device=DEVICE,
+                      seed=seed + hidden + tokens, row_padding=13 if layout == "strided" else 0,
+                      options=options)
+
+
+def check_against_native(op: IrOp, provider: str, args: tuple[Any, ...]) -> None:
+    impl = op.impls[provider]
+    assert impl.accepts(args), f"{provider} rejected {op.name} arguments it should take"
+    inputs = clone_args(args)
+    expected = op.native(*clone_args(args))
+    actual = impl.fn(*inputs)
+    assert_close(op, actual, expected)
+    if impl.inplace:
+        outs = actual if isinstance(actual, tuple) else (actual,)
+        for out, i in zip(outs, op.activation_indices, strict=True):
+            assert out is inputs[i], "an in-place implementation returns its activations"
+
+
+def test_provider_registered_everywhere() -> None:
+    assert ir_kernels_triton.SUPPORTED
+    for op in ops:
+        assert "triton" in op.impls, op.name
+        assert op.impls["triton"].batch_invariant
+    assert ops.fused_add_rms_norm.impls["triton_inplace"].inplace
+    assert ops.rotary_embedding.impls["triton_inplace"].inplace
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("tokens", TOKENS)
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
+def test_matches_native(op: IrOp, provider: str, dtype: torch.dtype, hidden: int, tokens: int,
+                        layout: str) -> None:
+    check_against_native(op, provider, sample_inputs(op, spec_for(dtype, hidden, tokens, layout)))
+
+
+VARIANTS = [
+    ("rms_norm", {"weight": False}),
+    ("rms_norm", {"variance_size": 5}),
+    ("fused_add_rms_norm", {"weight": False}),
+    ("fused_add_rms_norm", {"variance_size": 7}),
+    ("gelu_and_mul", {"approximate": "tanh"}),
+    ("dynamic_quant_fp8", {"scale_ub": True}),
+    ("group_quant_fp8", {"column_major_scales": True}),
+    ("group_quant_fp8", {"group_size": 64}),
+    ("rotary_embedding", {"is_neox_style": False}),
+    ("rotary_embedding", {"rotary_dim": 32}),
+    ("rotary_embedding", {"rotary_dim": 32, "is_neox_style": False}),
+    ("rotary_embedding", {"cache_dtype": torch.float16, "head_size": 64}),
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("name", "options"), VARIANTS, ids=[f"{n}-{o}" for n, o in VARIANTS])
+def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout: str) -> None:
+    op = getattr(ops, name)
+    for provider in [p for p in op.impls if p.startswith("triton")]:
+        args = sample_inputs(op, spec_for(dtype, 256, 7, layout, **options))
+        check_against_native(op, provider, args)
+
+
+def test_large_hidden_takes_the_looped_kernel() -> None:
+    hidden = ir_kernels_triton.MAX_SINGLE_PASS + 128 * 3
+    for op in ops:
+        for provider in [p for p in op.impls if p.startswith("triton")]:
+            args = sample_inputs(op, spec_for(torch.float32, hidden, 2, "strided"))
+            check_against_native(op, provider, args)
+
+
+BATCH_INVARIANCE_HIDDEN = 2048 if GPU else 64
+# the interpreter runs one program at a time: on CPU the largest batch is smaller
+LARGEST_BATCH = 4096 if GPU else 256
+
+
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
+def test_batch_invariant(op: IrOp, provider: str) -> None:
+    """Row 0 gives bitwise the same result inside batches of 1, 7 and 4096 (256 on CPU)."""
+    impl = op.impls[provider]
+    # a cos/sin cache of 5000 positions, so that only batch-shaped tensors have 4096 rows
+    big = sample_inputs(op, spec_for(torch.float16, BATCH_INVARIANCE_HIDDEN, LARGEST_BATCH,
+                                     "contiguous", max_position=5000))
+    results = []
+    for tokens in (1, 7, LARGEST_BATCH):
+        args = tuple(
+            a[:tokens]
+            if isinstance(a, torch.Tensor) and a.dim() >= 1 and a.shape[0] == LARGEST_BATCH
+            else a
+            for a in big
+        )
+        out = impl.fn(*clone_args(args))
+        first = [o[:1] for o in (out if isinstance(out, tuple) else (out,))]
+        results.append([f.view(torch.uint8) if f.element_size() == 1 else f for f in first])
+    for other in results[1:]:
+        for a, b in zip(results[0], other, strict=True):
+            assert torch.equal(a, b)
+
+
+def _rotary_args(**overrides: Any) -> list[Any]:
+    args = list(sample_inputs(ops.rotary_embedding, spec_for(torch.float16, 256, 7, "contiguous")))
+    for index, value in overrides.items():
+        args[int(index)] = value
+    return args
+
+
+def test_supports_args_rejections() -> None:
+    x = torch.randn(8, 64, device=DEVICE)
+    w = torch.ones(64, device=DEVICE)
+    triton_impl = ops.rms_norm.impls["triton"]
+    assert not triton_impl.accepts((x.t(), torch.ones(8, device=DEVICE), 1e-6, None))
+    assert not triton_impl.accepts((x, torch.ones(128, device=DEVICE)[::2], 1e-6, None))
+    permuted = torch.randn(4, 64, 3, device=DEVICE).permute(2, 0, 1)  # rows not one stride
+    assert not triton_impl.accepts((permuted, w, 1e-6, None))
+    too_wide = torch.randn(1, 32768, device=DEVICE)
+    assert not ops.group_quant_fp8.impls["triton"].accepts((too_wide, 32768, False))
+    q = torch.randn(7, 256, device=DEVICE)
+    positions = torch.arange(14, device=DEVICE)[::2]
+    rot = ops.rotary_embedding.impls["triton"]
+    assert not rot.accepts(tuple(_rotary_args(**{"0": positions})))
+    assert not rot.accepts(tuple(_rotary_args(**{"1": q.t().contiguous().t()})))
+    if GPU:
+        assert not triton_impl.accepts((x.cpu(), w.cpu(), 1e-6, None))
+
+
+def test_selected_through_dispatch_and_torch_op() -> None:
+    ir_dispatch.set_priority(rms_norm=["triton"])
+    try:
+        args = sample_inputs(ops.rms_norm, spec_for(torch.float16, 769, 7, "strided"))
+        assert ir_dispatch.select("rms_norm", *args).provider == "triton"
+        assert_close(ops.rms_norm, ops.rms_norm(*args), ops.rms_norm.native(*args))
+        torch.library.opcheck(ops.rms_norm.torch_op.default, args)
+    finally:
+        ir_dispatch.set_priority()
+
+
+def test_maybe_inplace_through_dispatch() -> None:
+    ir_dispatch.set_priority(fused_add_rms_norm=["triton_inplace"])
+    try:
+        x, r, w, eps, _ = sample_inputs(ops.fused_add_rms_norm,
+                                        spec_for(torch.float16, 769, 7, "contiguous"))
+        expected = ops.fused_add_rms_norm.native(x, r, w, eps)
+        before = clone_args((x, r))
+        out = ops.fused_add_rms_norm(x, r, w, eps)
+        assert torch.equal(x, before[0])  # default overload: inputs untouched
+        assert_close(ops.fused_add_rms_norm, out, expected)
+        out2, res2 = ops.fused_add_rms_norm.maybe_inplace(x, r, w, eps)
+        assert out2 is x
+        assert res2 is r
+        assert_close(ops.fused_add_rms_norm, (out2, res2), expected)
+    finally:
+        ir_dispatch.set_priority()
