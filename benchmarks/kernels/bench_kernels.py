@@ -31,6 +31,22 @@ from triton.testing import do_bench, do_bench_cudagraph
 from ir_spec import SampleSpec, ops
 from ir_spec.testing import sample_inputs
 
+PROVIDER_PACKAGES = ("ir_kernels_triton", "ir_kernels_cuda")
+
+
+def import_providers() -> list[str]:
+    """Import the provider packages present (entry points need an installed distribution)."""
+    import importlib
+
+    found = []
+    for name in PROVIDER_PACKAGES:
+        try:
+            importlib.import_module(name)
+            found.append(name)
+        except ImportError as err:
+            print(f"provider package {name} not importable: {err}")
+    return found
+
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
 HIDDEN = [2048, 4096, 8192]
 INTERMEDIATE = {2048: 5632, 4096: 14336, 8192: 28672}
@@ -169,6 +185,7 @@ def main() -> int:
         if hasattr(torch._dynamo.config, option):
             setattr(torch._dynamo.config, option, 100000)
     torch.backends.cuda.matmul.allow_tf32 = True
+    print("providers:", import_providers())
     card = torch.cuda.get_device_name()
     copy_gbps = copy_bandwidth()
     empty_us = empty_kernel_us()
