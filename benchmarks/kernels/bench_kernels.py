@@ -25,7 +25,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import triton
-import triton.language as tl
 from triton.testing import do_bench, do_bench_cudagraph
 
 from ir_spec import SampleSpec, ops
@@ -46,6 +45,7 @@ def import_providers() -> list[str]:
         except ImportError as err:
             print(f"provider package {name} not importable: {err}")
     return found
+
 
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
 HIDDEN = [2048, 4096, 8192]
@@ -123,20 +123,35 @@ def timed(fn: Callable[[], Any], quick: bool) -> dict[str, float]:
     graph = do_bench_cudagraph(fn, rep=10 if quick else 25, quantiles=QUANTILES)
     plain = do_bench(fn, warmup=5, rep=10 if quick else 25, quantiles=QUANTILES)
     return {
-        "us_graph": graph[1] * 1e3, "us_graph_p20": graph[0] * 1e3, "us_graph_p80": graph[2] * 1e3,
-        "us_plain": plain[1] * 1e3, "us_plain_p20": plain[0] * 1e3, "us_plain_p80": plain[2] * 1e3,
+        "us_graph": graph[1] * 1e3,
+        "us_graph_p20": graph[0] * 1e3,
+        "us_graph_p80": graph[2] * 1e3,
+        "us_plain": plain[1] * 1e3,
+        "us_plain_p20": plain[0] * 1e3,
+        "us_plain_p80": plain[2] * 1e3,
     }
 
 
-def bench_op(name: str, providers: list[str], tokens: list[int], hidden: list[int],
-             copy_gbps: float, quick: bool) -> list[dict[str, Any]]:
+def bench_op(
+    name: str,
+    providers: list[str],
+    tokens: list[int],
+    hidden: list[int],
+    copy_gbps: float,
+    quick: bool,
+) -> list[dict[str, Any]]:
     op = getattr(ops, name)
     records = []
     for h in hidden:
         width = INTERMEDIATE[h] if name in GATED else h
         for t in tokens:
-            spec = SampleSpec(batch_shape=(t,), hidden_size=width, dtype=torch.bfloat16,
-                              device="cuda", seed=t + width)
+            spec = SampleSpec(
+                batch_shape=(t,),
+                hidden_size=width,
+                dtype=torch.bfloat16,
+                device="cuda",
+                seed=t + width,
+            )
             args = sample_inputs(op, spec)
             outs = op.native(*args)
             outs = outs if isinstance(outs, tuple) else (outs,)
@@ -154,19 +169,35 @@ def bench_op(name: str, providers: list[str], tokens: list[int], hidden: list[in
                     print(f"  {name} {label} t={t} h={width}: {type(err).__name__}: {err}")
                     continue
                 gbps = traffic / (stats["us_graph"] * 1e-6) / 1e9
-                records.append({
-                    "op": name, "provider": label, "tokens": t, "hidden": width,
-                    "dtype": "bfloat16", "bytes": traffic, **stats,
-                    "gbps_graph": gbps, "fraction_of_copy": gbps / copy_gbps,
-                    "gbps_plain": traffic / (stats["us_plain"] * 1e-6) / 1e9,
-                })
-            best = min((r for r in records if r["tokens"] == t and r["hidden"] == width),
-                       key=lambda r: r["us_graph"], default=None)
+                records.append(
+                    {
+                        "op": name,
+                        "provider": label,
+                        "tokens": t,
+                        "hidden": width,
+                        "dtype": "bfloat16",
+                        "bytes": traffic,
+                        **stats,
+                        "gbps_graph": gbps,
+                        "fraction_of_copy": gbps / copy_gbps,
+                        "gbps_plain": traffic / (stats["us_plain"] * 1e-6) / 1e9,
+                    }
+                )
+            best = min(
+                (r for r in records if r["tokens"] == t and r["hidden"] == width),
+                key=lambda r: r["us_graph"],
+                default=None,
+            )
             if best is not None:
-                print(f"  {name:36s} t={t:6d} h={width:6d} best={best['provider']:10s} "
-                      + " ".join(f"{r['provider']}={r['us_graph']:.2f}us/{r['fraction_of_copy']:.2f}"
-                                 for r in records if r["tokens"] == t and r["hidden"] == width),
-                      flush=True)
+                print(
+                    f"  {name:36s} t={t:6d} h={width:6d} best={best['provider']:10s} "
+                    + " ".join(
+                        f"{r['provider']}={r['us_graph']:.2f}us/{r['fraction_of_copy']:.2f}"
+                        for r in records
+                        if r["tokens"] == t and r["hidden"] == width
+                    ),
+                    flush=True,
+                )
     return records
 
 
@@ -179,9 +210,19 @@ def main() -> int:
     parser.add_argument("--hidden", default=",".join(map(str, HIDDEN)))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--tag", default="")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the whole grid this many times (run-to-run spread)",
+    )
     a = parser.parse_args()
-    for option in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
-                   "accumulated_cache_size_limit"):
+    for option in (
+        "recompile_limit",
+        "cache_size_limit",
+        "accumulated_recompile_limit",
+        "accumulated_cache_size_limit",
+    ):
         if hasattr(torch._dynamo.config, option):
             setattr(torch._dynamo.config, option, 100000)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -191,20 +232,33 @@ def main() -> int:
     empty_us = empty_kernel_us()
     print(f"{card}: copy {copy_gbps:.0f} GB/s, empty Triton kernel replayed {empty_us:.2f} us")
     meta = {
-        "card": card, "copy_gbps": copy_gbps, "empty_triton_kernel_us_graph": empty_us,
-        "torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "quick": a.quick,
+        "card": card,
+        "copy_gbps": copy_gbps,
+        "empty_triton_kernel_us_graph": empty_us,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "quick": a.quick,
     }
     slug = card.replace(" ", "-").replace("/", "-")
     path = a.out / f"kernels-{slug}{a.tag}.json"
     a.out.mkdir(parents=True, exist_ok=True)
     records: list[dict[str, Any]] = []
-    for name in a.ops.split(","):
-        start = time.time()
-        records += bench_op(name, a.providers.split(","), [int(t) for t in a.tokens.split(",")],
-                            [int(h) for h in a.hidden.split(",")], copy_gbps, a.quick)
-        path.write_text(json.dumps({"meta": meta, "records": records}, indent=1))
-        print(f"{name}: {time.time() - start:.0f} s", flush=True)
+    for run in range(a.repeat):
+        for name in a.ops.split(","):
+            start = time.time()
+            new = bench_op(
+                name,
+                a.providers.split(","),
+                [int(t) for t in a.tokens.split(",")],
+                [int(h) for h in a.hidden.split(",")],
+                copy_gbps,
+                a.quick,
+            )
+            records += [{**r, "run": run} for r in new]
+            path.write_text(json.dumps({"meta": meta, "records": records}, indent=1))
+            print(f"run {run} {name}: {time.time() - start:.0f} s", flush=True)
     return 0 if records and all(math.isfinite(r["us_graph"]) for r in records) else 1
 
 

@@ -24,12 +24,19 @@ LAYOUTS = ["contiguous", "strided", "3d"]
 PROVIDERS = [(op, p) for op in ops for p in op.impls if p.startswith("triton")]
 
 
-def spec_for(dtype: torch.dtype, hidden: int, tokens: int, layout: str, seed: int = 0,
-             **options: Any) -> SampleSpec:
+def spec_for(
+    dtype: torch.dtype, hidden: int, tokens: int, layout: str, seed: int = 0, **options: Any
+) -> SampleSpec:
     batch = (2, tokens // 2 or 1) if layout == "3d" and tokens > 1 else (tokens,)
-    return SampleSpec(batch_shape=batch, hidden_size=hidden, dtype=dtype, device=DEVICE,
-                      seed=seed + hidden + tokens, row_padding=13 if layout == "strided" else 0,
-                      options=options)
+    return SampleSpec(
+        batch_shape=batch,
+        hidden_size=hidden,
+        dtype=dtype,
+        device=DEVICE,
+        seed=seed + hidden + tokens,
+        row_padding=13 if layout == "strided" else 0,
+        options=options,
+    )
 
 
 def check_against_native(op: IrOp, provider: str, args: tuple[Any, ...]) -> None:
@@ -59,8 +66,9 @@ def test_provider_registered_everywhere() -> None:
 @pytest.mark.parametrize("hidden", HIDDEN)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
-def test_matches_native(op: IrOp, provider: str, dtype: torch.dtype, hidden: int, tokens: int,
-                        layout: str) -> None:
+def test_matches_native(
+    op: IrOp, provider: str, dtype: torch.dtype, hidden: int, tokens: int, layout: str
+) -> None:
     check_against_native(op, provider, sample_inputs(op, spec_for(dtype, hidden, tokens, layout)))
 
 
@@ -108,8 +116,12 @@ def test_batch_invariant(op: IrOp, provider: str) -> None:
     """Row 0 gives bitwise the same result inside batches of 1, 7 and 4096 (256 on CPU)."""
     impl = op.impls[provider]
     # a cos/sin cache of 5000 positions, so that only batch-shaped tensors have 4096 rows
-    big = sample_inputs(op, spec_for(torch.float16, BATCH_INVARIANCE_HIDDEN, LARGEST_BATCH,
-                                     "contiguous", max_position=5000))
+    big = sample_inputs(
+        op,
+        spec_for(
+            torch.float16, BATCH_INVARIANCE_HIDDEN, LARGEST_BATCH, "contiguous", max_position=5000
+        ),
+    )
     results = []
     for tokens in (1, 7, LARGEST_BATCH):
         args = tuple(
@@ -166,8 +178,9 @@ def test_selected_through_dispatch_and_torch_op() -> None:
 def test_maybe_inplace_through_dispatch() -> None:
     ir_dispatch.set_priority(fused_add_rms_norm=["triton_inplace"])
     try:
-        x, r, w, eps, _ = sample_inputs(ops.fused_add_rms_norm,
-                                        spec_for(torch.float16, 769, 7, "contiguous"))
+        x, r, w, eps, _ = sample_inputs(
+            ops.fused_add_rms_norm, spec_for(torch.float16, 769, 7, "contiguous")
+        )
         expected = ops.fused_add_rms_norm.native(x, r, w, eps)
         before = clone_args((x, r))
         out = ops.fused_add_rms_norm(x, r, w, eps)

@@ -76,7 +76,9 @@ def fused_add_rms_norm_supported(
 
 
 @ops.fused_add_rms_norm.register_impl(
-    PROVIDER, supported=SUPPORTED, supports_args=fused_add_rms_norm_supported,
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=fused_add_rms_norm_supported,
     batch_invariant=True,
 )
 def fused_add_rms_norm(
@@ -87,14 +89,18 @@ def fused_add_rms_norm(
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     out, residual_out = _empty_rows(x), _empty_rows(x)
-    nk.launch_norm(x, weight, epsilon, variance_size, out, residual=x_residual,
-                   residual_out=residual_out)
+    nk.launch_norm(
+        x, weight, epsilon, variance_size, out, residual=x_residual, residual_out=residual_out
+    )
     return out, residual_out
 
 
 @ops.fused_add_rms_norm.register_impl(
-    INPLACE_PROVIDER, supported=SUPPORTED, supports_args=fused_add_rms_norm_supported,
-    inplace=True, batch_invariant=True,
+    INPLACE_PROVIDER,
+    supported=SUPPORTED,
+    supports_args=fused_add_rms_norm_supported,
+    inplace=True,
+    batch_invariant=True,
 )
 def fused_add_rms_norm_inplace(
     x: Tensor,
@@ -104,8 +110,9 @@ def fused_add_rms_norm_inplace(
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Writes ``x + x_residual`` into `x_residual` and the normalized result into `x`."""
-    nk.launch_norm(x, weight, epsilon, variance_size, x, residual=x_residual,
-                   residual_out=x_residual)
+    nk.launch_norm(
+        x, weight, epsilon, variance_size, x, residual=x_residual, residual_out=x_residual
+    )
     return x, x_residual
 
 
@@ -116,7 +123,9 @@ def rms_norm_static_quant_fp8_supported(
 
 
 @ops.rms_norm_static_quant_fp8.register_impl(
-    PROVIDER, supported=SUPPORTED, supports_args=rms_norm_static_quant_fp8_supported,
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=rms_norm_static_quant_fp8_supported,
     batch_invariant=True,
 )
 def rms_norm_static_quant_fp8(
@@ -134,15 +143,26 @@ def fused_add_rms_norm_static_quant_fp8_supported(
 
 
 @ops.fused_add_rms_norm_static_quant_fp8.register_impl(
-    PROVIDER, supported=SUPPORTED, supports_args=fused_add_rms_norm_static_quant_fp8_supported,
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=fused_add_rms_norm_static_quant_fp8_supported,
     batch_invariant=True,
 )
 def fused_add_rms_norm_static_quant_fp8(
     x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> tuple[Tensor, Tensor]:
     q, residual_out = _empty_rows(x, dtype=FP8), _empty_rows(x)
-    nk.launch_norm(x, weight, epsilon, None, q, residual=x_residual, residual_out=residual_out,
-                   quant=nk.QUANT_STATIC, scale=scale)
+    nk.launch_norm(
+        x,
+        weight,
+        epsilon,
+        None,
+        q,
+        residual=x_residual,
+        residual_out=residual_out,
+        quant=nk.QUANT_STATIC,
+        scale=scale,
+    )
     return q, residual_out
 
 
@@ -153,7 +173,9 @@ def rms_norm_dynamic_quant_fp8_supported(
 
 
 @ops.rms_norm_dynamic_quant_fp8.register_impl(
-    PROVIDER, supported=SUPPORTED, supports_args=rms_norm_dynamic_quant_fp8_supported,
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=rms_norm_dynamic_quant_fp8_supported,
     batch_invariant=True,
 )
 def rms_norm_dynamic_quant_fp8(
@@ -161,8 +183,9 @@ def rms_norm_dynamic_quant_fp8(
 ) -> tuple[Tensor, Tensor]:
     q = _empty_rows(x, dtype=FP8)
     scale = _empty_rows(x, 1, torch.float32)
-    nk.launch_norm(x, weight, epsilon, None, q, quant=nk.QUANT_DYNAMIC, scale_out=scale,
-                   scale_ub=scale_ub)
+    nk.launch_norm(
+        x, weight, epsilon, None, q, quant=nk.QUANT_DYNAMIC, scale_out=scale, scale_ub=scale_ub
+    )
     return q, scale
 
 
@@ -202,7 +225,9 @@ def silu_and_mul_static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
 
 
 @ops.silu_and_mul_static_quant_fp8.register_impl(
-    PROVIDER, supported=SUPPORTED, supports_args=silu_and_mul_static_quant_fp8_supported,
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=silu_and_mul_static_quant_fp8_supported,
     batch_invariant=True,
 )
 def silu_and_mul_static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
@@ -230,7 +255,9 @@ def dynamic_quant_fp8_supported(x: Tensor, scale_ub: Tensor | None = None) -> bo
 
 
 @ops.dynamic_quant_fp8.register_impl(
-    PROVIDER, supported=SUPPORTED, supports_args=dynamic_quant_fp8_supported,
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=dynamic_quant_fp8_supported,
     batch_invariant=True,
 )
 def dynamic_quant_fp8(x: Tensor, scale_ub: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -285,7 +312,9 @@ def rotary_embedding_supported(
 
 
 @ops.rotary_embedding.register_impl(
-    PROVIDER, supported=SUPPORTED, supports_args=rotary_embedding_supported,
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=rotary_embedding_supported,
     batch_invariant=True,
 )
 def rotary_embedding(
@@ -297,14 +326,16 @@ def rotary_embedding(
     is_neox_style: bool,
 ) -> tuple[Tensor, Tensor]:
     query, key = _empty_rows(x_query), _empty_rows(x_key)
-    launch_rotary(positions, x_query, x_key, head_size, cos_sin_cache, is_neox_style, query,
-                  key)
+    launch_rotary(positions, x_query, x_key, head_size, cos_sin_cache, is_neox_style, query, key)
     return query, key
 
 
 @ops.rotary_embedding.register_impl(
-    INPLACE_PROVIDER, supported=SUPPORTED, supports_args=rotary_embedding_supported,
-    inplace=True, batch_invariant=True,
+    INPLACE_PROVIDER,
+    supported=SUPPORTED,
+    supports_args=rotary_embedding_supported,
+    inplace=True,
+    batch_invariant=True,
 )
 def rotary_embedding_inplace(
     positions: Tensor,
@@ -315,6 +346,7 @@ def rotary_embedding_inplace(
     is_neox_style: bool,
 ) -> tuple[Tensor, Tensor]:
     """Rotates `x_query` and `x_key` in place and returns them."""
-    launch_rotary(positions, x_query, x_key, head_size, cos_sin_cache, is_neox_style, x_query,
-                  x_key)
+    launch_rotary(
+        positions, x_query, x_key, head_size, cos_sin_cache, is_neox_style, x_query, x_key
+    )
     return x_query, x_key

@@ -138,6 +138,13 @@ def norm_kernel(
                 tl.store(out_row + offs, q.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+def norm_warps(block: int, quant: int) -> int:
+    """Warps per row: measured on an H200 (benchmarks/kernels/tune_triton.py), the dynamic
+    quantizer, which keeps more of the row live, is fastest with at most 4."""
+    warps = warps_for(block)
+    return min(warps, 4) if quant == QUANT_DYNAMIC else warps
+
+
 def launch_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None,
@@ -151,8 +158,14 @@ def launch_norm(
     scale: torch.Tensor | None = None,
     scale_out: torch.Tensor | None = None,
     scale_ub: torch.Tensor | None = None,
+    single_pass: bool | None = None,
+    block: int | None = None,
+    num_warps: int | None = None,
 ) -> None:
-    """Run `norm_kernel` over the rows of `x` (all tensors already validated)."""
+    """Run `norm_kernel` over the rows of `x` (all tensors already validated).
+
+    `single_pass`, `block` and `num_warps` override the configuration (for tuning); the default
+    depends on the row width only."""
     hidden = x.shape[-1]
     n = num_rows(x)
     if n == 0:
@@ -161,8 +174,9 @@ def launch_norm(
     out2 = rows(out)
     r2 = rows(residual) if residual is not None else x2
     res2 = rows(residual_out) if residual_out is not None else x2
-    single = hidden <= MAX_SINGLE_PASS
-    block = next_power_of_2(hidden) if single else LOOP_BLOCK
+    single = hidden <= MAX_SINGLE_PASS if single_pass is None else single_pass
+    if block is None:
+        block = next_power_of_2(hidden) if single else LOOP_BLOCK
     norm_kernel[(n,)](
         x2,
         x2.stride(0),
@@ -186,5 +200,5 @@ def launch_norm(
         BLOCK=block,
         SINGLE_PASS=single,
         EXACT_FP8=exact_rounding(),
-        num_warps=warps_for(block),
+        num_warps=norm_warps(block, quant) if num_warps is None else num_warps,
     )

@@ -57,25 +57,63 @@ def gated_kernel(
     tl.store(out_ptr + row * out_stride + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-def launch_gated(x: torch.Tensor, out: torch.Tensor, act: int,
-                 scale: torch.Tensor | None = None) -> None:
-    """``out = act(x[..., :d]) * x[..., d:]`` (then quantized with `scale` if given)."""
+#: Rows up to which a gated kernel favours latency (small blocks, many programs).
+FEW_ROWS = 64
+
+
+def gated_config(rows_: int, d: int, act: int) -> tuple[int, int]:
+    """(block, warps) for a gated kernel, from sweeps on an H200 (tune_triton.py). Elementwise
+    results do not depend on the configuration, so it may depend on the number of rows."""
+    if rows_ <= FEW_ROWS:
+        return min(512, next_power_of_2(d)), 4
+    if act == ACT_SILU:
+        return min(2048, next_power_of_2(d)), 8
+    return min(2048, next_power_of_2(d)), 2  # erf / tanh: compute-heavy, fewer warps
+
+
+def launch_gated(
+    x: torch.Tensor,
+    out: torch.Tensor,
+    act: int,
+    scale: torch.Tensor | None = None,
+    block: int | None = None,
+    num_warps: int | None = None,
+) -> None:
+    """``out = act(x[..., :d]) * x[..., d:]`` (then quantized with `scale` if given).
+
+    `block` and `num_warps` override the configuration (for tuning)."""
     d = x.shape[-1] // 2
     n = num_rows(x)
     if n == 0 or d == 0:
         return
     x2, out2 = rows(x), rows(out)
-    block = min(POINTWISE_BLOCK, next_power_of_2(d))
+    default_block, default_warps = gated_config(n, d, act)
+    block = block or default_block
     gated_kernel[(n, triton.cdiv(d, block))](
-        x2, x2.stride(0), out2, out2.stride(0), scale if scale is not None else x2, d,
-        ACT=act, QUANT=scale is not None, BLOCK=block, EXACT_FP8=exact_rounding(), num_warps=warps_for(block) * 2,
+        x2,
+        x2.stride(0),
+        out2,
+        out2.stride(0),
+        scale if scale is not None else x2,
+        d,
+        ACT=act,
+        QUANT=scale is not None,
+        BLOCK=block,
+        EXACT_FP8=exact_rounding(),
+        num_warps=num_warps or default_warps,
     )
 
 
 @triton.jit
 def static_quant_kernel(
-    x_ptr, x_stride, q_ptr, q_stride, scale_ptr, hidden,
-    BLOCK: tl.constexpr, EXACT_FP8: tl.constexpr,
+    x_ptr,
+    x_stride,
+    q_ptr,
+    q_stride,
+    scale_ptr,
+    hidden,
+    BLOCK: tl.constexpr,
+    EXACT_FP8: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
@@ -94,15 +132,30 @@ def launch_static_quant(x: torch.Tensor, scale: torch.Tensor, q: torch.Tensor) -
     x2, q2 = rows(x), rows(q)
     block = min(POINTWISE_BLOCK, next_power_of_2(hidden))
     static_quant_kernel[(n, triton.cdiv(hidden, block))](
-        x2, x2.stride(0), q2, q2.stride(0), scale, hidden, BLOCK=block,
-        EXACT_FP8=exact_rounding(), num_warps=warps_for(block) * 2,
+        x2,
+        x2.stride(0),
+        q2,
+        q2.stride(0),
+        scale,
+        hidden,
+        BLOCK=block,
+        EXACT_FP8=exact_rounding(),
+        num_warps=warps_for(block) * 2,
     )
 
 
 @triton.jit
 def dynamic_quant_kernel(
-    x_ptr, x_stride, q_ptr, q_stride, scale_ptr, ub_ptr, hidden,
-    HAS_UB: tl.constexpr, BLOCK: tl.constexpr, SINGLE_PASS: tl.constexpr,
+    x_ptr,
+    x_stride,
+    q_ptr,
+    q_stride,
+    scale_ptr,
+    ub_ptr,
+    hidden,
+    HAS_UB: tl.constexpr,
+    BLOCK: tl.constexpr,
+    SINGLE_PASS: tl.constexpr,
     EXACT_FP8: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -117,8 +170,9 @@ def dynamic_quant_kernel(
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, hidden, BLOCK):
             offs = start + tl.arange(0, BLOCK)
-            acc = tl.maximum(acc, tl.abs(tl.load(x_row + offs, mask=offs < hidden, other=0.0)
-                                         .to(tl.float32)))
+            acc = tl.maximum(
+                acc, tl.abs(tl.load(x_row + offs, mask=offs < hidden, other=0.0).to(tl.float32))
+            )
         amax = tl.max(acc, axis=0)
     if HAS_UB:
         amax = tl.minimum(amax, tl.load(ub_ptr))
@@ -137,8 +191,9 @@ def dynamic_quant_kernel(
             tl.store(q_row + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
 
 
-def launch_dynamic_quant(x: torch.Tensor, scale_ub: torch.Tensor | None, q: torch.Tensor,
-                         scale: torch.Tensor) -> None:
+def launch_dynamic_quant(
+    x: torch.Tensor, scale_ub: torch.Tensor | None, q: torch.Tensor, scale: torch.Tensor
+) -> None:
     """Per-row absmax scale into `scale` (contiguous, one per row) and `q`."""
     hidden = x.shape[-1]
     n = num_rows(x)
@@ -148,17 +203,36 @@ def launch_dynamic_quant(x: torch.Tensor, scale_ub: torch.Tensor | None, q: torc
     single = hidden <= MAX_SINGLE_PASS
     block = next_power_of_2(hidden) if single else LOOP_BLOCK
     dynamic_quant_kernel[(n,)](
-        x2, x2.stride(0), q2, q2.stride(0), scale, scale_ub if scale_ub is not None else scale,
-        hidden, HAS_UB=scale_ub is not None, BLOCK=block, SINGLE_PASS=single, EXACT_FP8=exact_rounding(),
+        x2,
+        x2.stride(0),
+        q2,
+        q2.stride(0),
+        scale,
+        scale_ub if scale_ub is not None else scale,
+        hidden,
+        HAS_UB=scale_ub is not None,
+        BLOCK=block,
+        SINGLE_PASS=single,
+        EXACT_FP8=exact_rounding(),
         num_warps=warps_for(block),
     )
 
 
 @triton.jit
 def group_quant_kernel(
-    x_ptr, x_stride, q_ptr, q_stride, scale_ptr, scale_row_stride, scale_group_stride,
-    hidden, group_size, groups,
-    GROUPS_PER_PROGRAM: tl.constexpr, GROUP_BLOCK: tl.constexpr, EXACT_FP8: tl.constexpr,
+    x_ptr,
+    x_stride,
+    q_ptr,
+    q_stride,
+    scale_ptr,
+    scale_row_stride,
+    scale_group_stride,
+    hidden,
+    group_size,
+    groups,
+    GROUPS_PER_PROGRAM: tl.constexpr,
+    GROUP_BLOCK: tl.constexpr,
+    EXACT_FP8: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1) * GROUPS_PER_PROGRAM + tl.arange(0, GROUPS_PER_PROGRAM)
@@ -173,8 +247,9 @@ def group_quant_kernel(
     tl.store(q_ptr + row * q_stride + col, q.to(q_ptr.dtype.element_ty), mask=mask)
 
 
-def launch_group_quant(x: torch.Tensor, group_size: int, q: torch.Tensor,
-                       scale: torch.Tensor) -> None:
+def launch_group_quant(
+    x: torch.Tensor, group_size: int, q: torch.Tensor, scale: torch.Tensor
+) -> None:
     """Per-(row, group) scales into `scale` (any strides) and `q`."""
     hidden = x.shape[-1]
     n = num_rows(x)
@@ -186,8 +261,18 @@ def launch_group_quant(x: torch.Tensor, group_size: int, q: torch.Tensor,
     group_block = next_power_of_2(group_size)
     per_program = max(1, min(next_power_of_2(groups), 4096 // group_block))
     group_quant_kernel[(n, triton.cdiv(groups, per_program))](
-        x2, x2.stride(0), q2, q2.stride(0), scale2, scale2.stride(0), scale2.stride(1),
-        hidden, group_size, groups, GROUPS_PER_PROGRAM=per_program, GROUP_BLOCK=group_block,
+        x2,
+        x2.stride(0),
+        q2,
+        q2.stride(0),
+        scale2,
+        scale2.stride(0),
+        scale2.stride(1),
+        hidden,
+        group_size,
+        groups,
+        GROUPS_PER_PROGRAM=per_program,
+        GROUP_BLOCK=group_block,
         EXACT_FP8=exact_rounding(),
         num_warps=warps_for(per_program * group_block),
     )

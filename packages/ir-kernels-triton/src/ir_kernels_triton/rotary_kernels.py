@@ -14,9 +14,18 @@ from .platform import next_power_of_2, num_rows, rows
 
 @triton.jit
 def _rotate_heads(
-    src_ptr, dst_ptr, heads, head_size, cos, sin, half,
-    IS_NEOX: tl.constexpr, COPY_TAIL: tl.constexpr,
-    HEAD_BLOCK: tl.constexpr, HALF_BLOCK: tl.constexpr, TAIL_BLOCK: tl.constexpr,
+    src_ptr,
+    dst_ptr,
+    heads,
+    head_size,
+    cos,
+    sin,
+    half,
+    IS_NEOX: tl.constexpr,
+    COPY_TAIL: tl.constexpr,
+    HEAD_BLOCK: tl.constexpr,
+    HALF_BLOCK: tl.constexpr,
+    TAIL_BLOCK: tl.constexpr,
 ):
     h = tl.arange(0, HEAD_BLOCK)[:, None]
     i = tl.arange(0, HALF_BLOCK)[None, :]
@@ -44,10 +53,26 @@ def _rotate_heads(
 
 @triton.jit
 def rotary_kernel(
-    pos_ptr, q_ptr, q_stride, k_ptr, k_stride, q_out_ptr, q_out_stride, k_out_ptr, k_out_stride,
-    cache_ptr, cache_stride, q_heads, k_heads, head_size, half,
-    IS_NEOX: tl.constexpr, COPY_TAIL: tl.constexpr,
-    HEAD_BLOCK: tl.constexpr, HALF_BLOCK: tl.constexpr, TAIL_BLOCK: tl.constexpr,
+    pos_ptr,
+    q_ptr,
+    q_stride,
+    k_ptr,
+    k_stride,
+    q_out_ptr,
+    q_out_stride,
+    k_out_ptr,
+    k_out_stride,
+    cache_ptr,
+    cache_stride,
+    q_heads,
+    k_heads,
+    head_size,
+    half,
+    IS_NEOX: tl.constexpr,
+    COPY_TAIL: tl.constexpr,
+    HEAD_BLOCK: tl.constexpr,
+    HALF_BLOCK: tl.constexpr,
+    TAIL_BLOCK: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + token).to(tl.int64)
@@ -55,18 +80,45 @@ def rotary_kernel(
     cache_row = cache_ptr + pos * cache_stride
     cos = tl.load(cache_row + i, mask=i < half, other=0.0).to(tl.float32)
     sin = tl.load(cache_row + half + i, mask=i < half, other=0.0).to(tl.float32)
-    _rotate_heads(q_ptr + token * q_stride, q_out_ptr + token * q_out_stride, q_heads,
-                  head_size, cos, sin, half, IS_NEOX, COPY_TAIL, HEAD_BLOCK, HALF_BLOCK,
-                  TAIL_BLOCK)
-    _rotate_heads(k_ptr + token * k_stride, k_out_ptr + token * k_out_stride, k_heads,
-                  head_size, cos, sin, half, IS_NEOX, COPY_TAIL, HEAD_BLOCK, HALF_BLOCK,
-                  TAIL_BLOCK)
+    _rotate_heads(
+        q_ptr + token * q_stride,
+        q_out_ptr + token * q_out_stride,
+        q_heads,
+        head_size,
+        cos,
+        sin,
+        half,
+        IS_NEOX,
+        COPY_TAIL,
+        HEAD_BLOCK,
+        HALF_BLOCK,
+        TAIL_BLOCK,
+    )
+    _rotate_heads(
+        k_ptr + token * k_stride,
+        k_out_ptr + token * k_out_stride,
+        k_heads,
+        head_size,
+        cos,
+        sin,
+        half,
+        IS_NEOX,
+        COPY_TAIL,
+        HEAD_BLOCK,
+        HALF_BLOCK,
+        TAIL_BLOCK,
+    )
 
 
 def launch_rotary(
-    positions: torch.Tensor, query: torch.Tensor, key: torch.Tensor, head_size: int,
-    cos_sin_cache: torch.Tensor, is_neox_style: bool,
-    query_out: torch.Tensor, key_out: torch.Tensor,
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox_style: bool,
+    query_out: torch.Tensor,
+    key_out: torch.Tensor,
 ) -> None:
     """Rotate `query`/`key` into `query_out`/`key_out` (which may be the inputs themselves)."""
     tokens = num_rows(query)
@@ -79,9 +131,25 @@ def launch_rotary(
     tail = head_size - 2 * half
     copy_tail = tail > 0 and query_out.data_ptr() != query.data_ptr()
     rotary_kernel[(tokens,)](
-        positions.reshape(-1), q2, q2.stride(0), k2, k2.stride(0), qo2, qo2.stride(0), ko2,
-        ko2.stride(0), cos_sin_cache, cos_sin_cache.stride(0), q_heads, k_heads, head_size, half,
-        IS_NEOX=is_neox_style, COPY_TAIL=copy_tail,
-        HEAD_BLOCK=next_power_of_2(max(q_heads, k_heads)), HALF_BLOCK=next_power_of_2(half),
-        TAIL_BLOCK=next_power_of_2(max(tail, 1)), num_warps=4,
+        positions.reshape(-1),
+        q2,
+        q2.stride(0),
+        k2,
+        k2.stride(0),
+        qo2,
+        qo2.stride(0),
+        ko2,
+        ko2.stride(0),
+        cos_sin_cache,
+        cos_sin_cache.stride(0),
+        q_heads,
+        k_heads,
+        head_size,
+        half,
+        IS_NEOX=is_neox_style,
+        COPY_TAIL=copy_tail,
+        HEAD_BLOCK=next_power_of_2(max(q_heads, k_heads)),
+        HALF_BLOCK=next_power_of_2(half),
+        TAIL_BLOCK=next_power_of_2(max(tail, 1)),
+        num_warps=4,
     )

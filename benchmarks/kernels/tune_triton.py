@@ -1,0 +1,81 @@
+"""Sweep launch configurations of the Triton norm and gated kernels on the GPU (bf16).
+
+Prints, per shape, microseconds (CUDA-graph replay) and fraction of copy bandwidth for each
+configuration, to choose the defaults in ir_kernels_triton. Usage: python tune_triton.py
+"""
+
+import torch
+from triton.testing import do_bench, do_bench_cudagraph
+
+import ir_kernels_triton  # noqa: F401  (registers the provider)
+from ir_kernels_triton import norm_kernels as nk
+from ir_kernels_triton import pointwise_kernels as pk
+from ir_spec import SampleSpec, ops
+from ir_spec.testing import sample_inputs
+
+
+def copy_gbps() -> float:
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src), warmup=50, rep=300)
+    return 2 * (1 << 30) / (ms * 1e-3) / 1e9
+
+
+def report(label: str, fn, traffic: int, copy: float) -> None:
+    us = do_bench_cudagraph(fn, rep=15) * 1e3
+    print(f"    {label:40s} {us:9.2f} us  {traffic / (us * 1e-6) / 1e9 / copy:.3f}", flush=True)
+
+
+def main() -> None:
+    copy = copy_gbps()
+    print(f"copy {copy:.0f} GB/s")
+    # Sweeps on an H200 (Nov 2026) also tried the looped kernel (blocks 1024-4096: always
+    # slower below MAX_SINGLE_PASS) and evict_first loads (3-5 % slower at large sizes).
+    norm_configs = [(True, None, w) for w in (4, 8, 16)]
+    for quant, name in ((nk.QUANT_NONE, "rms_norm"), (nk.QUANT_DYNAMIC, "rms_norm_dynamic")):
+        for t, h in ((1, 8192), (4096, 4096), (4096, 8192), (16384, 4096), (16384, 8192)):
+            x, w, eps, _ = sample_inputs(
+                ops.rms_norm,
+                SampleSpec(batch_shape=(t,), hidden_size=h, dtype=torch.bfloat16, device="cuda"),
+            )
+            out = torch.empty(
+                t, h, device="cuda", dtype=torch.bfloat16 if quant == 0 else torch.float8_e4m3fn
+            )
+            scale = torch.empty(t, 1, device="cuda")
+            traffic = x.numel() * 2 + h * 2 + out.numel() * out.element_size()
+            print(f"  {name} t={t} h={h}")
+            for single, block, warps in norm_configs:
+                report(
+                    f"single={single} block={block} warps={warps}",
+                    lambda s=single, b=block, wp=warps: nk.launch_norm(
+                        x,
+                        w,
+                        eps,
+                        None,
+                        out,
+                        quant=quant,
+                        scale_out=scale,
+                        single_pass=s,
+                        block=b,
+                        num_warps=wp,
+                    ),
+                    traffic,
+                    copy,
+                )
+    for name, act in (("silu", pk.ACT_SILU), ("gelu", pk.ACT_GELU)):
+        for t, d in ((1, 14336), (4096, 14336), (16384, 5632), (16384, 28672)):
+            x = torch.randn(t, 2 * d, device="cuda", dtype=torch.bfloat16)
+            out = torch.empty(t, d, device="cuda", dtype=torch.bfloat16)
+            traffic = x.numel() * 2 + out.numel() * 2
+            print(f"  {name} t={t} d={d}")
+            for block, warps in ((512, 4), (1024, 4), (2048, 2), (2048, 8)):
+                report(
+                    f"block={block} warps={warps}",
+                    lambda b=block, wp=warps: pk.launch_gated(x, out, act, block=b, num_warps=wp),
+                    traffic,
+                    copy,
+                )
+
+
+if __name__ == "__main__":
+    main()
