@@ -63,9 +63,11 @@ def copy_bandwidth() -> float:
     """GB/s of a 1 GiB device-to-device copy, bytes read + written."""
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
-    ms = do_bench(lambda: dst.copy_(src), warmup=50, rep=400)
-    del src, dst
-    torch.cuda.empty_cache()
+
+    def copy() -> None:
+        dst.copy_(src)
+
+    ms = do_bench(copy, warmup=50, rep=400)
     return 2 * (1 << 30) / (ms * 1e-3) / 1e9
 
 
@@ -160,7 +162,7 @@ def bench_op(
             for p in providers:
                 impl = op.impls.get(p)
                 if impl is not None and impl.supported and impl.accepts(args):
-                    candidates[p] = lambda impl=impl: impl.fn(*args)
+                    candidates[p] = lambda impl=impl, args=args: impl.fn(*args)
             candidates.update(anchors(op, args))
             for label, fn in candidates.items():
                 try:

@@ -26,6 +26,31 @@ def report(label: str, fn, traffic: int, copy: float) -> None:
     print(f"    {label:40s} {us:9.2f} us  {traffic / (us * 1e-6) / 1e9 / copy:.3f}", flush=True)
 
 
+def norm_runner(x, w, eps, out, quant, scale, single, block, warps):  # type: ignore[no-untyped-def]
+    def run() -> None:
+        nk.launch_norm(
+            x,
+            w,
+            eps,
+            None,
+            out,
+            quant=quant,
+            scale_out=scale,
+            single_pass=single,
+            block=block,
+            num_warps=warps,
+        )
+
+    return run
+
+
+def gated_runner(x, out, act, block, warps):  # type: ignore[no-untyped-def]
+    def run() -> None:
+        pk.launch_gated(x, out, act, block=block, num_warps=warps)
+
+    return run
+
+
 def main() -> None:
     copy = copy_gbps()
     print(f"copy {copy:.0f} GB/s")
@@ -45,23 +70,8 @@ def main() -> None:
             traffic = x.numel() * 2 + h * 2 + out.numel() * out.element_size()
             print(f"  {name} t={t} h={h}")
             for single, block, warps in norm_configs:
-                report(
-                    f"single={single} block={block} warps={warps}",
-                    lambda s=single, b=block, wp=warps: nk.launch_norm(
-                        x,
-                        w,
-                        eps,
-                        None,
-                        out,
-                        quant=quant,
-                        scale_out=scale,
-                        single_pass=s,
-                        block=b,
-                        num_warps=wp,
-                    ),
-                    traffic,
-                    copy,
-                )
+                run = norm_runner(x, w, eps, out, quant, scale, single, block, warps)
+                report(f"single={single} block={block} warps={warps}", run, traffic, copy)
     for name, act in (("silu", pk.ACT_SILU), ("gelu", pk.ACT_GELU)):
         for t, d in ((1, 14336), (4096, 14336), (16384, 5632), (16384, 28672)):
             x = torch.randn(t, 2 * d, device="cuda", dtype=torch.bfloat16)
@@ -69,12 +79,8 @@ def main() -> None:
             traffic = x.numel() * 2 + out.numel() * 2
             print(f"  {name} t={t} d={d}")
             for block, warps in ((512, 4), (1024, 4), (2048, 2), (2048, 8)):
-                report(
-                    f"block={block} warps={warps}",
-                    lambda b=block, wp=warps: pk.launch_gated(x, out, act, block=b, num_warps=wp),
-                    traffic,
-                    copy,
-                )
+                run = gated_runner(x, out, act, block, warps)
+                report(f"block={block} warps={warps}", run, traffic, copy)
 
 
 if __name__ == "__main__":
