@@ -71,6 +71,9 @@ def norm_kernel(
         offs = tl.arange(0, BLOCK)
         mask = offs < hidden
         x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+        if HAS_WEIGHT:
+            # issued before the reduction so that its latency overlaps it
+            w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         if HAS_RESIDUAL:
             r = tl.load(r_row + offs, mask=mask, other=0.0).to(tl.float32)
             s = (x + r).to(act_dtype)
@@ -78,7 +81,9 @@ def norm_kernel(
             x = s.to(tl.float32)
         sq = tl.where(offs < variance_size, x * x, 0.0)
         inv_rms = tl.rsqrt(tl.sum(sq, axis=0) / variance_size + eps)
-        y = _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT)
+        y = x * inv_rms
+        if HAS_WEIGHT:
+            y = y * w
         if QUANT == 0:
             tl.store(out_row + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
         else:

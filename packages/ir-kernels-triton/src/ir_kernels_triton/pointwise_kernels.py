@@ -15,7 +15,6 @@ from .platform import LOOP_BLOCK, MAX_SINGLE_PASS, next_power_of_2, num_rows, ro
 ACT_SILU = 0
 ACT_GELU = 1
 ACT_GELU_TANH = 2
-POINTWISE_BLOCK = 2048
 
 
 @triton.jit
@@ -44,8 +43,11 @@ def gated_kernel(
     BLOCK: tl.constexpr,
     EXACT_FP8: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    # one flat grid, column blocks of a row on consecutive programs (DRAM locality)
+    pid = tl.program_id(0)
+    blocks_per_row = tl.cdiv(d, BLOCK)
+    row = (pid // blocks_per_row).to(tl.int64)
+    offs = (pid % blocks_per_row) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < d
     x_row = x_ptr + row * x_stride
     a = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
@@ -61,14 +63,13 @@ def gated_kernel(
 FEW_ROWS = 64
 
 
-def gated_config(rows_: int, d: int, act: int) -> tuple[int, int]:
-    """(block, warps) for a gated kernel, from sweeps on an H200 (tune_triton.py). Elementwise
-    results do not depend on the configuration, so it may depend on the number of rows."""
+def pointwise_config(rows_: int, width: int, compute_heavy: bool) -> tuple[int, int]:
+    """(block, warps) for an elementwise kernel, from sweeps on an H200 (tune_triton.py).
+    Elementwise results do not depend on the configuration, so it may depend on the number of
+    rows: few rows favour latency (small blocks, many programs)."""
     if rows_ <= FEW_ROWS:
-        return min(512, next_power_of_2(d)), 4
-    if act == ACT_SILU:
-        return min(2048, next_power_of_2(d)), 8
-    return min(2048, next_power_of_2(d)), 2  # erf / tanh: compute-heavy, fewer warps
+        return min(512, next_power_of_2(width)), 4
+    return min(2048, next_power_of_2(width)), 2 if compute_heavy else 8
 
 
 def launch_gated(
@@ -87,9 +88,9 @@ def launch_gated(
     if n == 0 or d == 0:
         return
     x2, out2 = rows(x), rows(out)
-    default_block, default_warps = gated_config(n, d, act)
+    default_block, default_warps = pointwise_config(n, d, compute_heavy=act != ACT_SILU)
     block = block or default_block
-    gated_kernel[(n, triton.cdiv(d, block))](
+    gated_kernel[(n * triton.cdiv(d, block),)](
         x2,
         x2.stride(0),
         out2,
@@ -115,8 +116,10 @@ def static_quant_kernel(
     BLOCK: tl.constexpr,
     EXACT_FP8: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    pid = tl.program_id(0)
+    blocks_per_row = tl.cdiv(hidden, BLOCK)
+    row = (pid // blocks_per_row).to(tl.int64)
+    offs = (pid % blocks_per_row) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < hidden
     x = tl.load(x_ptr + row * x_stride + offs, mask=mask, other=0.0).to(tl.float32)
     q = saturate_fp8(x / tl.load(scale_ptr), EXACT_FP8)
@@ -130,8 +133,8 @@ def launch_static_quant(x: torch.Tensor, scale: torch.Tensor, q: torch.Tensor) -
     if n == 0:
         return
     x2, q2 = rows(x), rows(q)
-    block = min(POINTWISE_BLOCK, next_power_of_2(hidden))
-    static_quant_kernel[(n, triton.cdiv(hidden, block))](
+    block, warps = pointwise_config(n, hidden, compute_heavy=False)
+    static_quant_kernel[(n * triton.cdiv(hidden, block),)](
         x2,
         x2.stride(0),
         q2,
@@ -140,7 +143,7 @@ def launch_static_quant(x: torch.Tensor, scale: torch.Tensor, q: torch.Tensor) -
         hidden,
         BLOCK=block,
         EXACT_FP8=exact_rounding(),
-        num_warps=warps_for(block) * 2,
+        num_warps=warps,
     )
 
 
