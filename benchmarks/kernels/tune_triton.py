@@ -4,6 +4,8 @@ Prints, per shape, microseconds (CUDA-graph replay) and fraction of copy bandwid
 configuration, to choose the defaults in ir_kernels_triton. Usage: python tune_triton.py
 """
 
+import sys
+
 import torch
 from triton.testing import do_bench, do_bench_cudagraph
 
@@ -51,9 +53,59 @@ def gated_runner(x, out, act, block, warps):  # type: ignore[no-untyped-def]
     return run
 
 
+def quant_sweep(copy: float) -> None:
+    """Weight load before / after the reduction for the quantizing norms, and configurations of
+    the gated + static quant kernel."""
+    ones = torch.ones(1, device="cuda")
+    for quant, name in ((nk.QUANT_STATIC, "rms_norm_static"), (nk.QUANT_DYNAMIC, "rms_norm_dyn")):
+        for t, h in ((1, 8192), (4096, 8192), (16384, 4096), (16384, 8192)):
+            x, w, eps, _ = sample_inputs(
+                ops.rms_norm,
+                SampleSpec(batch_shape=(t,), hidden_size=h, dtype=torch.bfloat16, device="cuda"),
+            )
+            out = torch.empty(t, h, device="cuda", dtype=torch.float8_e4m3fn)
+            scale = torch.empty(t, 1, device="cuda")
+            traffic = x.numel() * 2 + h * 2 + out.numel()
+            print(f"  {name} t={t} h={h}")
+            for early in (False, True):
+                for warps in (4, 8, 16):
+
+                    def run(
+                        early=early, warps=warps, x=x, w=w, eps=eps, out=out, q=quant, scale=scale
+                    ) -> None:
+                        nk.launch_norm(
+                            x,
+                            w,
+                            eps,
+                            None,
+                            out,
+                            quant=q,
+                            scale=ones,
+                            scale_out=scale,
+                            num_warps=warps,
+                            early_weight=early,
+                        )
+
+                    report(f"early_weight={early} warps={warps}", run, traffic, copy)
+    for t, d in ((1, 14336), (4096, 28672), (16384, 5632), (16384, 14336)):
+        x = torch.randn(t, 2 * d, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(t, d, device="cuda", dtype=torch.float8_e4m3fn)
+        traffic = x.numel() * 2 + out.numel()
+        print(f"  silu_static t={t} d={d}")
+        for block, warps in ((512, 4), (1024, 4), (2048, 4), (2048, 8), (4096, 8)):
+
+            def run_gated(b=block, wp=warps, x=x, out=out) -> None:
+                pk.launch_gated(x, out, pk.ACT_SILU, ones, block=b, num_warps=wp)
+
+            report(f"block={block} warps={warps}", run_gated, traffic, copy)
+
+
 def main() -> None:
     copy = copy_gbps()
     print(f"copy {copy:.0f} GB/s")
+    if "--quant" in sys.argv:
+        quant_sweep(copy)
+        return
     # Sweeps on an H200 (Nov 2026) also tried the looped kernel (blocks 1024-4096: always
     # slower below MAX_SINGLE_PASS) and evict_first loads (3-5 % slower at large sizes).
     norm_configs = [(True, None, w) for w in (4, 8, 16)]

@@ -60,6 +60,7 @@ def norm_kernel(
     BLOCK: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
     EXACT_FP8: tl.constexpr,
+    EARLY_WEIGHT: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     act_dtype = x_ptr.dtype.element_ty
@@ -71,7 +72,7 @@ def norm_kernel(
         offs = tl.arange(0, BLOCK)
         mask = offs < hidden
         x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
-        if HAS_WEIGHT:
+        if HAS_WEIGHT and EARLY_WEIGHT:
             # issued before the reduction so that its latency overlaps it
             w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         if HAS_RESIDUAL:
@@ -81,9 +82,12 @@ def norm_kernel(
             x = s.to(tl.float32)
         sq = tl.where(offs < variance_size, x * x, 0.0)
         inv_rms = tl.rsqrt(tl.sum(sq, axis=0) / variance_size + eps)
-        y = x * inv_rms
-        if HAS_WEIGHT:
-            y = y * w
+        if EARLY_WEIGHT:
+            y = x * inv_rms
+            if HAS_WEIGHT:
+                y = y * w
+        else:
+            y = _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT)
         if QUANT == 0:
             tl.store(out_row + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
         else:
@@ -150,6 +154,17 @@ def norm_warps(block: int, quant: int) -> int:
     return min(warps, 4) if quant == QUANT_DYNAMIC else warps
 
 
+#: Rows up to which the weight is loaded before the reduction in every variant.
+FEW_ROWS = 256
+
+
+def early_weight_for(rows_: int, quant: int) -> bool:
+    """Load the weight before the row reduction (hides its latency, but keeps it live through
+    the reduction: a loss for the quantizing variants at large batches). The arithmetic is the
+    same either way, so the choice may depend on the batch."""
+    return quant == QUANT_NONE or rows_ <= FEW_ROWS
+
+
 def launch_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None,
@@ -166,6 +181,7 @@ def launch_norm(
     single_pass: bool | None = None,
     block: int | None = None,
     num_warps: int | None = None,
+    early_weight: bool | None = None,
 ) -> None:
     """Run `norm_kernel` over the rows of `x` (all tensors already validated).
 
@@ -205,5 +221,6 @@ def launch_norm(
         BLOCK=block,
         SINGLE_PASS=single,
         EXACT_FP8=exact_rounding(),
+        EARLY_WEIGHT=early_weight_for(n, quant) if early_weight is None else early_weight,
         num_warps=norm_warps(block, quant) if num_warps is None else num_warps,
     )
