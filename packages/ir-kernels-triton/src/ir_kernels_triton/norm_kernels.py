@@ -148,10 +148,10 @@ def norm_kernel(
 
 
 def norm_warps(block: int, quant: int) -> int:
-    """Warps per row: measured on an H200 (benchmarks/kernels/tune_triton.py), the dynamic
-    quantizer, which keeps more of the row live, is fastest with at most 4."""
+    """Warps per row. Sweeps on an H200 (benchmarks/results/triton-tuning-H200.log) found the
+    quantizing variants, which keep more of the row live, fastest with at most 4 warps."""
     warps = warps_for(block)
-    return min(warps, 4) if quant == QUANT_DYNAMIC else warps
+    return warps if quant == QUANT_NONE else min(warps, 4)
 
 
 #: Rows up to which the weight is loaded before the reduction in every variant.

@@ -63,13 +63,17 @@ def gated_kernel(
 FEW_ROWS = 64
 
 
-def pointwise_config(rows_: int, width: int, compute_heavy: bool) -> tuple[int, int]:
+def pointwise_config(
+    rows_: int, width: int, compute_heavy: bool, fp8_out: bool = False
+) -> tuple[int, int]:
     """(block, warps) for an elementwise kernel, from sweeps on an H200 (tune_triton.py).
     Elementwise results do not depend on the configuration, so it may depend on the number of
-    rows: few rows favour latency (small blocks, many programs)."""
+    rows: few rows favour latency (small blocks, many programs). Gates with erf/tanh run best
+    with 2 warps, fp8 outputs with 4, the rest with 8."""
     if rows_ <= FEW_ROWS:
         return min(512, next_power_of_2(width)), 4
-    return min(2048, next_power_of_2(width)), 2 if compute_heavy else 8
+    warps = 2 if compute_heavy else (4 if fp8_out else 8)
+    return min(2048, next_power_of_2(width)), warps
 
 
 def launch_gated(
@@ -88,7 +92,9 @@ def launch_gated(
     if n == 0 or d == 0:
         return
     x2, out2 = rows(x), rows(out)
-    default_block, default_warps = pointwise_config(n, d, compute_heavy=act != ACT_SILU)
+    default_block, default_warps = pointwise_config(
+        n, d, compute_heavy=act != ACT_SILU, fp8_out=scale is not None
+    )
     block = block or default_block
     gated_kernel[(n * triton.cdiv(d, block),)](
         x2,
@@ -133,7 +139,7 @@ def launch_static_quant(x: torch.Tensor, scale: torch.Tensor, q: torch.Tensor) -
     if n == 0:
         return
     x2, q2 = rows(x), rows(q)
-    block, warps = pointwise_config(n, hidden, compute_heavy=False)
+    block, warps = pointwise_config(n, hidden, compute_heavy=False, fp8_out=True)
     static_quant_kernel[(n * triton.cdiv(hidden, block),)](
         x2,
         x2.stride(0),
