@@ -30,6 +30,8 @@ def providers_table() -> Table:
             verdict = next((v for v in explanation if v.provider == provider), None)
             if verdict is None:
                 why = "not in the priority list"
+                if impl is not None and not impl.supported:
+                    why = "not supported on this platform; not in the priority list"
             elif provider == first_eligible:
                 why = "used (unless its supports_args rejects the call)"
             else:
