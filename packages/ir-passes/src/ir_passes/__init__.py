@@ -1,11 +1,36 @@
-"""ir-passes: FX passes over ir-spec ops inside torch.compile: functionalize, fuse, lower,
-eliminate clones.
+"""ir-passes: FX passes over ir-spec ops inside torch.compile.
 
-It will hold InplaceFunctionalizationPass, the fusion passes, LoweringPass and
-CloneEliminationPass, their hook-up to Inductor (PassConfig, inductor_options, compile,
-last_report) and debug dumps.
+The pipeline: `InplaceFunctionalizationPass` (pre-grad: ``maybe_inplace`` -> default, donated
+inputs recorded), then after AOTAutograd the fusion passes (norm / activation + fp8 quant into
+the composite ops), `LoweringPass` (each IR op -> the implementation ir-dispatch selects on the
+node's fake tensors, in-place ones with clones) and `CloneEliminationPass` (clones provably
+unneeded are removed, aliasing taken into account). `inductor_options` installs them in
+Inductor; `compile` wraps `torch.compile` with them; `last_report` tells what they did.
 """
 
 from ._version import __version__
+from .clones import CloneEliminationPass
+from .config import PassConfig
+from .functionalize import InplaceFunctionalizationPass
+from .fusion import PATTERNS, FusionPass, FusionPattern
+from .inductor import PostGradPass, PreGradPass, compile, inductor_options, selection_key
+from .lowering import LoweringPass
+from .report import PassReport, last_report
 
-__all__ = ["__version__"]
+__all__ = [
+    "PATTERNS",
+    "CloneEliminationPass",
+    "FusionPass",
+    "FusionPattern",
+    "InplaceFunctionalizationPass",
+    "LoweringPass",
+    "PassConfig",
+    "PassReport",
+    "PostGradPass",
+    "PreGradPass",
+    "__version__",
+    "compile",
+    "inductor_options",
+    "last_report",
+    "selection_key",
+]

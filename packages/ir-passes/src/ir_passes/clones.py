@@ -1,0 +1,59 @@
+"""`CloneEliminationPass`: remove the clones lowering added where that is provably safe.
+
+Lowering clones the activations of an in-place implementation. Using the original instead is
+safe exactly when nothing can observe the in-place write: no node reads the original's storage
+(the original itself, the tensor it views, or any other view of that storage) at or after the
+first use of the clone, the storage is not a graph output, and, if it is a graph input, that
+input was donated (passed to ``maybe_inplace``). Any clone that fails one condition stays.
+"""
+
+import logging
+
+from torch import fx
+
+from .graph_utils import alias_groups
+from .lowering import INSERTED_CLONE
+from .report import PassReport
+
+logger = logging.getLogger("ir_passes")
+
+
+class CloneEliminationPass:
+    """Remove inserted clones whose removal cannot change any result."""
+
+    def __init__(self, report: PassReport) -> None:
+        self.report = report
+
+    def __call__(self, graph: fx.Graph) -> fx.Graph:
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        for clone in [n for n in graph.nodes if n.meta.get(INSERTED_CLONE)]:
+            original = clone.args[0]
+            if isinstance(original, fx.Node) and self._removable(
+                graph, clone, original, placeholders
+            ):
+                clone.replace_all_uses_with(original)
+                graph.erase_node(clone)
+                self.report.clones_removed += 1
+                logger.debug("ir_passes: removed clone of %s", original.name)
+        graph.lint()
+        return graph
+
+    def _removable(
+        self, graph: fx.Graph, clone: fx.Node, original: fx.Node, placeholders: list[fx.Node]
+    ) -> bool:
+        order = {n: i for i, n in enumerate(graph.nodes)}
+        roots = alias_groups(graph)
+        root = roots[original]
+        if root.op == "placeholder" and placeholders.index(root) not in self.report.donated_inputs:
+            return False
+        if root.op == "get_attr":
+            return False
+        storage = {n for n, r in roots.items() if r is root}
+        first_write = min(order[u] for u in clone.users) if clone.users else order[clone]
+        for member in storage:
+            for user in member.users:
+                if user is clone:
+                    continue
+                if user.op == "output" or order[user] >= first_write:
+                    return False
+        return True

@@ -1,0 +1,134 @@
+"""FX helpers shared by the passes: finding IR ops, source lines, aliasing, inlining."""
+
+import logging
+import operator
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import ir_spec
+from ir_spec import IrOp
+
+logger = logging.getLogger("ir_passes")
+
+
+def ir_op_of(target: Any) -> tuple[IrOp, str] | None:
+    """(op, overload name) when `target` is ``torch.ops.ir.<op>.<overload>``, else None."""
+    if not isinstance(target, torch._ops.OpOverload) or target.namespace != ir_spec.NAMESPACE:
+        return None
+    name = target._schema.name.split("::", 1)[1]
+    if name not in ir_spec.ops:
+        return None
+    return getattr(ir_spec.ops, name), target._overloadname
+
+
+def bound_args(op: IrOp, node: fx.Node) -> list[Any]:
+    """The node's arguments in declaration order, defaults filled in."""
+    return list(op.normalize(tuple(node.args), dict(node.kwargs)))
+
+
+def source_line(node: fx.Node) -> str:
+    """The user source line a node came from (last frame of its stack trace), or its name."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = [line.strip() for line in trace.strip().splitlines() if line.strip()]
+    if len(frames) >= 2:
+        return f"{frames[-2]} | {frames[-1]}"
+    return frames[-1] if frames else f"node {node.name}"
+
+
+def _aliases_input(node: fx.Node) -> fx.Node | None:
+    """The input node that `node`'s result aliases (a view or an in-place result), if any."""
+    if node.op != "call_function":
+        return None
+    if node.target is operator.getitem:
+        source = node.args[0]
+        return source if isinstance(source, fx.Node) and _aliases_input(source) else None
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not schema.returns or schema.returns[0].alias_info is None:
+        return None
+    first = node.args[0] if node.args else None
+    return first if isinstance(first, fx.Node) else None
+
+
+def alias_root(node: fx.Node) -> fx.Node:
+    """The node whose storage `node` shares, following views and in-place results."""
+    while (parent := _aliases_input(node)) is not None:
+        node = parent
+    return node
+
+
+def alias_groups(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
+    """Map every node to its alias root."""
+    return {node: alias_root(node) for node in graph.nodes}
+
+
+def inline(
+    graph: fx.Graph, node: fx.Node, fn: Callable[..., Any], args: list[Any]
+) -> list[fx.Node]:
+    """Trace ``fn(*args)`` (graph nodes among `args` stand for their fake values) and splice the
+    traced nodes in before `node`; returns the nodes of the outputs, in order."""
+    positions = [i for i, a in enumerate(args) if isinstance(a, fx.Node)]
+    fakes = [args[i].meta["val"] for i in positions]
+
+    def flat(*tensors: Any) -> Any:
+        full = list(args)
+        for i, t in zip(positions, tensors, strict=True):
+            full[i] = t
+        result = fn(*full)
+        return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
+    traced = make_fx(flat, tracing_mode="real")(*fakes)
+    env: dict[fx.Node, Any] = {}
+    placeholders = iter(args[i] for i in positions)
+    outputs: list[fx.Node] = []
+    with graph.inserting_before(node):
+        for sub in traced.graph.nodes:
+            if sub.op == "placeholder":
+                env[sub] = next(placeholders)
+            elif sub.op == "output":
+                outputs = [env[o] for o in sub.args[0]]
+            elif sub.op == "get_attr":
+                raise NotImplementedError(f"{fn!r} traces to a constant ({sub.target})")
+            else:
+                env[sub] = graph.node_copy(sub, lambda n: env[n])
+    return outputs
+
+
+def replace_results(node: fx.Node, outputs: list[fx.Node], multiple: bool) -> None:
+    """Point every use of `node`'s results at `outputs` and erase it."""
+    if multiple:
+        for user in list(node.users):
+            index = user.args[1]
+            if user.target is operator.getitem and isinstance(index, int):
+                user.replace_all_uses_with(outputs[index])
+                user.graph.erase_node(user)
+            else:
+                raise NotImplementedError(f"result of {node.name} used whole by {user.name}")
+    else:
+        node.replace_all_uses_with(outputs[0])
+    node.graph.erase_node(node)
+
+
+def dump(debug_dir: str | None, name: str, graph: fx.Graph) -> None:
+    """Write the graph's text to ``debug_dir/name.txt`` (when a debug directory is set)."""
+    if debug_dir is None:
+        return
+    path = Path(debug_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    index = len(list(path.glob("*.txt")))
+    (path / f"{index:03d}-{name}.txt").write_text(str(graph))
+    logger.debug("ir_passes: wrote %s", path / f"{index:03d}-{name}.txt")
+
+
+def nodes_after(graph: fx.Graph, node: fx.Node) -> Iterable[fx.Node]:
+    """Nodes strictly after `node` in graph order."""
+    seen = False
+    for n in graph.nodes:
+        if seen:
+            yield n
+        elif n is node:
+            seen = True

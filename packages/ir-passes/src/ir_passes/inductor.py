@@ -1,0 +1,136 @@
+"""Hook-up to Inductor: the passes as custom graph passes, and `compile`.
+
+The pre-grad pass functionalizes ``maybe_inplace`` calls; the post-grad pass fuses, lowers and
+eliminates clones. Both are `CustomGraphPass` objects whose ``uuid`` covers the pass
+configuration, the effective priorities (inductor mode), the registered implementations and
+the source of these passes, so Inductor's graph cache reuses a compilation exactly when none of
+these changed.
+"""
+
+import hashlib
+import inspect
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import fx
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+import ir_dispatch
+from ir_spec import ops
+
+from .clones import CloneEliminationPass
+from .config import PassConfig
+from .functionalize import InplaceFunctionalizationPass
+from .fusion import FusionPass
+from .graph_utils import dump
+from .lowering import LoweringPass
+from .report import current_report, new_report
+
+logger = logging.getLogger("ir_passes")
+_SOURCES = sorted(Path(__file__).parent.glob("*.py"))
+
+
+def _impl_hash(fn: Any) -> str:
+    try:
+        return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
+    except (OSError, TypeError):
+        return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def selection_key(config: PassConfig) -> str:
+    """Everything that changes what the passes produce, as one hash."""
+    h = hashlib.sha256(config.key().encode())
+    for source in _SOURCES:
+        h.update(source.read_bytes())
+    with ir_dispatch.mode(ir_dispatch.INDUCTOR):
+        for op in sorted(ops, key=lambda o: o.name):
+            h.update(f"{op.name}:{ir_dispatch.effective_priority(op)}".encode())
+            for provider, impl in sorted(op.impls.items()):
+                h.update(
+                    f"{provider}:{impl.supported}:{impl.inplace}:{_impl_hash(impl.fn)}".encode()
+                )
+    h.update(f"batch_invariant={ir_dispatch.batch_invariant()}".encode())
+    return h.hexdigest()
+
+
+class PreGradPass(CustomGraphPass):
+    """Inductor pre-grad hook: `InplaceFunctionalizationPass` (starts a new report)."""
+
+    def __init__(self, config: PassConfig) -> None:
+        self.config = config
+
+    def __call__(self, graph: fx.Graph) -> None:
+        report = new_report()
+        if self.config.functionalize:
+            dump(self.config.debug_dir, "pre-grad-before", graph)
+            InplaceFunctionalizationPass(report)(graph)
+            dump(self.config.debug_dir, "pre-grad-after-functionalize", graph)
+
+    def uuid(self) -> str:
+        return selection_key(self.config)
+
+
+class PostGradPass(CustomGraphPass):
+    """Inductor post-grad hook: fusion, lowering and clone elimination."""
+
+    def __init__(self, config: PassConfig) -> None:
+        self.config = config
+
+    def __call__(self, graph: fx.Graph) -> None:
+        report = current_report()
+        steps: list[tuple[str, bool, Callable[[fx.Graph], fx.Graph]]] = [
+            ("fusion", self.config.fuse, FusionPass(report, force=self.config.force_fusion)),
+            ("lowering", self.config.lower, LoweringPass(report)),
+            (
+                "clone-elimination",
+                self.config.lower and self.config.eliminate_clones,
+                CloneEliminationPass(report),
+            ),
+        ]
+        dump(self.config.debug_dir, "post-grad-before", graph)
+        for name, enabled, run in steps:
+            if enabled:
+                run(graph)
+                dump(self.config.debug_dir, f"post-grad-after-{name}", graph)
+
+    def uuid(self) -> str:
+        return selection_key(self.config)
+
+
+def inductor_options(config: PassConfig | None = None) -> dict[str, Any]:
+    """Options for ``torch.compile(..., options=...)`` installing the IR passes in Inductor."""
+    config = config or PassConfig()
+    return {
+        "pre_grad_custom_pass": PreGradPass(config),
+        "post_grad_custom_post_pass": PostGradPass(config),
+    }
+
+
+def compile(
+    fn: Callable[..., Any], *, config: PassConfig | None = None, **torch_compile_kwargs: Any
+) -> Callable[..., Any]:
+    """`torch.compile` with the IR passes installed.
+
+    The returned callable recompiles when the selection state changes (priorities,
+    registrations, batch-invariant mode): it keeps one compiled function per state.
+    """
+    config = config or PassConfig()
+    options = dict(torch_compile_kwargs.pop("options", None) or {})
+    compiled: dict[str, Callable[..., Any]] = {}
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        key = selection_key(config)
+        target = compiled.get(key)
+        if target is None:
+            logger.debug("ir_passes: compiling %s for selection state %s", fn, key[:12])
+            target = torch.compile(
+                fn, options={**options, **inductor_options(config)}, **torch_compile_kwargs
+            )
+            compiled[key] = target
+        return target(*args, **kwargs)
+
+    run.__wrapped__ = fn  # type: ignore[attr-defined]
+    return run

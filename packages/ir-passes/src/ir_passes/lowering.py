@@ -1,0 +1,78 @@
+"""`LoweringPass`: each IR op node becomes the implementation ir-dispatch selects for it.
+
+Runs after AOTAutograd. The choice is made with `ir_dispatch.select` on the node's fake
+tensors in ``inductor`` mode, the same rule as eager dispatch. The implementation is traced
+(`make_fx`) and spliced in: native implementations become ATen ops Inductor fuses, kernel
+providers' implementations their own torch ops. An in-place implementation gets clones of its
+activations, so the graph stays functional; `CloneEliminationPass` removes the clones it can
+prove unneeded. Every choice is recorded in the report.
+"""
+
+import logging
+from typing import Any
+
+from torch import fx
+
+import ir_dispatch
+from ir_spec import Impl, IrOp
+
+from .graph_utils import bound_args, inline, ir_op_of, replace_results
+from .report import PassReport
+
+logger = logging.getLogger("ir_passes")
+
+#: Meta key marking the clones lowering inserts (the only ones clone elimination removes).
+INSERTED_CLONE = "ir_passes_inserted_clone"
+
+
+def _with_clones(op: IrOp, impl: Impl) -> Any:
+    def call(*args: Any) -> Any:
+        cloned = list(args)
+        for i in op.activation_indices:
+            cloned[i] = args[i].clone()
+        return impl.fn(*cloned)
+
+    return call
+
+
+class LoweringPass:
+    """Replace every ``torch.ops.ir.*.default`` node by its selected implementation."""
+
+    def __init__(self, report: PassReport) -> None:
+        self.report = report
+
+    def __call__(self, graph: fx.Graph) -> fx.Graph:
+        for node in list(graph.nodes):
+            found = ir_op_of(node.target) if node.op == "call_function" else None
+            if found is None:
+                continue
+            op, overload = found
+            if overload != "default":
+                raise ValueError(
+                    f"ir_passes: {node.name} calls ir.{op.name}.{overload}; run "
+                    "InplaceFunctionalizationPass before lowering"
+                )
+            args = bound_args(op, node)
+            fakes = [a.meta["val"] if isinstance(a, fx.Node) else a for a in args]
+            with ir_dispatch.mode(ir_dispatch.INDUCTOR):
+                impl = ir_dispatch.select(op, *fakes)
+            fn = _with_clones(op, impl) if impl.inplace else impl.fn
+            before = set(graph.nodes)
+            outputs = inline(graph, node, fn, args)
+            if impl.inplace:
+                clones = [
+                    n
+                    for n in graph.nodes
+                    if n not in before
+                    and n.op == "call_function"
+                    and str(n.target) == "aten.clone.default"
+                    and n.args[0] in [args[i] for i in op.activation_indices]
+                ]
+                for clone in clones:
+                    clone.meta[INSERTED_CLONE] = True
+                self.report.clones_inserted += len(clones)
+            replace_results(node, outputs, multiple=isinstance(node.meta.get("val"), tuple))
+            self.report.selected_impls.setdefault(op.name, {})[node.name] = impl.provider
+            logger.debug("ir_passes: lowered %s (%s) to %s", node.name, op.name, impl.provider)
+        graph.lint()
+        return graph

@@ -1,0 +1,84 @@
+"""Test providers for the passes: an in-place and an out-of-place fused_add_rms_norm, each an
+opaque torch custom op (as real kernels are), and a marker implementation of the fused
+rms_norm + static quant composite."""
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch import Tensor
+
+import ir_dispatch
+from ir_spec import ops
+
+
+@torch.library.custom_op("ir_passes_test::fadd_inplace", mutates_args=("x", "r"))
+def _fadd_inplace(x: Tensor, r: Tensor, w: Tensor, eps: float) -> None:
+    r.add_(x)
+    x.copy_(ops.rms_norm.native(r, w, eps))
+
+
+@torch.library.custom_op("ir_passes_test::fadd", mutates_args=())
+def _fadd(x: Tensor, r: Tensor, w: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    residual = x + r
+    return ops.rms_norm.native(residual, w, eps), residual
+
+
+@_fadd.register_fake
+def _fadd_fake(x: Tensor, r: Tensor, w: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+    return torch.empty_like(x), torch.empty_like(x)
+
+
+@torch.library.custom_op("ir_passes_test::rms_quant", mutates_args=())
+def _rms_quant(x: Tensor, w: Tensor, eps: float, scale: Tensor) -> Tensor:
+    return ops.rms_norm_static_quant_fp8.native(x, w, eps, scale)
+
+
+@_rms_quant.register_fake
+def _rms_quant_fake(x: Tensor, w: Tensor, eps: float, scale: Tensor) -> Tensor:
+    return torch.empty_like(x, dtype=torch.float8_e4m3fn)
+
+
+def fadd_inplace(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    torch.ops.ir_passes_test.fadd_inplace(x, x_residual, weight, epsilon)
+    return x, x_residual
+
+
+def fadd(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    out: tuple[Tensor, Tensor] = torch.ops.ir_passes_test.fadd(x, x_residual, weight, epsilon)
+    return out
+
+
+def rms_quant(x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor) -> Tensor:
+    q: Tensor = torch.ops.ir_passes_test.rms_quant(x, weight, epsilon, scale)
+    return q
+
+
+ops.fused_add_rms_norm.register_impl("t_inplace", inplace=True)(fadd_inplace)
+ops.fused_add_rms_norm.register_impl("t_outofplace")(fadd)
+ops.rms_norm_static_quant_fp8.register_impl("t_fused")(rms_quant)
+
+
+@pytest.fixture(autouse=True)
+def clean_priority() -> Iterator[None]:
+    ir_dispatch.set_priority()
+    torch._dynamo.reset()
+    yield
+    ir_dispatch.set_priority()
+
+
+@pytest.fixture
+def inplace() -> None:
+    ir_dispatch.set_priority(fused_add_rms_norm=["t_inplace"])

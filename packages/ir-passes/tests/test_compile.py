@@ -1,0 +1,135 @@
+"""End to end: ir_passes.compile on CPU with in-place and out-of-place test providers."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+import ir_dispatch
+import ir_passes
+from ir_spec import ops
+
+
+@pytest.fixture(autouse=True)
+def no_graph_cache() -> Iterator[None]:
+    """Compile for real every time, so the passes run and fill the report."""
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        yield
+
+
+def residual_chain(x: Tensor, r: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+    x, r = x * 1.5, r * 0.5  # intermediates: their buffers may be reused in place
+    for _ in range(3):
+        x, r = ops.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
+        x = x * 2
+    return x, r
+
+
+def args() -> tuple[Tensor, Tensor, Tensor]:
+    return torch.randn(8, 64), torch.randn(8, 64), torch.randn(64)
+
+
+@pytest.mark.parametrize("provider", ["native", "t_outofplace", "t_inplace"])
+def test_results_equal_eager_and_inputs_untouched(provider: str) -> None:
+    ir_dispatch.set_priority(fused_add_rms_norm=[provider])
+    x, r, w = args()
+    before = (x.clone(), r.clone(), w.clone())
+    compiled = ir_passes.compile(residual_chain)
+    out = compiled(x, r, w)
+    expected = residual_chain(*before)
+    torch.testing.assert_close(out, expected)
+    for a, b in zip((x, r, w), before, strict=True):
+        assert torch.equal(a, b)  # nothing was donated: the caller's tensors are intact
+    report = ir_passes.last_report()
+    assert report is not None
+    assert report.functionalized == 3
+    assert set(report.selected_impls["fused_add_rms_norm"].values()) == {provider}
+
+
+def test_inplace_chain_leaves_no_clone() -> None:
+    ir_dispatch.set_priority(fused_add_rms_norm=["t_inplace"])
+    compiled = ir_passes.compile(residual_chain)
+    compiled(*args())
+    report = ir_passes.last_report()
+    assert report is not None
+    assert report.clones_inserted == 6
+    assert report.clones_removed == 6
+
+
+def test_donated_graph_inputs_lose_their_clones() -> None:
+    def donate(x: Tensor, r: Tensor, w: Tensor) -> Any:
+        return ops.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
+
+    ir_dispatch.set_priority(fused_add_rms_norm=["t_inplace"])
+    x, r, w = args()
+    expected = ops.fused_add_rms_norm.native(x, r, w, 1e-6)
+    out = ir_passes.compile(donate)(x, r, w)
+    torch.testing.assert_close(out, expected)
+    report = ir_passes.last_report()
+    assert report is not None
+    assert report.donated_inputs == {0, 1}
+    assert report.clones_removed == report.clones_inserted == 2
+
+
+def test_fusion_fires_and_matches_unfused() -> None:
+    def f(x: Tensor, w: Tensor, scale: Tensor) -> Tensor:
+        return ops.static_quant_fp8(ops.rms_norm(x, w, 1e-6), scale)
+
+    x, w, scale = torch.randn(8, 64), torch.randn(64), torch.tensor([0.02])
+    ir_dispatch.set_priority(rms_norm_static_quant_fp8=["t_fused"])
+    fused = ir_passes.compile(f)(x, w, scale)
+    report = ir_passes.last_report()
+    assert report is not None
+    assert report.fusions == {"rms_norm+static_quant_fp8": 1}
+    assert report.selected_impls["rms_norm_static_quant_fp8"] == {
+        next(iter(report.selected_impls["rms_norm_static_quant_fp8"])): "t_fused"
+    }
+    assert torch.equal(fused.view(torch.uint8), f(x, w, scale).view(torch.uint8))
+
+
+def test_priority_change_recompiles_and_nothing_else_does() -> None:
+    compiled = ir_passes.compile(residual_chain)
+    ir_dispatch.set_priority(fused_add_rms_norm=["t_outofplace"])
+    compiled(*args())
+    first = ir_passes.last_report()
+    compiled(*args())
+    assert ir_passes.last_report() is first  # same selection state: no compilation
+    ir_dispatch.set_priority(fused_add_rms_norm=["t_inplace"])
+    compiled(*args())
+    second = ir_passes.last_report()
+    assert second is not first
+    assert second is not None
+    assert set(second.selected_impls["fused_add_rms_norm"].values()) == {"t_inplace"}
+
+
+def test_selection_key_tracks_priorities_only() -> None:
+    config = ir_passes.PassConfig()
+    key = ir_passes.selection_key(config)
+    assert ir_passes.selection_key(config) == key
+    ir_dispatch.set_priority(fused_add_rms_norm=["t_inplace"])
+    assert ir_passes.selection_key(config) != key
+    ir_dispatch.set_priority()
+    assert ir_passes.selection_key(config) == key
+    assert ir_passes.selection_key(ir_passes.PassConfig(fuse=False)) != key
+
+
+def test_debug_dir_gets_graph_dumps(tmp_path: Any) -> None:
+    config = ir_passes.PassConfig(debug_dir=str(tmp_path))
+    ir_passes.compile(residual_chain, config=config)(*args())
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert any("pre-grad-after-functionalize" in n for n in names)
+    assert any("post-grad-after-lowering" in n for n in names)
+    lowered = next(p for p in tmp_path.iterdir() if "after-lowering" in p.name).read_text()
+    assert "ir.fused_add_rms_norm" not in lowered
+
+
+def test_inductor_options_for_plain_torch_compile() -> None:
+    ir_dispatch.set_priority(fused_add_rms_norm=["t_outofplace"])
+    compiled = torch.compile(residual_chain, options=ir_passes.inductor_options())
+    x, r, w = args()
+    torch.testing.assert_close(compiled(x, r, w), residual_chain(x, r, w))
+    report = ir_passes.last_report()
+    assert report is not None
+    assert report.functionalized == 3
