@@ -192,3 +192,25 @@ def test_maybe_inplace_through_dispatch() -> None:
         assert_close(ops.fused_add_rms_norm, (out2, res2), expected)
     finally:
         ir_dispatch.set_priority()
+
+
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
+def test_kernels_as_torch_ops(op: IrOp, provider: str) -> None:
+    """Each implementation is also ``torch.ops.ir_triton.*``: opcheck passes, and tracing the
+    implementation records that one opaque op (what ir-passes' lowering splices in)."""
+    impl = op.impls[provider]
+    args = sample_inputs(op, spec_for(torch.float32, 64, 7, "strided"))
+    torch.library.opcheck(impl.fn.torch_op, clone_args(args))
+    positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+
+    def call(*tensors: torch.Tensor) -> Any:
+        full = list(args)
+        for i, t in zip(positions, tensors, strict=True):
+            full[i] = t
+        return impl.fn(*full)
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    graph = make_fx(call, tracing_mode="fake")(*clone_args([args[i] for i in positions])).graph
+    called = [str(n.target) for n in graph.nodes if n.op == "call_function"]
+    assert [c for c in called if c.startswith("ir_triton.")] == [str(impl.fn.torch_op)]

@@ -17,6 +17,7 @@ from . import norm_kernels as nk
 from . import pointwise_kernels as pk
 from .platform import on_kernel_device, row_stride, triton_supported
 from .rotary_kernels import launch_rotary
+from .torch_ops import traceable
 
 PROVIDER = "triton"
 INPLACE_PROVIDER = "triton_inplace"
@@ -57,6 +58,7 @@ def rms_norm_supported(
 @ops.rms_norm.register_impl(
     PROVIDER, supported=SUPPORTED, supports_args=rms_norm_supported, batch_invariant=True
 )
+@traceable(ops.rms_norm)
 def rms_norm(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> Tensor:
@@ -81,6 +83,7 @@ def fused_add_rms_norm_supported(
     supports_args=fused_add_rms_norm_supported,
     batch_invariant=True,
 )
+@traceable(ops.fused_add_rms_norm)
 def fused_add_rms_norm(
     x: Tensor,
     x_residual: Tensor,
@@ -102,6 +105,7 @@ def fused_add_rms_norm(
     inplace=True,
     batch_invariant=True,
 )
+@traceable(ops.fused_add_rms_norm, inplace=True)
 def fused_add_rms_norm_inplace(
     x: Tensor,
     x_residual: Tensor,
@@ -128,6 +132,7 @@ def rms_norm_static_quant_fp8_supported(
     supports_args=rms_norm_static_quant_fp8_supported,
     batch_invariant=True,
 )
+@traceable(ops.rms_norm_static_quant_fp8)
 def rms_norm_static_quant_fp8(
     x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> Tensor:
@@ -148,6 +153,7 @@ def fused_add_rms_norm_static_quant_fp8_supported(
     supports_args=fused_add_rms_norm_static_quant_fp8_supported,
     batch_invariant=True,
 )
+@traceable(ops.fused_add_rms_norm_static_quant_fp8)
 def fused_add_rms_norm_static_quant_fp8(
     x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -178,6 +184,7 @@ def rms_norm_dynamic_quant_fp8_supported(
     supports_args=rms_norm_dynamic_quant_fp8_supported,
     batch_invariant=True,
 )
+@traceable(ops.rms_norm_dynamic_quant_fp8)
 def rms_norm_dynamic_quant_fp8(
     x: Tensor, weight: Tensor | None, epsilon: float, scale_ub: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
@@ -201,6 +208,7 @@ def silu_and_mul_supported(x: Tensor) -> bool:
 @ops.silu_and_mul.register_impl(
     PROVIDER, supported=SUPPORTED, supports_args=silu_and_mul_supported, batch_invariant=True
 )
+@traceable(ops.silu_and_mul)
 def silu_and_mul(x: Tensor) -> Tensor:
     out = _empty_rows(x, x.shape[-1] // 2)
     pk.launch_gated(x, out, pk.ACT_SILU)
@@ -214,6 +222,7 @@ def gelu_and_mul_supported(x: Tensor, approximate: str = "none") -> bool:
 @ops.gelu_and_mul.register_impl(
     PROVIDER, supported=SUPPORTED, supports_args=gelu_and_mul_supported, batch_invariant=True
 )
+@traceable(ops.gelu_and_mul)
 def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
     out = _empty_rows(x, x.shape[-1] // 2)
     pk.launch_gated(x, out, pk.ACT_GELU_TANH if approximate == "tanh" else pk.ACT_GELU)
@@ -230,6 +239,7 @@ def silu_and_mul_static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
     supports_args=silu_and_mul_static_quant_fp8_supported,
     batch_invariant=True,
 )
+@traceable(ops.silu_and_mul_static_quant_fp8)
 def silu_and_mul_static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
     q = _empty_rows(x, x.shape[-1] // 2, FP8)
     pk.launch_gated(x, q, pk.ACT_SILU, scale)
@@ -244,6 +254,7 @@ def static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
 @ops.static_quant_fp8.register_impl(
     PROVIDER, supported=SUPPORTED, supports_args=static_quant_fp8_supported, batch_invariant=True
 )
+@traceable(ops.static_quant_fp8)
 def static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
     q = _empty_rows(x, dtype=FP8)
     pk.launch_static_quant(x, scale, q)
@@ -260,6 +271,7 @@ def dynamic_quant_fp8_supported(x: Tensor, scale_ub: Tensor | None = None) -> bo
     supports_args=dynamic_quant_fp8_supported,
     batch_invariant=True,
 )
+@traceable(ops.dynamic_quant_fp8)
 def dynamic_quant_fp8(x: Tensor, scale_ub: Tensor | None = None) -> tuple[Tensor, Tensor]:
     q = _empty_rows(x, dtype=FP8)
     scale = _empty_rows(x, 1, torch.float32)
@@ -280,6 +292,7 @@ def group_quant_fp8_supported(
 @ops.group_quant_fp8.register_impl(
     PROVIDER, supported=SUPPORTED, supports_args=group_quant_fp8_supported, batch_invariant=True
 )
+@traceable(ops.group_quant_fp8)
 def group_quant_fp8(
     x: Tensor, group_size: int = 128, column_major_scales: bool = False
 ) -> tuple[Tensor, Tensor]:
@@ -317,6 +330,7 @@ def rotary_embedding_supported(
     supports_args=rotary_embedding_supported,
     batch_invariant=True,
 )
+@traceable(ops.rotary_embedding)
 def rotary_embedding(
     positions: Tensor,
     x_query: Tensor,
@@ -337,6 +351,7 @@ def rotary_embedding(
     inplace=True,
     batch_invariant=True,
 )
+@traceable(ops.rotary_embedding, inplace=True)
 def rotary_embedding_inplace(
     positions: Tensor,
     x_query: Tensor,

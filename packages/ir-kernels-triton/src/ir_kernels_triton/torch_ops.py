@@ -1,0 +1,63 @@
+"""The provider's kernels as torch ops (``torch.ops.ir_triton.*``), so graphs can hold them.
+
+Eager calls launch the kernels directly (no dispatcher round trip). Under a torch dispatch
+mode (fake tensors, make_fx, as when ir-passes lowers an IR op to this provider) they go
+through the torch op, which records one opaque node; its fake implementation is the IR op's
+native function (or nothing for the in-place variants, which mutate their activations).
+"""
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.library import Library, infer_schema
+
+from ir_spec import IrOp
+
+NAMESPACE = "ir_triton"
+_LIB = Library(NAMESPACE, "FRAGMENT")
+_depth = torch._C._len_torch_dispatch_stack
+
+
+def traceable(
+    op: IrOp, *, inplace: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator: define ``torch.ops.ir_triton.<op>[_inplace]`` running the decorated kernel
+    function, and return a function that calls it directly in eager mode and through the torch
+    op under a dispatch mode."""
+
+    def decorator(kernel: Callable[..., Any]) -> Callable[..., Any]:
+        name = op.name + ("_inplace" if inplace else "")
+        mutates = op.activations if inplace else ()
+        schema = infer_schema(kernel, mutates_args=mutates)
+        if inplace:  # the op mutates its activations and returns nothing
+            schema = schema.split(" -> ")[0] + " -> ()"
+        _LIB.define(name + schema)
+        activation_indices = op.activation_indices
+
+        def run_kernel(*args: Any) -> Any:
+            result = kernel(*args)
+            return None if inplace else result
+
+        def fake(*args: Any) -> Any:
+            return None if inplace else op.native(*args)
+
+        _LIB.impl(name, run_kernel, "CompositeExplicitAutograd")
+        torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIB)
+        overload = getattr(getattr(torch.ops, NAMESPACE), name).default
+
+        @functools.wraps(kernel)
+        def call(*args: Any) -> Any:
+            if not _depth():
+                return kernel(*args)
+            result = overload(*args)
+            if inplace:
+                outs = tuple(args[i] for i in activation_indices)
+                return outs if len(outs) > 1 else outs[0]
+            return result
+
+        call.torch_op = overload  # type: ignore[attr-defined]
+        return call
+
+    return decorator
