@@ -93,9 +93,9 @@ def tests(session: nox.Session, package: str) -> None:
 
 @nox.session(tags=["tests"])
 def integration(session: nox.Session) -> None:
-    """End-to-end tests with every layer installed."""
+    """End-to-end tests with every layer installed, plus the out-of-tree provider example."""
     install_packages(session, PACKAGES)
-    session.install(*TEST_TOOLS)
+    session.install(*TEST_TOOLS, "tests-integration/oot_provider")
     session.run("pytest", "tests-integration", *session.posargs, env={"TRITON_INTERPRET": "1"})
 
 

@@ -18,8 +18,10 @@ MAX_SINGLE_PASS = 16384
 LOOP_BLOCK = 4096
 
 
+@functools.cache
 def interpreting() -> bool:
-    """True under ``TRITON_INTERPRET=1`` (kernels run on CPU tensors, in numpy)."""
+    """True under ``TRITON_INTERPRET=1`` when the package was imported (kernels run on CPU
+    tensors, in numpy). Read once: Triton decides at decoration time how kernels run."""
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 from torch import fx
+from torch._dispatch.python import enable_python_dispatcher
+from torch._inductor.decomposition import select_decomp_table
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ir_spec
@@ -81,7 +83,11 @@ def inline(
         result = fn(*full)
         return tuple(result) if isinstance(result, (tuple, list)) else (result,)
 
-    traced = make_fx(flat, tracing_mode="real")(*fakes)
+    # decomposed like the rest of a post-grad graph (Inductor refuses undecomposed ops there)
+    with enable_python_dispatcher():
+        traced = make_fx(flat, decomposition_table=select_decomp_table(), tracing_mode="real")(
+            *fakes
+        )
     env: dict[fx.Node, Any] = {}
     placeholders = iter(args[i] for i in positions)
     outputs: list[fx.Node] = []

@@ -27,7 +27,7 @@ from .functionalize import InplaceFunctionalizationPass
 from .fusion import FusionPass
 from .graph_utils import dump
 from .lowering import LoweringPass
-from .report import current_report, new_report
+from .report import claim_report, current_report, new_report
 
 logger = logging.getLogger("ir_passes")
 _SOURCES = sorted(Path(__file__).parent.glob("*.py"))
@@ -63,7 +63,7 @@ class PreGradPass(CustomGraphPass):
         self.config = config
 
     def __call__(self, graph: fx.Graph) -> None:
-        report = new_report()
+        report = claim_report()
         if self.config.functionalize:
             dump(self.config.debug_dir, "pre-grad-before", graph)
             InplaceFunctionalizationPass(report)(graph)
@@ -115,7 +115,9 @@ def compile(
     """`torch.compile` with the IR passes installed.
 
     The returned callable recompiles when the selection state changes (priorities,
-    registrations, batch-invariant mode): it keeps one compiled function per state.
+    registrations, batch-invariant mode): it keeps one compiled function per state. Each
+    compilation starts a `PassReport` (`last_report`); when Inductor's caches serve it, the
+    passes do not run again and the report says so (``passes_ran=False``).
     """
     config = config or PassConfig()
     options = dict(torch_compile_kwargs.pop("options", None) or {})
@@ -130,6 +132,7 @@ def compile(
                 fn, options={**options, **inductor_options(config)}, **torch_compile_kwargs
             )
             compiled[key] = target
+            new_report()  # filled by the passes, or left empty if the caches serve the call
         return target(*args, **kwargs)
 
     run.__wrapped__ = fn  # type: ignore[attr-defined]

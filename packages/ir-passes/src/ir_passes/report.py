@@ -16,6 +16,8 @@ class PassReport:
         clones_inserted: clones lowering added for in-place implementations.
         clones_removed: of those, clones proven unneeded and removed.
         fusions: fusion pattern -> number of times it fired.
+        passes_ran: False when the compilation was served from Inductor's caches (the passes
+            did not run again; their effect is in the cached code).
     """
 
     selected_impls: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -24,6 +26,7 @@ class PassReport:
     clones_inserted: int = 0
     clones_removed: int = 0
     fusions: Counter[str] = field(default_factory=Counter)
+    passes_ran: bool = False
 
 
 _local = threading.local()
@@ -33,6 +36,16 @@ def new_report() -> PassReport:
     """Start the report of a new compilation in this thread."""
     report = PassReport()
     _local.report = report
+    return report
+
+
+def claim_report() -> PassReport:
+    """The report the pre-grad pass fills: the one `compile` started for this compilation if
+    no pass has used it yet, else a new one."""
+    report: PassReport | None = getattr(_local, "report", None)
+    if report is None or report.passes_ran:
+        report = new_report()
+    report.passes_ran = True
     return report
 
 
