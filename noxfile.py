@@ -37,11 +37,21 @@ TEST_EXTRAS: dict[str, list[str]] = {
         "packages/ir-dispatch/tests/providers/good",
         "packages/ir-dispatch/tests/providers/broken",
     ],
+    # Triton's interpreter (kernels on CPU) needs numpy, which triton does not declare
+    "ir-kernels-triton": ["numpy"],
+    "ir-stack": ["numpy"],
 }
 #: Environment per package's test session.
 TEST_ENV: dict[str, dict[str, str]] = {"ir-kernels-triton": {"TRITON_INTERPRET": "1"}}
 
-nox.options.sessions = ["tests", "integration", "lint", "typecheck"]
+nox.options.sessions = ["tests", "integration", "lint", "typecheck", "docs", "workflows"]
+#: Lowest torch the packages allow (the minimums session), and where to find its CPU build.
+TORCH_MIN = shlex.split(
+    os.environ.get(
+        "IR_STACK_TORCH_MIN",
+        "torch==2.11.0 --extra-index-url https://download.pytorch.org/whl/cpu",
+    )
+)
 nox.options.default_venv_backend = "venv"
 nox.options.error_on_missing_interpreters = True
 
@@ -95,7 +105,7 @@ def tests(session: nox.Session, package: str) -> None:
 def integration(session: nox.Session) -> None:
     """End-to-end tests with every layer installed, plus the out-of-tree provider example."""
     install_packages(session, PACKAGES)
-    session.install(*TEST_TOOLS, "tests-integration/oot_provider")
+    session.install(*TEST_TOOLS, "numpy", "tests-integration/oot_provider")
     session.run("pytest", "tests-integration", *session.posargs, env={"TRITON_INTERPRET": "1"})
 
 
@@ -113,3 +123,85 @@ def typecheck(session: nox.Session) -> None:
     install_packages(session, PACKAGES)
     session.install("mypy>=1.10", *TEST_TOOLS)
     session.run("mypy", *(f"packages/{p}/src" for p in PACKAGES))
+
+
+@nox.session(tags=["docs"])
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with --strict (broken links and references fail)."""
+    install_packages(session, PACKAGES)
+    session.install("mkdocs-material>=9.5", "mkdocstrings[python]>=0.26")
+    assets = ROOT / "docs" / "assets"
+    assets.mkdir(exist_ok=True)
+    for plot in (ROOT / "benchmarks" / "results").glob("*.png"):
+        (assets / plot.name).write_bytes(plot.read_bytes())
+    session.run(
+        "mkdocs",
+        "build",
+        "--strict",
+        "--site-dir",
+        str(ROOT / "site"),
+        env={"NO_MKDOCS_2_WARNING": "1"},
+    )
+
+
+@nox.session(tags=["checks"])
+def workflows(session: nox.Session) -> None:
+    """Validate every GitHub workflow against the GitHub Actions schema (vendored, offline)."""
+    session.install("check-jsonschema>=0.28")
+    files = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *files)
+
+
+def _lowest(requirement: str) -> str:
+    """`name>=x,<y` -> `name==x` (the lowest version a requirement allows)."""
+    from packaging.requirements import Requirement
+
+    req = Requirement(requirement)
+    floor = next((s.version for s in req.specifier if s.operator in (">=", "==", "~=")), None)
+    return f"{req.name}=={floor}" if floor else str(req)
+
+
+@nox.session(tags=["minimums"])
+@nox.parametrize("package", PACKAGES, ids=PACKAGES)
+def minimums(session: nox.Session, package: str) -> None:
+    """One layer's tests against the lowest versions its metadata allows (torch 2.11 included;
+    IR_STACK_TORCH_MIN says where to get it)."""
+    session.install(*TORCH_MIN)
+    pins: list[str] = []
+    for name in sibling_closure(package):
+        meta = tomllib.loads((ROOT / "packages" / name / "pyproject.toml").read_text())
+        pins += [
+            _lowest(r)
+            for r in meta["project"].get("dependencies", [])
+            if _requirement_name(r) not in PACKAGES and _requirement_name(r) != "torch"
+        ]
+    session.install(*pins, *(str(ROOT / "packages" / p) for p in sibling_closure(package)))
+    session.install(*TEST_TOOLS, *TEST_EXTRAS.get(package, []))
+    session.run("python", "-m", "pip", "list", "--format=freeze")
+    session.run(
+        "pytest", f"packages/{package}/tests", *session.posargs, env=TEST_ENV.get(package, {})
+    )
+
+
+@nox.session(tags=["gpu"])
+def gpu(session: nox.Session) -> None:
+    """The GPU test matrix (needs a CUDA GPU; the tests skip or run reduced without one)."""
+    install_packages(session, PACKAGES)
+    session.install(*TEST_TOOLS, "tests-integration/oot_provider")
+    session.run(
+        "pytest",
+        "packages/ir-kernels-triton/tests",
+        "packages/ir-passes/tests",
+        "tests-integration",
+        *session.posargs,
+    )
+
+
+@nox.session(tags=["bench"])
+def bench(session: nox.Session) -> None:
+    """GPU benchmarks: kernels (with the anchors) and ir-passes peak memory, into results/."""
+    install_packages(session, PACKAGES)
+    session.install("liger-kernel==0.8.5", "matplotlib>=3.7")
+    out = str(ROOT / "benchmarks" / "results")
+    session.run("python", "benchmarks/kernels/bench_kernels.py", "--out", out, "--repeat", "2")
+    session.run("python", "benchmarks/passes/peak_memory.py", "--out", out)

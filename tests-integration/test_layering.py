@@ -55,3 +55,17 @@ def test_every_layer_imports() -> None:
 
     for layer in ALLOWED:
         assert importlib.import_module(layer).__version__
+
+
+def test_every_distribution_has_its_files() -> None:
+    """Packaging shape of DESIGN.md: version file, typing marker, README and CHANGELOG."""
+    for layer in ALLOWED:
+        dist = ROOT / "packages" / layer.replace("_", "-")
+        for path in (
+            "pyproject.toml",
+            "README.md",
+            "CHANGELOG.md",
+            f"src/{layer}/_version.py",
+            f"src/{layer}/py.typed",
+        ):
+            assert (dist / path).is_file(), dist / path

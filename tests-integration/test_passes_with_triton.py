@@ -1,5 +1,6 @@
 """ir-passes lowering IR ops to the Triton provider (its kernels as torch ops), in the Triton
-interpreter on CPU: a chain of maybe_inplace residual steps with the in-place kernel."""
+interpreter on CPU: a chain of maybe_inplace residual steps with the in-place kernel; and the
+provider chosen through ir-dispatch, in eager calls and through the torch op."""
 
 import os
 
@@ -17,6 +18,7 @@ import ir_dispatch
 import ir_kernels_triton  # noqa: F401
 import ir_passes
 from ir_spec import ops
+from ir_spec.testing import SampleSpec, assert_close, clone_args, sample_inputs
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -46,5 +48,45 @@ def test_compiled_chain_lowers_to_triton(provider: str) -> None:
         if provider == "triton_inplace":
             assert report.clones_inserted == 8
             assert report.clones_removed == 8
+    finally:
+        ir_dispatch.set_priority()
+
+
+def spec_for(dtype: torch.dtype, hidden: int, tokens: int, layout: str) -> SampleSpec:
+    return SampleSpec(
+        batch_shape=(tokens,),
+        hidden_size=hidden,
+        dtype=dtype,
+        device=DEVICE,
+        row_padding=13 if layout == "strided" else 0,
+    )
+
+
+def test_selected_through_dispatch_and_torch_op() -> None:
+    ir_dispatch.set_priority(rms_norm=["triton"])
+    try:
+        args = sample_inputs(ops.rms_norm, spec_for(torch.float16, 769, 7, "strided"))
+        assert ir_dispatch.select("rms_norm", *args).provider == "triton"
+        assert_close(ops.rms_norm, ops.rms_norm(*args), ops.rms_norm.native(*args))
+        torch.library.opcheck(ops.rms_norm.torch_op.default, args)
+    finally:
+        ir_dispatch.set_priority()
+
+
+def test_maybe_inplace_through_dispatch() -> None:
+    ir_dispatch.set_priority(fused_add_rms_norm=["triton_inplace"])
+    try:
+        x, r, w, eps, _ = sample_inputs(
+            ops.fused_add_rms_norm, spec_for(torch.float16, 769, 7, "contiguous")
+        )
+        expected = ops.fused_add_rms_norm.native(x, r, w, eps)
+        before = clone_args((x, r))
+        out = ops.fused_add_rms_norm(x, r, w, eps)
+        assert torch.equal(x, before[0])  # default overload: inputs untouched
+        assert_close(ops.fused_add_rms_norm, out, expected)
+        out2, res2 = ops.fused_add_rms_norm.maybe_inplace(x, r, w, eps)
+        assert out2 is x
+        assert res2 is r
+        assert_close(ops.fused_add_rms_norm, (out2, res2), expected)
     finally:
         ir_dispatch.set_priority()

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import torch
 
-import ir_dispatch
 import ir_kernels_triton
 from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import assert_close, clone_args, sample_inputs
@@ -162,36 +161,6 @@ def test_supports_args_rejections() -> None:
     assert not rot.accepts(tuple(_rotary_args(**{"1": q.t().contiguous().t()})))
     if GPU:
         assert not triton_impl.accepts((x.cpu(), w.cpu(), 1e-6, None))
-
-
-def test_selected_through_dispatch_and_torch_op() -> None:
-    ir_dispatch.set_priority(rms_norm=["triton"])
-    try:
-        args = sample_inputs(ops.rms_norm, spec_for(torch.float16, 769, 7, "strided"))
-        assert ir_dispatch.select("rms_norm", *args).provider == "triton"
-        assert_close(ops.rms_norm, ops.rms_norm(*args), ops.rms_norm.native(*args))
-        torch.library.opcheck(ops.rms_norm.torch_op.default, args)
-    finally:
-        ir_dispatch.set_priority()
-
-
-def test_maybe_inplace_through_dispatch() -> None:
-    ir_dispatch.set_priority(fused_add_rms_norm=["triton_inplace"])
-    try:
-        x, r, w, eps, _ = sample_inputs(
-            ops.fused_add_rms_norm, spec_for(torch.float16, 769, 7, "contiguous")
-        )
-        expected = ops.fused_add_rms_norm.native(x, r, w, eps)
-        before = clone_args((x, r))
-        out = ops.fused_add_rms_norm(x, r, w, eps)
-        assert torch.equal(x, before[0])  # default overload: inputs untouched
-        assert_close(ops.fused_add_rms_norm, out, expected)
-        out2, res2 = ops.fused_add_rms_norm.maybe_inplace(x, r, w, eps)
-        assert out2 is x
-        assert res2 is r
-        assert_close(ops.fused_add_rms_norm, (out2, res2), expected)
-    finally:
-        ir_dispatch.set_priority()
 
 
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
