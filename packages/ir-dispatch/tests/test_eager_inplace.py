@@ -5,27 +5,20 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from torch import Tensor
 
 import ir_dispatch
 from ir_spec import ops
-from ir_spec.testing import assert_close, clone_args, sample_inputs
+from ir_spec.testing import (
+    assert_close,
+    clone_args,
+    fused_add_rms_norm_inplace,
+    sample_inputs,
+)
 
 
 @pytest.fixture
 def inplace_provider() -> Iterator[None]:
-    @ops.fused_add_rms_norm.register_impl("t_inplace", inplace=True)
-    def fused(
-        x: Tensor,
-        x_residual: Tensor,
-        weight: Tensor | None,
-        epsilon: float,
-        variance_size: int | None = None,
-    ) -> tuple[Tensor, Tensor]:
-        x_residual.add_(x)
-        x.copy_(ops.rms_norm.native(x_residual, weight, epsilon, variance_size))
-        return x, x_residual
-
+    ops.fused_add_rms_norm.register_impl("t_inplace", inplace=True)(fused_add_rms_norm_inplace)
     ir_dispatch.set_priority(fused_add_rms_norm=["t_inplace"])
     yield
     ops.fused_add_rms_norm.unregister_impl("t_inplace")

@@ -10,12 +10,12 @@ from torch import Tensor
 
 import ir_dispatch
 from ir_spec import ops
+from ir_spec.testing import fused_add_rms_norm_inplace
 
 
 @torch.library.custom_op("ir_passes_test::fadd_inplace", mutates_args=("x", "r"))
 def _fadd_inplace(x: Tensor, r: Tensor, w: Tensor, eps: float) -> None:
-    r.add_(x)
-    x.copy_(ops.rms_norm.native(r, w, eps))
+    fused_add_rms_norm_inplace(x, r, w, eps)
 
 
 @torch.library.custom_op("ir_passes_test::fadd", mutates_args=())

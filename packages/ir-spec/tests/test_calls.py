@@ -10,25 +10,17 @@ import torch
 from torch import Tensor
 
 from ir_spec import ops
-from ir_spec.testing import assert_close, clone_args, sample_inputs
-
-
-def fused_inplace(
-    x: Tensor,
-    x_residual: Tensor,
-    weight: Tensor | None,
-    epsilon: float,
-    variance_size: int | None = None,
-) -> tuple[Tensor, Tensor]:
-    """An in-place test implementation: writes residual_out into x_residual and out into x."""
-    x_residual.add_(x)
-    x.copy_(ops.rms_norm.native(x_residual, weight, epsilon, variance_size))
-    return x, x_residual
+from ir_spec.testing import (
+    assert_close,
+    clone_args,
+    fused_add_rms_norm_inplace,
+    sample_inputs,
+)
 
 
 @pytest.fixture
 def inplace_provider(prefer: Callable[[str], None], temporary_impls: list[Any]) -> None:
-    ops.fused_add_rms_norm.register_impl("test_inplace", inplace=True)(fused_inplace)
+    ops.fused_add_rms_norm.register_impl("test_inplace", inplace=True)(fused_add_rms_norm_inplace)
     temporary_impls.append((ops.fused_add_rms_norm, "test_inplace"))
     prefer("test_inplace")
 

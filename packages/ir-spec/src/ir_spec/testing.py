@@ -7,10 +7,18 @@ from typing import Any
 
 import torch
 
+from .catalog.norm import rms_norm
 from .op import IrOp
 from .sampling import SampleSpec
 
-__all__ = ["ACTIVATION_DTYPES", "SampleSpec", "assert_close", "clone_args", "sample_inputs"]
+__all__ = [
+    "ACTIVATION_DTYPES",
+    "SampleSpec",
+    "assert_close",
+    "clone_args",
+    "fused_add_rms_norm_inplace",
+    "sample_inputs",
+]
 
 #: The activation dtypes every catalog op defines.
 ACTIVATION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -64,3 +72,17 @@ def assert_close(op: IrOp, actual: Any, expected: Any, *, msg: str = "") -> None
             rtol=tol.rtol,
             msg=describe,
         )
+
+
+def fused_add_rms_norm_inplace(
+    x: torch.Tensor,
+    x_residual: torch.Tensor,
+    weight: torch.Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reference in-place ``fused_add_rms_norm`` for tests: writes ``x + x_residual`` into
+    `x_residual` and the normalized result into `x`, and returns them."""
+    x_residual.add_(x)
+    x.copy_(rms_norm.native(x_residual, weight, epsilon, variance_size))
+    return x, x_residual
