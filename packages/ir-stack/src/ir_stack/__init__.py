@@ -1,10 +1,14 @@
-"""ir-stack: The ir-stack meta-package: every layer, one configuration, the ir-stack command and
-reference models.
+"""ir-stack: every layer, one configuration, the ``ir-stack`` command and reference models.
 
-It will hold ir_stack.Config, ir_stack.compile, the ir-stack command (demo, explain, bench) and
-the reference models.
+``ir_stack.Config`` gathers priorities and pass switches (from code, a TOML file, the
+environment and ``--ir-op-priority.*`` flags); ``ir_stack.compile(model, config)`` wires them;
+``ir_stack.models`` holds a Llama-style decoder written with IR ops; ``ir-stack demo`` runs it
+in every mode and ``ir-stack explain`` says which kernels run here and why.
 """
 
+from . import models
 from ._version import __version__
+from .compiler import compile
+from .config import Config
 
-__all__ = ["__version__"]
+__all__ = ["Config", "__version__", "compile", "models"]

@@ -1,0 +1,40 @@
+"""The ``ir-stack`` command: ``demo`` (the main job) and ``explain [OP]``."""
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from .config import Config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``ir-stack`` command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="ir-stack", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("demo", help="run the tiny model in every mode and compare them")
+    explain = commands.add_parser("explain", help="which implementation each op uses, and why")
+    explain.add_argument("op", nargs="?", help="one op (default: all)")
+    # --ir-op-priority.<op>=... flags are read by Config.load, not by argparse
+    args, _ = parser.parse_known_args([a for a in argv if not a.startswith("--ir-op-priority")])
+    config = Config.load(argv)
+    config.apply()
+    console = Console()
+    if args.command == "demo":
+        from .demo import main as demo
+
+        return demo(console)
+    import ir_dispatch
+    from ir_dispatch.report import providers_table
+
+    if args.op:
+        console.print(str(ir_dispatch.explain(args.op)))
+    else:
+        console.print(providers_table())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,131 @@
+"""``ir-stack demo``: the tiny model in each mode, timed and compared with eager native."""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+import ir_dispatch
+import ir_passes
+from ir_spec import ops
+
+from .models import TINY, LlamaModel
+
+PREFILL_TOKENS = 16
+DECODE_STEPS = 4
+BATCH = 2
+
+
+@dataclass
+class ModeResult:
+    """One mode's timings, error against eager native and the providers it used."""
+
+    name: str
+    prefill_ms: float | None = None
+    decode_ms: float | None = None
+    max_error: float | None = None
+    providers: str = ""
+    note: str = ""
+
+
+def run_generation(
+    forward: Callable[..., Any], model: LlamaModel, device: torch.device
+) -> tuple[torch.Tensor, float, float]:
+    """Prefill then greedy decode steps; returns (all logits, prefill ms, decode ms per step)."""
+    generator = torch.Generator().manual_seed(1)
+    ids = torch.randint(
+        0, model.config.vocab_size, (BATCH, PREFILL_TOKENS), generator=generator
+    ).to(device)
+    positions = torch.arange(PREFILL_TOKENS, device=device).repeat(BATCH, 1)
+    cache = model.new_kv_cache(BATCH)
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    start = time.perf_counter()
+    logits = [forward(ids, positions, cache)]
+    sync()
+    prefill = (time.perf_counter() - start) * 1e3
+    step_ids = logits[0].view(BATCH, PREFILL_TOKENS, -1)[:, -1].argmax(-1, keepdim=True)
+    start = time.perf_counter()
+    for step in range(DECODE_STEPS):
+        pos = torch.full((BATCH, 1), PREFILL_TOKENS + step, device=device)
+        logits.append(forward(step_ids, pos, cache))
+        step_ids = logits[-1].argmax(-1, keepdim=True)
+    sync()
+    decode = (time.perf_counter() - start) * 1e3 / DECODE_STEPS
+    return torch.cat(logits), prefill, decode
+
+
+def providers_used(report: ir_passes.PassReport | None = None) -> str:
+    """Providers per op: from a compilation report, or from eager call counts."""
+    if report is not None:
+        chosen = {op: sorted(set(nodes.values())) for op, nodes in report.selected_impls.items()}
+    else:
+        chosen = {}
+        for (op, provider), _ in sorted(ir_dispatch.stats().items()):
+            chosen.setdefault(op, []).append(provider)
+    return ", ".join(f"{op}: {'/'.join(p)}" for op, p in sorted(chosen.items()))
+
+
+def main(console: Console | None = None) -> int:
+    """Run every mode; exit code 0 only when all agree with eager native within tolerance."""
+    console = console or Console()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = LlamaModel(TINY).to(device).eval()
+    results: list[ModeResult] = []
+    reference: torch.Tensor | None = None
+    tolerance = 1e-3
+    with torch.no_grad():
+        for name in ("eager native", "eager, selected kernels", "ir_stack.compile"):
+            if name == "eager native":
+                ir_dispatch.set_priority({op.name: ["native"] for op in ops})
+            else:
+                ir_dispatch.set_priority()
+            forward: Callable[..., Any] = model
+            if name == "ir_stack.compile":
+                with console.status("compiling the model with the IR passes ..."):
+                    forward = ir_passes.compile(model)
+                    run_generation(forward, model, device)  # compile once, outside the timing
+            ir_dispatch.reset_stats()
+            ir_dispatch.collect_stats(name != "ir_stack.compile")
+            logits, prefill, decode = run_generation(forward, model, device)
+            ir_dispatch.collect_stats(False)
+            if reference is None:
+                reference = logits
+            error = float((logits.float() - reference.float()).abs().max())
+            report = ir_passes.last_report() if name == "ir_stack.compile" else None
+            results.append(ModeResult(name, prefill, decode, error, providers_used(report)))
+    ir_dispatch.set_priority()
+    results.append(
+        ModeResult("piecewise + CUDA graphs", note="not available yet: arrives with ir-piecewise")
+    )
+    table = Table(
+        title=f"ir-stack demo: tiny Llama on {device} (batch {BATCH}, prefill "
+        f"{PREFILL_TOKENS} tokens, {DECODE_STEPS} decode steps)"
+    )
+    for column in (
+        "mode",
+        "prefill ms",
+        "decode ms/step",
+        "max |error| vs eager native",
+        "providers",
+    ):
+        table.add_column(column)
+    for r in results:
+        table.add_row(
+            r.name,
+            "-" if r.prefill_ms is None else f"{r.prefill_ms:.2f}",
+            "-" if r.decode_ms is None else f"{r.decode_ms:.2f}",
+            "-" if r.max_error is None else f"{r.max_error:.2e}",
+            r.providers or r.note,
+        )
+    console.print(table)
+    agree = all(r.max_error is None or r.max_error <= tolerance for r in results)
+    console.print("all modes agree within" if agree else "MODES DISAGREE beyond", tolerance)
+    return 0 if agree else 1

@@ -1,0 +1,137 @@
+"""A Llama-style decoder written with IR ops, with random weights from a seed.
+
+Norms are `rms_norm` and, on the residual stream, `fused_add_rms_norm.maybe_inplace`; the MLP
+uses `silu_and_mul`; positions go through `rotary_embedding`; attention is the splitting op
+``torch.ops.ir_stack.attention`` over a KV cache.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from ir_spec import ops
+from ir_spec.catalog.rotary import make_cos_sin_cache
+
+from .attention import attention as _attention  # noqa: F401  (registers the op)
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """Sizes of the reference model."""
+
+    vocab_size: int = 256
+    hidden_size: int = 64
+    intermediate_size: int = 176
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    max_positions: int = 128
+    rms_norm_eps: float = 1e-6
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+
+TINY = LlamaConfig()
+#: About 1.2 B parameters (Llama 3.2 1B-like sizes), for GPU benchmarks.
+ONE_B = LlamaConfig(
+    vocab_size=128256,
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_layers=16,
+    num_heads=32,
+    num_kv_heads=8,
+    max_positions=4096,
+    rms_norm_eps=1e-5,
+)
+
+
+class DecoderLayer(nn.Module):
+    """Attention and MLP blocks around the residual stream."""
+
+    def __init__(self, config: LlamaConfig) -> None:
+        super().__init__()
+        self.config = config
+        h, hd = config.hidden_size, config.head_dim
+        self.input_norm = nn.Parameter(torch.ones(h))
+        self.post_attention_norm = nn.Parameter(torch.ones(h))
+        self.qkv = nn.Linear(h, (config.num_heads + 2 * config.num_kv_heads) * hd, bias=False)
+        self.o_proj = nn.Linear(config.num_heads * hd, h, bias=False)
+        self.gate_up = nn.Linear(h, 2 * config.intermediate_size, bias=False)
+        self.down = nn.Linear(config.intermediate_size, h, bias=False)
+
+    def forward(
+        self,
+        hidden: Tensor,
+        residual: Tensor,
+        positions: Tensor,
+        cos_sin_cache: Tensor,
+        k_cache: Tensor,
+        v_cache: Tensor,
+    ) -> tuple[Tensor, Tensor]:
+        c = self.config
+        hidden, residual = ops.fused_add_rms_norm.maybe_inplace(
+            hidden, residual, self.input_norm, c.rms_norm_eps
+        )
+        q_size, kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        q, k, v = self.qkv(hidden).split([q_size, kv_size, kv_size], dim=-1)
+        q, k = ops.rotary_embedding(positions.reshape(-1), q, k, c.head_dim, cos_sin_cache, True)
+        out = torch.empty_like(q)
+        torch.ops.ir_stack.attention(q, k, v.contiguous(), k_cache, v_cache, positions, out)
+        hidden, residual = ops.fused_add_rms_norm.maybe_inplace(
+            self.o_proj(out), residual, self.post_attention_norm, c.rms_norm_eps
+        )
+        return self.down(ops.silu_and_mul(self.gate_up(hidden))), residual
+
+
+class LlamaModel(nn.Module):
+    """Token ids ``[batch, tokens]`` and positions -> logits ``[batch * tokens, vocab]``."""
+
+    def __init__(self, config: LlamaConfig = TINY, *, seed: int = 0) -> None:
+        super().__init__()
+        self.config = config
+        generator = torch.Generator().manual_seed(seed)
+        self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.final_norm = nn.Parameter(torch.ones(config.hidden_size))
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        with torch.no_grad():
+            for p in self.parameters():
+                if p.dim() > 1:
+                    p.copy_(torch.randn(p.shape, generator=generator) * p.shape[-1] ** -0.5)
+                else:
+                    p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=generator))
+        self.register_buffer(
+            "cos_sin_cache",
+            make_cos_sin_cache(config.max_positions, config.head_dim),
+            persistent=False,
+        )
+
+    def new_kv_cache(self, batch: int) -> list[tuple[Tensor, Tensor]]:
+        """Empty key and value caches for `batch` sequences, one pair per layer."""
+        c = self.config
+        shape = (batch, c.max_positions, c.num_kv_heads, c.head_dim)
+        param = self.final_norm
+        return [
+            (
+                torch.zeros(shape, dtype=param.dtype, device=param.device),
+                torch.zeros(shape, dtype=param.dtype, device=param.device),
+            )
+            for _ in self.layers
+        ]
+
+    def forward(
+        self, input_ids: Tensor, positions: Tensor, kv_cache: list[tuple[Tensor, Tensor]]
+    ) -> Tensor:
+        hidden = self.embed(input_ids.reshape(-1))
+        residual = torch.zeros_like(hidden)
+        cache = self.cos_sin_cache.to(hidden.dtype)
+        for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
+            hidden, residual = layer(hidden, residual, positions, cache, k_cache, v_cache)
+        hidden, _ = ops.fused_add_rms_norm.maybe_inplace(
+            hidden, residual, self.final_norm, self.config.rms_norm_eps
+        )
+        logits: Tensor = self.lm_head(hidden)
+        return logits

@@ -1,0 +1,42 @@
+"""Config from code, TOML, environment and command line."""
+
+from pathlib import Path
+
+import pytest
+
+import ir_dispatch
+from ir_passes import PassConfig
+from ir_stack import Config
+
+
+def test_toml_then_env_then_cli(tmp_path: Path) -> None:
+    path = tmp_path / "ir.toml"
+    path.write_text(
+        '[priority]\nrms_norm = ["triton", "native"]\nsilu_and_mul = ["native"]\n'
+        "[passes]\nforce_fusion = true\n"
+    )
+    env = {"IR_STACK_CONFIG": str(path), "IR_OP_PRIORITY": "silu_and_mul=triton"}
+    config = Config.load(["--ir-op-priority.rms_norm=native"], env=env)
+    assert config.priority == {"rms_norm": ["native"], "silu_and_mul": ["triton"]}
+    assert config.passes == PassConfig(force_fusion=True)
+
+
+def test_bad_toml_names_the_problem(tmp_path: Path) -> None:
+    path = tmp_path / "ir.toml"
+    path.write_text("[priorities]\nrms_norm = ['native']\n")
+    with pytest.raises(ValueError, match="unknown sections \\['priorities'\\]"):
+        Config.from_toml(path)
+    path.write_text("[passes]\nfuse_everything = true\n")
+    with pytest.raises(ValueError, match="unknown pass switches \\['fuse_everything'\\]"):
+        Config.from_toml(path)
+    path.write_text("[priority]\nrms_norm = ['tritn']\n")
+    with pytest.raises(ValueError, match="unknown provider 'tritn'"):
+        Config.from_toml(path)
+
+
+def test_apply_sets_process_priorities() -> None:
+    Config(priority={"rms_norm": ["triton"]}).apply()
+    try:
+        assert ir_dispatch.effective_priority("rms_norm")[0] == "triton"
+    finally:
+        ir_dispatch.set_priority()
