@@ -6,9 +6,17 @@ environment and ``--ir-op-priority.*`` flags); ``ir_stack.compile(model, config)
 in every mode and ``ir-stack explain`` says which kernels run here and why.
 """
 
+import ir_dispatch
+
+# Wiring: the provider packages ir-stack depends on register their implementations on import.
+# (Entry points load them too where the distributions are installed; importing twice is a no-op.)
+import ir_kernels_triton  # noqa: F401
+
 from . import models
 from ._version import __version__
 from .compiler import compile
 from .config import Config
+
+ir_dispatch.install()
 
 __all__ = ["Config", "__version__", "compile", "models"]
