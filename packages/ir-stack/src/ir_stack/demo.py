@@ -62,10 +62,27 @@ def run_generation(
     return torch.cat(logits), prefill, decode
 
 
-def providers_used(report: ir_passes.PassReport | None = None) -> str:
-    """Providers per op: from a compilation report, or from eager call counts."""
-    if report is not None:
-        chosen = {op: sorted(set(nodes.values())) for op, nodes in report.selected_impls.items()}
+class ReportingForward:
+    """Calls a compiled forward and keeps the providers its compilations lowered to (prefill
+    and decode compile separate graphs, each with its own report)."""
+
+    def __init__(self, forward: Callable[..., Any]) -> None:
+        self.forward = forward
+        self.selected: dict[str, set[str]] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        out = self.forward(*args)
+        report = ir_passes.last_report()
+        if report is not None:
+            for op, nodes in report.selected_impls.items():
+                self.selected.setdefault(op, set()).update(nodes.values())
+        return out
+
+
+def providers_used(compiled: ReportingForward | None = None) -> str:
+    """Providers per op: from the compilations' reports, or from eager call counts."""
+    if compiled is not None:
+        chosen = {op: sorted(p) for op, p in compiled.selected.items()}
     else:
         chosen = {}
         for (op, provider), _ in sorted(ir_dispatch.stats().items()):
@@ -88,8 +105,9 @@ def main(console: Console | None = None) -> int:
             else:
                 ir_dispatch.set_priority()
             forward: Callable[..., Any] = model
+            compiled = None
             if name == "ir_stack.compile":
-                forward = ir_passes.compile(model)
+                forward = compiled = ReportingForward(ir_passes.compile(model))
             # a first run outside the timing: Dynamo/Inductor and Triton compile there
             with console.status(f"{name}: warming up (compiling kernels and graphs) ..."):
                 run_generation(forward, model, device)
@@ -100,8 +118,7 @@ def main(console: Console | None = None) -> int:
             if reference is None:
                 reference = logits
             error = float((logits.float() - reference.float()).abs().max())
-            report = ir_passes.last_report() if name == "ir_stack.compile" else None
-            results.append(ModeResult(name, prefill, decode, error, providers_used(report)))
+            results.append(ModeResult(name, prefill, decode, error, providers_used(compiled)))
     ir_dispatch.set_priority()
     results.append(
         ModeResult("piecewise + CUDA graphs", note="not available yet: arrives with ir-piecewise")
