@@ -82,6 +82,8 @@ class ReportingForward:
 def providers_used(compiled: ReportingForward | None = None) -> str:
     """Providers per op: from the compilations' reports, or from eager call counts."""
     if compiled is not None:
+        if not compiled.selected:
+            return "served from Inductor's caches (the passes ran when it was first compiled)"
         chosen = {op: sorted(p) for op, p in compiled.selected.items()}
     else:
         chosen = {}
