@@ -11,6 +11,7 @@ prove unneeded. Every choice is recorded in the report.
 import logging
 from typing import Any
 
+import torch
 from torch import fx
 
 import ir_dispatch
@@ -65,7 +66,7 @@ class LoweringPass:
                     for n in graph.nodes
                     if n not in before
                     and n.op == "call_function"
-                    and str(n.target) == "aten.clone.default"
+                    and n.target is torch.ops.aten.clone.default
                     and n.args[0] in [args[i] for i in op.activation_indices]
                 ]
                 for clone in clones:

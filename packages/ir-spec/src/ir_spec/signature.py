@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import keyword
 import re
-import types
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -93,13 +92,8 @@ def tensor_return_count(fn: Callable[..., Any]) -> int | None:
     ret = inspect.signature(fn, eval_str=True).return_annotation
     if ret is torch.Tensor:
         return 1
-    origin = typing.get_origin(ret)
-    if origin in (tuple, typing.Tuple):  # noqa: UP006
+    if typing.get_origin(ret) is tuple:
         items = typing.get_args(ret)
         if items and all(a is torch.Tensor for a in items):
-            return len(items)
-    if isinstance(ret, types.GenericAlias) and ret.__origin__ is tuple:
-        items = ret.__args__
-        if all(a is torch.Tensor for a in items):
             return len(items)
     return None
