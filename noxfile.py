@@ -94,6 +94,11 @@ def install_packages(session: nox.Session, packages: list[str]) -> None:
 def tests(session: nox.Session, package: str) -> None:
     """One layer's tests in an environment with only that layer and its dependencies."""
     install_packages(session, [package])
+    run_package_tests(session, package)
+
+
+def run_package_tests(session: nox.Session, package: str) -> None:
+    """Install the test tools, show what the environment holds, run the package's tests."""
     session.install(*TEST_TOOLS, *TEST_EXTRAS.get(package, []))
     session.run("python", "-m", "pip", "list", "--format=freeze")
     session.run(
@@ -176,18 +181,14 @@ def minimums(session: nox.Session, package: str) -> None:
             if _requirement_name(r) not in PACKAGES and _requirement_name(r) != "torch"
         ]
     session.install(*pins, *(str(ROOT / "packages" / p) for p in sibling_closure(package)))
-    session.install(*TEST_TOOLS, *TEST_EXTRAS.get(package, []))
-    session.run("python", "-m", "pip", "list", "--format=freeze")
-    session.run(
-        "pytest", f"packages/{package}/tests", *session.posargs, env=TEST_ENV.get(package, {})
-    )
+    run_package_tests(session, package)
 
 
 @nox.session(tags=["gpu"])
 def gpu(session: nox.Session) -> None:
     """The GPU test matrix (needs a CUDA GPU; the tests skip or run reduced without one)."""
     install_packages(session, PACKAGES)
-    session.install(*TEST_TOOLS, "tests-integration/oot_provider")
+    session.install(*TEST_TOOLS, "numpy", "tests-integration/oot_provider")
     session.run(
         "pytest",
         "packages/ir-kernels-triton/tests",
