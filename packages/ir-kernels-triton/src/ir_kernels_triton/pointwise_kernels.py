@@ -18,6 +18,17 @@ ACT_GELU_TANH = 2
 
 
 @triton.jit
+def _row_block(width, BLOCK: tl.constexpr):
+    """(row, column offsets, mask) of this program in a flat grid of rows x column blocks, a
+    row's blocks on consecutive programs (DRAM locality, as Inductor lays them out)."""
+    pid = tl.program_id(0)
+    blocks_per_row = tl.cdiv(width, BLOCK)
+    row = (pid // blocks_per_row).to(tl.int64)
+    offs = (pid % blocks_per_row) * BLOCK + tl.arange(0, BLOCK)
+    return row, offs, offs < width
+
+
+@triton.jit
 def _gate(a, ACT: tl.constexpr):
     if ACT == 0:
         g = a / (1.0 + tl.exp(-a))
@@ -43,12 +54,7 @@ def gated_kernel(
     BLOCK: tl.constexpr,
     EXACT_FP8: tl.constexpr,
 ):
-    # one flat grid, column blocks of a row on consecutive programs (DRAM locality)
-    pid = tl.program_id(0)
-    blocks_per_row = tl.cdiv(d, BLOCK)
-    row = (pid // blocks_per_row).to(tl.int64)
-    offs = (pid % blocks_per_row) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < d
+    row, offs, mask = _row_block(d, BLOCK)
     x_row = x_ptr + row * x_stride
     a = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(x_row + d + offs, mask=mask, other=0.0).to(tl.float32)
@@ -122,11 +128,7 @@ def static_quant_kernel(
     BLOCK: tl.constexpr,
     EXACT_FP8: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    blocks_per_row = tl.cdiv(hidden, BLOCK)
-    row = (pid // blocks_per_row).to(tl.int64)
-    offs = (pid % blocks_per_row) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < hidden
+    row, offs, mask = _row_block(hidden, BLOCK)
     x = tl.load(x_ptr + row * x_stride + offs, mask=mask, other=0.0).to(tl.float32)
     q = saturate_fp8(x / tl.load(scale_ptr), EXACT_FP8)
     tl.store(q_ptr + row * q_stride + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
