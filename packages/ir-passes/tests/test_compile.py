@@ -144,3 +144,24 @@ def test_native_lowering_of_every_catalog_activation_compiles() -> None:
 
     x = torch.randn(8, 64)
     torch.testing.assert_close(ir_passes.compile(f)(x), f(x))
+
+
+def test_graph_cache_hit_reports_that_post_grad_passes_did_not_run(tmp_path: Any) -> None:
+    """With only Inductor's FX graph cache on, the pre-grad pass runs on every compilation but
+    a cache hit skips the post-grad passes: the report must say they did not run."""
+    ir_dispatch.set_priority(fused_add_rms_norm=["t_outofplace"])
+    reports = []
+    with (
+        torch._inductor.config.patch(fx_graph_cache=True, force_disable_caches=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+        torch._inductor.utils.fresh_inductor_cache(dir=str(tmp_path)),
+    ):
+        for _ in range(2):
+            torch._dynamo.reset()
+            ir_passes.compile(residual_chain)(*args())
+            reports.append(ir_passes.last_report())
+    cold, warm = reports
+    assert cold is not None and warm is not None
+    assert cold.passes_ran and cold.selected_impls
+    assert warm.functionalized == 3
+    assert not warm.passes_ran and not warm.selected_impls

@@ -81,6 +81,7 @@ class PostGradPass(CustomGraphPass):
 
     def __call__(self, graph: fx.Graph) -> None:
         report = current_report()
+        report.passes_ran = True
         steps: list[tuple[str, bool, Callable[[fx.Graph], fx.Graph]]] = [
             ("fusion", self.config.fuse, FusionPass(report, force=self.config.force_fusion)),
             ("lowering", self.config.lower, LoweringPass(report)),

@@ -16,8 +16,10 @@ class PassReport:
         clones_inserted: clones lowering added for in-place implementations.
         clones_removed: of those, clones proven unneeded and removed.
         fusions: fusion pattern -> number of times it fired.
-        passes_ran: False when the compilation was served from Inductor's caches (the passes
-            did not run again; their effect is in the cached code).
+        passes_ran: True when the post-grad passes (fusion, lowering, clone elimination) ran.
+            False when Inductor's caches served the compiled code: the passes did not run
+            again and their effect is in the cached code. The pre-grad functionalization runs
+            before Inductor's cache lookups, so ``functionalized`` may be set either way.
     """
 
     selected_impls: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -36,16 +38,17 @@ def new_report() -> PassReport:
     """Start the report of a new compilation in this thread."""
     report = PassReport()
     _local.report = report
+    _local.claimed = False
     return report
 
 
 def claim_report() -> PassReport:
     """The report the pre-grad pass fills: the one `compile` started for this compilation if
-    no pass has used it yet, else a new one."""
+    no pass has claimed it yet, else a new one."""
     report: PassReport | None = getattr(_local, "report", None)
-    if report is None or report.passes_ran:
+    if report is None or getattr(_local, "claimed", False):
         report = new_report()
-    report.passes_ran = True
+    _local.claimed = True
     return report
 
 
