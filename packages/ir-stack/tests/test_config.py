@@ -40,3 +40,25 @@ def test_apply_sets_process_priorities() -> None:
         assert ir_dispatch.effective_priority("rms_norm")[0] == "triton"
     finally:
         ir_dispatch.set_priority()
+
+
+def test_piecewise_table(tmp_path: Path) -> None:
+    from ir_piecewise import CompilationConfig, CUDAGraphMode
+
+    path = tmp_path / "ir.toml"
+    path.write_text(
+        '[piecewise]\ncudagraph_mode = "piecewise"\ncompile_sizes = [1, 8]\n'
+        "cudagraph_capture_sizes = [1, 2, 4]\n"
+    )
+    config = Config.from_toml(path)
+    assert config.piecewise == CompilationConfig(
+        cudagraph_mode=CUDAGraphMode.PIECEWISE,
+        compile_sizes=(1, 8),
+        cudagraph_capture_sizes=(1, 2, 4),
+    )
+    path.write_text('[piecewise]\ncudagraph_mode = "sometimes"\n')
+    with pytest.raises(ValueError, match="cudagraph_mode: got 'sometimes'"):
+        Config.from_toml(path)
+    path.write_text("[piecewise]\ngraphs = true\n")
+    with pytest.raises(ValueError, match="unknown piecewise settings \\['graphs'\\]"):
+        Config.from_toml(path)

@@ -1,10 +1,28 @@
-"""ir-piecewise: Piecewise compilation: trace once, split at attention, compile per shape, replay
-with CUDA graphs.
+"""ir-piecewise: trace once, split at splitting ops (attention), compile the pieces per shape
+range and per size with the IR passes, and replay them as CUDA graphs.
 
-It will hold CompilationConfig, compile(), graph splitting at splitting ops, per-range and per-
-size compilation, CUDA-graph capture and replay and the on-disk compile cache.
+Entry points: `compile`, `CompilationConfig`, `CUDAGraphMode`, `counters`.
 """
 
 from ._version import __version__
+from .backend import PiecewiseBackend
+from .cache import CompileCache
+from .compiler import PiecewiseCompiled, RecompileError, compile
+from .config import CompilationConfig, CUDAGraphMode
+from .counters import Counters, counters
+from .split import Piece, split_graph
 
-__all__ = ["__version__"]
+__all__ = [
+    "CUDAGraphMode",
+    "CompilationConfig",
+    "CompileCache",
+    "Counters",
+    "Piece",
+    "PiecewiseBackend",
+    "PiecewiseCompiled",
+    "RecompileError",
+    "__version__",
+    "compile",
+    "counters",
+    "split_graph",
+]

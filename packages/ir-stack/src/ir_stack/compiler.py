@@ -1,18 +1,59 @@
-"""`compile`: a model with the configuration's priorities and the IR passes."""
+"""`compile`: a model with the configuration's priorities, the IR passes and, if configured,
+piecewise compilation with CUDA graphs."""
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from torch import Tensor
+
 import ir_passes
+import ir_piecewise
 
 from .config import Config
+
+#: the splitting op of the reference models
+ATTENTION_OPS = ("ir_stack::attention",)
+
+
+class PiecewisePerLength:
+    """Piecewise compilation of a reference model, whose inputs are ``[batch, tokens]``.
+
+    The batch is the dynamic dimension; each distinct number of tokens per sequence (the
+    prefill length, 1 for decode) gets its own trace, because ir-piecewise drops guards after
+    tracing and a trace holds for one token count only.
+    """
+
+    def __init__(self, model: Callable[..., Any], config: ir_piecewise.CompilationConfig) -> None:
+        self.model = model
+        self.config = config
+        self.by_length: dict[int, ir_piecewise.PiecewiseCompiled] = {}
+
+    def __call__(self, input_ids: Tensor, positions: Tensor, kv_cache: Any) -> Any:
+        tokens = int(input_ids.shape[1])
+        compiled = self.by_length.get(tokens)
+        if compiled is None:
+            compiled = ir_piecewise.compile(
+                self.model, self.config, dynamic_arg_dims={"input_ids": 0, "positions": 0}
+            )
+            self.by_length[tokens] = compiled
+        return compiled(input_ids, positions, kv_cache)
 
 
 def compile(model: Callable[..., Any], config: Config | None = None) -> Callable[..., Any]:
     """Apply `config`'s priorities and compile `model` with the IR passes.
 
-    Piecewise compilation with CUDA graphs joins here with ``ir-piecewise``.
+    With ``config.piecewise`` set, the model (a reference model from `ir_stack.models`) is
+    compiled piecewise: split at attention unless other splitting ops are configured, pieces
+    compiled per range and size with the IR passes, CUDA graphs as configured.
     """
     config = config or Config()
     config.apply()
-    return ir_passes.compile(model, config=config.passes)
+    if config.piecewise is None:
+        return ir_passes.compile(model, config=config.passes)
+    piecewise = dataclasses.replace(
+        config.piecewise,
+        passes=config.passes,
+        splitting_ops=config.piecewise.splitting_ops or ATTENTION_OPS,
+    )
+    return PiecewisePerLength(model, piecewise)

@@ -11,6 +11,7 @@ from typing import Any
 
 import ir_dispatch
 from ir_passes import PassConfig
+from ir_piecewise import CompilationConfig, CUDAGraphMode
 
 CONFIG_ENV = "IR_STACK_CONFIG"
 
@@ -22,23 +23,28 @@ class Config:
     Attributes:
         priority: op name -> provider list (prepended to the platform defaults).
         passes: the ir-passes switches.
+        piecewise: piecewise compilation (splitting, sizes, CUDA graphs, cache); None compiles
+            the whole model as one graph with ``ir_passes.compile``.
     """
 
     priority: Mapping[str, list[str]] = field(default_factory=dict)
     passes: PassConfig = field(default_factory=PassConfig)
+    piecewise: CompilationConfig | None = None
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "Config":
-        """Read ``[priority]`` (op = [providers]) and ``[passes]`` (PassConfig fields)."""
+        """Read ``[priority]`` (op = [providers]), ``[passes]`` (PassConfig fields) and
+        ``[piecewise]`` (CompilationConfig fields; ``cudagraph_mode`` by name)."""
         data = tomllib.loads(Path(path).read_text())
         return cls().merged(data, origin=str(path))
 
     def merged(self, data: Mapping[str, Any], *, origin: str) -> "Config":
-        """A copy with the ``priority`` and ``passes`` tables of `data` applied."""
-        unknown = set(data) - {"priority", "passes"}
+        """A copy with the ``priority``, ``passes`` and ``piecewise`` tables of `data` applied."""
+        unknown = set(data) - {"priority", "passes", "piecewise"}
         if unknown:
             raise ValueError(
-                f"{origin}: unknown sections {sorted(unknown)}; expected priority, passes"
+                f"{origin}: unknown sections {sorted(unknown)}; expected priority, passes, "
+                "piecewise"
             )
         priority = dict(self.priority)
         for op, providers in dict(data.get("priority", {})).items():
@@ -50,7 +56,10 @@ class Config:
             raise ValueError(
                 f"{origin}: unknown pass switches {sorted(bad)}; expected {sorted(fields)}"
             )
-        return Config(priority, dataclasses.replace(self.passes, **passes_data))
+        piecewise = self.piecewise
+        if "piecewise" in data:
+            piecewise = _piecewise_from(dict(data["piecewise"]), piecewise, origin)
+        return Config(priority, dataclasses.replace(self.passes, **passes_data), piecewise)
 
     @classmethod
     def load(cls, argv: Sequence[str] = (), env: Mapping[str, str] | None = None) -> "Config":
@@ -62,8 +71,31 @@ class Config:
         if env.get(ir_dispatch.PRIORITY_ENV):
             priority.update(ir_dispatch.parse_priority_env(env[ir_dispatch.PRIORITY_ENV]))
         priority.update(ir_dispatch.parse_priority_args(argv))
-        return Config(priority, config.passes)
+        return Config(priority, config.passes, config.piecewise)
 
     def apply(self) -> None:
         """Make this configuration's priorities the process-wide ones."""
         ir_dispatch.set_priority({op: list(p) for op, p in self.priority.items()})
+
+
+def _piecewise_from(
+    table: dict[str, Any], base: CompilationConfig | None, origin: str
+) -> CompilationConfig:
+    fields = {f.name for f in dataclasses.fields(CompilationConfig)} - {"passes"}
+    bad = set(table) - fields
+    if bad:
+        raise ValueError(
+            f"{origin}: unknown piecewise settings {sorted(bad)}; expected {sorted(fields)}"
+        )
+    if "cudagraph_mode" in table:
+        name = str(table["cudagraph_mode"]).upper()
+        if name not in CUDAGraphMode.__members__:
+            raise ValueError(
+                f"{origin}: piecewise.cudagraph_mode: got {table['cudagraph_mode']!r}; expected "
+                f"one of {list(CUDAGraphMode.__members__)}"
+            )
+        table["cudagraph_mode"] = CUDAGraphMode[name]
+    for key, value in table.items():
+        if isinstance(value, list):
+            table[key] = tuple(value)
+    return dataclasses.replace(base or CompilationConfig(), **table)

@@ -11,8 +11,11 @@ from rich.table import Table
 
 import ir_dispatch
 import ir_passes
+from ir_piecewise import CompilationConfig, CUDAGraphMode
 from ir_spec import ops
 
+from .compiler import compile
+from .config import Config
 from .models import TINY, LlamaModel
 
 PREFILL_TOKENS = 16
@@ -48,14 +51,16 @@ def run_generation(
             torch.cuda.synchronize()
 
     start = time.perf_counter()
-    logits = [forward(ids, positions, cache)]
+    # clone: under CUDA graphs a forward returns the graph's output buffer, which the next
+    # replay of the same size overwrites
+    logits = [forward(ids, positions, cache).clone()]
     sync()
     prefill = (time.perf_counter() - start) * 1e3
     step_ids = logits[0].view(BATCH, PREFILL_TOKENS, -1)[:, -1].argmax(-1, keepdim=True)
     start = time.perf_counter()
     for step in range(DECODE_STEPS):
         pos = torch.full((BATCH, 1), PREFILL_TOKENS + step, device=device)
-        logits.append(forward(step_ids, pos, cache))
+        logits.append(forward(step_ids, pos, cache).clone())
         step_ids = logits[-1].argmax(-1, keepdim=True)
     sync()
     decode = (time.perf_counter() - start) * 1e3 / DECODE_STEPS
@@ -101,7 +106,8 @@ def main(console: Console | None = None) -> int:
     reference: torch.Tensor | None = None
     tolerance = 1e-3
     with torch.no_grad():
-        for name in ("eager native", "eager, selected kernels", "ir_stack.compile"):
+        piecewise_name = "piecewise" + (" + CUDA graphs" if device.type == "cuda" else "")
+        for name in ("eager native", "eager, selected kernels", "ir_stack.compile", piecewise_name):
             if name == "eager native":
                 ir_dispatch.set_priority({op.name: ["native"] for op in ops})
             else:
@@ -110,11 +116,15 @@ def main(console: Console | None = None) -> int:
             compiled = None
             if name == "ir_stack.compile":
                 forward = compiled = ReportingForward(ir_passes.compile(model))
+            elif name == piecewise_name:
+                graphs = CUDAGraphMode.PIECEWISE if device.type == "cuda" else CUDAGraphMode.NONE
+                piecewise = Config(piecewise=CompilationConfig(cudagraph_mode=graphs))
+                forward = compiled = ReportingForward(compile(model, piecewise))
             # a first run outside the timing: Dynamo/Inductor and Triton compile there
             with console.status(f"{name}: warming up (compiling kernels and graphs) ..."):
                 run_generation(forward, model, device)
             ir_dispatch.reset_stats()
-            ir_dispatch.collect_stats(name != "ir_stack.compile")
+            ir_dispatch.collect_stats(compiled is None)
             logits, prefill, decode = run_generation(forward, model, device)
             ir_dispatch.collect_stats(False)
             if reference is None:
@@ -122,9 +132,6 @@ def main(console: Console | None = None) -> int:
             error = float((logits.float() - reference.float()).abs().max())
             results.append(ModeResult(name, prefill, decode, error, providers_used(compiled)))
     ir_dispatch.set_priority()
-    results.append(
-        ModeResult("piecewise + CUDA graphs", note="not available yet: arrives with ir-piecewise")
-    )
     table = Table(
         title=f"ir-stack demo: tiny Llama on {device} (batch {BATCH}, prefill "
         f"{PREFILL_TOKENS} tokens, {DECODE_STEPS} decode steps)"

@@ -9,7 +9,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-@torch.library.custom_op("ir_stack::attention", mutates_args=("k_cache", "v_cache", "out"))
+# cudagraph_unsafe: the attended length is read on the host (.item()), which a CUDA graph
+# cannot capture; piecewise compilation runs it eagerly between captured pieces.
+@torch.library.custom_op(
+    "ir_stack::attention",
+    mutates_args=("k_cache", "v_cache", "out"),
+    tags=(torch.Tag.cudagraph_unsafe,),
+)
 def attention(
     query: Tensor,
     key: Tensor,

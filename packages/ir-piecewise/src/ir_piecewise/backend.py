@@ -1,0 +1,127 @@
+"""`PiecewiseBackend`: the Dynamo backend that splits a traced graph and compiles its pieces."""
+
+import hashlib
+import logging
+from typing import Any
+
+import sympy
+import torch
+from torch import Tensor, fx
+
+import ir_passes
+
+from .cache import CompileCache
+from .config import CompilationConfig, CUDAGraphMode
+from .counters import counters
+from .cudagraphs import GraphPool
+from .pieces import CompiledPiece, placeholder_values
+from .split import Piece, split_graph
+
+logger = logging.getLogger("ir_piecewise")
+
+
+class UnexpectedRetrace(RuntimeError):
+    """Dynamo traced again after the first call (its caches were reset): the dynamic dims were
+    not marked for this trace, so `PiecewiseCompiled` traces once more with them marked."""
+
+
+def token_symbol(gm: fx.GraphModule) -> sympy.Symbol | None:
+    """The one symbol of the graph's dynamic dimension, or None for a static graph."""
+    symbols: set[sympy.Symbol] = set()
+    for value in placeholder_values(gm):
+        sizes = list(value.shape) if isinstance(value, Tensor) else [value]
+        for size in sizes:
+            if isinstance(size, torch.SymInt):
+                symbols |= size.node.expr.free_symbols
+    if len(symbols) > 1:
+        raise ValueError(
+            "dynamic_arg_dims: the traced graph has several dynamic sizes "
+            f"{sorted(map(str, symbols))}; expected one token dimension (mark only dims of "
+            "the same size dynamic)"
+        )
+    return next(iter(symbols), None)
+
+
+def global_key(config: CompilationConfig) -> str:
+    """What every cache key shares: configuration, versions and the IR selection state."""
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = "none"
+    text = ":".join(
+        (
+            config.key(),
+            torch.__version__,
+            triton_version,
+            ir_passes.selection_key(config.passes),
+        )
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class PiecewiseBackend:
+    """Called by Dynamo with each traced graph: splits it and replaces every non-splitting
+    piece with a `CompiledPiece`."""
+
+    def __init__(self, config: CompilationConfig) -> None:
+        self.config = config
+        self.graph_pool = GraphPool()
+        self.pieces: list[Piece] = []
+        #: True when the whole forward may be captured (every splitting op is capturable).
+        self.full_graph_capturable = True
+        #: set by `PiecewiseCompiled` while it traces with the dynamic dims marked.
+        self.expecting_trace = False
+
+    def __call__(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+        if not self.expecting_trace:
+            raise UnexpectedRetrace("traced again after the first call")
+        config = self.config
+        counters.num_graphs_seen += 1
+        split, pieces = split_graph(gm, config.splitting_op_names)
+        self.pieces = pieces
+        counters.num_piecewise_graphs_seen += len(pieces)
+        compiled = [p for p in pieces if not p.is_splitting]
+        counters.num_piecewise_capturable_graphs_seen += len(compiled)
+        self.full_graph_capturable = all(p.capturable for p in pieces)
+        mode = config.cudagraph_mode
+        if mode is CUDAGraphMode.FULL and not self.full_graph_capturable:
+            unsafe = sorted(
+                str(n.target)
+                for p in pieces
+                if not p.capturable
+                for n in p.module.graph.nodes
+                if n.op == "call_function"
+            )
+            raise ValueError(
+                f"cudagraph_mode: got FULL, but splitting ops {unsafe} are tagged "
+                "cudagraph_unsafe; expected PIECEWISE or FULL_AND_PIECEWISE for this model"
+            )
+        piecewise_graphs = mode is CUDAGraphMode.PIECEWISE or (
+            mode is CUDAGraphMode.FULL_AND_PIECEWISE and not self.full_graph_capturable
+        )
+        symbol = token_symbol(gm)
+        key = global_key(config)
+        cache = CompileCache(config.resolved_cache_dir()) if config.cache else None
+        logger.info(
+            "ir_piecewise: graph split into %d pieces (%d compiled) with token size %s",
+            len(pieces),
+            len(compiled),
+            symbol,
+        )
+        last = compiled[-1].name if compiled else None
+        for piece in compiled:
+            runner = CompiledPiece(
+                piece.module,
+                name=piece.name,
+                config=config,
+                symbol=symbol,
+                global_key=key,
+                cache=cache,
+                graph_pool=self.graph_pool if piecewise_graphs else None,
+                is_last=piece.name == last,
+            )
+            delattr(split, piece.name)  # a submodule slot; the runner is a plain callable
+            setattr(split, piece.name, runner)
+        return split

@@ -1,0 +1,216 @@
+"""`compile`: trace once with a dynamic token dimension, then run the piecewise backend."""
+
+import contextlib
+import inspect
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.fx.experimental import _config as fx_config
+from torch.utils import _pytree as pytree
+
+from .backend import PiecewiseBackend, UnexpectedRetrace
+from .config import CompilationConfig, CUDAGraphMode
+from .cudagraphs import CUDAGraphRunner
+
+logger = logging.getLogger("ir_piecewise")
+DynamicArgDims = Mapping[str, int | tuple[int, ...]]
+
+
+class RecompileError(RuntimeError):
+    """Raised in guard-check mode by a call that would have needed a recompile."""
+
+
+class PiecewiseCompiled:
+    """A function or module compiled piecewise; call it like the original.
+
+    The first call traces (Dynamo, ``fullgraph=True``) with the dynamic dims marked; later calls
+    skip guard evaluation (or, with ``check_guards``, raise `RecompileError` where a guard
+    fails). With CUDA graphs, a call of ``n <= max_capture_size`` tokens is padded to the next
+    capture size, and outputs are sliced back; captured outputs are valid until the next call.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        config: CompilationConfig,
+        dynamic_arg_dims: DynamicArgDims | None,
+    ) -> None:
+        self.fn = fn
+        self.config = config
+        self.signature = inspect.signature(fn.forward if isinstance(fn, nn.Module) else fn)
+        self.dynamic_arg_dims = _check_dims(self.signature, dynamic_arg_dims)
+        self.backend = PiecewiseBackend(config)
+        options: dict[str, Any] = {}
+        if not config.check_guards:
+            options["guard_filter_fn"] = lambda guards: [False for _ in guards]
+        self.compiled = torch.compile(
+            fn, backend=self.backend, fullgraph=True, dynamic=False, options=options
+        )
+        self.traced = False
+        self.static_inputs: dict[int, dict[str, Tensor]] = {}
+        self.full_graph = CUDAGraphRunner(
+            self._run_flat, self.backend.graph_pool, name="full graph", weak_outputs=False
+        )
+        self._treespec: Any = None
+
+    def _dynamic(self, bound: inspect.BoundArguments) -> list[tuple[str, int]]:
+        dims: list[tuple[str, int]] = []
+        if self.dynamic_arg_dims is None:
+            for name, value in bound.arguments.items():
+                if isinstance(value, Tensor) and value.dim() > 0:
+                    dims.append((name, 0))
+            return dims
+        for name, spec in self.dynamic_arg_dims.items():
+            value = bound.arguments.get(name)
+            if not isinstance(value, Tensor):
+                raise ValueError(
+                    f"dynamic_arg_dims: argument {name!r} is {type(value).__name__}; expected a "
+                    "tensor"
+                )
+            for dim in (spec,) if isinstance(spec, int) else spec:
+                dims.append((name, dim % value.dim()))
+        return dims
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        bound = self.signature.bind(*args, **kwargs)
+        dynamic = self._dynamic(bound)
+        if not self.traced:
+            return self._trace(bound, dynamic)
+        try:
+            return self._call_traced(bound, dynamic)
+        except torch._dynamo.exc.BackendCompilerFailed as exc:
+            if not isinstance(exc.inner_exception, UnexpectedRetrace):
+                raise
+            logger.warning("ir_piecewise: Dynamo's caches were reset; tracing %s again", self.fn)
+            return self._trace(bound, dynamic)
+
+    def _call_traced(self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]) -> Any:
+        size = int(bound.arguments[dynamic[0][0]].shape[dynamic[0][1]]) if dynamic else None
+        padded = self._padded_size(size, bound)
+        if padded is None:
+            with self._guard_check():
+                return self.compiled(*bound.args, **bound.kwargs)
+        assert size is not None
+        self._pad_into_static(bound, dynamic, size, padded)
+        pool = self.backend.graph_pool
+        with self._guard_check():
+            if self._full():
+                flat, self._treespec = pytree.tree_flatten((bound.args, bound.kwargs))
+                out = self.full_graph(padded, *flat)
+            else:
+                pool.graphs_enabled = True
+                try:
+                    out = self.compiled(*bound.args, **bound.kwargs)
+                finally:
+                    pool.graphs_enabled = False
+        dim = dynamic[0][1]
+        return pytree.tree_map_only(
+            Tensor,
+            lambda t: t.narrow(dim, 0, size) if t.dim() > dim and t.shape[dim] == padded else t,
+            out,
+        )
+
+    def _trace(self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]) -> Any:
+        for name, dim in dynamic:
+            torch._dynamo.mark_dynamic(bound.arguments[name], dim)
+        # a first call of 1 token must not specialize the token dim to 1
+        self.backend.expecting_trace = True
+        try:
+            with fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
+                out = self.compiled(*bound.args, **bound.kwargs)
+        finally:
+            self.backend.expecting_trace = False
+        self.traced = True
+        return out
+
+    def _full(self) -> bool:
+        mode = self.config.cudagraph_mode
+        return mode is CUDAGraphMode.FULL or (
+            mode is CUDAGraphMode.FULL_AND_PIECEWISE and self.backend.full_graph_capturable
+        )
+
+    def _padded_size(self, size: int | None, bound: inspect.BoundArguments) -> int | None:
+        if size is None or self.config.cudagraph_mode is CUDAGraphMode.NONE:
+            return None
+        on_cuda = any(
+            isinstance(t, Tensor) and t.is_cuda
+            for t in pytree.tree_leaves((bound.args, bound.kwargs))
+        )
+        return self.config.padded_size(size) if on_cuda else None
+
+    def _pad_into_static(
+        self,
+        bound: inspect.BoundArguments,
+        dynamic: list[tuple[str, int]],
+        size: int,
+        padded: int,
+    ) -> None:
+        """Copy the dynamic arguments into this size's persistent buffers (stable addresses,
+        padding rows kept from earlier calls: zeros at first)."""
+        buffers = self.static_inputs.setdefault(padded, {})
+        for name in dict.fromkeys(name for name, _ in dynamic):
+            value: Tensor = bound.arguments[name]
+            dim = next(d for n, d in dynamic if n == name)
+            buffer = buffers.get(name)
+            if buffer is None:
+                shape = list(value.shape)
+                shape[dim] = padded
+                buffer = torch.zeros(shape, dtype=value.dtype, device=value.device)
+                buffers[name] = buffer
+            buffer.narrow(dim, 0, size).copy_(value)
+            bound.arguments[name] = buffer
+
+    def _run_flat(self, *flat: Any) -> Any:
+        args, kwargs = pytree.tree_unflatten(list(flat), self._treespec)
+        return self.compiled(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def _guard_check(self) -> Iterator[None]:
+        if not self.config.check_guards:
+            yield
+            return
+        try:
+            with torch.compiler.set_stance("fail_on_recompile"):
+                yield
+        except RuntimeError as exc:
+            if "recompil" not in str(exc).lower():
+                raise
+            raise RecompileError(
+                f"ir_piecewise: this call would need a recompile, so with guards dropped it "
+                f"would have run code traced for other inputs: {exc}"
+            ) from exc
+
+
+def _check_dims(signature: inspect.Signature, dims: DynamicArgDims | None) -> DynamicArgDims | None:
+    if dims is None:
+        return None
+    for name, spec in dims.items():
+        if name not in signature.parameters:
+            raise ValueError(
+                f"dynamic_arg_dims: unknown argument {name!r}; expected one of "
+                f"{list(signature.parameters)}"
+            )
+        for dim in (spec,) if isinstance(spec, int) else spec:
+            if isinstance(dim, bool) or not isinstance(dim, int):
+                raise ValueError(f"dynamic_arg_dims[{name!r}]: got {dim!r}; expected int dims")
+    return dims
+
+
+def compile(
+    fn_or_module: Callable[..., Any],
+    config: CompilationConfig | None = None,
+    *,
+    dynamic_arg_dims: DynamicArgDims | None = None,
+) -> PiecewiseCompiled:
+    """Compile `fn_or_module` piecewise.
+
+    Args:
+        fn_or_module: a function or ``nn.Module`` whose forward is traced as one graph.
+        config: what to split at, compile and capture (default `CompilationConfig()`).
+        dynamic_arg_dims: argument name -> dim (or dims) of the token dimension; default: dim 0
+            of every tensor argument. All must have the same size in a call.
+    """
+    return PiecewiseCompiled(fn_or_module, config or CompilationConfig(), dynamic_arg_dims)

@@ -1,0 +1,184 @@
+"""`CompilationConfig` and `CUDAGraphMode`: what piecewise compilation compiles and captures."""
+
+import enum
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import torch
+
+from ir_passes import PassConfig
+
+SplittingOp = str | torch._ops.OpOverload | torch._ops.OpOverloadPacket
+DEFAULT_MAX_CAPTURE_SIZE = 256
+
+
+class CUDAGraphMode(enum.Enum):
+    """How compiled code is replayed as CUDA graphs.
+
+    NONE: no CUDA graphs. PIECEWISE: one graph per piece between splitting ops and per capture
+    size; splitting ops run eagerly between replays. FULL: one graph of the whole forward per
+    capture size; every splitting op must be capturable. FULL_AND_PIECEWISE: FULL where every
+    splitting op is capturable, PIECEWISE otherwise.
+    """
+
+    NONE = "none"
+    PIECEWISE = "piecewise"
+    FULL = "full"
+    FULL_AND_PIECEWISE = "full_and_piecewise"
+
+
+def op_name(op: SplittingOp) -> str:
+    """The qualified name ``namespace::name`` of an op overload, packet or name.
+
+    Names may be written ``ns::name``, ``ns::name.overload``, ``ns.name`` or
+    ``ns.name.overload``; overloads are ignored: a splitting op splits at every overload.
+    """
+    if isinstance(op, torch._ops.OpOverload):
+        return op._schema.name
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return op._qualified_op_name
+    if not isinstance(op, str) or not op:
+        raise ValueError(
+            f"splitting_ops: got {op!r}; expected an op overload, a packet or a name such as "
+            "'ir_stack::attention'"
+        )
+    namespace, sep, rest = op.partition("::")
+    if not sep:
+        namespace, _, rest = op.partition(".")
+    name = rest.split(".")[0]
+    if not namespace or not name:
+        raise ValueError(f"splitting_ops: got {op!r}; expected 'namespace::name'")
+    return f"{namespace}::{name}"
+
+
+def _positive_sizes(name: str, values: Iterable[int]) -> tuple[int, ...]:
+    sizes = tuple(values)
+    for value in sizes:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: got {value!r} in {sizes!r}; expected positive integers")
+    return tuple(sorted(set(sizes)))
+
+
+def default_capture_sizes(max_size: int) -> tuple[int, ...]:
+    """1, 2, 4, 8, then every multiple of 16 up to `max_size` (and `max_size` itself)."""
+    sizes = {s for s in (1, 2, 4, 8) if s <= max_size}
+    sizes.update(range(16, max_size + 1, 16))
+    sizes.add(max_size)
+    return tuple(sorted(sizes))
+
+
+@dataclass(frozen=True)
+class CompilationConfig:
+    """Everything `ir_piecewise.compile` needs.
+
+    Attributes:
+        splitting_ops: ops the graph is split at; they run eagerly (attention, cache updates).
+        compile_sizes: token counts compiled with static shapes, used for exactly that size.
+        compile_ranges_endpoints: ``e1 < e2 < ...`` cut the token counts into the ranges
+            ``[1, e1], [e1 + 1, e2], ..., [ek + 1, inf)``, each compiled once with symbolic
+            shapes.
+        backend: ``"inductor"`` (with the IR passes) or ``"eager"`` (pieces run as traced).
+        cudagraph_mode: see `CUDAGraphMode`; CUDA graphs are used only for CUDA tensors.
+        cudagraph_capture_sizes: token counts captured; a call is padded up to the next one.
+            Default: 1, 2, 4, 8 and multiples of 16 up to `max_capture_size`.
+        max_capture_size: largest captured size (default: the largest capture size, or 256);
+            larger calls run without CUDA graphs.
+        cache_dir: compile cache directory; None means the user cache directory of
+            ``ir-piecewise`` (platformdirs).
+        cache: False turns the on-disk compile cache off.
+        check_guards: keep Dynamo's guards and raise `RecompileError` on any call that would
+            need a recompile, instead of dropping the guards after the first trace.
+        passes: the ir-passes configuration applied to every compiled piece.
+    """
+
+    splitting_ops: tuple[SplittingOp, ...] = ()
+    compile_sizes: tuple[int, ...] = ()
+    compile_ranges_endpoints: tuple[int, ...] = ()
+    backend: Literal["inductor", "eager"] = "inductor"
+    cudagraph_mode: CUDAGraphMode = CUDAGraphMode.NONE
+    cudagraph_capture_sizes: tuple[int, ...] | None = None
+    max_capture_size: int | None = None
+    cache_dir: str | Path | None = None
+    cache: bool = True
+    check_guards: bool = False
+    passes: PassConfig = field(default_factory=PassConfig)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "splitting_ops", tuple(self.splitting_ops))
+        for op in self.splitting_ops:
+            op_name(op)
+        set_(self, "compile_sizes", _positive_sizes("compile_sizes", self.compile_sizes))
+        endpoints = tuple(self.compile_ranges_endpoints)
+        _positive_sizes("compile_ranges_endpoints", endpoints)
+        if list(endpoints) != sorted(set(endpoints)):
+            raise ValueError(
+                f"compile_ranges_endpoints: got {endpoints!r}; expected strictly increasing sizes"
+            )
+        set_(self, "compile_ranges_endpoints", endpoints)
+        if self.backend not in ("inductor", "eager"):
+            raise ValueError(f"backend: got {self.backend!r}; expected 'inductor' or 'eager'")
+        if not isinstance(self.cudagraph_mode, CUDAGraphMode):
+            raise ValueError(
+                f"cudagraph_mode: got {self.cudagraph_mode!r}; expected one of "
+                f"{[m.name for m in CUDAGraphMode]}"
+            )
+        if self.max_capture_size is not None:
+            _positive_sizes("max_capture_size", [self.max_capture_size])
+        if self.cudagraph_capture_sizes is None:
+            sizes = default_capture_sizes(self.max_capture_size or DEFAULT_MAX_CAPTURE_SIZE)
+        else:
+            sizes = _positive_sizes("cudagraph_capture_sizes", self.cudagraph_capture_sizes)
+            if not sizes:
+                raise ValueError("cudagraph_capture_sizes: got (); expected at least one size")
+        if self.max_capture_size is not None:
+            sizes = tuple(s for s in sizes if s <= self.max_capture_size)
+        set_(self, "cudagraph_capture_sizes", sizes)
+        set_(self, "max_capture_size", max(sizes) if sizes else 0)
+        if not isinstance(self.passes, PassConfig):
+            raise ValueError(f"passes: got {self.passes!r}; expected an ir_passes.PassConfig")
+
+    @property
+    def splitting_op_names(self) -> frozenset[str]:
+        """Qualified names of the splitting ops."""
+        return frozenset(op_name(op) for op in self.splitting_ops)
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int | None], ...]:
+        """The compile ranges as ``(first, last)`` pairs; ``last`` None means unbounded."""
+        bounds: list[tuple[int, int | None]] = []
+        first = 1
+        for end in self.compile_ranges_endpoints:
+            bounds.append((first, end))
+            first = end + 1
+        bounds.append((first, None))
+        return tuple(bounds)
+
+    def padded_size(self, size: int) -> int | None:
+        """The capture size a call of `size` tokens is padded to, or None above the largest."""
+        assert self.cudagraph_capture_sizes is not None
+        return next((s for s in self.cudagraph_capture_sizes if s >= size), None)
+
+    def resolved_cache_dir(self) -> Path:
+        """Where compiled artifacts are stored."""
+        if self.cache_dir is not None:
+            return Path(self.cache_dir)
+        from platformdirs import user_cache_dir
+
+        return Path(user_cache_dir("ir-piecewise")) / f"torch-{torch.__version__}"
+
+    def key(self) -> str:
+        """A stable digest of everything that changes the compiled code."""
+        text = repr(
+            (
+                sorted(self.splitting_op_names),
+                self.compile_sizes,
+                self.compile_ranges_endpoints,
+                self.backend,
+                self.passes.key(),
+            )
+        )
+        return hashlib.sha256(text.encode()).hexdigest()

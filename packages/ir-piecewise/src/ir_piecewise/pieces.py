@@ -1,0 +1,203 @@
+"""`CompiledPiece`: one piece between splitting ops, compiled per range and per size."""
+
+import hashlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import sympy
+import torch
+from torch import Tensor, fx
+
+import ir_passes
+
+from .cache import CompileCache
+from .config import CompilationConfig
+from .counters import counters
+from .cudagraphs import CUDAGraphRunner, GraphPool
+
+logger = logging.getLogger("ir_piecewise")
+SizeLocator = tuple[int, int | None]  # (argument index, dim) ; dim None: the argument is the size
+
+
+def placeholder_values(gm: fx.GraphModule) -> list[Any]:
+    """The example values (fake tensors, SymInts) of `gm`'s inputs."""
+    return [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def locate_size(values: list[Any], symbol: sympy.Symbol | None) -> SizeLocator | None:
+    """Where the token count can be read from the inputs, or None if no input depends on it."""
+    if symbol is None:
+        return None
+    for i, value in enumerate(values):
+        if isinstance(value, torch.SymInt) and value.node.expr == symbol:
+            return (i, None)
+    for i, value in enumerate(values):
+        if isinstance(value, Tensor):
+            for dim, size in enumerate(value.shape):
+                if isinstance(size, torch.SymInt) and size.node.expr == symbol:
+                    return (i, dim)
+    return None
+
+
+def mutated_inputs(gm: fx.GraphModule) -> set[int]:
+    """Indices of inputs that `gm` may write to: arguments of in-place methods, of ops with
+    mutable arguments and of IR ``maybe_inplace`` calls (their kernels may reuse the buffers)."""
+    placeholders = {n: i for i, n in enumerate(n for n in gm.graph.nodes if n.op == "placeholder")}
+    written: set[int] = set()
+    for node in gm.graph.nodes:
+        targets: list[Any] = []
+        if node.op == "call_method" and str(node.target).endswith("_"):
+            targets = [node.args[0]]
+        elif node.op == "call_function" and isinstance(
+            node.target, torch._ops.OpOverload | torch._ops.OpOverloadPacket
+        ):
+            overload: Any = node.target
+            if isinstance(overload, torch._ops.OpOverloadPacket):
+                overload = getattr(overload, "default", None)
+            if overload is None:
+                continue
+            schema: torch.FunctionSchema = overload._schema
+            if overload._overloadname == "maybe_inplace":
+                targets.extend(node.args)
+            for j, argument in enumerate(schema.arguments):
+                if argument.alias_info is not None and argument.alias_info.is_write:
+                    targets.append(
+                        node.args[j] if j < len(node.args) else node.kwargs.get(argument.name)
+                    )
+        written.update(placeholders[t] for t in targets if t in placeholders)
+    return written
+
+
+def _graph_digest(gm: fx.GraphModule, values: list[Any]) -> str:
+    described = []
+    for value in values:
+        if isinstance(value, Tensor):
+            described.append(f"T{tuple(map(str, value.shape))}{value.stride()}{value.dtype}")
+        else:
+            described.append(f"{type(value).__name__}:{value}")
+    text = gm.code + "\n" + repr(described)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class CompiledPiece:
+    """Runs one piece: the exact-size artifact if there is one, else its range's; optionally
+    replayed as a CUDA graph at capture sizes."""
+
+    def __init__(
+        self,
+        gm: fx.GraphModule,
+        *,
+        name: str,
+        config: CompilationConfig,
+        symbol: sympy.Symbol | None,
+        global_key: str,
+        cache: CompileCache | None,
+        graph_pool: GraphPool | None,
+        is_last: bool,
+    ) -> None:
+        self.gm = gm
+        self.name = name
+        self.config = config
+        self.cache = cache
+        values = placeholder_values(gm)
+        output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+        # split_module returns a lone value unwrapped; loaded artifacts always return a list
+        self.single_output = not isinstance(output.args[0], tuple | list)
+        self.size_at = locate_size(values, symbol)
+        self.digest = hashlib.sha256((global_key + _graph_digest(gm, values)).encode()).hexdigest()
+        self.by_size: dict[int, Callable[..., Any]] = {}
+        self.by_range: list[tuple[int, int | None, Callable[..., Any]]] = []
+        if self.size_at is None:
+            self.by_range.append((1, None, self._compile("static", values, "from_graph")))
+        else:
+            for first, last in config.ranges:
+                label = f"range-{first}-{last or 'inf'}"
+                self.by_range.append((first, last, self._compile(label, values, "from_graph")))
+        self.cudagraphs = (
+            CUDAGraphRunner(
+                self._run_compiled,
+                graph_pool,
+                name=name,
+                weak_outputs=not is_last,
+                mutated_inputs=mutated_inputs(gm),
+            )
+            if graph_pool is not None
+            else None
+        )
+
+    def _compile(self, label: str, example_inputs: list[Any], dynamic: str) -> Callable[..., Any]:
+        if self.config.backend == "eager":
+            return self.gm
+        key = hashlib.sha256(f"{self.digest}:{label}".encode()).hexdigest()
+        if self.cache is not None:
+            loaded = self.cache.load(key, _load_artifact)
+            if loaded is not None:
+                counters.num_cache_hits += 1
+                logger.debug("ir_piecewise: %s %s loaded from the cache", self.name, label)
+                return loaded  # type: ignore[no-any-return]
+            counters.num_cache_misses += 1
+        logger.info("ir_piecewise: compiling %s for %s", self.name, label)
+        artifact = torch._inductor.standalone_compile(
+            self.gm,
+            example_inputs,
+            dynamic_shapes=dynamic,  # type: ignore[arg-type]
+            options={"config_patches": ir_passes.inductor_options(self.config.passes)},
+        )
+        counters.num_backend_compilations += 1
+        if self.cache is not None:
+            try:
+                self.cache.store(key, lambda path: artifact.save(path=str(path), format="binary"))
+            except Exception as exc:  # an unsaveable graph still runs; it is just not cached
+                logger.warning("ir_piecewise: could not cache %s %s: %s", self.name, label, exc)
+        return artifact
+
+    def size_of(self, args: tuple[Any, ...]) -> int | None:
+        """The token count of a call, or None if this piece does not depend on it."""
+        if self.size_at is None:
+            return None
+        index, dim = self.size_at
+        value = args[index]
+        return int(value) if dim is None else int(value.shape[dim])
+
+    def _run_compiled(self, *args: Any) -> Any:
+        out = self._select(args)(*args)
+        if self.single_output and isinstance(out, tuple | list):
+            return out[0]
+        return out
+
+    def _select(self, args: tuple[Any, ...]) -> Callable[..., Any]:
+        size = self.size_of(args)
+        if size is None:
+            return self.by_range[0][2]
+        if size in self.config.compile_sizes:
+            compiled = self.by_size.get(size)
+            if compiled is None:
+                compiled = self._compile(f"size-{size}", list(args), "from_example_inputs")
+                self.by_size[size] = compiled
+            return compiled
+        for first, last, compiled in self.by_range:
+            if first <= size and (last is None or size <= last):
+                return compiled
+        raise AssertionError(f"no compile range holds size {size}")  # ranges cover 1..inf
+
+    def __call__(self, *args: Any) -> Any:
+        size = self.size_of(args)
+        if (
+            self.cudagraphs is not None
+            and self.cudagraphs.pool.graphs_enabled
+            and size is not None
+            and size in (self.config.cudagraph_capture_sizes or ())
+            and not torch.cuda.is_current_stream_capturing()
+            and any(isinstance(a, Tensor) and a.is_cuda for a in args)
+        ):
+            return self.cudagraphs(size, *args)
+        return self._run_compiled(*args)
+
+
+def _load_artifact(path: Path) -> Callable[..., Any]:
+    from torch._inductor.standalone_compile import CompiledArtifact
+
+    artifact: Callable[..., Any] = CompiledArtifact.load(path=str(path), format="binary")
+    return artifact

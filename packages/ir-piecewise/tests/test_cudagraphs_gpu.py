@@ -1,0 +1,123 @@
+"""CUDA graphs (GPU only): capture counts, padded replay equal to eager for every size up to the
+largest capture size, and bitwise equality with and without graphs."""
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+import ir_dispatch  # noqa: F401  (installs the dispatcher)
+import ir_piecewise
+from ir_piecewise import CompilationConfig, CUDAGraphMode, counters
+
+sys.path.insert(0, str(Path(__file__).parent))
+from toy_model import SPLITTING_OPS, ToyModel
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+CAPTURE = (1, 2, 4, 8, 16, 32, 64)
+TOL = {"atol": 1e-4, "rtol": 1e-4}
+
+
+@torch.library.custom_op(
+    "ir_piecewise_toy::unsafe_scale", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,)
+)
+def unsafe_scale(x: Tensor) -> Tensor:
+    return x * float(x.abs().max().item() > 0)  # a host sync: cannot be captured
+
+
+@unsafe_scale.register_fake
+def _(x: Tensor) -> Tensor:
+    return torch.empty_like(x)
+
+
+@pytest.fixture(autouse=True)
+def fresh_state() -> Iterator[None]:
+    counters.reset()
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture(scope="module")
+def model() -> ToyModel:
+    return ToyModel().cuda().eval()
+
+
+def compile_toy(model: Any, mode: CUDAGraphMode, tmp_path: Path, **kw: Any) -> Any:
+    config = CompilationConfig(
+        splitting_ops=SPLITTING_OPS,
+        cudagraph_mode=mode,
+        cudagraph_capture_sizes=CAPTURE,
+        cache_dir=tmp_path / "cache",
+        **kw,
+    )
+    return ir_piecewise.compile(model, config)
+
+
+def inputs(n: int) -> Tensor:
+    return torch.randn(n, 64, device="cuda", generator=torch.Generator("cuda").manual_seed(n))
+
+
+@pytest.mark.parametrize("mode", [CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL])
+def test_every_size_replays_equal_to_eager(
+    model: ToyModel, mode: CUDAGraphMode, tmp_path: Path
+) -> None:
+    compiled = compile_toy(model, mode, tmp_path)
+    with torch.no_grad():
+        compiled(inputs(max(CAPTURE)))  # trace
+        for n in range(1, max(CAPTURE) + 1):
+            out = compiled(inputs(n))
+            assert out.shape == (n, 64)
+            torch.testing.assert_close(out, model(inputs(n)), **TOL)
+        for n in (3, 64, 17):  # replays of sizes already captured
+            torch.testing.assert_close(compiled(inputs(n)), model(inputs(n)), **TOL)
+        compiled(inputs(100))  # above the largest capture size: no graph
+    per_size = 4 if mode is CUDAGraphMode.PIECEWISE else 1  # 4 compiled pieces, or the whole
+    assert counters.num_cudagraph_captured == per_size * len(CAPTURE)
+
+
+@pytest.mark.parametrize("mode", [CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL])
+def test_graphs_bitwise_equal_to_no_graphs(
+    model: ToyModel, mode: CUDAGraphMode, tmp_path: Path
+) -> None:
+    plain = compile_toy(model, CUDAGraphMode.NONE, tmp_path)
+    graphs = compile_toy(model, mode, tmp_path)
+    with torch.no_grad():
+        plain(inputs(64))
+        graphs(inputs(64))
+        for n in CAPTURE:
+            for _ in range(2):  # capture, then replay
+                assert torch.equal(graphs(inputs(n)).clone(), plain(inputs(n)))
+
+
+def unsafe_model(x: Tensor) -> Tensor:
+    y = torch.relu(x) + 1
+    y = torch.ops.ir_piecewise_toy.unsafe_scale(y)
+    return y * 3
+
+
+def test_full_refuses_uncapturable_splitting_ops_and_full_and_piecewise_falls_back(
+    tmp_path: Path,
+) -> None:
+    def config(mode: CUDAGraphMode) -> CompilationConfig:
+        return CompilationConfig(
+            splitting_ops=("ir_piecewise_toy::unsafe_scale",),
+            cudagraph_mode=mode,
+            cudagraph_capture_sizes=(4, 8),
+            cache_dir=tmp_path / "cache",
+        )
+
+    x = torch.randn(8, 16, device="cuda")
+    with pytest.raises(Exception, match="cudagraph_unsafe"):
+        ir_piecewise.compile(unsafe_model, config(CUDAGraphMode.FULL))(x)
+    torch._dynamo.reset()
+    counters.reset()
+    fallback = ir_piecewise.compile(unsafe_model, config(CUDAGraphMode.FULL_AND_PIECEWISE))
+    fallback(x)
+    for n in (3, 8):
+        torch.testing.assert_close(fallback(x[:n]), unsafe_model(x[:n]))
+    assert counters.num_cudagraph_captured == 2 * 2  # two pieces around the op, two sizes

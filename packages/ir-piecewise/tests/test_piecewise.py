@@ -1,0 +1,206 @@
+"""Piecewise compilation on CPU: splitting, per-range and per-size compilation, the compile
+cache across processes, corrupt entries and the guard-check mode."""
+
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+import ir_dispatch  # noqa: F401  (installs the dispatcher)
+import ir_piecewise
+from ir_piecewise import CompilationConfig, CUDAGraphMode, counters
+from ir_piecewise.pieces import mutated_inputs
+
+sys.path.insert(0, str(Path(__file__).parent))
+from toy_model import SPLITTING_OPS, ToyModel
+
+HERE = Path(__file__).parent
+TOL = {"atol": 2e-5, "rtol": 2e-5}
+
+
+@pytest.fixture(autouse=True)
+def fresh_state() -> Iterator[None]:
+    counters.reset()
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def config(tmp_path: Path, **kwargs: Any) -> CompilationConfig:
+    return CompilationConfig(splitting_ops=SPLITTING_OPS, cache_dir=tmp_path / "cache", **kwargs)
+
+
+def test_config_refuses_bad_values() -> None:
+    with pytest.raises(ValueError, match="compile_sizes: got 0"):
+        CompilationConfig(compile_sizes=(0,))
+    with pytest.raises(ValueError, match=r"compile_ranges_endpoints.*strictly increasing"):
+        CompilationConfig(compile_ranges_endpoints=(16, 8))
+    with pytest.raises(ValueError, match="backend: got 'tvm'"):
+        CompilationConfig(backend="tvm")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="cudagraph_mode"):
+        CompilationConfig(cudagraph_mode="full")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="splitting_ops"):
+        CompilationConfig(splitting_ops=("attention",))
+
+
+def test_config_defaults_and_ranges() -> None:
+    c = CompilationConfig(compile_ranges_endpoints=(8, 64), max_capture_size=40)
+    assert c.ranges == ((1, 8), (9, 64), (65, None))
+    assert c.cudagraph_capture_sizes == (1, 2, 4, 8, 16, 32, 40)
+    assert c.padded_size(3) == 4
+    assert c.padded_size(40) == 40
+    assert c.padded_size(41) is None
+    names = CompilationConfig(
+        splitting_ops=(torch.ops.ir_piecewise_toy.attention.default, "a.b.default", "c::d")
+    ).splitting_op_names
+    assert names == {"ir_piecewise_toy::attention", "a::b", "c::d"}
+
+
+def test_split_keeps_order_and_groups_consecutive_splitting_ops() -> None:
+    def fn(x: Tensor) -> Tensor:
+        a, b = torch.ops.aten.var_mean.correction(x, [0])  # getitems stay with their producer
+        out = torch.empty_like(x)
+        torch.ops.ir_piecewise_toy.attention(x, x, x, out)
+        torch.ops.ir_piecewise_toy.attention(out, x, x, out)  # joins the previous splitting piece
+        return (out * a + b).relu()
+
+    gm = torch.fx.symbolic_trace(fn)
+    split, pieces = ir_piecewise.split_graph(gm, {"ir_piecewise_toy::attention"})
+    assert [p.is_splitting for p in pieces] == [False, True, False]
+    assert all(p.capturable for p in pieces)
+    x = torch.randn(6, 64)
+    torch.testing.assert_close(split(x), fn(x))
+
+
+def test_split_counts_compilations_and_results(tmp_path: Path) -> None:
+    model = ToyModel().eval()
+    compiled = ir_piecewise.compile(
+        model, config(tmp_path, compile_sizes=(4,), compile_ranges_endpoints=(8,))
+    )
+    with torch.no_grad():
+        for n in (5, 1, 4, 9, 3, 4, 17):  # first call traces with size 5
+            x = torch.randn(n, 64)
+            torch.testing.assert_close(compiled(x), model(x), **TOL)
+    assert counters.num_graphs_seen == 1
+    assert counters.num_piecewise_graphs_seen == 7  # 4 compiled pieces around 3 attentions
+    assert counters.num_piecewise_capturable_graphs_seen == 4
+    # 4 pieces x 2 ranges at trace time, then 4 pieces x size 4 on its first call
+    assert counters.num_backend_compilations == 4 * 2 + 4
+    assert counters.num_cache_misses == 12
+    assert counters.num_cache_hits == 0
+
+
+def test_eager_backend_compiles_nothing(tmp_path: Path) -> None:
+    model = ToyModel().eval()
+    compiled = ir_piecewise.compile(model, config(tmp_path, backend="eager"))
+    with torch.no_grad():
+        for n in (6, 2):
+            x = torch.randn(n, 64)
+            torch.testing.assert_close(compiled(x), model(x), **TOL)
+    assert counters.num_backend_compilations == 0
+    assert counters.num_piecewise_graphs_seen == 7
+
+
+def run_toy(cache: Path, out: Path) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, str(HERE / "run_toy.py"), str(cache), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+def test_second_process_compiles_nothing_and_agrees(tmp_path: Path) -> None:
+    cold = run_toy(tmp_path / "cache", tmp_path / "cold.json")
+    warm = run_toy(tmp_path / "cache", tmp_path / "warm.json")
+    assert cold["counters"]["num_backend_compilations"] == 12
+    assert warm["counters"]["num_backend_compilations"] == 0
+    assert warm["counters"]["num_cache_hits"] == 12
+    assert warm["outputs"] == cold["outputs"]
+
+
+def test_truncated_cache_entry_is_recompiled(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = ToyModel().eval()
+    x = torch.randn(5, 64)
+    with torch.no_grad():
+        ir_piecewise.compile(model, config(tmp_path))(x)
+        entries = sorted((tmp_path / "cache").glob("*/*.irpw"))
+        assert entries
+        for entry in entries:
+            entry.write_bytes(entry.read_bytes()[: len(entry.read_bytes()) // 2])
+        counters.reset()
+        torch._dynamo.reset()
+        with caplog.at_level(logging.WARNING, logger="ir_piecewise"):
+            out = ir_piecewise.compile(model, config(tmp_path))(x)
+    torch.testing.assert_close(out, model(x), **TOL)
+    assert "corrupt cache entry" in caplog.text
+    assert counters.num_cache_hits == 0
+    assert counters.num_backend_compilations == counters.num_cache_misses > 0
+    assert all(e.stat().st_size > 0 for e in entries)  # rewritten whole
+
+
+def test_guard_check_mode_raises_where_a_recompile_was_needed(tmp_path: Path) -> None:
+    def fn(x: Tensor, y: Tensor) -> Tensor:
+        return torch.relu(x) * 2 + y
+
+    checked = ir_piecewise.compile(fn, config(tmp_path, check_guards=True, cache=False))
+    checked(torch.randn(4, 3), torch.randn(4, 3))
+    checked(torch.randn(9, 3), torch.randn(9, 3))  # the token dim is dynamic: no recompile
+    with pytest.raises(ir_piecewise.RecompileError, match="would need a recompile"):
+        checked(torch.randn(9, 5), torch.randn(9, 5))
+
+
+def test_dynamic_arg_dims_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown argument 'y'"):
+        ir_piecewise.compile(ToyModel(), config(tmp_path), dynamic_arg_dims={"y": 0})
+    compiled = ir_piecewise.compile(ToyModel(), config(tmp_path), dynamic_arg_dims={"x": 0})
+    with torch.no_grad():
+        assert compiled(torch.randn(3, 64)).shape == (3, 64)
+
+
+def test_cudagraph_mode_is_ignored_for_cpu_tensors(tmp_path: Path) -> None:
+    model = ToyModel().eval()
+    compiled = ir_piecewise.compile(
+        model, config(tmp_path, cudagraph_mode=CUDAGraphMode.PIECEWISE, cache=False)
+    )
+    with torch.no_grad():
+        for n in (5, 3):
+            x = torch.randn(n, 64)
+            torch.testing.assert_close(compiled(x), model(x), **TOL)
+    assert counters.num_cudagraph_captured == 0
+
+
+def test_dynamo_reset_after_the_first_call_traces_again_with_dynamic_dims(
+    tmp_path: Path,
+) -> None:
+    model = ToyModel().eval()
+    compiled = ir_piecewise.compile(model, config(tmp_path))
+    with torch.no_grad():
+        compiled(torch.randn(5, 64))
+        torch._dynamo.reset()  # e.g. another compile in the same process reset Dynamo
+        for n in (1, 8):  # a static re-trace at 1 would fail (or be wrong) at 8
+            x = torch.randn(n, 64)
+            torch.testing.assert_close(compiled(x), model(x), **TOL)
+    assert counters.num_graphs_seen == 2
+
+
+def test_maybe_inplace_arguments_count_as_mutated_inputs() -> None:
+    def fn(x: Tensor, r: Tensor, w: Tensor) -> Tensor:
+        h, r = torch.ops.ir.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
+        return h + r
+
+    gm = torch.fx.symbolic_trace(fn)
+    assert mutated_inputs(gm) == {0, 1, 2}
