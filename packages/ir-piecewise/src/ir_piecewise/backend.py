@@ -111,6 +111,7 @@ class PiecewiseBackend:
             symbol,
         )
         last = compiled[-1].name if compiled else None
+        artifacts: dict[str, Any] = {}
         for piece in compiled:
             runner = CompiledPiece(
                 piece.module,
@@ -121,6 +122,7 @@ class PiecewiseBackend:
                 cache=cache,
                 graph_pool=self.graph_pool if piecewise_graphs else None,
                 is_last=piece.name == last,
+                artifacts=artifacts,
             )
             delattr(split, piece.name)  # a submodule slot; the runner is a plain callable
             setattr(split, piece.name, runner)

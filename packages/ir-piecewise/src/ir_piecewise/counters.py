@@ -16,6 +16,8 @@ class Counters:
         num_cudagraph_captured: CUDA graphs captured (per piece and size, or whole forwards).
         num_cache_hits: compiled pieces loaded from the on-disk cache.
         num_cache_misses: lookups that found no usable entry (absent, corrupt or stale).
+        num_artifacts_reused: pieces served by code already compiled or loaded in this
+            process for an identical piece (the same layer at another depth).
     """
 
     num_graphs_seen: int = 0
@@ -25,6 +27,7 @@ class Counters:
     num_cudagraph_captured: int = 0
     num_cache_hits: int = 0
     num_cache_misses: int = 0
+    num_artifacts_reused: int = 0
 
     def reset(self) -> None:
         """Set every count to zero."""

@@ -70,6 +70,55 @@ def mutated_inputs(gm: fx.GraphModule) -> set[int]:
     return written
 
 
+def _canonical(value: Any, index: dict[fx.Node, int]) -> str:
+    if isinstance(value, fx.Node):
+        return f"%{index[value]}"
+    if isinstance(value, tuple | list):
+        inner = ", ".join(_canonical(v, index) for v in value)
+        return f"({inner})" if isinstance(value, tuple) else f"[{inner}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_canonical(v, index)}" for k, v in value.items()) + "}"
+    return repr(value)
+
+
+def graph_structure(gm: fx.GraphModule) -> str:
+    """`gm`'s graph with its node names replaced by positions, so that pieces which differ only
+    in naming (the same decoder layer traced at different depths) describe the same code.
+    Constants fetched with ``get_attr`` are described by content, since they are part of it."""
+    index = {node: i for i, node in enumerate(gm.graph.nodes)}
+    lines = []
+    for node in gm.graph.nodes:
+        target = node.target if isinstance(node.target, str) else _callable_name(node.target)
+        if node.op == "get_attr":
+            value = _fetch_attr(gm, node.target)
+            target = (
+                hashlib.sha256(
+                    value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()
+                ).hexdigest()
+                if isinstance(value, Tensor)
+                else f"{node.target}:{value!r}"
+            )
+        elif node.op == "placeholder":
+            target = ""
+        args = _canonical(node.args, index)
+        kwargs = _canonical(node.kwargs, index)
+        lines.append(f"{node.op} {target} {args} {kwargs}")
+    return "\n".join(lines)
+
+
+def _callable_name(target: Any) -> str:
+    if isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+        return str(target)
+    return f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', repr(target))}"
+
+
+def _fetch_attr(gm: fx.GraphModule, target: str) -> Any:
+    value: Any = gm
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
 def _graph_digest(gm: fx.GraphModule, values: list[Any]) -> str:
     described = []
     for value in values:
@@ -77,7 +126,7 @@ def _graph_digest(gm: fx.GraphModule, values: list[Any]) -> str:
             described.append(f"T{tuple(map(str, value.shape))}{value.stride()}{value.dtype}")
         else:
             described.append(f"{type(value).__name__}:{value}")
-    text = gm.code + "\n" + repr(described)
+    text = graph_structure(gm) + "\n" + repr(described)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -96,11 +145,14 @@ class CompiledPiece:
         cache: CompileCache | None,
         graph_pool: GraphPool | None,
         is_last: bool,
+        artifacts: dict[str, Callable[..., Any]] | None = None,
     ) -> None:
         self.gm = gm
         self.name = name
         self.config = config
         self.cache = cache
+        # compiled code by key, shared by the pieces of one graph: identical layers compile once
+        self.artifacts = artifacts if artifacts is not None else {}
         values = placeholder_values(gm)
         output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
         # split_module returns a lone value unwrapped; loaded artifacts always return a list
@@ -131,6 +183,17 @@ class CompiledPiece:
         if self.config.backend == "eager":
             return self.gm
         key = hashlib.sha256(f"{self.digest}:{label}".encode()).hexdigest()
+        shared = self.artifacts.get(key)
+        if shared is not None:
+            counters.num_artifacts_reused += 1
+            return shared
+        compiled = self._load_or_compile(key, label, example_inputs, dynamic)
+        self.artifacts[key] = compiled
+        return compiled
+
+    def _load_or_compile(
+        self, key: str, label: str, example_inputs: list[Any], dynamic: str
+    ) -> Callable[..., Any]:
         if self.cache is not None:
             loaded = self.cache.load(key, _load_artifact)
             if loaded is not None:
