@@ -1,12 +1,19 @@
 """The reference model: decode consistent with prefill; eager native == dispatched ==
 compiled (ir_stack.compile) on CPU."""
 
+import os
+import subprocess
+import sys
+
+import pytest
 import torch
 
 import ir_dispatch
+import ir_passes
 import ir_stack
 from ir_spec import ops
-from ir_stack.models import TINY, LlamaModel
+from ir_stack.models import TINY, LlamaConfig, LlamaModel
+from ir_stack.models.quant import Fp8Linear
 
 
 def generate(forward: object, model: LlamaModel) -> torch.Tensor:
@@ -39,3 +46,99 @@ def test_eager_native_dispatched_and_compiled_agree() -> None:
         compiled = generate(ir_stack.compile(model), model)
     torch.testing.assert_close(dispatched, native)
     torch.testing.assert_close(compiled, native, atol=1e-4, rtol=1e-4)
+
+
+def test_decode_attention_matches_attention_with_spare_slots() -> None:
+    torch.manual_seed(0)
+    batch, slots, heads, kv_heads, head_dim, max_pos = 3, 5, 4, 2, 16, 40
+    qkv = torch.randn(batch, (heads + 2 * kv_heads) * head_dim)
+    q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    positions = torch.tensor([[0], [17], [39]])
+    k_cache, v_cache = (torch.randn(slots, max_pos, kv_heads, head_dim) for _ in range(2))
+    caches = [k_cache, v_cache, k_cache.clone(), v_cache.clone()]
+    out_a, out_b = torch.empty_like(q), torch.empty_like(q)
+    v = v.contiguous()
+    torch.ops.ir_stack.attention(q, k, v, caches[0], caches[1], positions, out_a)
+    torch.ops.ir_stack.decode_attention(q, k, v, caches[2], caches[3], positions, out_b)
+    torch.testing.assert_close(out_b, out_a, atol=1e-5, rtol=1e-5)
+    for before, after in ((caches[0], caches[2]), (caches[1], caches[3])):
+        torch.testing.assert_close(before, after, atol=0, rtol=0)
+
+
+def test_attention_ops_pass_opcheck() -> None:
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 64), torch.randn(2, 32), torch.randn(2, 32)
+    positions = torch.tensor([[3], [9]])
+    for op in (torch.ops.ir_stack.attention, torch.ops.ir_stack.decode_attention):
+        args = (q, k, v, torch.randn(3, 16, 2, 16), torch.randn(3, 16, 2, 16), positions)
+        torch.library.opcheck(op, (*args, torch.empty_like(q)))
+
+
+KERNEL_CHECK = """
+import torch
+from ir_stack.models import decode_kernel
+from ir_stack.models.attention import _attend
+torch.manual_seed(0)
+for dtype, (batch, heads, kv_heads, head_dim, max_pos) in [
+    (torch.float32, (3, 4, 2, 16, 150)),
+    (torch.float16, (2, 8, 8, 32, 70)),
+    (torch.float32, (1, 6, 1, 64, 65)),
+]:
+    qkv = torch.randn(batch, (heads + 2 * kv_heads) * head_dim, dtype=dtype)
+    q = qkv[:, : heads * head_dim]  # a strided view, as the model passes it
+    k_cache = torch.randn(batch + 1, max_pos, kv_heads, head_dim, dtype=dtype)
+    v_cache = torch.randn_like(k_cache)
+    positions = torch.randint(0, max_pos, (batch, 1))
+    positions[0, 0] = max_pos - 1
+    expected, out = torch.empty_like(q), torch.empty_like(q)
+    _attend(q, k_cache, v_cache, positions, max_pos, expected)
+    assert decode_kernel.supports(q, k_cache, positions, out)
+    decode_kernel.decode_attention(q, k_cache, v_cache, positions, out)
+    tol = 1e-5 if dtype == torch.float32 else 2e-3
+    torch.testing.assert_close(out, expected, atol=tol, rtol=tol)
+print("ok")
+"""
+
+
+def test_decode_kernel_matches_reference_under_triton_interpreter() -> None:
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", KERNEL_CHECK], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ok" in done.stdout
+
+
+def test_fp8_model_is_close_to_full_precision_and_fuses_when_compiled() -> None:
+    full = LlamaModel(TINY).eval()
+    quantized = LlamaModel(TINY.with_fp8()).eval()
+    ids = torch.randint(0, TINY.vocab_size, (2, 6), generator=torch.Generator().manual_seed(1))
+    positions = torch.arange(6).repeat(2, 1)
+    with torch.no_grad():
+        reference = full(ids, positions, full.new_kv_cache(2))
+        eager = quantized(ids, positions, quantized.new_kv_cache(2))
+        config = ir_stack.Config(passes=ir_passes.PassConfig(force_fusion=True))
+        compiled = ir_stack.compile(quantized, config)(ids, positions, quantized.new_kv_cache(2))
+    # fp8 (3 mantissa bits) on every linear input: a few percent of the logits' range
+    assert (eager - reference).abs().max() < 0.2 * reference.abs().max()
+    torch.testing.assert_close(compiled, eager, atol=1e-4, rtol=1e-4)
+    fusions = ir_passes.last_report().fusions
+    assert fusions["fused_add_rms_norm+static_quant_fp8"] == 2 * TINY.num_layers
+    assert fusions["silu_and_mul+static_quant_fp8"] == TINY.num_layers
+
+
+def test_fp8_weights_and_scales_survive_dtype_casts() -> None:
+    model = LlamaModel(TINY.with_fp8()).to(torch.bfloat16)
+    linear = model.layers[0].qkv
+    assert isinstance(linear, Fp8Linear)
+    assert linear.weight.dtype == torch.float8_e4m3fn
+    assert linear.input_scale.dtype == torch.float32
+    assert float(linear.input_scale) > 0
+
+
+def test_bad_quantization_is_refused() -> None:
+    with pytest.raises(ValueError, match="quantization: got 'int4'"):
+        LlamaConfig(quantization="int4")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="multiples of 16"):
+        Fp8Linear(torch.randn(24, 20))

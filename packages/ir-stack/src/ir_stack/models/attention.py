@@ -1,12 +1,51 @@
-"""Attention over a KV cache as one opaque custom op, ``torch.ops.ir_stack.attention``.
+"""Attention over a KV cache as opaque custom ops, the ops piecewise compilation splits at.
 
-It writes the new keys and values into the caches and the attention output into `out` (all
-three mutated, nothing returned), the shape of op that piecewise compilation splits graphs at.
+Both write the new keys and values into the caches and the attention output into `out` (all
+three mutated, nothing returned). Caches are ``[slots, max_positions, kv_heads, head_dim]``;
+a call of ``batch <= slots`` sequences uses slots ``0..batch-1``, so a call padded to a capture
+size writes its padding rows into unused slots.
+
+- ``torch.ops.ir_stack.attention``: any number of tokens per sequence; reads the attended
+  length on the host, so it is tagged ``cudagraph_unsafe`` and runs eagerly between captured
+  pieces.
+- ``torch.ops.ir_stack.decode_attention``: one token per sequence, no host synchronization, so
+  it can be captured in a CUDA graph (a Triton kernel on CUDA GPUs) and a decode step can replay
+  as one full graph.
 """
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from . import decode_kernel
+
+
+def _write_cache(
+    key: Tensor, value: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor
+) -> None:
+    batch, tokens = positions.shape
+    kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
+    slots = positions.unsqueeze(-1).unsqueeze(-1).expand(batch, tokens, kv_heads, head_dim)
+    k_cache.scatter_(1, slots, key.reshape(batch, tokens, kv_heads, head_dim))
+    v_cache.scatter_(1, slots, value.reshape(batch, tokens, kv_heads, head_dim))
+
+
+def _attend(
+    query: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor, length: int, out: Tensor
+) -> None:
+    """Token ``t`` of sequence ``b`` attends to cache slots ``0..positions[b, t]`` of the first
+    `length` positions; math in float32."""
+    batch, tokens = positions.shape
+    head_dim = k_cache.shape[3]
+    heads = query.shape[-1] // head_dim
+    keys = k_cache[:batch, :length].transpose(1, 2)  # [batch, kv_heads, length, head_dim]
+    values = v_cache[:batch, :length].transpose(1, 2)
+    q = query.reshape(batch, tokens, heads, head_dim).transpose(1, 2)
+    mask = torch.arange(length, device=q.device)[None, :] <= positions[:, :, None]
+    result = F.scaled_dot_product_attention(
+        q.float(), keys.float(), values.float(), attn_mask=mask[:, None], enable_gqa=True
+    )
+    out.copy_(result.transpose(1, 2).reshape(out.shape))
 
 
 # cudagraph_unsafe: the attended length is read on the host (.item()), which a CUDA graph
@@ -27,30 +66,61 @@ def attention(
 ) -> None:
     """Causal attention of ``[batch * tokens, heads * head_dim]`` queries over the cache.
 
-    `positions` is ``[batch, tokens]``: token ``t`` of sequence ``b`` is stored at cache slot
-    ``positions[b, t]`` and attends to slots ``0..positions[b, t]``. Caches are
-    ``[batch, max_positions, kv_heads, head_dim]``.
+    `positions` is ``[batch, tokens]``: token ``t`` of sequence ``b`` is stored at cache
+    position ``positions[b, t]`` of slot ``b`` and attends to positions ``0..positions[b, t]``.
     """
-    batch, tokens = positions.shape
-    kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
-    heads = query.shape[-1] // head_dim
-    k = key.view(batch, tokens, kv_heads, head_dim)
-    v = value.view(batch, tokens, kv_heads, head_dim)
-    slots = positions.unsqueeze(-1).unsqueeze(-1).expand(batch, tokens, kv_heads, head_dim)
-    k_cache.scatter_(1, slots, k)
-    v_cache.scatter_(1, slots, v)
-    length = int(positions.max().item()) + 1
-    keys = k_cache[:, :length].transpose(1, 2)  # [batch, kv_heads, length, head_dim]
-    values = v_cache[:, :length].transpose(1, 2)
-    q = query.view(batch, tokens, heads, head_dim).transpose(1, 2)
-    mask = torch.arange(length, device=q.device)[None, :] <= positions[:, :, None]
-    result = F.scaled_dot_product_attention(
-        q.float(), keys.float(), values.float(), attn_mask=mask[:, None], enable_gqa=True
-    )
-    out.copy_(result.transpose(1, 2).reshape(batch * tokens, heads * head_dim))
+    _write_cache(key, value, k_cache, v_cache, positions)
+    _attend(query, k_cache, v_cache, positions, int(positions.max().item()) + 1, out)
 
 
 @attention.register_fake
+def _(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    positions: Tensor,
+    out: Tensor,
+) -> None:
+    return None
+
+
+@torch.library.custom_op("ir_stack::decode_attention", mutates_args=("k_cache", "v_cache", "out"))
+def decode_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    positions: Tensor,
+    out: Tensor,
+) -> None:
+    """`attention` for one token per sequence (``positions`` is ``[batch, 1]``), without host
+    synchronization: it attends over every cache position under a mask (reference
+    implementation; CUDA GPUs run a Triton kernel that stops at each sequence's length)."""
+    _write_cache(key, value, k_cache, v_cache, positions)
+    _attend(query, k_cache, v_cache, positions, k_cache.shape[1], out)
+
+
+@decode_attention.register_kernel("cuda")
+def _(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    positions: Tensor,
+    out: Tensor,
+) -> None:
+    _write_cache(key, value, k_cache, v_cache, positions)
+    if decode_kernel.supports(query, k_cache, positions, out):
+        decode_kernel.decode_attention(query, k_cache, v_cache, positions, out)
+    else:
+        _attend(query, k_cache, v_cache, positions, k_cache.shape[1], out)
+
+
+@decode_attention.register_fake
 def _(
     query: Tensor,
     key: Tensor,

@@ -1,11 +1,14 @@
 """A Llama-style decoder written with IR ops, with random weights from a seed.
 
 Norms are `rms_norm` and, on the residual stream, `fused_add_rms_norm.maybe_inplace`; the MLP
-uses `silu_and_mul`; positions go through `rotary_embedding`; attention is the splitting op
-``torch.ops.ir_stack.attention`` over a KV cache.
+uses `silu_and_mul`; positions go through `rotary_embedding`; attention is a splitting op over
+a KV cache: ``torch.ops.ir_stack.decode_attention`` (capturable) for one token per sequence,
+``torch.ops.ir_stack.attention`` otherwise. With ``quantization="fp8"`` the linear layers of the
+decoder take fp8 inputs quantized with a static scale (`Fp8Linear`), calibrated at construction.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -13,7 +16,8 @@ from torch import Tensor, nn
 from ir_spec import ops
 from ir_spec.catalog.rotary import make_cos_sin_cache
 
-from .attention import attention as _attention  # noqa: F401  (registers the op)
+from . import attention as _attention  # noqa: F401  (registers the ops)
+from .quant import Fp8Linear
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,18 @@ class LlamaConfig:
     num_kv_heads: int = 2
     max_positions: int = 128
     rms_norm_eps: float = 1e-6
+    #: "fp8": the decoder's linear layers use fp8 weights and statically quantized inputs
+    quantization: Literal["fp8"] | None = None
+
+    def __post_init__(self) -> None:
+        if self.quantization not in (None, "fp8"):
+            raise ValueError(
+                f"LlamaConfig.quantization: got {self.quantization!r}; expected None or 'fp8'"
+            )
+
+    def with_fp8(self) -> "LlamaConfig":
+        """This configuration with fp8 linear layers."""
+        return replace(self, quantization="fp8")
 
     @property
     def head_dim(self) -> int:
@@ -79,7 +95,12 @@ class DecoderLayer(nn.Module):
         q, k, v = self.qkv(hidden).split([q_size, kv_size, kv_size], dim=-1)
         q, k = ops.rotary_embedding(positions.reshape(-1), q, k, c.head_dim, cos_sin_cache, True)
         out = torch.empty_like(q)
-        torch.ops.ir_stack.attention(q, k, v.contiguous(), k_cache, v_cache, positions, out)
+        attend = (
+            torch.ops.ir_stack.decode_attention
+            if positions.shape[1] == 1
+            else torch.ops.ir_stack.attention
+        )
+        attend(q, k, v.contiguous(), k_cache, v_cache, positions, out)
         hidden, residual = ops.fused_add_rms_norm.maybe_inplace(
             self.o_proj(out), residual, self.post_attention_norm, c.rms_norm_eps
         )
@@ -108,9 +129,27 @@ class LlamaModel(nn.Module):
             make_cos_sin_cache(config.max_positions, config.head_dim),
             persistent=False,
         )
+        if config.quantization == "fp8":
+            self._quantize_fp8(seed)
+
+    def _quantize_fp8(self, seed: int) -> None:
+        for layer in self.layers:
+            for name in ("qkv", "o_proj", "gate_up", "down"):
+                setattr(layer, name, Fp8Linear(getattr(layer, name).weight))
+        linears = [m for m in self.modules() if isinstance(m, Fp8Linear)]
+        for m in linears:
+            m.calibrating = True
+        prompt_length = min(16, self.config.max_positions)
+        generator = torch.Generator().manual_seed(seed + 1)
+        ids = torch.randint(0, self.config.vocab_size, (2, prompt_length), generator=generator)
+        with torch.no_grad():
+            self(ids, torch.arange(prompt_length).repeat(2, 1), self.new_kv_cache(2))
+        for m in linears:
+            m.freeze_input_scale()
 
     def new_kv_cache(self, batch: int) -> list[tuple[Tensor, Tensor]]:
-        """Empty key and value caches for `batch` sequences, one pair per layer."""
+        """Empty key and value caches for `batch` sequence slots, one pair per layer; a call
+        of ``n <= batch`` sequences uses slots ``0..n-1``."""
         c = self.config
         shape = (batch, c.max_positions, c.num_kv_heads, c.head_dim)
         param = self.final_norm
