@@ -205,5 +205,5 @@ def bench(session: nox.Session) -> None:
     install_packages(session, PACKAGES)
     session.install("liger-kernel==0.8.5", "matplotlib>=3.7")
     out = str(ROOT / "benchmarks" / "results")
-    session.run("python", "benchmarks/kernels/bench_kernels.py", "--out", out, "--repeat", "2")
+    session.run("python", "-m", "ir_stack.bench.kernels", "--out", out, "--repeat", "2")
     session.run("python", "benchmarks/passes/peak_memory.py", "--out", out)

@@ -119,7 +119,14 @@ def test_fp8_model_is_close_to_full_precision_and_fuses_when_compiled() -> None:
         reference = full(ids, positions, full.new_kv_cache(2))
         eager = quantized(ids, positions, quantized.new_kv_cache(2))
         config = ir_stack.Config(passes=ir_passes.PassConfig(force_fusion=True))
-        compiled = ir_stack.compile(quantized, config)(ids, positions, quantized.new_kv_cache(2))
+        # the passes must run here, not be served from an earlier run's Inductor cache
+        with (
+            torch._inductor.config.patch(fx_graph_cache=False),
+            torch._functorch.config.patch(enable_autograd_cache=False),
+        ):
+            compiled = ir_stack.compile(quantized, config)(
+                ids, positions, quantized.new_kv_cache(2)
+            )
     # fp8 (3 mantissa bits) on every linear input: a few percent of the logits' range
     assert (eager - reference).abs().max() < 0.2 * reference.abs().max()
     torch.testing.assert_close(compiled, eager, atol=1e-4, rtol=1e-4)
@@ -142,3 +149,24 @@ def test_bad_quantization_is_refused() -> None:
         LlamaConfig(quantization="int4")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="multiples of 16"):
         Fp8Linear(torch.randn(24, 20))
+
+
+def test_plain_torch_model_is_the_same_model_without_ir_ops() -> None:
+    ir_model = LlamaModel(TINY.with_fp8()).eval()
+    plain = LlamaModel(TINY.with_fp8(), plain_torch=True).eval()
+    ids = torch.randint(0, TINY.vocab_size, (2, 5), generator=torch.Generator().manual_seed(3))
+    positions = torch.arange(5).repeat(2, 1)
+    graphs: list[torch.fx.GraphModule] = []
+
+    def capture(gm: torch.fx.GraphModule, example_inputs: object) -> object:
+        graphs.append(gm)
+        return gm
+
+    with torch.no_grad(), ir_dispatch.priority({op.name: ["native"] for op in ops}):
+        expected = ir_model(ids, positions, ir_model.new_kv_cache(2))
+        got = torch.compile(plain, backend=capture, fullgraph=True)(
+            ids, positions, plain.new_kv_cache(2)
+        )
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    targets = {str(n.target) for gm in graphs for n in gm.graph.nodes}
+    assert not any(t.startswith("ir.") for t in targets)

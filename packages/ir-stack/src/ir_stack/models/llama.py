@@ -7,8 +7,10 @@ a KV cache: ``torch.ops.ir_stack.decode_attention`` (capturable) for one token p
 decoder take fp8 inputs quantized with a static scale (`Fp8Linear`), calibrated at construction.
 """
 
+import types
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -64,12 +66,30 @@ ONE_B = LlamaConfig(
 )
 
 
+class NativeCall:
+    """An op's native function, callable as ``op(...)`` and ``op.maybe_inplace(...)``."""
+
+    def __init__(self, native: Callable[..., Any]) -> None:
+        self.native = native
+        self.maybe_inplace = native
+
+    def __call__(self, *args: Any) -> Any:
+        return self.native(*args)
+
+
+#: Stands in for ``ir_spec.ops`` in a model built with ``plain_torch=True``: each op's native
+#: function called directly, as a model written without ir-spec would be. Stock
+#: ``torch.compile`` then sees plain PyTorch code, which Inductor fuses as it sees fit.
+PLAIN_TORCH_OPS = types.SimpleNamespace(**{op.name: NativeCall(op.native) for op in ops})
+
+
 class DecoderLayer(nn.Module):
     """Attention and MLP blocks around the residual stream."""
 
-    def __init__(self, config: LlamaConfig) -> None:
+    def __init__(self, config: LlamaConfig, op_namespace: Any = ops) -> None:
         super().__init__()
         self.config = config
+        self.ops = op_namespace
         h, hd = config.hidden_size, config.head_dim
         self.input_norm = nn.Parameter(torch.ones(h))
         self.post_attention_norm = nn.Parameter(torch.ones(h))
@@ -88,12 +108,14 @@ class DecoderLayer(nn.Module):
         v_cache: Tensor,
     ) -> tuple[Tensor, Tensor]:
         c = self.config
-        hidden, residual = ops.fused_add_rms_norm.maybe_inplace(
+        hidden, residual = self.ops.fused_add_rms_norm.maybe_inplace(
             hidden, residual, self.input_norm, c.rms_norm_eps
         )
         q_size, kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
         q, k, v = self.qkv(hidden).split([q_size, kv_size, kv_size], dim=-1)
-        q, k = ops.rotary_embedding(positions.reshape(-1), q, k, c.head_dim, cos_sin_cache, True)
+        q, k = self.ops.rotary_embedding(
+            positions.reshape(-1), q, k, c.head_dim, cos_sin_cache, True
+        )
         out = torch.empty_like(q)
         attend = (
             torch.ops.ir_stack.decode_attention
@@ -101,21 +123,30 @@ class DecoderLayer(nn.Module):
             else torch.ops.ir_stack.attention
         )
         attend(q, k, v.contiguous(), k_cache, v_cache, positions, out)
-        hidden, residual = ops.fused_add_rms_norm.maybe_inplace(
+        hidden, residual = self.ops.fused_add_rms_norm.maybe_inplace(
             self.o_proj(out), residual, self.post_attention_norm, c.rms_norm_eps
         )
-        return self.down(ops.silu_and_mul(self.gate_up(hidden))), residual
+        return self.down(self.ops.silu_and_mul(self.gate_up(hidden))), residual
 
 
 class LlamaModel(nn.Module):
-    """Token ids ``[batch, tokens]`` and positions -> logits ``[batch * tokens, vocab]``."""
+    """Token ids ``[batch, tokens]`` and positions -> logits ``[batch * tokens, vocab]``.
 
-    def __init__(self, config: LlamaConfig = TINY, *, seed: int = 0) -> None:
+    ``plain_torch=True`` builds the same model (same weights for the same seed) calling the ops'
+    native functions directly instead of IR ops: the baseline for stock ``torch.compile``.
+    """
+
+    def __init__(
+        self, config: LlamaConfig = TINY, *, seed: int = 0, plain_torch: bool = False
+    ) -> None:
         super().__init__()
         self.config = config
+        self.ops: Any = PLAIN_TORCH_OPS if plain_torch else ops
         generator = torch.Generator().manual_seed(seed)
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, self.ops) for _ in range(config.num_layers)
+        )
         self.final_norm = nn.Parameter(torch.ones(config.hidden_size))
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         with torch.no_grad():
@@ -135,7 +166,7 @@ class LlamaModel(nn.Module):
     def _quantize_fp8(self, seed: int) -> None:
         for layer in self.layers:
             for name in ("qkv", "o_proj", "gate_up", "down"):
-                setattr(layer, name, Fp8Linear(getattr(layer, name).weight))
+                setattr(layer, name, Fp8Linear(getattr(layer, name).weight, self.ops))
         linears = [m for m in self.modules() if isinstance(m, Fp8Linear)]
         for m in linears:
             m.calibrating = True
@@ -169,7 +200,7 @@ class LlamaModel(nn.Module):
         cache = self.cos_sin_cache.to(hidden.dtype)
         for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
             hidden, residual = layer(hidden, residual, positions, cache, k_cache, v_cache)
-        hidden, _ = ops.fused_add_rms_norm.maybe_inplace(
+        hidden, _ = self.ops.fused_add_rms_norm.maybe_inplace(
             hidden, residual, self.final_norm, self.config.rms_norm_eps
         )
         logits: Tensor = self.lm_head(hidden)

@@ -6,6 +6,8 @@ which is the pattern ir-passes fuses (``rms_norm_static_quant_fp8``,
 product is ``torch._scaled_mm``.
 """
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 
@@ -19,14 +21,16 @@ class Fp8Linear(nn.Module):
     The fp8 weight and the float32 scales are stored as raw bits (uint8 and int32 buffers,
     viewed back on use) so that ``model.to(dtype)`` casts the activations' dtype but leaves
     them alone. The input scale is set by `observe` / `freeze_input_scale` (calibration).
+    `op_namespace` provides ``static_quant_fp8`` (``ir_spec.ops`` unless a plain-torch model).
     """
 
     weight_bits: Tensor
     weight_scale_bits: Tensor
     input_scale_bits: Tensor
 
-    def __init__(self, weight: Tensor) -> None:
+    def __init__(self, weight: Tensor, op_namespace: Any = ops) -> None:
         super().__init__()
+        self.ops = op_namespace
         out_features, in_features = weight.shape
         if in_features % 16 or out_features % 16:
             raise ValueError(
@@ -79,7 +83,7 @@ class Fp8Linear(nn.Module):
         shape = x.shape
         if x.dim() != 2:  # only reshape when needed: a view between norm and quant blocks fusion
             x = x.reshape(-1, shape[-1])
-        xq = ops.static_quant_fp8(x, self.input_scale)
+        xq = self.ops.static_quant_fp8(x, self.input_scale)
         y = torch._scaled_mm(
             xq, self.weight.t(), self.input_scale, self.weight_scale, out_dtype=x.dtype
         )

@@ -1,0 +1,277 @@
+"""Kernel benchmark: provider kernels against the memory-bandwidth ceiling and the anchors.
+
+For each op and shape (bf16; tokens x hidden, the gated ops at their intermediate sizes) it
+times, in one process: our providers, Inductor's kernel for the native function (compiled per
+shape), ``F.rms_norm`` where it applies and Liger-Kernel where it applies (if importable). Each
+is timed by replaying a CUDA graph (``triton.testing.do_bench_cudagraph``) and plainly
+(``do_bench``). It reports microseconds, GB/s of minimum memory traffic (bytes the op must read
+plus bytes it must write) and that as a fraction of the device-to-device copy bandwidth measured
+in the same run (1 GiB copy, bytes read + written). It also times an empty Triton kernel
+replayed in a graph, the floor for decode sizes.
+
+Usage (on a GPU): ``ir-stack bench --only kernels`` or ``python -m ir_stack.bench.kernels --out
+DIR [--ops a,b] [--quick]``. Results: ``DIR/kernels-<card>.json``, one record per (op, provider,
+shape), written after each op; `ir_stack.bench.kernel_report` turns it into a table and a plot.
+"""
+
+import argparse
+import json
+import math
+import platform
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import triton
+from triton.testing import do_bench, do_bench_cudagraph
+
+from ir_spec import SampleSpec, ops
+from ir_spec.testing import sample_inputs
+
+PROVIDER_PACKAGES = ("ir_kernels_triton", "ir_kernels_cuda")
+
+
+def import_providers() -> list[str]:
+    """Import the provider packages present (entry points need an installed distribution)."""
+    import importlib
+
+    found = []
+    for name in PROVIDER_PACKAGES:
+        try:
+            importlib.import_module(name)
+            found.append(name)
+        except ImportError as err:
+            print(f"provider package {name} not importable: {err}")
+    return found
+
+
+TOKENS = [1, 16, 128, 1024, 4096, 16384]
+HIDDEN = [2048, 4096, 8192]
+INTERMEDIATE = {2048: 5632, 4096: 14336, 8192: 28672}
+GATED = {"silu_and_mul", "gelu_and_mul", "silu_and_mul_static_quant_fp8"}
+QUANTILES = [0.2, 0.5, 0.8]
+
+
+@triton.jit
+def _empty_kernel() -> None:
+    pass
+
+
+def copy_bandwidth() -> float:
+    """GB/s of a 1 GiB device-to-device copy, bytes read + written."""
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+
+    def copy() -> None:
+        dst.copy_(src)
+
+    ms = float(do_bench(copy, warmup=50, rep=400))
+    return 2 * (1 << 30) / (ms * 1e-3) / 1e9
+
+
+def empty_kernel_us() -> float:
+    """Replayed time of an empty Triton kernel: the floor for decode sizes."""
+    return float(do_bench_cudagraph(lambda: _empty_kernel[(1,)](), rep=50)) * 1e3
+
+
+def min_traffic_bytes(op: Any, args: tuple[Any, ...], outs: tuple[torch.Tensor, ...]) -> int:
+    """Bytes the op must move: every input it reads (only the gathered rows of a rotary cache)
+    and every output it writes."""
+    names = list(op.signature.parameters)
+    total = 0
+    for name, value in zip(names, args, strict=True):
+        if not isinstance(value, torch.Tensor):
+            continue
+        if name == "cos_sin_cache":
+            positions = args[names.index("positions")]
+            total += positions.numel() * value.shape[-1] * value.element_size()
+        else:
+            total += value.numel() * value.element_size()
+    return total + sum(o.numel() * o.element_size() for o in outs)
+
+
+def anchors(op: Any, args: tuple[Any, ...]) -> dict[str, Callable[[], Any]]:
+    """The functions users would otherwise run for this op and arguments."""
+    compiled: Callable[..., Any] = torch.compile(op.native, dynamic=False, fullgraph=True)
+    found: dict[str, Callable[[], Any]] = {"inductor": lambda: compiled(*args)}
+    if op.name == "rms_norm":
+        x, w, eps, _ = args
+        found["F.rms_norm"] = lambda: F.rms_norm(x, (x.shape[-1],), w, eps)
+    try:
+        if op.name == "rms_norm":
+            from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+            x, w, eps, _ = args
+            found["liger"] = lambda: LigerRMSNormFunction.apply(x, w, eps, 0.0, "llama", False)
+        elif op.name == "fused_add_rms_norm":
+            from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
+
+            x, r, w, eps, _ = args
+            found["liger"] = lambda: LigerFusedAddRMSNormFunction.apply(x, r, w, eps)
+        elif op.name == "silu_and_mul":
+            from liger_kernel.ops.swiglu import LigerFusedGateUpSiLUMulFunction
+
+            (x,) = args
+            found["liger"] = lambda: LigerFusedGateUpSiLUMulFunction.apply(x)
+    except ImportError:
+        pass
+    return found
+
+
+def _bound(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
+    return lambda: fn(*args)
+
+
+def timed(fn: Callable[[], Any], quick: bool) -> dict[str, float]:
+    """Median and 20/80 % quantiles of `fn`, replayed in a CUDA graph and plainly (µs)."""
+    fn()
+    torch.cuda.synchronize()
+    graph = do_bench_cudagraph(fn, rep=10 if quick else 25, quantiles=QUANTILES)
+    plain = do_bench(fn, warmup=5, rep=10 if quick else 25, quantiles=QUANTILES)
+    return {
+        "us_graph": graph[1] * 1e3,
+        "us_graph_p20": graph[0] * 1e3,
+        "us_graph_p80": graph[2] * 1e3,
+        "us_plain": plain[1] * 1e3,
+        "us_plain_p20": plain[0] * 1e3,
+        "us_plain_p80": plain[2] * 1e3,
+    }
+
+
+def bench_op(
+    name: str,
+    providers: list[str],
+    tokens: list[int],
+    hidden: list[int],
+    copy_gbps: float,
+    quick: bool,
+) -> list[dict[str, Any]]:
+    """Every provider and anchor of op `name` at every shape; one record each."""
+    op = getattr(ops, name)
+    records: list[dict[str, Any]] = []
+    for h in hidden:
+        width = INTERMEDIATE[h] if name in GATED else h
+        for t in tokens:
+            spec = SampleSpec(
+                batch_shape=(t,),
+                hidden_size=width,
+                dtype=torch.bfloat16,
+                device="cuda",
+                seed=t + width,
+            )
+            args = sample_inputs(op, spec)
+            outs = op.native(*args)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            traffic = min_traffic_bytes(op, args, outs)
+            candidates: dict[str, Callable[[], Any]] = {}
+            for p in providers:
+                impl = op.impls.get(p)
+                if impl is not None and impl.supported and impl.accepts(args):
+                    candidates[p] = _bound(impl.fn, args)
+            candidates.update(anchors(op, args))
+            for label, fn in candidates.items():
+                try:
+                    stats = timed(fn, quick)
+                except Exception as err:  # an anchor that fails must not stop the run
+                    print(f"  {name} {label} t={t} h={width}: {type(err).__name__}: {err}")
+                    continue
+                gbps = traffic / (stats["us_graph"] * 1e-6) / 1e9
+                records.append(
+                    {
+                        "op": name,
+                        "provider": label,
+                        "tokens": t,
+                        "hidden": width,
+                        "dtype": "bfloat16",
+                        "bytes": traffic,
+                        **stats,
+                        "gbps_graph": gbps,
+                        "fraction_of_copy": gbps / copy_gbps,
+                        "gbps_plain": traffic / (stats["us_plain"] * 1e-6) / 1e9,
+                    }
+                )
+            best = min(
+                (r for r in records if r["tokens"] == t and r["hidden"] == width),
+                key=lambda r: float(r["us_graph"]),
+                default=None,
+            )
+            if best is not None:
+                print(
+                    f"  {name:36s} t={t:6d} h={width:6d} best={best['provider']:10s} "
+                    + " ".join(
+                        f"{r['provider']}={r['us_graph']:.2f}us/{r['fraction_of_copy']:.2f}"
+                        for r in records
+                        if r["tokens"] == t and r["hidden"] == width
+                    ),
+                    flush=True,
+                )
+    return records
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the grid; exit code 0 when every timing is finite."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--ops", default=",".join(o.name for o in ops))
+    parser.add_argument("--providers", default="triton,cuda")
+    parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    parser.add_argument("--hidden", default=",".join(map(str, HIDDEN)))
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--tag", default="")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the whole grid this many times (run-to-run spread)",
+    )
+    a = parser.parse_args(argv)
+    for option in (
+        "recompile_limit",
+        "cache_size_limit",
+        "accumulated_recompile_limit",
+        "accumulated_cache_size_limit",
+    ):
+        if hasattr(torch._dynamo.config, option):
+            setattr(torch._dynamo.config, option, 100000)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    print("providers:", import_providers())
+    card = torch.cuda.get_device_name()
+    copy_gbps = copy_bandwidth()
+    empty_us = empty_kernel_us()
+    print(f"{card}: copy {copy_gbps:.0f} GB/s, empty Triton kernel replayed {empty_us:.2f} us")
+    meta = {
+        "card": card,
+        "copy_gbps": copy_gbps,
+        "empty_triton_kernel_us_graph": empty_us,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "quick": a.quick,
+    }
+    slug = card.replace(" ", "-").replace("/", "-")
+    path = a.out / f"kernels-{slug}{a.tag}.json"
+    a.out.mkdir(parents=True, exist_ok=True)
+    records: list[dict[str, Any]] = []
+    for run in range(a.repeat):
+        for name in a.ops.split(","):
+            start = time.time()
+            new = bench_op(
+                name,
+                a.providers.split(","),
+                [int(t) for t in a.tokens.split(",")],
+                [int(h) for h in a.hidden.split(",")],
+                copy_gbps,
+                a.quick,
+            )
+            records += [{**r, "run": run} for r in new]
+            path.write_text(json.dumps({"meta": meta, "records": records}, indent=1))
+            print(f"run {run} {name}: {time.time() - start:.0f} s", flush=True)
+    return 0 if records and all(math.isfinite(r["us_graph"]) for r in records) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
