@@ -17,6 +17,7 @@ import ir_dispatch  # noqa: F401  (installs the dispatcher)
 import ir_piecewise
 from ir_piecewise import CompilationConfig, CUDAGraphMode, counters
 from ir_piecewise.pieces import mutated_inputs
+from ir_spec import ops
 
 sys.path.insert(0, str(Path(__file__).parent))
 from toy_model import SPLITTING_OPS, ToyModel
@@ -235,3 +236,27 @@ def test_graph_structure_ignores_names_but_not_code_or_constants() -> None:
     sigmoid = torch.fx.symbolic_trace(lambda x: (x * 2.0).sigmoid())
     relu = torch.fx.symbolic_trace(lambda x: (x * 2.0).relu())
     assert graph_structure(sigmoid) != graph_structure(relu)
+
+
+class RotaryProjection(torch.nn.Module):
+    """Rotary embedding of a split projection: the reshape of a strided view in the native
+    rotary is where a size-1 hint used to specialize the compiled code to one token."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(64, 128, bias=False)
+        self.register_buffer("cache", torch.randn(32, 16))
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        q, k = self.proj(x).split([64, 64], dim=-1)
+        q, k = ops.rotary_embedding(positions, q, k, 16, self.cache, True)
+        return q + k
+
+
+def test_first_call_of_one_token_compiles_code_for_every_size(tmp_path: Path) -> None:
+    model = RotaryProjection().eval()
+    compiled = ir_piecewise.compile(model, config(tmp_path))
+    with torch.no_grad():
+        for n in (1, 4, 1, 9):
+            x, positions = torch.randn(n, 64), torch.randint(0, 32, (n,))
+            torch.testing.assert_close(compiled(x, positions), model(x, positions), **TOL)

@@ -115,7 +115,11 @@ class PiecewiseCompiled:
 
     def _trace(self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]) -> Any:
         for name, dim in dynamic:
-            torch._dynamo.mark_dynamic(bound.arguments[name], dim)
+            value = bound.arguments[name]
+            # a size-1 hint lets Inductor decide layouts as if the size were always 1 (a
+            # reshape becomes a view, say); compile as if for 2 tokens, which fits every size
+            hint = None if value.shape[dim] >= 2 else 2
+            torch._dynamo.mark_dynamic(value, dim, hint_override=hint)
         # a first call of 1 token must not specialize the token dim to 1
         self.backend.expecting_trace = True
         try:
