@@ -1,8 +1,12 @@
 """The ir-stack command."""
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -33,3 +37,37 @@ def test_explain_one_op_and_all() -> None:
     done = run("explain")
     assert done.returncode == 0, done.stderr
     assert "silu_and_mul" in done.stdout
+
+
+def test_bench_without_gpu_skips_kernels() -> None:
+    done = run("bench", "--only", "kernels", "--out", "unused")
+    assert done.returncode == 0, done.stderr
+    assert "kernels: skipped, they run on a CUDA GPU only" in done.stdout
+
+
+def test_e2e_benchmark_writes_json_markdown_and_plot(tmp_path: Path) -> None:
+    from ir_stack.bench import e2e
+
+    modes = "eager native,eager best kernels,torch.compile,ir_stack"
+    status = e2e.main(
+        ["--out", str(tmp_path), "--model", "tiny", "--batches", "1,3", "--prefill", "8",
+         "--context", "8", "--iters", "1", "--modes", modes, "--skip-startup"]
+    )  # fmt: skip
+    assert status == 0
+    result = json.loads((tmp_path / "e2e-tiny-cpu.json").read_text())
+    cells = {(r["mode"], r["workload"]) for r in result["rows"]}
+    assert cells == {
+        (m, w) for m in modes.split(",") for w in ("decode b=1", "decode b=3", "prefill 8")
+    }
+    assert all(r["max_abs_error"] < 1e-4 for r in result["rows"])
+    table = (tmp_path / "e2e-tiny-cpu.md").read_text()
+    assert "| ir_stack |" in table
+    assert (tmp_path / "e2e-tiny-cpu.png").stat().st_size > 0
+
+
+def test_e2e_benchmark_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    from ir_stack.bench import e2e
+
+    with pytest.raises(SystemExit):
+        e2e.main(["--out", "x", "--modes", "eager native,warp drive"])
+    assert "--modes: unknown ['warp drive']" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The ``ir-stack`` command: ``demo`` (the main job) and ``explain [OP]``."""
+"""The ``ir-stack`` command: ``demo`` (the main job), ``explain [OP]`` and ``bench``."""
 
 import argparse
 import sys
@@ -17,8 +17,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("demo", help="run the tiny model in every mode and compare them")
     explain = commands.add_parser("explain", help="which implementation each op uses, and why")
     explain.add_argument("op", nargs="?", help="one op (default: all)")
+    commands.add_parser(
+        "bench",
+        help="kernel and end-to-end benchmarks (JSON, markdown, plots); see ir-stack bench -h",
+        add_help=False,
+    )
     # --ir-op-priority.<op>=... flags are read by Config.load, not by argparse
-    args, _ = parser.parse_known_args([a for a in argv if not a.startswith("--ir-op-priority")])
+    args, rest = parser.parse_known_args([a for a in argv if not a.startswith("--ir-op-priority")])
+    if args.command != "bench" and rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
     config = Config.load(argv)
     config.apply()
     console = Console()
@@ -26,6 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .demo import main as demo
 
         return demo(console)
+    if args.command == "bench":
+        from .bench import main as bench
+
+        return bench(rest, console)
     import ir_dispatch
     from ir_dispatch.report import providers_table
 

@@ -12,8 +12,8 @@ import ir_piecewise
 
 from .config import Config
 
-#: the splitting op of the reference models
-ATTENTION_OPS = ("ir_stack::attention",)
+#: the splitting ops of the reference models
+ATTENTION_OPS = ("ir_stack::attention", "ir_stack::decode_attention")
 
 
 class PiecewisePerLength:

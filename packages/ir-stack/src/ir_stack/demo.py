@@ -117,7 +117,12 @@ def main(console: Console | None = None) -> int:
             if name == "ir_stack.compile":
                 forward = compiled = ReportingForward(ir_passes.compile(model))
             elif name == piecewise_name:
-                graphs = CUDAGraphMode.PIECEWISE if device.type == "cuda" else CUDAGraphMode.NONE
+                # decode steps replay as one graph (capturable attention), prefill piecewise
+                graphs = (
+                    CUDAGraphMode.FULL_AND_PIECEWISE
+                    if device.type == "cuda"
+                    else CUDAGraphMode.NONE
+                )
                 piecewise = Config(piecewise=CompilationConfig(cudagraph_mode=graphs))
                 forward = compiled = ReportingForward(compile(model, piecewise))
             # a first run outside the timing: Dynamo/Inductor and Triton compile there

@@ -134,15 +134,29 @@ class LlamaModel(nn.Module):
 
     ``plain_torch=True`` builds the same model (same weights for the same seed) calling the ops'
     native functions directly instead of IR ops: the baseline for stock ``torch.compile``.
+    `device` builds the weights there (random numbers from a generator on that device, so a
+    model built on a GPU differs from one built on the CPU with the same seed).
     """
 
     def __init__(
-        self, config: LlamaConfig = TINY, *, seed: int = 0, plain_torch: bool = False
+        self,
+        config: LlamaConfig = TINY,
+        *,
+        seed: int = 0,
+        plain_torch: bool = False,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
         self.config = config
         self.ops: Any = PLAIN_TORCH_OPS if plain_torch else ops
-        generator = torch.Generator().manual_seed(seed)
+        device = torch.device(device or "cpu")
+        generator = torch.Generator(device=device).manual_seed(seed)
+        with device:
+            self._build(config, generator)
+            if config.quantization == "fp8":
+                self._quantize_fp8(seed)
+
+    def _build(self, config: LlamaConfig, generator: torch.Generator) -> None:
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
             DecoderLayer(config, self.ops) for _ in range(config.num_layers)
@@ -160,8 +174,6 @@ class LlamaModel(nn.Module):
             make_cos_sin_cache(config.max_positions, config.head_dim),
             persistent=False,
         )
-        if config.quantization == "fp8":
-            self._quantize_fp8(seed)
 
     def _quantize_fp8(self, seed: int) -> None:
         for layer in self.layers:
@@ -171,18 +183,23 @@ class LlamaModel(nn.Module):
         for m in linears:
             m.calibrating = True
         prompt_length = min(16, self.config.max_positions)
-        generator = torch.Generator().manual_seed(seed + 1)
-        ids = torch.randint(0, self.config.vocab_size, (2, prompt_length), generator=generator)
+        device = self.final_norm.device
+        generator = torch.Generator(device=device).manual_seed(seed + 1)
+        ids = torch.randint(
+            0, self.config.vocab_size, (2, prompt_length), generator=generator, device=device
+        )
         with torch.no_grad():
-            self(ids, torch.arange(prompt_length).repeat(2, 1), self.new_kv_cache(2))
+            positions = torch.arange(prompt_length, device=device).repeat(2, 1)
+            self(ids, positions, self.new_kv_cache(2))
         for m in linears:
             m.freeze_input_scale()
 
-    def new_kv_cache(self, batch: int) -> list[tuple[Tensor, Tensor]]:
-        """Empty key and value caches for `batch` sequence slots, one pair per layer; a call
-        of ``n <= batch`` sequences uses slots ``0..n-1``."""
+    def new_kv_cache(self, batch: int, positions: int | None = None) -> list[tuple[Tensor, Tensor]]:
+        """Zeroed key and value caches for `batch` sequence slots of `positions` positions
+        (default: ``max_positions``), one pair per layer; a call of ``n <= batch`` sequences
+        uses slots ``0..n-1``."""
         c = self.config
-        shape = (batch, c.max_positions, c.num_kv_heads, c.head_dim)
+        shape = (batch, positions or c.max_positions, c.num_kv_heads, c.head_dim)
         param = self.final_norm
         return [
             (

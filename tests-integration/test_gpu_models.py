@@ -1,0 +1,123 @@
+"""The reference model on a CUDA GPU: piecewise and full CUDA graphs at every batch size 1..64
+(padding included) agree with eager native; fp8 fusions fire with the default kernels; the
+demo runs; a converted transformers model agrees. Skipped without a GPU (run through the device
+tool, see benchmarks/gpu/)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import ir_dispatch
+import ir_kernels_triton  # noqa: F401  (the Triton providers, also when run from source)
+import ir_passes
+import ir_stack
+from ir_piecewise import CompilationConfig, CUDAGraphMode, counters
+from ir_spec import ops
+from ir_stack.models import TINY, LlamaModel
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+SLOTS = 64
+NATIVE = {op.name: ["native"] for op in ops}
+
+
+def random_cache(model: LlamaModel, generator: torch.Generator) -> list[tuple[torch.Tensor, ...]]:
+    cache = model.new_kv_cache(SLOTS)
+    for k, v in cache:
+        k.normal_(generator=generator)
+        v.normal_(generator=generator)
+    return cache
+
+
+def copy_cache(cache: list[tuple[torch.Tensor, ...]]) -> list[tuple[torch.Tensor, ...]]:
+    return [tuple(t.clone() for t in pair) for pair in cache]
+
+
+@pytest.mark.parametrize("mode", [CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL_AND_PIECEWISE])
+def test_cuda_graphs_agree_with_eager_native_at_every_batch_size(
+    mode: CUDAGraphMode, tmp_path: Path
+) -> None:
+    model = LlamaModel(TINY, device="cuda").to(torch.bfloat16).eval()
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    compiled_cache = random_cache(model, generator)
+    native_cache = copy_cache(compiled_cache)
+    config = ir_stack.Config(piecewise=CompilationConfig(cudagraph_mode=mode, cache_dir=tmp_path))
+    compiled = ir_stack.compile(model, config)
+    counters.reset()
+    worst = 0.0
+    with torch.no_grad():
+        # decode, first call at batch 1 (the traced size); then prefills of 5 tokens
+        for batch, tokens in [(b, 1) for b in range(1, SLOTS + 1)] + [(1, 5), (3, 5), (7, 5)]:
+            ids = torch.randint(0, TINY.vocab_size, (batch, tokens), device="cuda")
+            start = torch.randint(0, TINY.max_positions - tokens, (batch, 1), device="cuda")
+            positions = start + torch.arange(tokens, device="cuda")
+            got = compiled(ids, positions, compiled_cache).float()
+            with ir_dispatch.priority(NATIVE):
+                expected = model(ids, positions, native_cache).float()
+            error = float((got - expected).abs().max())
+            worst = max(worst, error)
+            assert error < 0.1 * float(expected.abs().max()), (batch, tokens, error)
+    captured = counters.num_cudagraph_captured
+    # decode sizes pad to 1, 2, 4, 8, 16, 32, 48, 64: one graph each (FULL) or one per piece
+    assert captured >= 8
+    if mode is CUDAGraphMode.FULL_AND_PIECEWISE:
+        assert captured < 8 + 4 * (TINY.num_layers + 1)  # decode whole, prefill piecewise
+    print(f"{mode.name}: worst |error| {worst:.3g}, {captured} graphs captured")
+
+
+def test_fp8_model_fuses_with_the_default_kernels_on_gpu() -> None:
+    model = LlamaModel(TINY.with_fp8(), device="cuda").to(torch.bfloat16).eval()
+    ids = torch.randint(0, TINY.vocab_size, (4, 9), device="cuda")
+    positions = torch.arange(9, device="cuda").repeat(4, 1)
+    with torch.no_grad():
+        eager = model(ids, positions, model.new_kv_cache(4)).float()
+        with (
+            torch._inductor.config.patch(fx_graph_cache=False),
+            torch._functorch.config.patch(enable_autograd_cache=False),
+        ):
+            compiled = ir_stack.compile(model)(ids, positions, model.new_kv_cache(4)).float()
+    report = ir_passes.last_report()
+    assert report.fusions["fused_add_rms_norm+static_quant_fp8"] == 2 * TINY.num_layers
+    assert report.fusions["silu_and_mul+static_quant_fp8"] == TINY.num_layers
+    assert (compiled - eager).abs().max() < 0.05 * eager.abs().max()
+
+
+def test_demo_runs_on_gpu_with_cuda_graphs() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ir_stack.cli", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "COLUMNS": "200"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    assert "piecewise + CUDA graphs" in done.stdout
+    assert "all modes agree" in done.stdout
+    print(done.stdout)
+
+
+def test_converted_transformers_model_agrees_on_gpu() -> None:
+    transformers = pytest.importorskip("transformers")
+    from ir_stack.models import convert_hf_model
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
+    model = transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
+    ids = torch.randint(0, 256, (2, 17), device="cuda")
+    with torch.no_grad():
+        before = model(ids).logits.float()
+        convert_hf_model(model)
+        after = model(ids).logits.float()
+    assert (after - before).abs().max() < 0.05 * before.abs().max()
