@@ -5,6 +5,6 @@ set -u
 out=$1; shift
 source benchmarks/gpu/env.sh
 python3 -c "import transformers; print('transformers', transformers.__version__)" 2>&1 | tail -1
-python3 -m pytest -q -p no:cacheprovider -s tests-integration/test_gpu_models.py \
+timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider -s tests-integration/test_gpu_models.py \
   packages/ir-piecewise/tests/test_cudagraphs_gpu.py 2>&1 | tee "$out/stack-gpu-tests.log" | tail -25
-python3 -m ir_stack.bench.e2e --out "$out" "$@" 2>&1 | tee "$out/e2e.log" | tail -40
+timeout "${E2E_TIMEOUT:-420}" python3 -m ir_stack.bench.e2e --out "$out" "$@" 2>&1 | tee "$out/e2e.log" | tail -40

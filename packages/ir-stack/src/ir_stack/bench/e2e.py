@@ -237,8 +237,13 @@ class FullGraphCeiling:
         return entry[1]
 
 
-def run_modes(args: argparse.Namespace, setup: Setup) -> list[dict[str, Any]]:
-    """Time every mode on every workload; errors are against eager native."""
+def run_modes(
+    args: argparse.Namespace,
+    setup: Setup,
+    mode_done: Callable[[list[dict[str, Any]]], None] = lambda rows: None,
+) -> list[dict[str, Any]]:
+    """Time every mode on every workload (errors are against eager native); `mode_done` gets
+    the rows so far after each mode."""
     on_cuda = setup.device.type == "cuda"
     modes = [m for m in args.modes.split(",") if on_cuda or "CUDA graph" not in m]
     model = build_model(setup)
@@ -281,6 +286,7 @@ def run_modes(args: argparse.Namespace, setup: Setup) -> list[dict[str, Any]]:
                 rows.append(row)
                 print(f"{mode:>30} {w.name:>14} {ms:9.3f} ms  err {row['max_abs_error']:.3g}")
             print(f"{mode}: {time.perf_counter() - started:.0f} s", flush=True)
+            mode_done(rows)
     return rows
 
 
@@ -362,8 +368,8 @@ def run_startup(args: argparse.Namespace, cache_root: Path) -> dict[str, Any]:
 
 
 def merge_previous(result: dict[str, Any], path: Path) -> None:
-    """Add the rows of an earlier result at `path` (same model, device and sizes) for modes
-    this run did not time, and its startup if this run skipped it."""
+    """Fill `result`'s rows and startup from an earlier result at `path` (same model, device
+    and sizes); the caller replaces the rows of the modes it runs again."""
     if not path.exists():
         return
     previous = json.loads(path.read_text())
@@ -373,12 +379,8 @@ def merge_previous(result: dict[str, Any], path: Path) -> None:
             f"--append: {path} holds a run of another model, device or size; expected the same "
             f"{', '.join(same)}"
         )
-    ran = {r["mode"] for r in result["rows"]}
-    result["rows"] = [r for r in previous["rows"] if r["mode"] not in ran] + result["rows"]
-    order = {m: i for i, m in enumerate(MODES)}
-    result["rows"].sort(key=lambda r: order.get(r["mode"], len(order)))
-    if result["startup"] is None:
-        result["startup"] = previous.get("startup")
+    result["rows"] = [r for r in previous["rows"] if r["mode"] in MODES]
+    result["startup"] = previous.get("startup")
 
 
 def device_slug(device: torch.device) -> str:
@@ -480,33 +482,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="ir-stack-e2e-") as tmp:
-        start = None if args.skip_startup else run_startup(args, Path(tmp) / "startup")
-        # the timed ir_stack modes reuse what the startup runs compiled (same code)
-        args.cache = Path(tmp) / "startup" / "ir-piecewise"
-        setup = build_setup(args, device)
-        rows = run_modes(args, setup)
-    result = {
+    stem = args.out / f"e2e-{args.model}{'-fp8' if args.fp8 else ''}-{device_slug(device)}"
+    result: dict[str, Any] = {
         "model": args.model + (" fp8" if args.fp8 else ""),
-        "config": dataclasses.asdict(setup.config),
+        "config": dataclasses.asdict(model_config(args)),
         "device": (
             torch.cuda.get_device_name()
             if device.type == "cuda"
             else f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
         ),
-        "dtype": str(setup.dtype).removeprefix("torch."),
+        "dtype": "bfloat16" if device.type == "cuda" else "float32",
         "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "iters": args.iters,
         "context": args.context,
-        "rows": rows,
-        "startup": start,
+        "rows": [],
+        "startup": None,
     }
-    stem = args.out / f"e2e-{args.model}{'-fp8' if args.fp8 else ''}-{device_slug(device)}"
+    previous = dict(result)
     if args.append:
-        merge_previous(result, stem.with_suffix(".json"))
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    stem.with_suffix(".md").write_text(markdown(result))
+        merge_previous(previous, stem.with_suffix(".json"))
+
+    def write(rows: list[dict[str, Any]]) -> None:  # after each mode: a killed run keeps some
+        done = {m["mode"] for m in rows}
+        kept = [r for r in previous["rows"] if r["mode"] not in done]
+        result["rows"] = sorted(kept + rows, key=lambda r: MODES.index(r["mode"]))
+        result["startup"] = result["startup"] or previous["startup"]
+        stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
+        stem.with_suffix(".md").write_text(markdown(result))
+
+    with tempfile.TemporaryDirectory(prefix="ir-stack-e2e-") as tmp:
+        if not args.skip_startup:
+            result["startup"] = run_startup(args, Path(tmp) / "startup")
+        # the timed ir_stack modes reuse what the startup runs compiled (same code)
+        args.cache = Path(tmp) / "startup" / "ir-piecewise"
+        write(run_modes(args, build_setup(args, device), write))
     try:
         plot(result, stem.with_suffix(".png"))
     except ImportError:
