@@ -6,8 +6,6 @@ read on the host, so the kernel can be captured in a CUDA graph.
 """
 
 import math
-from typing import Any
-
 from torch import Tensor
 
 try:
@@ -39,24 +37,24 @@ if triton is not None:
 
     @triton.jit
     def _decode_attention_kernel(
-        q_ptr: Any,
-        k_ptr: Any,
-        v_ptr: Any,
-        pos_ptr: Any,
-        out_ptr: Any,
-        stride_q: int,
-        stride_kb: int,
-        stride_kp: int,
-        stride_kh: int,
-        stride_vb: int,
-        stride_vp: int,
-        stride_vh: int,
-        stride_pos: int,
-        scale: float,
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        pos_ptr,
+        out_ptr,
+        stride_q,
+        stride_kb,
+        stride_kp,
+        stride_kh,
+        stride_vb,
+        stride_vp,
+        stride_vh,
+        stride_pos,
+        scale,
         HEADS_PER_KV: tl.constexpr,
         HEAD_DIM: tl.constexpr,
         BLOCK: tl.constexpr,
-    ) -> None:
+    ):
         seq = tl.program_id(0)
         head = tl.program_id(1)
         num_heads = tl.num_programs(1)
