@@ -6,6 +6,7 @@ read on the host, so the kernel can be captured in a CUDA graph.
 """
 
 import math
+
 from torch import Tensor
 
 try:
