@@ -90,6 +90,8 @@ for dtype, (batch, heads, kv_heads, head_dim, max_pos) in [
     v_cache = torch.randn_like(k_cache)
     positions = torch.randint(0, max_pos, (batch, 1))
     positions[0, 0] = max_pos - 1
+    if batch > 1:
+        positions[1, 0] = -1  # a padding row
     expected, out = torch.empty_like(q), torch.empty_like(q)
     _attend(q, k_cache, v_cache, positions, max_pos, expected)
     assert decode_kernel.supports(q, k_cache, positions, out)
@@ -170,3 +172,21 @@ def test_plain_torch_model_is_the_same_model_without_ir_ops() -> None:
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
     targets = {str(n.target) for gm in graphs for n in gm.graph.nodes}
     assert not any(t.startswith("ir.") for t in targets)
+
+
+@pytest.mark.parametrize("op_name", ["attention", "decode_attention"])
+def test_rows_with_negative_positions_write_nothing(op_name: str) -> None:
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 64), torch.randn(3, 32), torch.randn(3, 32)
+    k_cache, v_cache = torch.randn(4, 16, 2, 16), torch.randn(4, 16, 2, 16)
+    before = (k_cache.clone(), v_cache.clone())
+    out = torch.empty_like(q)
+    positions = torch.tensor([[5], [-1], [7]])  # row 1 is padding
+    getattr(torch.ops.ir_stack, op_name)(q, k, v, k_cache, v_cache, positions, out)
+    for cache, old, new in ((k_cache, before[0], k), (v_cache, before[1], v)):
+        torch.testing.assert_close(cache[1], old[1], atol=0, rtol=0)
+        torch.testing.assert_close(cache[0, 5], new[0].view(2, 16), atol=0, rtol=0)
+        torch.testing.assert_close(cache[2, 7], new[2].view(2, 16), atol=0, rtol=0)
+        changed = (cache != old).any(dim=(2, 3)).nonzero().tolist()
+        assert changed == [[0, 5], [2, 7]]
+    assert torch.isfinite(out).all()

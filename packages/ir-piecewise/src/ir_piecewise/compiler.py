@@ -30,6 +30,8 @@ class PiecewiseCompiled:
     skip guard evaluation (or, with ``check_guards``, raise `RecompileError` where a guard
     fails). With CUDA graphs, a call of ``n <= max_capture_size`` tokens is padded to the next
     capture size, and outputs are sliced back; captured outputs are valid until the next call.
+    Padding rows hold `pad_values` where given (say, -1 positions that a cache write skips),
+    else what earlier calls left there (zeros at first).
     """
 
     def __init__(
@@ -37,11 +39,19 @@ class PiecewiseCompiled:
         fn: Callable[..., Any],
         config: CompilationConfig,
         dynamic_arg_dims: DynamicArgDims | None,
+        pad_values: Mapping[str, float] | None = None,
     ) -> None:
         self.fn = fn
         self.config = config
         self.signature = inspect.signature(fn.forward if isinstance(fn, nn.Module) else fn)
         self.dynamic_arg_dims = _check_dims(self.signature, dynamic_arg_dims)
+        self.pad_values = dict(pad_values or {})
+        for name in self.pad_values:
+            if name not in self.signature.parameters:
+                raise ValueError(
+                    f"pad_values: unknown argument {name!r}; expected one of "
+                    f"{list(self.signature.parameters)}"
+                )
         self.backend = PiecewiseBackend(config)
         options: dict[str, Any] = {}
         if not config.check_guards:
@@ -165,6 +175,8 @@ class PiecewiseCompiled:
                 buffer = torch.zeros(shape, dtype=value.dtype, device=value.device)
                 buffers[name] = buffer
             buffer.narrow(dim, 0, size).copy_(value)
+            if name in self.pad_values and padded > size:
+                buffer.narrow(dim, size, padded - size).fill_(self.pad_values[name])
             bound.arguments[name] = buffer
 
     def _run_flat(self, *flat: Any) -> Any:
@@ -208,6 +220,7 @@ def compile(
     config: CompilationConfig | None = None,
     *,
     dynamic_arg_dims: DynamicArgDims | None = None,
+    pad_values: Mapping[str, float] | None = None,
 ) -> PiecewiseCompiled:
     """Compile `fn_or_module` piecewise.
 
@@ -216,5 +229,10 @@ def compile(
         config: what to split at, compile and capture (default `CompilationConfig()`).
         dynamic_arg_dims: argument name -> dim (or dims) of the token dimension; default: dim 0
             of every tensor argument. All must have the same size in a call.
+        pad_values: argument name -> value of the padding rows added for CUDA graphs (e.g.
+            ``{"positions": -1}`` for a model whose cache writes skip negative positions);
+            arguments not named keep what earlier calls left in their padding rows.
     """
-    return PiecewiseCompiled(fn_or_module, config or CompilationConfig(), dynamic_arg_dims)
+    return PiecewiseCompiled(
+        fn_or_module, config or CompilationConfig(), dynamic_arg_dims, pad_values
+    )

@@ -92,9 +92,7 @@ def graph_structure(gm: fx.GraphModule) -> str:
         if node.op == "get_attr":
             value = _fetch_attr(gm, node.target)
             target = (
-                hashlib.sha256(
-                    value.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy()
-                ).hexdigest()
+                hashlib.sha256(_tensor_bytes(value)).hexdigest()
                 if isinstance(value, Tensor)
                 else f"{node.target}:{value!r}"
             )
@@ -104,6 +102,12 @@ def graph_structure(gm: fx.GraphModule) -> str:
         kwargs = _canonical(node.kwargs, index)
         lines.append(f"{node.op} {target} {args} {kwargs}")
     return "\n".join(lines)
+
+
+def _tensor_bytes(value: Tensor) -> bytes:
+    # a fresh copy so the storage holds exactly this tensor's elements
+    exact = value.detach().cpu().contiguous().clone().view(-1).view(torch.uint8)
+    return bytes(exact.untyped_storage()) + repr((value.dtype, tuple(value.shape))).encode()
 
 
 def _callable_name(target: Any) -> str:

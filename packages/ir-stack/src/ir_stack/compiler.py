@@ -34,7 +34,11 @@ class PiecewisePerLength:
         compiled = self.by_length.get(tokens)
         if compiled is None:
             compiled = ir_piecewise.compile(
-                self.model, self.config, dynamic_arg_dims={"input_ids": 0, "positions": 0}
+                self.model,
+                self.config,
+                dynamic_arg_dims={"input_ids": 0, "positions": 0},
+                # padding rows write nothing into the KV cache (their slots may be in use)
+                pad_values={"positions": -1},
             )
             self.by_length[tokens] = compiled
         return compiled(input_ids, positions, kv_cache)

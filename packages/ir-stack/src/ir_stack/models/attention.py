@@ -23,18 +23,25 @@ from . import decode_kernel
 def _write_cache(
     key: Tensor, value: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor
 ) -> None:
+    """Store each token's key and value at its position in its sequence's slot; rows with a
+    negative position (padding) store nothing: they write back what their target holds, which
+    keeps the op free of host synchronization (no masked indexing)."""
     batch, tokens = positions.shape
     kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
-    slots = positions.unsqueeze(-1).unsqueeze(-1).expand(batch, tokens, kv_heads, head_dim)
-    k_cache.scatter_(1, slots, key.reshape(batch, tokens, kv_heads, head_dim))
-    v_cache.scatter_(1, slots, value.reshape(batch, tokens, kv_heads, head_dim))
+    valid = (positions >= 0).reshape(batch, tokens, 1, 1)
+    index = positions.clamp(min=0).reshape(batch, tokens, 1, 1).expand(-1, -1, kv_heads, head_dim)
+    for new, cache in ((key, k_cache), (value, v_cache)):
+        new = new.reshape(batch, tokens, kv_heads, head_dim)
+        cache.scatter_(1, index, torch.where(valid, new, cache.gather(1, index)))
 
 
 def _attend(
     query: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor, length: int, out: Tensor
 ) -> None:
     """Token ``t`` of sequence ``b`` attends to cache slots ``0..positions[b, t]`` of the first
-    `length` positions; math in float32."""
+    `length` positions (padding rows, with negative positions, to position 0); math in
+    float32."""
+    positions = positions.clamp(min=0)
     batch, tokens = positions.shape
     head_dim = k_cache.shape[3]
     heads = query.shape[-1] // head_dim
@@ -68,6 +75,7 @@ def attention(
 
     `positions` is ``[batch, tokens]``: token ``t`` of sequence ``b`` is stored at cache
     position ``positions[b, t]`` of slot ``b`` and attends to positions ``0..positions[b, t]``.
+    Rows with negative positions are padding: they write nothing to the caches.
     """
     _write_cache(key, value, k_cache, v_cache, positions)
     _attend(query, k_cache, v_cache, positions, int(positions.max().item()) + 1, out)

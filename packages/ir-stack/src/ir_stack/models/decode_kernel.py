@@ -60,7 +60,8 @@ if triton is not None:
         head = tl.program_id(1)
         num_heads = tl.num_programs(1)
         kv_head = head // HEADS_PER_KV
-        length = tl.load(pos_ptr + seq * stride_pos).to(tl.int32) + 1
+        # padding rows (negative positions) attend to position 0
+        length = tl.maximum(tl.load(pos_ptr + seq * stride_pos).to(tl.int32), 0) + 1
         d = tl.arange(0, HEAD_DIM)
         q = tl.load(q_ptr + seq * stride_q + head * HEAD_DIM + d).to(tl.float32) * scale
         k_base = k_ptr + seq * stride_kb + kv_head * stride_kh
