@@ -275,3 +275,18 @@ def test_zero_tokens() -> None:
         out = op(*args)
         for o in out if isinstance(out, tuple) else (out,):
             assert o.shape[0] == 0
+
+
+def test_cheap_fakes_match_native_layouts_for_permuted_inputs() -> None:
+    """The fakes of rms_norm, the gated activations and rotary build outputs without running
+    the native math; opcheck compares their layouts with the real outputs'."""
+    torch.manual_seed(0)
+    permuted = torch.randn(3, 2, 64).transpose(0, 1)  # dense, not row-major
+    weight = torch.randn(64)
+    torch.library.opcheck(ops.rms_norm.torch_op.default, (permuted, weight, 1e-6, None))
+    torch.library.opcheck(ops.silu_and_mul.torch_op.default, (permuted,))
+    torch.library.opcheck(ops.gelu_and_mul.torch_op.default, (permuted, "tanh"))
+    positions = torch.randint(0, 16, (2, 3))
+    cache = torch.randn(16, 16)
+    args = (positions, permuted, permuted.clone(), 16, cache, True)
+    torch.library.opcheck(ops.rotary_embedding.torch_op.default, args)

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -18,6 +19,17 @@ def silu_and_mul(x: Tensor) -> Tensor:
     """``silu(x[..., :d]) * x[..., d:]`` with ``d = x.shape[-1] // 2``, in float32, one rounding."""
     d = x.shape[-1] // 2
     return (F.silu(x[..., :d].float()) * x[..., d:].float()).to(x.dtype)
+
+
+def _gated_output(x: Tensor) -> Tensor:
+    # elementwise over a half of x: empty_like infers the same dense layout as the native
+    # computation, without running it (a cheap fake keeps tracing fast)
+    return torch.empty_like(x[..., : x.shape[-1] // 2])
+
+
+@silu_and_mul.register_fake
+def _silu_and_mul_fake(x: Tensor) -> Tensor:
+    return _gated_output(x)
 
 
 @silu_and_mul.register_checker
@@ -39,6 +51,11 @@ def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
     d = x.shape[-1] // 2
     gate = F.gelu(x[..., :d].float(), approximate=approximate)
     return (gate * x[..., d:].float()).to(x.dtype)
+
+
+@gelu_and_mul.register_fake
+def _gelu_and_mul_fake(x: Tensor, approximate: str = "none") -> Tensor:
+    return _gated_output(x)
 
 
 @gelu_and_mul.register_checker

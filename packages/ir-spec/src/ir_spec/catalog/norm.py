@@ -29,6 +29,14 @@ def rms_norm(
     return out.to(x.dtype)
 
 
+@rms_norm.register_fake
+def _rms_norm_fake(
+    x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
+) -> Tensor:
+    # elementwise from x: x's layout where x is dense, row-major otherwise (as empty_like does)
+    return torch.empty_like(x)
+
+
 @rms_norm.register_checker
 def _check_rms_norm(x: Any, weight: Any, epsilon: Any, variance_size: Any = None) -> None:
     checks.activation("rms_norm", "x", x)

@@ -275,7 +275,7 @@ def run_modes(
                         continue
                     error = float((out.float() - reference[w.name]).abs().max())
                     ms = time_ms(step, setup.device, args.iters)
-                row = {
+                row: dict[str, Any] = {
                     "mode": mode,
                     "workload": w.name,
                     "batch": w.batch,
@@ -285,6 +285,13 @@ def run_modes(
                 }
                 rows.append(row)
                 print(f"{mode:>30} {w.name:>14} {ms:9.3f} ms  err {row['max_abs_error']:.3g}")
+            if mode == "torch.compile reduce-overhead":
+                # Inductor skips CUDA graphs for some graphs (mutated inputs such as the KV
+                # cache, ops tagged cudagraph_unsafe) and counts it
+                skips = int(torch._dynamo.utils.counters["inductor"]["cudagraph_skips"])
+                for row in rows:
+                    if row["mode"] == mode:
+                        row["cudagraph_skips"] = skips
             print(f"{mode}: {time.perf_counter() - started:.0f} s", flush=True)
             mode_done(rows)
     return rows
@@ -423,6 +430,13 @@ def markdown(result: dict[str, Any]) -> str:
             cells.append("-" if r is None else f"{r['ms']:.3f} ({r['max_abs_error']:.2g})")
         lines.append(f"| {mode} | " + " | ".join(cells) + " |")
     lines.append("")
+    skips = next((r["cudagraph_skips"] for r in rows if "cudagraph_skips" in r), None)
+    if skips:
+        lines += [
+            f"torch.compile reduce-overhead skipped CUDA graphs for {skips} compiled graph(s) "
+            "(Inductor's `cudagraph_skips` counter: the KV cache is an input it mutates).",
+            "",
+        ]
     lines += target_lines(table, workloads)
     start = result.get("startup")
     if start:
