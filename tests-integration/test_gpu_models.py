@@ -20,6 +20,13 @@ from ir_spec import ops
 from ir_stack.models import TINY, LlamaModel
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo() -> None:
+    torch._dynamo.reset()  # the same forward is compiled by several tests
+
+
 SLOTS = 64
 NATIVE = {op.name: ["native"] for op in ops}
 

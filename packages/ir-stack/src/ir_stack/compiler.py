@@ -41,7 +41,12 @@ class PiecewisePerLength:
                 pad_values={"positions": -1},
             )
             self.by_length[tokens] = compiled
-        return compiled(input_ids, positions, kv_cache)
+        out = compiled(input_ids, positions, kv_cache)
+        # logits are [batch * tokens, vocab]: rows of padding sequences come last
+        rows = int(input_ids.shape[0]) * tokens
+        if isinstance(out, Tensor) and out.dim() > 0 and out.shape[0] > rows:
+            out = out[:rows]
+        return out
 
 
 def compile(model: Callable[..., Any], config: Config | None = None) -> Callable[..., Any]:

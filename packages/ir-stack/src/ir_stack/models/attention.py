@@ -78,7 +78,29 @@ def attention(
     Rows with negative positions are padding: they write nothing to the caches.
     """
     _write_cache(key, value, k_cache, v_cache, positions)
-    _attend(query, k_cache, v_cache, positions, int(positions.max().item()) + 1, out)
+    batch, tokens = positions.shape
+    expected = torch.arange(tokens, device=positions.device)
+    # one host synchronization for both: the attended length, and whether every sequence is a
+    # whole prompt 0..tokens-1 (then causal attention over the new keys alone, flash kernels)
+    last, scattered = torch.stack([positions.max(), (positions != expected).sum()]).tolist()
+    if scattered == 0:
+        _attend_prompts(query, key, value, batch, k_cache.shape[3], out)
+    else:
+        _attend(query, k_cache, v_cache, positions, int(last) + 1, out)
+
+
+def _attend_prompts(
+    query: Tensor, key: Tensor, value: Tensor, batch: int, head_dim: int, out: Tensor
+) -> None:
+    """Causal attention of whole prompts (positions ``0..tokens-1``) over their own keys, in
+    the activations' dtype, so SDPA can pick a flash kernel."""
+    tokens = query.shape[0] // batch
+    q, k, v = (
+        t.reshape(batch, tokens, t.shape[-1] // head_dim, head_dim).transpose(1, 2)
+        for t in (query, key, value)
+    )
+    result = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    out.copy_(result.transpose(1, 2).reshape(out.shape))
 
 
 @attention.register_fake
