@@ -168,3 +168,22 @@ def test_graph_cache_hit_reports_that_post_grad_passes_did_not_run(tmp_path: Any
     assert warm.functionalized == 3
     assert not warm.passes_ran
     assert not warm.selected_impls
+
+
+def test_selection_key_is_computed_once_per_selection_state(monkeypatch: Any) -> None:
+    from ir_passes import inductor
+
+    computed: list[int] = []
+    real = inductor._compute_selection_key
+    monkeypatch.setattr(inductor, "_compute_selection_key", lambda c: computed.append(1) or real(c))
+    config = ir_passes.PassConfig(fuse=False, lower=True)
+    inductor._selection_keys.clear()
+    first = [ir_passes.selection_key(config) for _ in range(5)]
+    assert len(set(first)) == 1
+    assert len(computed) == 1  # every call of a compiled function asks; one computation
+    with ir_dispatch.priority(fused_add_rms_norm=["t_inplace"]):
+        scoped = ir_passes.selection_key(config)
+    assert scoped != first[0]  # a scoped priority is part of the state
+    assert len(computed) == 2
+    assert ir_passes.selection_key(config) == first[0]
+    assert len(computed) == 2

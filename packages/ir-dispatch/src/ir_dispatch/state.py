@@ -148,6 +148,16 @@ def set_batch_invariant(enabled: bool) -> None:
     changed()
 
 
+def selection_state() -> tuple[Any, ...]:
+    """A cheap, hashable value that differs whenever a selection may differ: the generation
+    (bumped by priority, registration, stats and batch-invariant changes) and this context's
+    scoped overlay. Callers that derive something costly from the selection (a compile cache
+    key) can keep it per value."""
+    scope = _SCOPE.get()
+    overlay = tuple(sorted(scope.overlay.items())) if scope is not None else ()
+    return (_State.generation, overlay)
+
+
 def batch_invariant() -> bool:
     """Whether batch-invariant mode is on (``IR_BATCH_INVARIANT=1`` or `set_batch_invariant`)."""
     return _State.batch_invariant

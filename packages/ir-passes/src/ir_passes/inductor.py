@@ -7,6 +7,7 @@ the source of these passes, so Inductor's graph cache reuses a compilation exact
 these changed.
 """
 
+import functools
 import hashlib
 import inspect
 import logging
@@ -33,6 +34,15 @@ logger = logging.getLogger("ir_passes")
 _SOURCES = sorted(Path(__file__).parent.glob("*.py"))
 
 
+@functools.cache
+def _sources_hash() -> str:
+    h = hashlib.sha256()
+    for source in _SOURCES:
+        h.update(source.read_bytes())
+    return h.hexdigest()
+
+
+@functools.cache
 def _impl_hash(fn: Any) -> str:
     try:
         return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
@@ -40,11 +50,26 @@ def _impl_hash(fn: Any) -> str:
         return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
+_selection_keys: dict[tuple[Any, ...], str] = {}
+
+
 def selection_key(config: PassConfig) -> str:
-    """Everything that changes what the passes produce, as one hash."""
+    """Everything that changes what the passes produce, as one hash.
+
+    Called on every call of a `compile`d function, so it is kept per
+    ``ir_dispatch.selection_state()`` (which changes with every priority, registration or mode
+    change) and recomputed only then.
+    """
+    state = (config.key(), ir_dispatch.selection_state(), ir_dispatch.batch_invariant())
+    key = _selection_keys.get(state)
+    if key is None:
+        key = _selection_keys[state] = _compute_selection_key(config)
+    return key
+
+
+def _compute_selection_key(config: PassConfig) -> str:
     h = hashlib.sha256(config.key().encode())
-    for source in _SOURCES:
-        h.update(source.read_bytes())
+    h.update(_sources_hash().encode())
     with ir_dispatch.mode(ir_dispatch.INDUCTOR):
         for op in sorted(ops, key=lambda o: o.name):
             h.update(f"{op.name}:{ir_dispatch.effective_priority(op)}".encode())
