@@ -2,8 +2,9 @@
 
 Both write the new keys and values into the caches and the attention output into `out` (all
 three mutated, nothing returned). Caches are ``[slots, max_positions, kv_heads, head_dim]``;
-a call of ``batch <= slots`` sequences uses slots ``0..batch-1``, so a call padded to a capture
-size writes its padding rows into unused slots.
+a call of ``batch <= slots`` sequences uses slots ``0..batch-1``. Rows with negative positions
+are padding (``ir_stack.compile`` pads calls to CUDA graph sizes with position -1): they write
+nothing into the caches, so the slots they stand on may belong to live sequences.
 
 - ``torch.ops.ir_stack.attention``: any number of tokens per sequence; reads the attended
   length on the host, so it is tagged ``cudagraph_unsafe`` and runs eagerly between captured
