@@ -31,6 +31,7 @@ BIG = 64 * 2**20  # tokens x hidden from which the bandwidth targets apply
 
 def load(path: Path) -> tuple[dict[str, Any], dict[tuple[str, int, int], dict[str, list[Any]]]]:
     data = json.loads(path.read_text())
+    data["meta"].setdefault("runs", 1 + max((r.get("run", 0) for r in data["records"]), default=0))
     grouped: dict[tuple[str, int, int], dict[str, list[Any]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -61,8 +62,9 @@ def markdown(meta: dict[str, Any], grouped: dict[Any, dict[str, list[Any]]]) -> 
         "the minimum traffic (inputs read once + outputs written); `frac` is that over the "
         f"device copy bandwidth measured in the same run: **{meta['copy_gbps']:.0f} GB/s** "
         "(1 GiB device-to-device copy, read + write). Empty Triton kernel replayed: "
-        f"**{meta['empty_triton_kernel_us_graph']:.2f} µs**. Each shape ran twice; the faster "
-        "run is shown, `spread` is the run-to-run difference of our kernel.",
+        f"**{meta['empty_triton_kernel_us_graph']:.2f} µs**. Each shape ran "
+        f"{meta.get('runs', 2)} time(s); the fastest run is shown, `spread` is the run-to-run "
+        "difference of our kernel.",
         "",
     ]
     summary = {"shapes": 0, "lost": 0, "targets_met": 0, "targets": 0, "decode_met": 0, "decode": 0}
