@@ -40,7 +40,7 @@ TEST_EXTRAS: dict[str, list[str]] = {
     # Triton's interpreter (kernels on CPU) needs numpy, which triton does not declare
     "ir-kernels-triton": ["numpy"],
     # the Hugging Face converter is tested on randomly initialised transformers models
-    "ir-stack": ["numpy", "transformers>=4.56", "matplotlib>=3.7"],
+    "ir-stack": ["transformers>=4.56", "matplotlib>=3.7"],
 }
 #: Environment per package's test session.
 TEST_ENV: dict[str, dict[str, str]] = {"ir-kernels-triton": {"TRITON_INTERPRET": "1"}}
