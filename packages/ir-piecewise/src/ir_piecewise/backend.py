@@ -15,7 +15,7 @@ from .config import CompilationConfig, CUDAGraphMode
 from .counters import counters
 from .cudagraphs import GraphPool
 from .pieces import CompiledPiece, placeholder_values
-from .split import Piece, split_graph
+from .split import split_graph
 
 logger = logging.getLogger("ir_piecewise")
 
@@ -68,7 +68,6 @@ class PiecewiseBackend:
     def __init__(self, config: CompilationConfig) -> None:
         self.config = config
         self.graph_pool = GraphPool()
-        self.pieces: list[Piece] = []
         #: True when the whole forward may be captured (every splitting op is capturable).
         self.full_graph_capturable = True
         #: set by `PiecewiseCompiled` while it traces with the dynamic dims marked.
@@ -80,7 +79,6 @@ class PiecewiseBackend:
         config = self.config
         counters.num_graphs_seen += 1
         split, pieces = split_graph(gm, config.splitting_op_names)
-        self.pieces = pieces
         counters.num_piecewise_graphs_seen += len(pieces)
         compiled = [p for p in pieces if not p.is_splitting]
         counters.num_piecewise_capturable_graphs_seen += len(compiled)

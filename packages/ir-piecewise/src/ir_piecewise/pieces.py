@@ -229,13 +229,15 @@ class CompiledPiece:
         return int(value) if dim is None else int(value.shape[dim])
 
     def _run_compiled(self, *args: Any) -> Any:
-        out = self._select(args)(*args)
+        return self._run_sized(self.size_of(args), args)
+
+    def _run_sized(self, size: int | None, args: tuple[Any, ...]) -> Any:
+        out = self._select(size, args)(*args)
         if self.single_output and isinstance(out, tuple | list):
             return out[0]
         return out
 
-    def _select(self, args: tuple[Any, ...]) -> Callable[..., Any]:
-        size = self.size_of(args)
+    def _select(self, size: int | None, args: tuple[Any, ...]) -> Callable[..., Any]:
         if size is None:
             return self.by_range[0][2]
         if size in self.config.compile_sizes:
@@ -260,7 +262,7 @@ class CompiledPiece:
             and any(isinstance(a, Tensor) and a.is_cuda for a in args)
         ):
             return self.cudagraphs(size, *args)
-        return self._run_compiled(*args)
+        return self._run_sized(size, args)
 
 
 def _load_artifact(path: Path) -> Callable[..., Any]:
