@@ -210,3 +210,26 @@ def test_replaced_dispatcher_is_loud() -> None:
     ir_dispatch.install()
     ir_dispatch.set_priority(rms_norm=["t_one"])
     assert value_of(ops.rms_norm(*args())) == 1.0
+
+
+def test_explain_shows_why_a_provider_is_unsupported() -> None:
+    def ident(
+        x: torch.Tensor,
+        weight: torch.Tensor | None,
+        epsilon: float,
+        variance_size: int | None = None,
+    ) -> torch.Tensor:
+        return x
+
+    ops.rms_norm.register_impl(
+        "t_no_toolkit", supported=False, unsupported_reason="no CUDA toolkit (nvcc) found"
+    )(ident)
+    try:
+        ir_dispatch.set_priority(rms_norm=["t_no_toolkit"])
+        explanation = ir_dispatch.explain("rms_norm", *args())
+        verdict = next(v for v in explanation if v.provider == "t_no_toolkit")
+        assert verdict.verdict is Verdict.NOT_SUPPORTED
+        assert "no CUDA toolkit (nvcc) found" in str(explanation)
+    finally:
+        ir_dispatch.set_priority()
+        ops.rms_norm.unregister_impl("t_no_toolkit")

@@ -92,7 +92,7 @@ def _static_verdict(impl: Impl | None, provider: str) -> tuple[Verdict, str] | N
     if provider in disabled_providers():
         return Verdict.DISABLED, "listed in IR_DISABLE_PROVIDERS"
     if not impl.supported:
-        return Verdict.NOT_SUPPORTED, "registered with supported=False"
+        return Verdict.NOT_SUPPORTED, impl.unsupported_reason or "registered with supported=False"
     if _State.batch_invariant and not impl.batch_invariant:
         return Verdict.NOT_BATCH_INVARIANT, "batch-invariant mode is on"
     return None

@@ -20,6 +20,8 @@ class Impl:
         inplace: the function may overwrite its activation inputs and return them.
         batch_invariant: a row's result never depends on the other rows of the batch.
         op_name: the op this implements.
+        unsupported_reason: why ``supported`` is False (no GPU, no toolkit, a failed build),
+            shown by the dispatcher's explanations.
     """
 
     provider: str
@@ -29,6 +31,7 @@ class Impl:
     inplace: bool = False
     batch_invariant: bool = False
     op_name: str = ""
+    unsupported_reason: str = ""
 
     def accepts(self, args: tuple[Any, ...]) -> bool:
         """Whether `supports_args` (if any) accepts these normalized positional arguments."""

@@ -224,12 +224,14 @@ class IrOp:
         supports_args: Callable[..., bool] | None = None,
         inplace: bool = False,
         batch_invariant: bool = False,
+        unsupported_reason: str = "",
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator registering `fn` as provider `provider`'s implementation of this op.
 
         The function and `supports_args` must take exactly the native function's parameters.
         `inplace=True` (only on ops with ``allow_inplace``) says the function may overwrite its
-        activation inputs and return them.
+        activation inputs and return them. With ``supported=False``, `unsupported_reason` says
+        why (explanations show it).
         """
         check_identifier("provider", provider)
         if provider in RESERVED_PROVIDERS:
@@ -275,6 +277,7 @@ class IrOp:
                 inplace=inplace,
                 batch_invariant=batch_invariant,
                 op_name=self.name,
+                unsupported_reason="" if supported else unsupported_reason,
             )
             logger.debug(
                 "ir.%s: registered provider %r (supported=%s, inplace=%s, batch_invariant=%s)",
