@@ -1,8 +1,12 @@
-"""ir-kernels-cuda: Provider cuda: hand-written CUDA kernels for ir-spec ops, built on first use.
+"""ir-kernels-cuda: provider ``cuda``, hand-written CUDA kernels for ir-spec ops, built on
+first use.
 
-It will hold CUDA C++ sources compiled on first use with torch.utils.cpp_extension, cached per
-source hash, torch version and architecture, registered as torch.ops.ir_cuda.* and as provider
-cuda.
+The CUDA C++ sources (``csrc/``) are compiled with ``torch.utils.cpp_extension`` for the running
+GPU's architecture, cached per source hash, torch version and architecture (`build`), and
+registered as ``torch.ops.ir_cuda.*``; `impls` registers them as provider ``cuda`` (importing it
+builds; ir-dispatch imports it through the ``ir.providers`` entry point). Kernels so far:
+``rms_norm``, ``fused_add_rms_norm`` (and ``cuda_inplace``), ``silu_and_mul``,
+``gelu_and_mul``. ``python -m ir_kernels_cuda build`` builds ahead of time.
 """
 
 from ._version import __version__

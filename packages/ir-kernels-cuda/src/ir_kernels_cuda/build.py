@@ -1,0 +1,146 @@
+"""Building the CUDA sources on first use, cached on disk.
+
+The sources in ``csrc/`` are compiled with ``torch.utils.cpp_extension`` (nvcc + ninja) for the
+running GPU's architecture (``sm_90a`` on Hopper) into a directory under the user cache,
+named by a hash of the sources, the torch and CUDA versions and the architecture; a file lock
+makes concurrent first uses build once. Loading the library registers ``torch.ops.ir_cuda.*``.
+"""
+
+import contextlib
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+logger = logging.getLogger("ir_kernels_cuda")
+SOURCES = ("ops.cpp", "norm.cu", "activation.cu")
+HEADERS = ("common.cuh",)
+CACHE_ENV = "IR_KERNELS_CUDA_CACHE"
+
+
+class BuildUnavailable(RuntimeError):
+    """The kernels cannot be built here; the message says why."""
+
+
+def csrc_dir() -> Path:
+    """The CUDA sources: inside the installed package, or beside ``src/`` in a checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "csrc", here.parents[1] / "csrc"):
+        if (candidate / SOURCES[0]).is_file():
+            return candidate
+    raise BuildUnavailable(f"the CUDA sources are missing (looked in {here / 'csrc'})")
+
+
+def nvcc() -> str | None:
+    """The nvcc the build would use: ``$CUDA_HOME/bin/nvcc``, else the one on PATH."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if home and (Path(home) / "bin" / "nvcc").is_file():
+        return str(Path(home) / "bin" / "nvcc")
+    return shutil.which("nvcc")
+
+
+def unavailable_reason() -> str:
+    """Why the kernels cannot be built here, or "" when they can."""
+    if torch.version.cuda is None:
+        return "torch was built without CUDA"
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if nvcc() is None:
+        return "no CUDA toolkit: nvcc is neither in $CUDA_HOME/bin nor on PATH"
+    if shutil.which("ninja") is None:
+        try:
+            import ninja  # type: ignore[import-not-found]  # noqa: F401
+        except ImportError:
+            return "ninja is not installed (pip install ninja)"
+    return ""
+
+
+def architecture() -> str:
+    """The running GPU's architecture for TORCH_CUDA_ARCH_LIST ("9.0a" on Hopper)."""
+    major, minor = torch.cuda.get_device_capability()
+    return f"{major}.{minor}" + ("a" if major == 9 else "")
+
+
+def cache_key(arch: str) -> str:
+    """Sources, headers, torch and CUDA versions and the architecture, hashed."""
+    h = hashlib.sha256()
+    root = csrc_dir()
+    for name in (*SOURCES, *HEADERS):
+        h.update(name.encode() + b"\0" + (root / name).read_bytes())
+    h.update(f"{torch.__version__}:{torch.version.cuda}:{arch}".encode())
+    return h.hexdigest()
+
+
+def cache_root() -> Path:
+    """``$IR_KERNELS_CUDA_CACHE``, else the user cache directory of ir-kernels-cuda."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("ir-kernels-cuda"))
+
+
+@contextlib.contextmanager
+def _arch_list(arch: str) -> Iterator[None]:
+    previous = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["TORCH_CUDA_ARCH_LIST"]
+        else:
+            os.environ["TORCH_CUDA_ARCH_LIST"] = previous
+
+
+@functools.cache
+def build() -> Path:
+    """Compile (or reuse) and load the library; returns its build directory.
+
+    Raises `BuildUnavailable` where the kernels cannot be built, and whatever the compiler
+    raised when the build fails (the caller turns both into an unsupported provider).
+    """
+    reason = unavailable_reason()
+    if reason:
+        raise BuildUnavailable(reason)
+    from filelock import FileLock
+    from torch.utils import cpp_extension
+
+    arch = architecture()
+    key = cache_key(arch)
+    directory = cache_root() / f"torch-{torch.__version__}" / key[:16]
+    directory.mkdir(parents=True, exist_ok=True)
+    root = csrc_dir()
+    with FileLock(str(directory / "build.lock")):
+        fresh = not any(directory.glob("*.so"))
+        if fresh:
+            logger.warning(
+                "ir_kernels_cuda: compiling the CUDA kernels for sm_%s into %s (first use, "
+                "about a minute; later processes load them)",
+                arch.replace(".", ""),
+                directory,
+            )
+        started = time.perf_counter()
+        with _arch_list(arch):
+            cpp_extension.load(
+                name=f"ir_kernels_cuda_{key[:12]}",
+                sources=[str(root / name) for name in SOURCES],
+                extra_include_paths=[str(root)],
+                extra_cflags=["-O3"],
+                extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr"],
+                build_directory=str(directory),
+                is_python_module=False,
+                verbose=logger.isEnabledFor(logging.DEBUG),
+            )
+        logger.info(
+            "ir_kernels_cuda: kernels %s in %.1f s",
+            "built" if fresh else "loaded",
+            time.perf_counter() - started,
+        )
+    return directory

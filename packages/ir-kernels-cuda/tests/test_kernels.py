@@ -1,0 +1,201 @@
+"""Provider cuda: registered everywhere, unsupported with a reason where it cannot build; the
+sources compile wherever nvcc is present; on a GPU, every kernel against the native reference
+(dtypes, hidden sizes, token counts, contiguous / strided / 3-D rows), in-place semantics,
+batch invariance and opcheck on every ``torch.ops.ir_cuda`` op."""
+
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ir_kernels_cuda import impls
+from ir_kernels_cuda.build import HEADERS, SOURCES, csrc_dir
+from ir_spec import IrOp, SampleSpec, ops
+from ir_spec.testing import assert_close, clone_args, sample_inputs
+
+GPU = impls.SUPPORTED
+PROVIDERS = [(op, p) for op in ops for p in op.impls if p.startswith("cuda")]
+on_gpu = pytest.mark.skipif(not GPU, reason=f"provider cuda unsupported here: {impls.REASON}")
+
+
+def test_registered_for_the_ops_it_implements() -> None:
+    names = {op.name for op, _ in PROVIDERS}
+    assert names == {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul"}
+    assert ops.fused_add_rms_norm.impls["cuda_inplace"].inplace
+    assert all(op.impls[p].batch_invariant for op, p in PROVIDERS)
+
+
+@pytest.mark.skipif(GPU, reason="the kernels build here")
+def test_unsupported_here_with_the_reason() -> None:
+    assert impls.REASON
+    for op, provider in PROVIDERS:
+        impl = op.impls[provider]
+        assert not impl.supported
+        assert impl.unsupported_reason == impls.REASON
+
+
+NVCC = shutil.which("nvcc")
+
+
+@pytest.mark.skipif(NVCC is None or GPU, reason="needs nvcc (and no GPU: the real build runs)")
+def test_sources_compile_with_nvcc(tmp_path: Path) -> None:
+    """A syntax or type error in csrc/ fails here, on machines without a GPU. The CPU build of
+    torch ships the c10/ATen headers but not one generated CUDA header; a stub stands in."""
+    from torch.utils.cpp_extension import include_paths
+
+    stub = tmp_path / "stub" / "c10" / "cuda" / "impl"
+    stub.mkdir(parents=True)
+    (stub / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    cuda_include = Path(NVCC or "").resolve().parents[1] / "include"
+    flags = [f"-I{p}" for p in include_paths()] + [
+        f"-I{tmp_path / 'stub'}",
+        f"-I{cuda_include}",
+        "-I/usr/local/cuda/include",
+        f"-I{csrc_dir()}",
+        "-std=c++20",
+        "-O1",
+    ]
+    assert set(HEADERS) <= {p.name for p in csrc_dir().iterdir()}
+    for name in SOURCES:
+        source = csrc_dir() / name
+        obj = tmp_path / f"{name}.o"
+        if name.endswith(".cu"):
+            arch = "-gencode=arch=compute_90a,code=sm_90a"
+            command = [NVCC or "nvcc", arch, "--expt-relaxed-constexpr", *flags]
+            command += ["-c", str(source), "-o", str(obj)]
+        else:
+            command = ["g++", *flags, "-c", str(source), "-o", str(obj)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, f"{name}:\n{done.stderr[-4000:]}"
+
+
+# ------------------------------------------------------------------------------ GPU only
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+HIDDEN = [8, 769, 2048, 5125, 8192, 16384, 65536]
+TOKENS = [0, 1, 7, 4096]
+LAYOUTS = ["contiguous", "strided", "3d"]
+
+
+def spec_for(
+    dtype: torch.dtype, hidden: int, tokens: int, layout: str, seed: int = 0, **options: Any
+) -> SampleSpec:
+    batch = (2, tokens // 2 or 1) if layout == "3d" and tokens > 1 else (tokens,)
+    return SampleSpec(
+        batch_shape=batch,
+        hidden_size=hidden,
+        dtype=dtype,
+        device="cuda",
+        seed=seed + hidden + tokens,
+        row_padding=13 if layout == "strided" else 0,
+        options=options,
+    )
+
+
+def check_against_native(op: IrOp, provider: str, args: tuple[Any, ...]) -> None:
+    impl = op.impls[provider]
+    assert impl.accepts(args), f"{provider} rejected {op.name} arguments it should take"
+    inputs = clone_args(args)
+    expected = op.native(*clone_args(args))
+    actual = impl.fn(*inputs)
+    assert_close(op, actual, expected)
+    if impl.inplace:
+        outs = actual if isinstance(actual, tuple) else (actual,)
+        for out, i in zip(outs, op.activation_indices, strict=True):
+            assert out is inputs[i], "an in-place implementation returns its activations"
+
+
+@on_gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("tokens", TOKENS)
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
+def test_matches_native(
+    op: IrOp, provider: str, dtype: torch.dtype, hidden: int, tokens: int, layout: str
+) -> None:
+    check_against_native(op, provider, sample_inputs(op, spec_for(dtype, hidden, tokens, layout)))
+
+
+VARIANTS = [
+    ("rms_norm", {"weight": False}),
+    ("rms_norm", {"variance_size": 5}),
+    ("fused_add_rms_norm", {"weight": False}),
+    ("fused_add_rms_norm", {"variance_size": 7}),
+    ("gelu_and_mul", {"approximate": "tanh"}),
+]
+
+
+@on_gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("name", "options"), VARIANTS, ids=[f"{n}-{o}" for n, o in VARIANTS])
+def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout: str) -> None:
+    op = getattr(ops, name)
+    for provider in [p for p in op.impls if p.startswith("cuda")]:
+        check_against_native(
+            op, provider, sample_inputs(op, spec_for(dtype, 256, 7, layout, **options))
+        )
+
+
+@on_gpu
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
+def test_rows_are_batch_invariant(op: IrOp, provider: str) -> None:
+    big = sample_inputs(op, spec_for(torch.bfloat16, 2048, 4096, "contiguous", seed=3))
+    full = op.impls[provider].fn(*clone_args(big))
+    full = full[0] if isinstance(full, tuple) else full
+    for batch in (1, 7):
+        part = tuple(a[:batch] if isinstance(a, torch.Tensor) and a.dim() == 2 else a for a in big)
+        out = op.impls[provider].fn(*clone_args(part))
+        out = out[0] if isinstance(out, tuple) else out
+        assert torch.equal(out, full[:batch])
+
+
+@on_gpu
+def test_rejects_what_the_kernels_cannot_address() -> None:
+    x = torch.randn(4, 64, device="cuda")
+    assert not ops.rms_norm.impls["cuda"].accepts((x.t(), None, 1e-6, None))
+    assert not ops.rms_norm.impls["cuda"].accepts((x.cpu(), None, 1e-6, None))
+    assert not ops.rms_norm.impls["cuda"].accepts((x.double(), None, 1e-6, None))
+    strided_weight = torch.randn(128, device="cuda")[::2]
+    assert not ops.rms_norm.impls["cuda"].accepts((x, strided_weight, 1e-6, None))
+    assert not ops.silu_and_mul.impls["cuda"].accepts((torch.randn(4, 63, device="cuda"),))
+
+
+@on_gpu
+def test_opcheck_every_ir_cuda_op() -> None:
+    x = torch.randn(7, 256, device="cuda", dtype=torch.bfloat16)
+    r = torch.randn_like(x)
+    w = torch.randn(256, device="cuda", dtype=torch.bfloat16)
+    ir_cuda = torch.ops.ir_cuda
+    torch.library.opcheck(ir_cuda.rms_norm_out, (torch.empty_like(x), x, w, 1e-6, None))
+    torch.library.opcheck(
+        ir_cuda.fused_add_rms_norm_out,
+        (torch.empty_like(x), torch.empty_like(x), x, r, w, 1e-6, None),
+    )
+    torch.library.opcheck(ir_cuda.fused_add_rms_norm_, (x.clone(), r.clone(), w, 1e-6, None))
+    torch.library.opcheck(ir_cuda.silu_and_mul_out, (torch.empty(7, 128, device="cuda",
+                          dtype=torch.bfloat16), x))  # fmt: skip
+    torch.library.opcheck(ir_cuda.gelu_and_mul_out, (torch.empty(7, 128, device="cuda",
+                          dtype=torch.bfloat16), x, 1))  # fmt: skip
+
+
+@on_gpu
+def test_kernels_capture_in_a_cuda_graph() -> None:
+    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+    impl = ops.rms_norm.impls["cuda"]
+    expected = impl.fn(x, w, 1e-6, None)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        impl.fn(x, w, 1e-6, None)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = impl.fn(x, w, 1e-6, None)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, expected)
