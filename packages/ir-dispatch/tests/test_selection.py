@@ -129,10 +129,10 @@ def test_disabled_provider_not_eligible(monkeypatch: pytest.MonkeyPatch) -> None
 def test_defaults_merge_after_user_list(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("IR_PLATFORM", "cuda")
     ir_dispatch.detect_platform.cache_clear()
-    assert ir_dispatch.effective_priority("rms_norm") == ["cuda", "triton", "native"]
+    assert ir_dispatch.effective_priority("rms_norm") == ["triton", "cuda", "native"]
     with ir_dispatch.mode("inductor"):
-        assert ir_dispatch.effective_priority("rms_norm") == ["native", "cuda", "triton"]
-        assert ir_dispatch.effective_priority("dynamic_quant_fp8") == ["cuda", "triton", "native"]
+        assert ir_dispatch.effective_priority("rms_norm") == ["native", "triton", "cuda"]
+        assert ir_dispatch.effective_priority("dynamic_quant_fp8") == ["triton", "cuda", "native"]
     ir_dispatch.set_priority(rms_norm=["triton", "t_one"])
     assert ir_dispatch.effective_priority("rms_norm") == ["triton", "t_one", "cuda", "native"]
     monkeypatch.setenv("IR_PLATFORM", "cpu")

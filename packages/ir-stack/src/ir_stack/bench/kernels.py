@@ -31,7 +31,7 @@ from triton.testing import do_bench, do_bench_cudagraph
 from ir_spec import SampleSpec, ops
 from ir_spec.testing import sample_inputs
 
-PROVIDER_PACKAGES = ("ir_kernels_triton", "ir_kernels_cuda")
+PROVIDER_PACKAGES = ("ir_kernels_triton", "ir_kernels_cuda.impls")
 
 
 def import_providers() -> list[str]:
