@@ -62,6 +62,11 @@ MODES = (
     "full CUDA graph",
 )
 KVCache = list[tuple[Tensor, Tensor]]
+#: the CUDA graph mode of each ir_stack mode
+IR_STACK_GRAPHS = {
+    "ir_stack piecewise": CUDAGraphMode.PIECEWISE,
+    "ir_stack": CUDAGraphMode.FULL_AND_PIECEWISE,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,11 +330,7 @@ def make_mode(
     if mode == "full CUDA graph":
         ceiling = FullGraphCeiling(model, setup)
         return lambda w, ids, pos, cache: ceiling.call(w)
-    graphs = CUDAGraphMode.PIECEWISE if mode == "ir_stack piecewise" else CUDAGraphMode.NONE
-    if mode == "ir_stack":
-        graphs = CUDAGraphMode.FULL_AND_PIECEWISE
-    if setup.device.type != "cuda":
-        graphs = CUDAGraphMode.NONE
+    graphs = IR_STACK_GRAPHS[mode] if setup.device.type == "cuda" else CUDAGraphMode.NONE
     forward = ir_stack_compile(model, piecewise_config(graphs, args.cache))
     return lambda w, ids, pos, cache: forward(ids, pos, cache)
 
@@ -339,7 +340,7 @@ def startup(args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     setup = build_setup(args, device)
     model = build_model(setup)
-    graphs = CUDAGraphMode.FULL_AND_PIECEWISE if device.type == "cuda" else CUDAGraphMode.NONE
+    graphs = IR_STACK_GRAPHS["ir_stack"] if device.type == "cuda" else CUDAGraphMode.NONE
     sync(device)
     start = time.perf_counter()
     first_calls: dict[str, float] = {}
