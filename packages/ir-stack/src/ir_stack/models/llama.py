@@ -101,16 +101,20 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         hidden: Tensor,
-        residual: Tensor,
+        residual: Tensor | None,
         positions: Tensor,
         cos_sin_cache: Tensor,
         k_cache: Tensor,
         v_cache: Tensor,
     ) -> tuple[Tensor, Tensor]:
         c = self.config
-        hidden, residual = self.ops.fused_add_rms_norm.maybe_inplace(
-            hidden, residual, self.input_norm, c.rms_norm_eps
-        )
+        if residual is None:  # the first layer: the embeddings start the residual stream
+            residual = hidden
+            hidden = self.ops.rms_norm(hidden, self.input_norm, c.rms_norm_eps)
+        else:
+            hidden, residual = self.ops.fused_add_rms_norm.maybe_inplace(
+                hidden, residual, self.input_norm, c.rms_norm_eps
+            )
         q_size, kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
         q, k, v = self.qkv(hidden).split([q_size, kv_size, kv_size], dim=-1)
         q, k = self.ops.rotary_embedding(
@@ -213,7 +217,7 @@ class LlamaModel(nn.Module):
         self, input_ids: Tensor, positions: Tensor, kv_cache: list[tuple[Tensor, Tensor]]
     ) -> Tensor:
         hidden = self.embed(input_ids.reshape(-1))
-        residual = torch.zeros_like(hidden)
+        residual: Tensor | None = None
         cache = self.cos_sin_cache.to(hidden.dtype)
         for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
             hidden, residual = layer(hidden, residual, positions, cache, k_cache, v_cache)
