@@ -14,7 +14,7 @@ import torch
 from ir_kernels_cuda import impls
 from ir_kernels_cuda.build import HEADERS, SOURCES, csrc_dir
 from ir_spec import IrOp, SampleSpec, ops
-from ir_spec.testing import assert_close, clone_args, sample_inputs
+from ir_spec.testing import assert_impl_matches_native, clone_args, matrix_spec, sample_inputs
 
 GPU = impls.SUPPORTED
 PROVIDERS = [(op, p) for op in ops for p in op.impls if p.startswith("cuda")]
@@ -82,29 +82,7 @@ LAYOUTS = ["contiguous", "strided", "3d"]
 def spec_for(
     dtype: torch.dtype, hidden: int, tokens: int, layout: str, seed: int = 0, **options: Any
 ) -> SampleSpec:
-    batch = (2, tokens // 2 or 1) if layout == "3d" and tokens > 1 else (tokens,)
-    return SampleSpec(
-        batch_shape=batch,
-        hidden_size=hidden,
-        dtype=dtype,
-        device="cuda",
-        seed=seed + hidden + tokens,
-        row_padding=13 if layout == "strided" else 0,
-        options=options,
-    )
-
-
-def check_against_native(op: IrOp, provider: str, args: tuple[Any, ...]) -> None:
-    impl = op.impls[provider]
-    assert impl.accepts(args), f"{provider} rejected {op.name} arguments it should take"
-    inputs = clone_args(args)
-    expected = op.native(*clone_args(args))
-    actual = impl.fn(*inputs)
-    assert_close(op, actual, expected)
-    if impl.inplace:
-        outs = actual if isinstance(actual, tuple) else (actual,)
-        for out, i in zip(outs, op.activation_indices, strict=True):
-            assert out is inputs[i], "an in-place implementation returns its activations"
+    return matrix_spec(dtype, hidden, tokens, layout, device="cuda", seed=seed, **options)
 
 
 @on_gpu
@@ -116,7 +94,9 @@ def check_against_native(op: IrOp, provider: str, args: tuple[Any, ...]) -> None
 def test_matches_native(
     op: IrOp, provider: str, dtype: torch.dtype, hidden: int, tokens: int, layout: str
 ) -> None:
-    check_against_native(op, provider, sample_inputs(op, spec_for(dtype, hidden, tokens, layout)))
+    assert_impl_matches_native(
+        op, provider, sample_inputs(op, spec_for(dtype, hidden, tokens, layout))
+    )
 
 
 VARIANTS = [
@@ -135,7 +115,7 @@ VARIANTS = [
 def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout: str) -> None:
     op = getattr(ops, name)
     for provider in [p for p in op.impls if p.startswith("cuda")]:
-        check_against_native(
+        assert_impl_matches_native(
             op, provider, sample_inputs(op, spec_for(dtype, 256, 7, layout, **options))
         )
 

@@ -12,7 +12,7 @@ import torch
 
 import ir_kernels_triton
 from ir_spec import IrOp, SampleSpec, ops
-from ir_spec.testing import assert_close, clone_args, sample_inputs
+from ir_spec.testing import assert_impl_matches_native, clone_args, matrix_spec, sample_inputs
 
 GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"
@@ -26,29 +26,7 @@ PROVIDERS = [(op, p) for op in ops for p in op.impls if p.startswith("triton")]
 def spec_for(
     dtype: torch.dtype, hidden: int, tokens: int, layout: str, seed: int = 0, **options: Any
 ) -> SampleSpec:
-    batch = (2, tokens // 2 or 1) if layout == "3d" and tokens > 1 else (tokens,)
-    return SampleSpec(
-        batch_shape=batch,
-        hidden_size=hidden,
-        dtype=dtype,
-        device=DEVICE,
-        seed=seed + hidden + tokens,
-        row_padding=13 if layout == "strided" else 0,
-        options=options,
-    )
-
-
-def check_against_native(op: IrOp, provider: str, args: tuple[Any, ...]) -> None:
-    impl = op.impls[provider]
-    assert impl.accepts(args), f"{provider} rejected {op.name} arguments it should take"
-    inputs = clone_args(args)
-    expected = op.native(*clone_args(args))
-    actual = impl.fn(*inputs)
-    assert_close(op, actual, expected)
-    if impl.inplace:
-        outs = actual if isinstance(actual, tuple) else (actual,)
-        for out, i in zip(outs, op.activation_indices, strict=True):
-            assert out is inputs[i], "an in-place implementation returns its activations"
+    return matrix_spec(dtype, hidden, tokens, layout, device=DEVICE, seed=seed, **options)
 
 
 def test_provider_registered_everywhere() -> None:
@@ -68,7 +46,9 @@ def test_provider_registered_everywhere() -> None:
 def test_matches_native(
     op: IrOp, provider: str, dtype: torch.dtype, hidden: int, tokens: int, layout: str
 ) -> None:
-    check_against_native(op, provider, sample_inputs(op, spec_for(dtype, hidden, tokens, layout)))
+    assert_impl_matches_native(
+        op, provider, sample_inputs(op, spec_for(dtype, hidden, tokens, layout))
+    )
 
 
 VARIANTS = [
@@ -94,7 +74,7 @@ def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout
     op = getattr(ops, name)
     for provider in [p for p in op.impls if p.startswith("triton")]:
         args = sample_inputs(op, spec_for(dtype, 256, 7, layout, **options))
-        check_against_native(op, provider, args)
+        assert_impl_matches_native(op, provider, args)
 
 
 def test_large_hidden_takes_the_looped_kernel() -> None:
@@ -102,7 +82,7 @@ def test_large_hidden_takes_the_looped_kernel() -> None:
     for op in ops:
         for provider in [p for p in op.impls if p.startswith("triton")]:
             args = sample_inputs(op, spec_for(torch.float32, hidden, 2, "strided"))
-            check_against_native(op, provider, args)
+            assert_impl_matches_native(op, provider, args)
 
 
 BATCH_INVARIANCE_HIDDEN = 2048 if GPU else 64

@@ -290,3 +290,22 @@ def test_cheap_fakes_match_native_layouts_for_permuted_inputs() -> None:
     cache = torch.randn(16, 16)
     args = (positions, permuted, permuted.clone(), 16, cache, True)
     torch.library.opcheck(ops.rotary_embedding.torch_op.default, args)
+
+
+def test_row_view_addresses_rows_by_one_stride() -> None:
+    from ir_spec import row_view
+
+    contiguous = row_view(torch.randn(6, 40))
+    assert contiguous is not None
+    assert contiguous.shape == (6, 40)
+    strided = torch.randn(6, 53)[:, :40]  # rows 53 apart
+    view = row_view(strided)
+    assert view is not None
+    assert view.stride() == (53, 1)
+    assert view.data_ptr() == strided.data_ptr()
+    three_d = row_view(torch.randn(2, 3, 40))
+    assert three_d is not None
+    assert three_d.shape == (6, 40)
+    assert row_view(torch.randn(3, 2, 40).transpose(0, 1)) is None  # needs a copy
+    assert row_view(torch.randn(40, 6).t()) is None  # last dimension not contiguous
+    assert row_view(torch.tensor(1.0)) is None

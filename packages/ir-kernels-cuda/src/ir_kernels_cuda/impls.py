@@ -5,8 +5,8 @@ Importing this module (the ``ir.providers`` entry point) builds the kernels on f
 that cannot happen (no GPU, no toolkit, a failed build) the implementations are registered with
 ``supported=False`` and the reason, which ``ir_dispatch.explain`` shows. Every kernel is
 row-wise with a launch that depends on the row width only, so all are batch-invariant.
-`supports_args` accepts float32/float16/bfloat16 CUDA tensors whose leading dimensions collapse
-into rows with a contiguous last dimension, and contiguous weights.
+`supports_args` accepts float32/float16/bfloat16 CUDA tensors whose rows a kernel can address
+(`ir_spec.row_view`), and contiguous weights.
 """
 
 import logging
@@ -14,7 +14,7 @@ import logging
 import torch
 from torch import Tensor
 
-from ir_spec import ops
+from ir_spec import ops, row_view
 
 from .build import BuildUnavailable, build
 
@@ -38,18 +38,8 @@ def _availability() -> tuple[bool, str]:
 SUPPORTED, REASON = _availability()
 
 
-def rows(t: Tensor) -> Tensor | None:
-    """`t` as ``[rows, hidden]`` sharing its memory, or None where that needs a copy."""
-    if t.dim() == 0 or (t.shape[-1] > 1 and t.stride(-1) != 1):
-        return None
-    try:
-        return t.view(-1, t.shape[-1])
-    except RuntimeError:
-        return None
-
-
 def _rowwise(*tensors: Tensor) -> bool:
-    return all(t.is_cuda and t.dtype in _DTYPES and rows(t) is not None for t in tensors)
+    return all(t.is_cuda and t.dtype in _DTYPES and row_view(t) is not None for t in tensors)
 
 
 def _weight_ok(weight: Tensor | None) -> bool:
@@ -57,7 +47,7 @@ def _weight_ok(weight: Tensor | None) -> bool:
 
 
 def _as_rows(t: Tensor) -> Tensor:
-    view = rows(t)
+    view = row_view(t)
     assert view is not None  # supports_args checked it
     return view
 

@@ -5,6 +5,8 @@ import os
 
 import torch
 
+from ir_spec import row_view
+
 try:
     import triton
 
@@ -41,17 +43,12 @@ def on_kernel_device(*tensors: torch.Tensor | None) -> bool:
 
 def row_stride(t: torch.Tensor) -> int | None:
     """The stride between rows when `t`'s leading dimensions collapse into one row index and
-    its last dimension is contiguous; None when the kernels cannot address it."""
-    if t.dim() == 0:
+    its last dimension is contiguous (`ir_spec.row_view`); None when the kernels cannot
+    address it."""
+    view = row_view(t)
+    if view is None:
         return None
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
-        return None
-    if t.dim() == 1:
-        return t.shape[-1]
-    try:
-        return int(t.view(-1, t.shape[-1]).stride(0))
-    except RuntimeError:
-        return None
+    return t.shape[-1] if t.dim() == 1 else int(view.stride(0))
 
 
 def rows(t: torch.Tensor) -> torch.Tensor:

@@ -16,6 +16,7 @@ from .dispatcher import (
     use_op_choice_caches,
 )
 from .impl import Impl
+from .layout import row_view
 from .op import NAMESPACE, RESERVED_PROVIDERS, IrOp, register_op
 from .registry import OpNamespace, ops
 from .sampling import SampleSpec
@@ -37,6 +38,7 @@ __all__ = [
     "get_dispatcher",
     "ops",
     "register_op",
+    "row_view",
     "set_dispatcher",
     "use_op_choice_caches",
 ]

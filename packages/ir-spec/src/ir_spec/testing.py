@@ -15,8 +15,10 @@ __all__ = [
     "ACTIVATION_DTYPES",
     "SampleSpec",
     "assert_close",
+    "assert_impl_matches_native",
     "clone_args",
     "fused_add_rms_norm_inplace",
+    "matrix_spec",
     "sample_inputs",
 ]
 
@@ -72,6 +74,45 @@ def assert_close(op: IrOp, actual: Any, expected: Any, *, msg: str = "") -> None
             rtol=tol.rtol,
             msg=describe,
         )
+
+
+def matrix_spec(
+    dtype: torch.dtype,
+    hidden: int,
+    tokens: int,
+    layout: str,
+    *,
+    device: str,
+    seed: int = 0,
+    **options: Any,
+) -> SampleSpec:
+    """One cell of the provider test matrix: `layout` is ``"contiguous"``, ``"strided"`` (rows
+    13 elements apart from their width) or ``"3d"`` (``[2, tokens // 2]`` leading shape)."""
+    batch = (2, tokens // 2 or 1) if layout == "3d" and tokens > 1 else (tokens,)
+    return SampleSpec(
+        batch_shape=batch,
+        hidden_size=hidden,
+        dtype=dtype,
+        device=device,
+        seed=seed + hidden + tokens,
+        row_padding=13 if layout == "strided" else 0,
+        options=options,
+    )
+
+
+def assert_impl_matches_native(op: IrOp, provider: str, args: tuple[Any, ...]) -> None:
+    """Provider `provider`'s implementation accepts `args` and matches the native function
+    within the op's tolerance; an in-place one returns its activation arguments."""
+    impl = op.impls[provider]
+    assert impl.accepts(args), f"{provider} rejected {op.name} arguments it should take"
+    inputs = clone_args(args)
+    expected = op.native(*clone_args(args))
+    actual = impl.fn(*inputs)
+    assert_close(op, actual, expected)
+    if impl.inplace:
+        outs = actual if isinstance(actual, tuple) else (actual,)
+        for out, i in zip(outs, op.activation_indices, strict=True):
+            assert out is inputs[i], "an in-place implementation returns its activations"
 
 
 def fused_add_rms_norm_inplace(
