@@ -104,19 +104,6 @@ def _attend_prompts(
     out.copy_(result.transpose(1, 2).reshape(out.shape))
 
 
-@attention.register_fake
-def _(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    positions: Tensor,
-    out: Tensor,
-) -> None:
-    return None
-
-
 @torch.library.custom_op("ir_stack::decode_attention", mutates_args=("k_cache", "v_cache", "out"))
 def decode_attention(
     query: Tensor,
@@ -151,8 +138,7 @@ def _(
         _attend(query, k_cache, v_cache, positions, k_cache.shape[1], out)
 
 
-@decode_attention.register_fake
-def _(
+def _writes_only(
     query: Tensor,
     key: Tensor,
     value: Tensor,
@@ -161,4 +147,9 @@ def _(
     positions: Tensor,
     out: Tensor,
 ) -> None:
+    """The fake of both ops: they only write into their arguments."""
     return None
+
+
+attention.register_fake(_writes_only)
+decode_attention.register_fake(_writes_only)
