@@ -139,11 +139,13 @@ def _rotary_attention_forward(
     return self.o_proj(out), weights
 
 
-def _update_cache(cache: Any, k: Tensor, v: Tensor, layer: int, kwargs: dict[str, Any]) -> Any:
-    import transformers
-    from packaging.version import Version
+#: transformers 5 passes the call's keyword arguments to ``Cache.update``, 4 a dict; set once
+#: by `convert_hf_model` (a plain global, read on every attention call and under Dynamo)
+_cache_update_takes_kwargs = True
 
-    if Version(transformers.__version__).major >= 5:
+
+def _update_cache(cache: Any, k: Tensor, v: Tensor, layer: int, kwargs: dict[str, Any]) -> Any:
+    if _cache_update_takes_kwargs:
         return cache.update(k, v, layer, kwargs=kwargs)
     return cache.update(k, v, layer, {"cache_position": kwargs.get("cache_position")})
 
@@ -198,6 +200,11 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
             f"model of type {' or '.join(SUPPORTED_MODEL_TYPES)}"
         )
     assert config is not None
+    import transformers
+    from packaging.version import Version
+
+    global _cache_update_takes_kwargs
+    _cache_update_takes_kwargs = Version(transformers.__version__).major >= 5
     report = ConversionReport()
     for path, module in list(model.named_modules()):
         if _is_rms_norm(module):
