@@ -11,10 +11,13 @@ on our machines), so that resolving ``torch>=2.11,<2.15`` installs nothing more.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
+import shutil
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -54,7 +57,29 @@ TORCH_MIN = shlex.split(
     )
 )
 nox.options.default_venv_backend = "venv"
+#: Keep each session's environment after it ends (for ``nox -r``); by default it is deleted,
+#: because a dozen environments with torch need about 15 GB and CI machines may have less.
+KEEP_VENVS = os.environ.get("IR_STACK_KEEP_VENVS", "") not in ("", "0")
 nox.options.error_on_missing_interpreters = True
+
+
+SessionFunction = Callable[..., None]
+
+
+def frees_its_environment(function: SessionFunction) -> SessionFunction:
+    """Delete the session's environment when it ends, passed or failed (unless KEEP_VENVS)."""
+
+    @functools.wraps(function)
+    def run_then_free(session: nox.Session, **kwargs: str) -> None:
+        try:
+            function(session, **kwargs)
+        finally:
+            location = getattr(session.virtualenv, "location", None)
+            if not KEEP_VENVS and location and Path(location, "pyvenv.cfg").exists():
+                session.log(f"deleting {location} (set IR_STACK_KEEP_VENVS=1 to keep it)")
+                shutil.rmtree(location, ignore_errors=True)
+
+    return run_then_free
 
 
 def _requirement_name(requirement: str) -> str:
@@ -92,6 +117,7 @@ def install_packages(session: nox.Session, packages: list[str]) -> None:
 
 @nox.session(tags=["tests"])
 @nox.parametrize("package", PACKAGES, ids=PACKAGES)
+@frees_its_environment
 def tests(session: nox.Session, package: str) -> None:
     """One layer's tests in an environment with only that layer and its dependencies."""
     install_packages(session, [package])
@@ -108,6 +134,7 @@ def run_package_tests(session: nox.Session, package: str) -> None:
 
 
 @nox.session(tags=["tests"])
+@frees_its_environment
 def integration(session: nox.Session) -> None:
     """End-to-end tests with every layer installed, plus the out-of-tree provider example."""
     install_packages(session, PACKAGES)
@@ -116,6 +143,7 @@ def integration(session: nox.Session) -> None:
 
 
 @nox.session(tags=["checks"])
+@frees_its_environment
 def lint(session: nox.Session) -> None:
     """ruff: lint and formatting."""
     session.install("ruff>=0.6")
@@ -124,6 +152,7 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(tags=["checks"])
+@frees_its_environment
 def typecheck(session: nox.Session) -> None:
     """mypy --strict over every package's sources."""
     install_packages(session, PACKAGES)
@@ -132,6 +161,7 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session(tags=["docs"])
+@frees_its_environment
 def docs(session: nox.Session) -> None:
     """Build the documentation site with --strict (broken links and references fail)."""
     install_packages(session, PACKAGES)
@@ -151,6 +181,7 @@ def docs(session: nox.Session) -> None:
 
 
 @nox.session(tags=["checks"])
+@frees_its_environment
 def workflows(session: nox.Session) -> None:
     """Validate every GitHub workflow against the GitHub Actions schema (vendored, offline)."""
     session.install("check-jsonschema>=0.28")
@@ -169,6 +200,7 @@ def _lowest(requirement: str) -> str:
 
 @nox.session(tags=["minimums"])
 @nox.parametrize("package", PACKAGES, ids=PACKAGES)
+@frees_its_environment
 def minimums(session: nox.Session, package: str) -> None:
     """One layer's tests against the lowest versions its metadata allows (torch 2.11 included;
     IR_STACK_TORCH_MIN says where to get it)."""
@@ -186,6 +218,7 @@ def minimums(session: nox.Session, package: str) -> None:
 
 
 @nox.session(tags=["gpu"])
+@frees_its_environment
 def gpu(session: nox.Session) -> None:
     """The GPU test matrix (needs a CUDA GPU; the tests skip or run reduced without one)."""
     install_packages(session, PACKAGES)
@@ -200,6 +233,7 @@ def gpu(session: nox.Session) -> None:
 
 
 @nox.session(tags=["bench"])
+@frees_its_environment
 def bench(session: nox.Session) -> None:
     """GPU benchmarks: kernels (with the anchors) and ir-passes peak memory, into results/."""
     install_packages(session, PACKAGES)
