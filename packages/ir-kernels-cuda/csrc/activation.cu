@@ -1,16 +1,15 @@
-// silu_and_mul and gelu_and_mul: out[r, i] = act(x[r, i]) * x[r, d + i], float32 math.
+// Elementwise kernels: silu_and_mul and gelu_and_mul (out[r, i] = act(x[r, i]) * x[r, d + i]),
+// optionally followed by static fp8 quantization, and static fp8 quantization alone.
+// Float32 math; a gated result is rounded to the input dtype before it is quantized, as the
+// unfused ops would.
 #include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include "common.cuh"
 
 namespace ir_cuda {
 namespace {
 
-enum Activation : int { kSilu = 0, kGelu = 1, kGeluTanh = 2 };
+enum Activation : int { kIdentity = 0, kSilu = 1, kGelu = 2, kGeluTanh = 3 };
 
 template <int ACT>
 __device__ __forceinline__ float activate(float v) {
@@ -18,70 +17,123 @@ __device__ __forceinline__ float activate(float v) {
     return v / (1.f + expf(-v));
   } else if constexpr (ACT == kGelu) {
     return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
-  } else {
+  } else if constexpr (ACT == kGeluTanh) {
     const float inner = 0.79788456080286536f * (v + 0.044715f * v * v * v);
     return 0.5f * v * (1.f + tanhf(inner));
+  } else {
+    return v;
   }
 }
 
-// Grid: (rows, column blocks); each thread handles one 16-byte vector (or V scalars).
-template <typename T, int ACT>
-__global__ void gated_kernel(T* out, int64_t out_stride, const T* x, int64_t x_stride,
-                             int64_t d) {
-  constexpr int V = Vec16<T>::kSize;
+template <typename T, int ACT, bool QUANT>
+struct Elementwise {
+  static constexpr bool kGated = ACT != kIdentity;
+
+  // The output value of one element (a T value, or fp8 bits when quantizing).
+  __device__ __forceinline__ static auto apply(T g, T u, float scale) {
+    float y = kGated ? activate<ACT>(float(g)) * float(u) : float(g);
+    if constexpr (QUANT) {
+      y = static_cast<float>(static_cast<T>(y));
+      return to_fp8(y / scale);
+    } else {
+      return static_cast<T>(y);
+    }
+  }
+};
+
+// Grid: (rows, column blocks). On the vector path each thread handles one 16-byte vector, the
+// first block of a row also its scalar head and tail; otherwise V coalesced scalars.
+template <typename T, int ACT, bool QUANT>
+__global__ void elementwise_kernel(void* out, int64_t out_stride, const T* x, int64_t x_stride,
+                                   int64_t d, const float* scale) {
+  using E = Elementwise<T, ACT, QUANT>;
+  using OutT = std::conditional_t<QUANT, uint8_t, T>;
+  constexpr int V = vec_width<T>();
   const int64_t row = blockIdx.x;
-  const int64_t first = (static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x) * V;
-  if (first >= d) return;
-  T* orow = out + row * out_stride;
   const T* gate = x + row * x_stride;
-  const T* up = gate + d;
-  if (d % V == 0 && aligned16(orow) && aligned16(gate) && aligned16(up)) {
-    const Vec16<T> g = *reinterpret_cast<const Vec16<T>*>(gate + first);
-    const Vec16<T> u = *reinterpret_cast<const Vec16<T>*>(up + first);
-    Vec16<T> o;
+  const T* up = E::kGated ? gate + d : nullptr;
+  OutT* orow = static_cast<OutT*>(out) + row * out_stride;
+  const float s = QUANT ? *scale : 1.f;
+  const RowPlan p = PlanBuilder<V>(gate, d).also(up).also(orow).done();
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.x;
+  auto scalar = [&](int64_t i) { orow[i] = E::apply(gate[i], E::kGated ? up[i] : T(0.f), s); };
+  if (p.vec) {
+    const int64_t j = first + threadIdx.x;
+    if (j < p.nvec) {
+      const auto g = reinterpret_cast<const VecN<T, V>*>(gate + p.head)[j];
+      VecN<T, V> u;
+      if constexpr (E::kGated) u = reinterpret_cast<const VecN<T, V>*>(up + p.head)[j];
+      VecN<OutT, V> o;
 #pragma unroll
-    for (int k = 0; k < V; ++k) o.v[k] = static_cast<T>(activate<ACT>(float(g.v[k])) * float(u.v[k]));
-    *reinterpret_cast<Vec16<T>*>(orow + first) = o;
+      for (int k = 0; k < V; ++k) o.v[k] = E::apply(g.v[k], E::kGated ? u.v[k] : T(0.f), s);
+      reinterpret_cast<VecN<OutT, V>*>(orow + p.head)[j] = o;
+    }
+    if (blockIdx.y == 0 && threadIdx.x < p.head) scalar(threadIdx.x);
+    if (blockIdx.y == 0 && threadIdx.x < p.tail) scalar(p.head + p.nvec * V + threadIdx.x);
   } else {
-    for (int64_t i = first; i < first + V && i < d; ++i) {
-      orow[i] = static_cast<T>(activate<ACT>(float(gate[i])) * float(up[i]));
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const int64_t i = first * V + static_cast<int64_t>(k) * blockDim.x + threadIdx.x;
+      if (i < d) scalar(i);
     }
   }
 }
 
-template <int ACT>
-void launch_gated(at::Tensor& out, const at::Tensor& x) {
-  TORCH_CHECK(x.is_cuda() && x.dim() == 2 && x.stride(1) == 1 && x.size(1) % 2 == 0,
-              "ir_cuda: x must be a 2-D CUDA tensor with contiguous rows of even width");
-  const int64_t rows = x.size(0), d = x.size(1) / 2;
-  TORCH_CHECK(out.is_cuda() && out.dim() == 2 && out.stride(1) == 1 && out.size(0) == rows &&
-                  out.size(1) == d && out.scalar_type() == x.scalar_type(),
-              "ir_cuda: out must be [rows, d] with contiguous rows and x's dtype");
+template <int ACT, bool QUANT>
+void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* scale) {
+  constexpr bool kGated = ACT != kIdentity;
+  check_rows(x, "x");
+  const int64_t rows = x.size(0);
+  TORCH_CHECK(!kGated || x.size(1) % 2 == 0, "ir_cuda: x must have rows of even width, got ",
+              x.size(1));
+  const int64_t d = kGated ? x.size(1) / 2 : x.size(1);
+  if constexpr (QUANT) {
+    check_fp8(out, "out", {rows, d});
+    check_scale(*scale, "scale", x);
+  } else {
+    check_rows(out, "out");
+    TORCH_CHECK(out.size(0) == rows && out.size(1) == d && out.scalar_type() == x.scalar_type(),
+                "ir_cuda: out must be [", rows, ", ", d, "] of dtype ", x.scalar_type(),
+                ", got ", out.sizes(), " ", out.scalar_type());
+  }
   if (rows == 0 || d == 0) return;
-  const c10::cuda::CUDAGuard guard(x.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "ir_cuda_gated", [&] {
+  const DeviceScope scope(x);
+  const cudaStream_t stream = scope.stream;
+  IR_CUDA_DISPATCH_FLOAT(x.scalar_type(), "elementwise", [&] {
     using T = scalar_t;
-    constexpr int V = Vec16<T>::kSize;
-    const int threads = threads_for(d, V) < 256 ? threads_for(d, V) : 256;
-    const int64_t per_block = static_cast<int64_t>(threads) * V;
-    const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((d + per_block - 1) / per_block));
-    gated_kernel<T, ACT><<<grid, threads, 0, stream>>>(out.data_ptr<T>(), out.stride(0),
-                                                       x.data_ptr<T>(), x.stride(0), d);
+    constexpr int V = vec_width<T>();
+    const int64_t units = (d + V - 1) / V;
+    // few rows: small blocks, so that a decode step spreads over more SMs
+    int threads = rows < 64 ? 64 : 256;
+    while (threads > 32 && (threads / 2) >= units) threads /= 2;
+    const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((units + threads - 1) / threads));
+    launch(elementwise_kernel<T, ACT, QUANT>, grid, dim3(static_cast<unsigned>(threads)), stream,
+           out.data_ptr(), out.stride(0), x.const_data_ptr<T>(), x.stride(0), d,
+           QUANT ? scale->const_data_ptr<float>() : nullptr);
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-void silu_and_mul_out(at::Tensor& out, const at::Tensor& x) { launch_gated<kSilu>(out, x); }
+void silu_and_mul_out(at::Tensor& out, const at::Tensor& x) {
+  launch_elementwise<kSilu, false>(out, x, nullptr);
+}
 
 void gelu_and_mul_out(at::Tensor& out, const at::Tensor& x, int64_t tanh_approximation) {
   if (tanh_approximation) {
-    launch_gated<kGeluTanh>(out, x);
+    launch_elementwise<kGeluTanh, false>(out, x, nullptr);
   } else {
-    launch_gated<kGelu>(out, x);
+    launch_elementwise<kGelu, false>(out, x, nullptr);
   }
+}
+
+void silu_and_mul_static_quant_fp8_out(at::Tensor& out, const at::Tensor& x,
+                                       const at::Tensor& scale) {
+  launch_elementwise<kSilu, true>(out, x, &scale);
+}
+
+void static_quant_fp8_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& scale) {
+  launch_elementwise<kIdentity, true>(out, x, &scale);
 }
 
 }  // namespace ir_cuda

@@ -1,49 +1,291 @@
-// Shared helpers of the ir_cuda kernels: 16-byte vectors, float conversion, block reductions.
+// Shared helpers of the ir_cuda kernels: vectors, row plans (vector body with a scalar head and
+// tail), register tiles, team reductions, fp8 conversion, and where kernels run (a CUDA stream,
+// or host threads when built with IR_CUDA_HOST_EMULATION for tests without a GPU).
 #pragma once
 
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
+
 #include <cstdint>
+#include <optional>
+
+#if defined(IR_CUDA_HOST_EMULATION)
+#include "emulation.h"
+#else
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime.h>
+#endif
+#include <cuda_fp8.h>
 
 namespace ir_cuda {
 
-// A 16-byte vector of T: one global load or store instruction.
-template <typename T>
-struct alignas(16) Vec16 {
-  static constexpr int kSize = 16 / sizeof(T);
-  T v[kSize];
+#if defined(IR_CUDA_HOST_EMULATION)
+constexpr const char* kDeviceName = "CPU (emulated CUDA)";
+inline bool on_kernel_device(const at::Tensor& t) { return t.is_cpu(); }
+
+// Emulated kernels run synchronously on host threads.
+struct DeviceScope {
+  explicit DeviceScope(const at::Tensor& /*t*/) {}
+  cudaStream_t stream = nullptr;
+};
+#else
+constexpr const char* kDeviceName = "CUDA";
+inline bool on_kernel_device(const at::Tensor& t) { return t.is_cuda(); }
+
+// The tensor's device made current, and its current stream.
+struct DeviceScope {
+  explicit DeviceScope(const at::Tensor& t)
+      : guard(t.device()), stream(c10::cuda::getCurrentCUDAStream()) {}
+  c10::cuda::CUDAGuard guard;
+  cudaStream_t stream;
 };
 
-__device__ __forceinline__ bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  kernel<<<grid, block, 0, stream>>>(static_cast<Params>(args)...);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+#endif
+
+constexpr float kFp8Max = 448.f;
+// Smallest scale the dynamic quantizers use, so an all-zero row does not divide by zero.
+constexpr float kMinScale = 1.f / (kFp8Max * 512.f);
+
+// N elements of U in one aligned access (16 bytes for the activations' own type).
+template <typename U, int N>
+struct alignas(sizeof(U) * N) VecN {
+  U v[N];
+};
+
+// Elements of T per 16-byte vector.
+template <typename T>
+constexpr int vec_width() {
+  return 16 / static_cast<int>(sizeof(T));
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
+__device__ __forceinline__ bool aligned(const void* p, int bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & static_cast<uintptr_t>(bytes - 1)) == 0;
+}
+
+__device__ __forceinline__ uint8_t to_fp8(float v) {
+  // saturating (clamp to +-448) and round-to-nearest-even, as torch's clamp-then-convert
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+// How one row is split: `head` scalars until the first pointer is 16-byte aligned, `nvec`
+// vectors of V elements, then `tail` scalars. `vec` is false where some other pointer of the
+// row is not aligned at the same element; then every element is read as a scalar.
+struct RowPlan {
+  int64_t width = 0;
+  int64_t nvec = 0;
+  int head = 0;
+  int tail = 0;
+  bool vec = false;
+};
+
+template <int V>
+struct PlanBuilder {
+  RowPlan plan;
+
+  template <typename U>
+  __device__ __forceinline__ PlanBuilder(const U* first, int64_t width) {
+    plan.width = width;
+    const uintptr_t misalign = reinterpret_cast<uintptr_t>(first) % (sizeof(U) * V);
+    plan.vec = misalign % sizeof(U) == 0;
+    if (plan.vec) {
+      int64_t head = misalign == 0 ? 0 : (sizeof(U) * V - misalign) / sizeof(U);
+      head = head < width ? head : width;
+      plan.head = static_cast<int>(head);
+      plan.nvec = (width - head) / V;
+      plan.tail = static_cast<int>(width - head - plan.nvec * V);
+    }
+  }
+
+  // Another pointer of the row (null pointers are ignored): vectors need it aligned at `head`.
+  template <typename U>
+  __device__ __forceinline__ PlanBuilder& also(const U* p) {
+    if (p != nullptr && !aligned(p + plan.head, static_cast<int>(sizeof(U)) * V)) plan.vec = false;
+    return *this;
+  }
+
+  __device__ __forceinline__ RowPlan done() {
+    if (!plan.vec) {
+      plan.head = plan.tail = 0;
+      plan.nvec = 0;
+    }
+    return plan;
+  }
+};
+
+// The elements of a row (or of one chunk of it) that one thread of a team holds: VPT vectors
+// (vector j = base + lane + k * team) plus one head and one tail element. On the scalar path the
+// same VPT * V slots hold elements base * V + lane + m * team.
+template <typename U, int V, int VPT>
+struct Tile {
+  static constexpr int kSlots = VPT * V + 2;
+  VecN<U, V> vec[VPT];
+  U head;
+  U tail;
+
+  __device__ __forceinline__ U& at(int s) {
+    return s < VPT * V ? vec[s / V].v[s % V] : (s == VPT * V ? head : tail);
+  }
+  __device__ __forceinline__ U at(int s) const {
+    return s < VPT * V ? vec[s / V].v[s % V] : (s == VPT * V ? head : tail);
+  }
+};
+
+// Row element held in slot `s` for chunk `chunk` (of VPT * team vectors), or -1.
+template <int V, int VPT>
+__device__ __forceinline__ int64_t slot_index(const RowPlan& p, int lane, int team, int64_t chunk,
+                                              int s) {
+  const int64_t base = chunk * VPT * team;
+  if (p.vec) {
+    if (s < VPT * V) {
+      const int64_t j = base + lane + static_cast<int64_t>(s / V) * team;
+      return j < p.nvec ? p.head + j * V + s % V : -1;
+    }
+    if (chunk != 0) return -1;
+    if (s == VPT * V) return lane < p.head ? lane : -1;
+    return lane < p.tail ? p.head + p.nvec * V + lane : -1;
+  }
+  if (s >= VPT * V) return -1;
+  const int64_t i = base * V + lane + static_cast<int64_t>(s) * team;
+  return i < p.width ? i : -1;
+}
+
+// Loads this thread's slots of `row` (zero where a slot holds no element).
+template <typename U, int V, int VPT>
+__device__ __forceinline__ void load_tile(Tile<U, V, VPT>& t, const U* row, const RowPlan& p,
+                                          int lane, int team, int64_t chunk) {
+  if (p.vec) {
+    const auto* body = reinterpret_cast<const VecN<U, V>*>(row + p.head);
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
+    for (int k = 0; k < VPT; ++k) {
+      const int64_t j = chunk * VPT * team + lane + static_cast<int64_t>(k) * team;
+      if (j < p.nvec) {
+        t.vec[k] = body[j];
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) t.vec[k].v[e] = U(0.f);
+      }
+    }
+    t.head = chunk == 0 && lane < p.head ? row[lane] : U(0.f);
+    t.tail = chunk == 0 && lane < p.tail ? row[p.head + p.nvec * V + lane] : U(0.f);
+  } else {
+#pragma unroll
+    for (int s = 0; s < VPT * V; ++s) {
+      const int64_t i = slot_index<V, VPT>(p, lane, team, chunk, s);
+      t.at(s) = i >= 0 ? row[i] : U(0.f);
+    }
+    t.head = t.tail = U(0.f);
+  }
 }
 
-// Sum over the block; every thread gets the total. Call at most once per kernel.
-__device__ __forceinline__ float block_sum(float v) {
+// Stores this thread's slots into `row` (only slots that hold an element).
+template <typename U, int V, int VPT>
+__device__ __forceinline__ void store_tile(U* row, const Tile<U, V, VPT>& t, const RowPlan& p,
+                                           int lane, int team, int64_t chunk) {
+  if (p.vec) {
+    auto* body = reinterpret_cast<VecN<U, V>*>(row + p.head);
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int64_t j = chunk * VPT * team + lane + static_cast<int64_t>(k) * team;
+      if (j < p.nvec) body[j] = t.vec[k];
+    }
+    if (chunk == 0 && lane < p.head) row[lane] = t.head;
+    if (chunk == 0 && lane < p.tail) row[p.head + p.nvec * V + lane] = t.tail;
+  } else {
+#pragma unroll
+    for (int s = 0; s < VPT * V; ++s) {
+      const int64_t i = slot_index<V, VPT>(p, lane, team, chunk, s);
+      if (i >= 0) row[i] = t.at(s);
+    }
+  }
+}
+
+struct SumOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// Reduces `v` over a team of `team` consecutive threads (a power of two, 8..kMaxTeam, dividing
+// the block); every member gets the result. Every thread of the block must call it.
+template <typename Op>
+__device__ __forceinline__ float team_reduce(float v, int team, Op op) {
   __shared__ float partial[32];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int warps = (blockDim.x + 31) >> 5;
-  v = warp_sum(v);
-  if (lane == 0) partial[warp] = v;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (offset < team) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  if (team <= 32) return v;
+  __syncthreads();  // an earlier reduction may still be reading `partial`
+  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
   __syncthreads();
-  v = lane < warps ? partial[lane] : 0.f;
-  return warp_sum(v);
+  const int first = (threadIdx.x / team) * (team >> 5);
+  float r = partial[first];
+  for (int w = 1; w < (team >> 5); ++w) r = op(r, partial[first + w]);
+  return r;
 }
 
-// Threads per block for a row of `elements` processed `per_thread` at a time.
-inline int threads_for(int64_t elements, int per_thread) {
-  int64_t needed = (elements + per_thread - 1) / per_thread;
-  int threads = 32;
-  while (threads < needed && threads < 1024) threads *= 2;
-  return threads;
+// The launch of a row kernel: `team` threads per row, each holding VPT vectors per chunk.
+// Depends on the row width only, so a row's result does not depend on the batch.
+constexpr int kMaxTeam = 512;  // 128 registers per thread, so a tile of 4 vectors does not spill
+
+struct RowLaunch {
+  int team;
+  int vpt;     // 1, 2 or 4
+  bool stream; // the row does not fit one tile: it is read in chunks, twice
+  int threads; // per block: max(team, 128)
+};
+
+inline RowLaunch row_launch(int64_t width, int vec) {
+  const int64_t units = (width + vec - 1) / vec;
+  const int vpt = units <= 64 ? 1 : (units <= 1024 ? 2 : 4);
+  int team = 8;
+  while (team < kMaxTeam && static_cast<int64_t>(team) * vpt < units) team *= 2;
+  const bool stream = static_cast<int64_t>(team) * vpt < units;
+  return RowLaunch{team, vpt, stream, team > 128 ? team : 128};
+}
+
+// AT_DISPATCH_FLOATING_TYPES_AND2 without double: the kernels take float32, float16, bfloat16.
+#define IR_CUDA_DISPATCH_FLOAT(TYPE, NAME, ...)                                          \
+  AT_DISPATCH_SWITCH(TYPE, "ir_cuda_" NAME,                                              \
+                     AT_DISPATCH_CASE(at::kFloat, __VA_ARGS__)                          \
+                         AT_DISPATCH_CASE(at::kHalf, __VA_ARGS__)                       \
+                             AT_DISPATCH_CASE(at::kBFloat16, __VA_ARGS__))
+
+inline void check_rows(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(on_kernel_device(t) && t.dim() == 2 && (t.size(1) <= 1 || t.stride(1) == 1),
+              "ir_cuda: ", name, " must be a 2-D ", kDeviceName,
+              " tensor with contiguous rows, got sizes ", t.sizes(), " strides ", t.strides(),
+              " on ", t.device());
+}
+
+inline void check_same(const at::Tensor& t, const char* name, const at::Tensor& x) {
+  check_rows(t, name);
+  TORCH_CHECK(t.sizes() == x.sizes() && t.scalar_type() == x.scalar_type(), "ir_cuda: ", name,
+              " must match x in shape ", x.sizes(), " and dtype ", x.scalar_type(), ", got ",
+              t.sizes(), " ", t.scalar_type());
+}
+
+inline void check_fp8(const at::Tensor& t, const char* name, at::IntArrayRef sizes) {
+  check_rows(t, name);
+  TORCH_CHECK(t.scalar_type() == at::kFloat8_e4m3fn && t.sizes() == sizes, "ir_cuda: ", name,
+              " must be float8_e4m3fn of sizes ", sizes, ", got ", t.scalar_type(), " ",
+              t.sizes());
+}
+
+inline void check_scale(const at::Tensor& t, const char* name, const at::Tensor& x) {
+  TORCH_CHECK(on_kernel_device(t) && t.device() == x.device() && t.scalar_type() == at::kFloat &&
+                  t.numel() == 1,
+              "ir_cuda: ", name, " must be a one-element float32 tensor on ", x.device());
 }
 
 }  // namespace ir_cuda

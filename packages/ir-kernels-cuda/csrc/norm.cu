@@ -1,9 +1,12 @@
-// rms_norm and fused_add_rms_norm: one block per row, 16-byte accesses where the row allows.
+// Row kernels: rms_norm and fused_add_rms_norm, alone or followed by static or dynamic fp8
+// quantization, and dynamic per-token and per-token-group fp8 quantization.
+//
+// A team of threads owns one row (for group quantization: one group). Each thread loads its
+// part of the row into registers once (16-byte vectors between a scalar head and tail), the team
+// reduces (sum of squares, then absmax for dynamic scales) with warp shuffles, and the same
+// registers produce the output, so the input is read once. Rows wider than one tile (team 1024,
+// four vectors each) are streamed in chunks and read again from L2 for the output.
 #include <ATen/ATen.h>
-#include <ATen/Dispatch.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/cuda/CUDAGuard.h>
 
 #include <optional>
 
@@ -12,135 +15,354 @@
 namespace ir_cuda {
 namespace {
 
-// Pass 1 (with ADD: r = round(x + residual), stored to residual_out) sums the squares of the
-// first `var_size` elements; pass 2 writes round(src * inv_rms * weight) in float32 math, where
-// src is x, or the rounded sum. Each element is read and written by the same thread in both
-// passes, so out may alias x and residual_out may alias residual (the in-place variant).
-template <typename T, bool ADD>
-__global__ void rms_norm_kernel(T* out, int64_t out_stride, T* residual_out,
-                                int64_t residual_out_stride, const T* x, int64_t x_stride,
-                                const T* residual, int64_t residual_stride,
-                                const T* __restrict__ weight, int64_t hidden, int64_t var_size,
-                                float eps) {
-  constexpr int V = Vec16<T>::kSize;
-  const int64_t row = blockIdx.x;
-  T* orow = out + row * out_stride;
-  const T* xrow = x + row * x_stride;
-  T* rrow = ADD ? residual_out + row * residual_out_stride : nullptr;
-  const T* resrow = ADD ? residual + row * residual_stride : nullptr;
-  const T* src = ADD ? rrow : xrow;
-  const bool vec = hidden % V == 0 && aligned16(orow) && aligned16(xrow) &&
-                   (weight == nullptr || aligned16(weight)) &&
-                   (!ADD || (aligned16(rrow) && aligned16(resrow)));
-  float squares = 0.f;
-  if (vec) {
-    for (int64_t j = threadIdx.x; j < hidden / V; j += blockDim.x) {
-      Vec16<T> a = reinterpret_cast<const Vec16<T>*>(xrow)[j];
-      if constexpr (ADD) {
-        const Vec16<T> b = reinterpret_cast<const Vec16<T>*>(resrow)[j];
-#pragma unroll
-        for (int k = 0; k < V; ++k) a.v[k] = static_cast<T>(float(a.v[k]) + float(b.v[k]));
-        reinterpret_cast<Vec16<T>*>(rrow)[j] = a;
-      }
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float f = float(a.v[k]);
-        if (j * V + k < var_size) squares += f * f;
-      }
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
-      T a = xrow[i];
-      if constexpr (ADD) {
-        a = static_cast<T>(float(a) + float(resrow[i]));
-        rrow[i] = a;
-      }
-      const float f = float(a);
-      if (i < var_size) squares += f * f;
-    }
+enum Quant : int { kNone = 0, kStatic = 1, kDynamic = 2 };
+
+template <typename T>
+struct RowArgs {
+  void* out;  // T, or fp8 bits (uint8_t) when quantizing
+  int64_t out_stride;
+  T* residual_out;
+  int64_t residual_out_stride;
+  const T* x;
+  int64_t x_stride;
+  const T* residual;
+  int64_t residual_stride;
+  const T* weight;
+  const float* scale;     // static quantization: the one scale
+  const float* scale_ub;  // dynamic quantization: optional upper bound of the absmax
+  float* scale_out;       // dynamic quantization: one scale per row (per group)
+  int64_t scale_token_stride;
+  int64_t scale_group_stride;
+  int64_t rows;    // tokens * groups
+  int64_t groups;  // per token (1 except for group quantization)
+  int64_t width;   // elements per row (per group)
+  int64_t var_size;
+  float eps;
+};
+
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  return static_cast<float>(static_cast<T>(v));
+}
+
+template <typename T, int VPT, bool STREAM, bool ADD, bool NORM, int QUANT>
+__global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
+  constexpr int V = vec_width<T>();
+  using XTile = Tile<T, V, VPT>;
+  using QTile = Tile<uint8_t, V, VPT>;
+  const int lane = threadIdx.x % team;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / team) + threadIdx.x / team;
+  const bool active = row < a.rows;
+  const int64_t token = active ? row / a.groups : 0;
+  const int64_t group_offset = active ? (row % a.groups) * a.width : 0;
+
+  const T* x = a.x + token * a.x_stride + group_offset;
+  const T* res = ADD ? a.residual + token * a.residual_stride : nullptr;
+  T* res_out = ADD ? a.residual_out + token * a.residual_out_stride : nullptr;
+  T* out_t = QUANT == kNone ? static_cast<T*>(a.out) + token * a.out_stride : nullptr;
+  uint8_t* out_q =
+      QUANT != kNone ? static_cast<uint8_t*>(a.out) + token * a.out_stride + group_offset : nullptr;
+  const T* weight = NORM ? a.weight : nullptr;
+
+  RowPlan plan;
+  if (active) {
+    plan = PlanBuilder<V>(x, a.width).also(res).also(res_out).also(out_t).also(out_q).also(weight).done();
   }
-  const float inv_rms = rsqrtf(block_sum(squares) / static_cast<float>(var_size) + eps);
-  if (vec) {
-    for (int64_t j = threadIdx.x; j < hidden / V; j += blockDim.x) {
-      const Vec16<T> a = reinterpret_cast<const Vec16<T>*>(src)[j];
-      Vec16<T> o;
-      if (weight != nullptr) {
-        const Vec16<T> w = reinterpret_cast<const Vec16<T>*>(weight)[j];
+  const int64_t chunks = STREAM ? (a.width + static_cast<int64_t>(VPT) * V * team - 1) /
+                                      (static_cast<int64_t>(VPT) * V * team)
+                                : 1;
+  // The rounded activations the output is computed from: x, or x + residual.
+  const T* src = ADD ? res_out : x;
+
+  XTile xs;
+  float acc = 0.f;  // sum of squares (norms) or absmax (plain dynamic quantization)
+  for (int64_t c = 0; c < chunks; ++c) {
+    if (active) {
+      load_tile(xs, x, plan, lane, team, c);
+      if constexpr (ADD) {
+        XTile rs;
+        load_tile(rs, res, plan, lane, team, c);
 #pragma unroll
-        for (int k = 0; k < V; ++k) o.v[k] = static_cast<T>(float(a.v[k]) * inv_rms * float(w.v[k]));
+        for (int s = 0; s < XTile::kSlots; ++s) xs.at(s) = static_cast<T>(float(xs.at(s)) + float(rs.at(s)));
+        store_tile(res_out, xs, plan, lane, team, c);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < XTile::kSlots; ++s) {
+      const float f = float(xs.at(s));
+      if constexpr (NORM) {
+        const int64_t i = slot_index<V, VPT>(plan, lane, team, c, s);
+        if (active && i >= 0 && i < a.var_size) acc += f * f;
       } else {
-#pragma unroll
-        for (int k = 0; k < V; ++k) o.v[k] = static_cast<T>(float(a.v[k]) * inv_rms);
+        acc = fmaxf(acc, fabsf(f));  // empty slots hold zeros
       }
-      reinterpret_cast<Vec16<T>*>(orow)[j] = o;
     }
+  }
+
+  float inv_rms = 1.f;
+  if constexpr (NORM) {
+    inv_rms = rsqrtf(team_reduce(acc, team, SumOp{}) / static_cast<float>(a.var_size) + a.eps);
+  }
+
+  // y for slot s of the tile in registers: the value the unfused op would have produced.
+  auto normed = [&](const XTile& t, const XTile& w, int s) -> float {
+    float y = float(t.at(s)) * inv_rms;
+    if (weight != nullptr) y *= float(w.at(s));
+    return round_to<T>(y);
+  };
+
+  XTile ws;
+  if constexpr (NORM && QUANT == kDynamic) {
+    acc = 0.f;
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (active) {
+        if (STREAM) load_tile(xs, src, plan, lane, team, c);
+        if (weight != nullptr) load_tile(ws, weight, plan, lane, team, c);
+      }
+#pragma unroll
+      for (int s = 0; s < XTile::kSlots; ++s) acc = fmaxf(acc, fabsf(normed(xs, ws, s)));
+    }
+  }
+
+  float scale = 1.f;
+  if constexpr (QUANT == kStatic) {
+    scale = *a.scale;
+  } else if constexpr (QUANT == kDynamic) {
+    float amax = team_reduce(acc, team, MaxOp{});
+    if (a.scale_ub != nullptr) amax = fminf(amax, *a.scale_ub);
+    scale = fmaxf(amax / kFp8Max, kMinScale);
+    if (active && lane == 0) {
+      a.scale_out[token * a.scale_token_stride + (row % a.groups) * a.scale_group_stride] = scale;
+    }
+  }
+  if (!active) return;  // no reductions follow
+
+  for (int64_t c = 0; c < chunks; ++c) {
+    if constexpr (STREAM) load_tile(xs, src, plan, lane, team, c);
+    if (NORM && weight != nullptr && (STREAM || QUANT != kDynamic)) {
+      load_tile(ws, weight, plan, lane, team, c);
+    }
+    if constexpr (QUANT == kNone) {
+      XTile o;
+#pragma unroll
+      for (int s = 0; s < XTile::kSlots; ++s) o.at(s) = static_cast<T>(normed(xs, ws, s));
+      store_tile(out_t, o, plan, lane, team, c);
+    } else {
+      QTile q;
+#pragma unroll
+      for (int s = 0; s < XTile::kSlots; ++s) {
+        const float y = NORM ? normed(xs, ws, s) : float(xs.at(s));
+        q.at(s) = to_fp8(y / scale);
+      }
+      store_tile(out_q, q, plan, lane, team, c);
+    }
+  }
+}
+
+struct RowTensors {
+  at::Tensor* out = nullptr;
+  at::Tensor* residual_out = nullptr;
+  const at::Tensor* x = nullptr;
+  const at::Tensor* residual = nullptr;
+  const at::Tensor* weight = nullptr;
+  const at::Tensor* scale = nullptr;
+  const at::Tensor* scale_ub = nullptr;
+  at::Tensor* scale_out = nullptr;
+  int64_t groups = 1;
+  int64_t scale_token_stride = 0;
+  int64_t scale_group_stride = 0;
+  std::optional<int64_t> variance_size;
+  double epsilon = 0.0;
+};
+
+template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool STREAM>
+void launch_typed(const RowArgs<T>& args, const RowLaunch& l, cudaStream_t stream) {
+  const int64_t rows_per_block = l.threads / l.team;
+  const int64_t blocks = (args.rows + rows_per_block - 1) / rows_per_block;
+  launch(row_kernel<T, VPT, STREAM, ADD, NORM, QUANT>, dim3(static_cast<unsigned>(blocks)),
+         dim3(static_cast<unsigned>(l.threads)), stream, args, l.team);
+}
+
+template <bool ADD, bool NORM, int QUANT>
+void launch_rows(const RowTensors& t) {
+  const at::Tensor& x = *t.x;
+  check_rows(x, "x");
+  const int64_t tokens = x.size(0), hidden = x.size(1);
+  if constexpr (QUANT == kNone) {
+    check_same(*t.out, "out", x);
   } else {
-    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) {
-      const float scaled = float(src[i]) * inv_rms;
-      orow[i] = static_cast<T>(weight != nullptr ? scaled * float(weight[i]) : scaled);
-    }
+    check_fp8(*t.out, "out", x.sizes());
   }
-}
-
-void check_rows(const at::Tensor& t, const char* name, const at::Tensor& x) {
-  TORCH_CHECK(t.is_cuda() && t.dim() == 2 && t.stride(1) == 1,
-              "ir_cuda: ", name, " must be a 2-D CUDA tensor with contiguous rows");
-  TORCH_CHECK(t.sizes() == x.sizes() && t.scalar_type() == x.scalar_type(),
-              "ir_cuda: ", name, " must match x in shape and dtype");
-}
-
-template <bool ADD>
-void launch_norm(at::Tensor& out, at::Tensor* residual_out, const at::Tensor& x,
-                 const at::Tensor* residual, const std::optional<at::Tensor>& weight,
-                 double epsilon, std::optional<int64_t> variance_size) {
-  check_rows(x, "x", x);
-  check_rows(out, "out", x);
   if constexpr (ADD) {
-    check_rows(*residual_out, "residual_out", x);
-    check_rows(*residual, "x_residual", x);
+    check_same(*t.residual_out, "residual_out", x);
+    check_same(*t.residual, "x_residual", x);
   }
-  const int64_t rows = x.size(0), hidden = x.size(1);
-  const int64_t var_size = variance_size.value_or(hidden);
-  TORCH_CHECK(var_size > 0 && var_size <= hidden, "ir_cuda: variance_size out of range");
-  if (weight.has_value()) {
-    TORCH_CHECK(weight->is_contiguous() && weight->numel() == hidden &&
-                    weight->scalar_type() == x.scalar_type(),
-                "ir_cuda: weight must be contiguous, of x's hidden size and dtype");
+  if (t.weight != nullptr) {
+    TORCH_CHECK(on_kernel_device(*t.weight) && t.weight->is_contiguous() && t.weight->numel() == hidden &&
+                    t.weight->scalar_type() == x.scalar_type(),
+                "ir_cuda: weight must be contiguous, of x's hidden size ", hidden, " and dtype ",
+                x.scalar_type());
   }
-  if (rows == 0) return;
-  const c10::cuda::CUDAGuard guard(x.device());
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "ir_cuda_rms_norm", [&] {
+  if (t.scale != nullptr) check_scale(*t.scale, "scale", x);
+  if (t.scale_ub != nullptr) check_scale(*t.scale_ub, "scale_ub", x);
+  const int64_t width = hidden / t.groups;
+  const int64_t var_size = t.variance_size.value_or(width);
+  TORCH_CHECK(var_size > 0 && var_size <= width, "ir_cuda: variance_size must be in 1..", width,
+              ", got ", var_size);
+  if (tokens == 0 || hidden == 0) return;
+  const DeviceScope scope(x);
+  const cudaStream_t stream = scope.stream;
+  IR_CUDA_DISPATCH_FLOAT(x.scalar_type(), "rows", [&] {
     using T = scalar_t;
-    const int threads = threads_for(hidden, Vec16<T>::kSize);
-    const T* w = weight.has_value() ? weight->data_ptr<T>() : nullptr;
-    T* r_out = ADD ? residual_out->data_ptr<T>() : nullptr;
-    const T* r_in = ADD ? residual->data_ptr<T>() : nullptr;
-    rms_norm_kernel<T, ADD><<<rows, threads, 0, stream>>>(
-        out.data_ptr<T>(), out.stride(0), r_out, ADD ? residual_out->stride(0) : 0,
-        x.data_ptr<T>(), x.stride(0), r_in, ADD ? residual->stride(0) : 0, w, hidden, var_size,
-        static_cast<float>(epsilon));
+    RowArgs<T> args{};
+    args.out = t.out->data_ptr();
+    args.out_stride = t.out->stride(0);
+    args.x = x.const_data_ptr<T>();
+    args.x_stride = x.stride(0);
+    if constexpr (ADD) {
+      args.residual_out = t.residual_out->data_ptr<T>();
+      args.residual_out_stride = t.residual_out->stride(0);
+      args.residual = t.residual->const_data_ptr<T>();
+      args.residual_stride = t.residual->stride(0);
+    }
+    args.weight = t.weight != nullptr ? t.weight->const_data_ptr<T>() : nullptr;
+    args.scale = t.scale != nullptr ? t.scale->const_data_ptr<float>() : nullptr;
+    args.scale_ub = t.scale_ub != nullptr ? t.scale_ub->const_data_ptr<float>() : nullptr;
+    args.scale_out = t.scale_out != nullptr ? t.scale_out->data_ptr<float>() : nullptr;
+    args.scale_token_stride = t.scale_token_stride;
+    args.scale_group_stride = t.scale_group_stride;
+    args.rows = tokens * t.groups;
+    args.groups = t.groups;
+    args.width = width;
+    args.var_size = var_size;
+    args.eps = static_cast<float>(t.epsilon);
+    const RowLaunch l = row_launch(width, vec_width<T>());
+    if (l.stream) {
+      launch_typed<T, ADD, NORM, QUANT, 4, true>(args, l, stream);
+    } else if (l.vpt == 1) {
+      launch_typed<T, ADD, NORM, QUANT, 1, false>(args, l, stream);
+    } else if (l.vpt == 2) {
+      launch_typed<T, ADD, NORM, QUANT, 2, false>(args, l, stream);
+    } else {
+      launch_typed<T, ADD, NORM, QUANT, 4, false>(args, l, stream);
+    }
   });
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
+
+const at::Tensor* opt(const std::optional<at::Tensor>& t) { return t.has_value() ? &*t : nullptr; }
 
 }  // namespace
 
 void rms_norm_out(at::Tensor& out, const at::Tensor& x, const std::optional<at::Tensor>& weight,
                   double epsilon, std::optional<int64_t> variance_size) {
-  launch_norm<false>(out, nullptr, x, nullptr, weight, epsilon, variance_size);
+  RowTensors t;
+  t.out = &out;
+  t.x = &x;
+  t.weight = opt(weight);
+  t.epsilon = epsilon;
+  t.variance_size = variance_size;
+  launch_rows<false, true, kNone>(t);
 }
 
 void fused_add_rms_norm_out(at::Tensor& out, at::Tensor& residual_out, const at::Tensor& x,
                             const at::Tensor& x_residual, const std::optional<at::Tensor>& weight,
                             double epsilon, std::optional<int64_t> variance_size) {
-  launch_norm<true>(out, &residual_out, x, &x_residual, weight, epsilon, variance_size);
+  RowTensors t;
+  t.out = &out;
+  t.residual_out = &residual_out;
+  t.x = &x;
+  t.residual = &x_residual;
+  t.weight = opt(weight);
+  t.epsilon = epsilon;
+  t.variance_size = variance_size;
+  launch_rows<true, true, kNone>(t);
 }
 
 void fused_add_rms_norm_inplace(at::Tensor& x, at::Tensor& x_residual,
                                 const std::optional<at::Tensor>& weight, double epsilon,
                                 std::optional<int64_t> variance_size) {
-  launch_norm<true>(x, &x_residual, x, &x_residual, weight, epsilon, variance_size);
+  fused_add_rms_norm_out(x, x_residual, x, x_residual, weight, epsilon, variance_size);
+}
+
+void rms_norm_static_quant_fp8_out(at::Tensor& out, const at::Tensor& x,
+                                   const std::optional<at::Tensor>& weight, double epsilon,
+                                   const at::Tensor& scale) {
+  RowTensors t;
+  t.out = &out;
+  t.x = &x;
+  t.weight = opt(weight);
+  t.epsilon = epsilon;
+  t.scale = &scale;
+  launch_rows<false, true, kStatic>(t);
+}
+
+void fused_add_rms_norm_static_quant_fp8_out(at::Tensor& out, at::Tensor& residual_out,
+                                             const at::Tensor& x, const at::Tensor& x_residual,
+                                             const std::optional<at::Tensor>& weight,
+                                             double epsilon, const at::Tensor& scale) {
+  RowTensors t;
+  t.out = &out;
+  t.residual_out = &residual_out;
+  t.x = &x;
+  t.residual = &x_residual;
+  t.weight = opt(weight);
+  t.epsilon = epsilon;
+  t.scale = &scale;
+  launch_rows<true, true, kStatic>(t);
+}
+
+namespace {
+void check_scale_out(const at::Tensor& scale_out, const at::Tensor& x, int64_t groups) {
+  TORCH_CHECK(on_kernel_device(scale_out) && scale_out.scalar_type() == at::kFloat &&
+                  scale_out.dim() == 2 && scale_out.size(0) == x.size(0) &&
+                  scale_out.size(1) == groups,
+              "ir_cuda: scale_out must be float32 of sizes [", x.size(0), ", ", groups, "], got ",
+              scale_out.scalar_type(), " ", scale_out.sizes());
+}
+}  // namespace
+
+void rms_norm_dynamic_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Tensor& x,
+                                    const std::optional<at::Tensor>& weight, double epsilon,
+                                    const std::optional<at::Tensor>& scale_ub) {
+  check_scale_out(scale_out, x, 1);
+  RowTensors t;
+  t.out = &out;
+  t.x = &x;
+  t.weight = opt(weight);
+  t.epsilon = epsilon;
+  t.scale_ub = opt(scale_ub);
+  t.scale_out = &scale_out;
+  t.scale_token_stride = scale_out.stride(0);
+  launch_rows<false, true, kDynamic>(t);
+}
+
+void dynamic_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Tensor& x,
+                           const std::optional<at::Tensor>& scale_ub) {
+  check_scale_out(scale_out, x, 1);
+  RowTensors t;
+  t.out = &out;
+  t.x = &x;
+  t.scale_ub = opt(scale_ub);
+  t.scale_out = &scale_out;
+  t.scale_token_stride = scale_out.stride(0);
+  launch_rows<false, false, kDynamic>(t);
+}
+
+void group_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Tensor& x,
+                         int64_t group_size) {
+  TORCH_CHECK(group_size > 0 && x.dim() == 2 && x.size(1) % group_size == 0,
+              "ir_cuda: group_size must be positive and divide the row width ", x.size(-1),
+              ", got ", group_size);
+  const int64_t groups = x.size(1) / group_size;
+  check_scale_out(scale_out, x, groups);
+  RowTensors t;
+  t.out = &out;
+  t.x = &x;
+  t.scale_out = &scale_out;
+  t.groups = groups;
+  t.scale_token_stride = scale_out.stride(0);
+  t.scale_group_stride = scale_out.stride(1);
+  launch_rows<false, false, kDynamic>(t);
 }
 
 }  // namespace ir_cuda

@@ -1,38 +1,99 @@
 // Schemas of torch.ops.ir_cuda.* and their CUDA implementations. Out-variants write into
-// preallocated outputs; fused_add_rms_norm_ overwrites its activations.
+// preallocated outputs (fp8 outputs as float8_e4m3fn); fused_add_rms_norm_ and
+// rotary_embedding_ overwrite their activations. Built with IR_CUDA_HOST_EMULATION, the same
+// ops are torch.ops.ir_cuda_emulated.* on CPU tensors (the kernels run on host threads).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include <optional>
 
+#if defined(IR_CUDA_HOST_EMULATION)
+#define IR_CUDA_LIBRARY ir_cuda_emulated
+#define IR_CUDA_DISPATCH_KEY CPU
+#else
+#define IR_CUDA_LIBRARY ir_cuda
+#define IR_CUDA_DISPATCH_KEY CUDA
+#endif
+// one more expansion step, so that the macros above are replaced before TORCH_LIBRARY pastes
+#define IR_CUDA_TORCH_LIBRARY(ns, m) TORCH_LIBRARY(ns, m)
+#define IR_CUDA_TORCH_LIBRARY_IMPL(ns, key, m) TORCH_LIBRARY_IMPL(ns, key, m)
+
 namespace ir_cuda {
-void rms_norm_out(at::Tensor& out, const at::Tensor& x, const std::optional<at::Tensor>& weight,
-                  double epsilon, std::optional<int64_t> variance_size);
+using OptTensor = std::optional<at::Tensor>;
+void rms_norm_out(at::Tensor& out, const at::Tensor& x, const OptTensor& weight, double epsilon,
+                  std::optional<int64_t> variance_size);
 void fused_add_rms_norm_out(at::Tensor& out, at::Tensor& residual_out, const at::Tensor& x,
-                            const at::Tensor& x_residual, const std::optional<at::Tensor>& weight,
-                            double epsilon, std::optional<int64_t> variance_size);
-void fused_add_rms_norm_inplace(at::Tensor& x, at::Tensor& x_residual,
-                                const std::optional<at::Tensor>& weight, double epsilon,
-                                std::optional<int64_t> variance_size);
+                            const at::Tensor& x_residual, const OptTensor& weight, double epsilon,
+                            std::optional<int64_t> variance_size);
+void fused_add_rms_norm_inplace(at::Tensor& x, at::Tensor& x_residual, const OptTensor& weight,
+                                double epsilon, std::optional<int64_t> variance_size);
+void rms_norm_static_quant_fp8_out(at::Tensor& out, const at::Tensor& x, const OptTensor& weight,
+                                   double epsilon, const at::Tensor& scale);
+void fused_add_rms_norm_static_quant_fp8_out(at::Tensor& out, at::Tensor& residual_out,
+                                             const at::Tensor& x, const at::Tensor& x_residual,
+                                             const OptTensor& weight, double epsilon,
+                                             const at::Tensor& scale);
+void rms_norm_dynamic_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Tensor& x,
+                                    const OptTensor& weight, double epsilon,
+                                    const OptTensor& scale_ub);
+void dynamic_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Tensor& x,
+                           const OptTensor& scale_ub);
+void group_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Tensor& x,
+                         int64_t group_size);
+void static_quant_fp8_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& scale);
 void silu_and_mul_out(at::Tensor& out, const at::Tensor& x);
 void gelu_and_mul_out(at::Tensor& out, const at::Tensor& x, int64_t tanh_approximation);
+void silu_and_mul_static_quant_fp8_out(at::Tensor& out, const at::Tensor& x,
+                                       const at::Tensor& scale);
+void rotary_embedding_out(at::Tensor& query_out, at::Tensor& key_out, const at::Tensor& positions,
+                          const at::Tensor& query, const at::Tensor& key, int64_t head_size,
+                          const at::Tensor& cos_sin_cache, bool is_neox_style);
+void rotary_embedding_inplace(at::Tensor& query, at::Tensor& key, const at::Tensor& positions,
+                              int64_t head_size, const at::Tensor& cos_sin_cache,
+                              bool is_neox_style);
 }  // namespace ir_cuda
 
-TORCH_LIBRARY(ir_cuda, m) {
+IR_CUDA_TORCH_LIBRARY(IR_CUDA_LIBRARY, m) {
   m.def("rms_norm_out(Tensor(a!) out, Tensor x, Tensor? weight, float epsilon, "
         "int? variance_size) -> ()");
   m.def("fused_add_rms_norm_out(Tensor(a!) out, Tensor(b!) residual_out, Tensor x, "
         "Tensor x_residual, Tensor? weight, float epsilon, int? variance_size) -> ()");
   m.def("fused_add_rms_norm_(Tensor(a!) x, Tensor(b!) x_residual, Tensor? weight, "
         "float epsilon, int? variance_size) -> ()");
+  m.def("rms_norm_static_quant_fp8_out(Tensor(a!) out, Tensor x, Tensor? weight, "
+        "float epsilon, Tensor scale) -> ()");
+  m.def("fused_add_rms_norm_static_quant_fp8_out(Tensor(a!) out, Tensor(b!) residual_out, "
+        "Tensor x, Tensor x_residual, Tensor? weight, float epsilon, Tensor scale) -> ()");
+  m.def("rms_norm_dynamic_quant_fp8_out(Tensor(a!) out, Tensor(b!) scale_out, Tensor x, "
+        "Tensor? weight, float epsilon, Tensor? scale_ub) -> ()");
+  m.def("dynamic_quant_fp8_out(Tensor(a!) out, Tensor(b!) scale_out, Tensor x, "
+        "Tensor? scale_ub) -> ()");
+  m.def("group_quant_fp8_out(Tensor(a!) out, Tensor(b!) scale_out, Tensor x, "
+        "int group_size) -> ()");
+  m.def("static_quant_fp8_out(Tensor(a!) out, Tensor x, Tensor scale) -> ()");
   m.def("silu_and_mul_out(Tensor(a!) out, Tensor x) -> ()");
   m.def("gelu_and_mul_out(Tensor(a!) out, Tensor x, int tanh_approximation) -> ()");
+  m.def("silu_and_mul_static_quant_fp8_out(Tensor(a!) out, Tensor x, Tensor scale) -> ()");
+  m.def("rotary_embedding_out(Tensor(a!) query_out, Tensor(b!) key_out, Tensor positions, "
+        "Tensor query, Tensor key, int head_size, Tensor cos_sin_cache, bool is_neox_style) -> ()");
+  m.def("rotary_embedding_(Tensor(a!) query, Tensor(b!) key, Tensor positions, int head_size, "
+        "Tensor cos_sin_cache, bool is_neox_style) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(ir_cuda, CUDA, m) {
+IR_CUDA_TORCH_LIBRARY_IMPL(IR_CUDA_LIBRARY, IR_CUDA_DISPATCH_KEY, m) {
   m.impl("rms_norm_out", &ir_cuda::rms_norm_out);
   m.impl("fused_add_rms_norm_out", &ir_cuda::fused_add_rms_norm_out);
   m.impl("fused_add_rms_norm_", &ir_cuda::fused_add_rms_norm_inplace);
+  m.impl("rms_norm_static_quant_fp8_out", &ir_cuda::rms_norm_static_quant_fp8_out);
+  m.impl("fused_add_rms_norm_static_quant_fp8_out",
+         &ir_cuda::fused_add_rms_norm_static_quant_fp8_out);
+  m.impl("rms_norm_dynamic_quant_fp8_out", &ir_cuda::rms_norm_dynamic_quant_fp8_out);
+  m.impl("dynamic_quant_fp8_out", &ir_cuda::dynamic_quant_fp8_out);
+  m.impl("group_quant_fp8_out", &ir_cuda::group_quant_fp8_out);
+  m.impl("static_quant_fp8_out", &ir_cuda::static_quant_fp8_out);
   m.impl("silu_and_mul_out", &ir_cuda::silu_and_mul_out);
   m.impl("gelu_and_mul_out", &ir_cuda::gelu_and_mul_out);
+  m.impl("silu_and_mul_static_quant_fp8_out", &ir_cuda::silu_and_mul_static_quant_fp8_out);
+  m.impl("rotary_embedding_out", &ir_cuda::rotary_embedding_out);
+  m.impl("rotary_embedding_", &ir_cuda::rotary_embedding_inplace);
 }

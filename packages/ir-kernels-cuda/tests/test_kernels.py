@@ -17,14 +17,16 @@ from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import assert_impl_matches_native, clone_args, matrix_spec, sample_inputs
 
 GPU = impls.SUPPORTED
+FP8 = torch.float8_e4m3fn
 PROVIDERS = [(op, p) for op in ops for p in op.impls if p.startswith("cuda")]
 on_gpu = pytest.mark.skipif(not GPU, reason=f"provider cuda unsupported here: {impls.REASON}")
 
 
-def test_registered_for_the_ops_it_implements() -> None:
-    names = {op.name for op, _ in PROVIDERS}
-    assert names == {"rms_norm", "fused_add_rms_norm", "silu_and_mul", "gelu_and_mul"}
-    assert ops.fused_add_rms_norm.impls["cuda_inplace"].inplace
+def test_registered_for_every_catalog_op() -> None:
+    assert {op.name for op, _ in PROVIDERS} == {op.name for op in ops}
+    inplace = {op.name for op, p in PROVIDERS if p == "cuda_inplace"}
+    assert inplace == {"fused_add_rms_norm", "rotary_embedding"}
+    assert all(op.impls[p].inplace == (p == "cuda_inplace") for op, p in PROVIDERS)
     assert all(op.impls[p].batch_invariant for op, p in PROVIDERS)
 
 
@@ -85,6 +87,10 @@ def spec_for(
     return matrix_spec(dtype, hidden, tokens, layout, device="cuda", seed=seed, **options)
 
 
+#: Largest tokens x hidden the matrix runs (65536 wide rows at 4096 tokens would only add time).
+MAX_ELEMENTS = 1 << 26
+
+
 @on_gpu
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("tokens", TOKENS)
@@ -94,6 +100,8 @@ def spec_for(
 def test_matches_native(
     op: IrOp, provider: str, dtype: torch.dtype, hidden: int, tokens: int, layout: str
 ) -> None:
+    if hidden * tokens > MAX_ELEMENTS:
+        pytest.skip(f"{tokens} x {hidden} is above the matrix's {MAX_ELEMENTS} elements")
     assert_impl_matches_native(
         op, provider, sample_inputs(op, spec_for(dtype, hidden, tokens, layout))
     )
@@ -105,6 +113,18 @@ VARIANTS = [
     ("fused_add_rms_norm", {"weight": False}),
     ("fused_add_rms_norm", {"variance_size": 7}),
     ("gelu_and_mul", {"approximate": "tanh"}),
+    ("dynamic_quant_fp8", {"scale_ub": True}),
+    ("rms_norm_dynamic_quant_fp8", {"weight": False}),
+    ("rms_norm_static_quant_fp8", {"weight": False}),
+    ("group_quant_fp8", {"column_major_scales": True}),
+    ("group_quant_fp8", {"group_size": 64}),
+    ("group_quant_fp8", {"group_size": 256}),
+    ("rotary_embedding", {"is_neox_style": False}),
+    ("rotary_embedding", {"rotary_dim": 32}),
+    ("rotary_embedding", {"rotary_dim": 32, "is_neox_style": False}),
+    ("rotary_embedding", {"cache_dtype": torch.float16, "head_size": 64}),
+    ("rotary_embedding", {"cache_dtype": torch.bfloat16, "is_neox_style": False}),
+    ("rotary_embedding", {"head_size": 36, "rotary_dim": 18}),
 ]
 
 
@@ -120,17 +140,39 @@ def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout
         )
 
 
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """fp8 tensors compare as their bits (torch.equal does not take them everywhere)."""
+    return t.view(torch.uint8) if t.dtype == FP8 else t
+
+
 @on_gpu
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
 def test_rows_are_batch_invariant(op: IrOp, provider: str) -> None:
-    big = sample_inputs(op, spec_for(torch.bfloat16, 2048, 4096, "contiguous", seed=3))
+    """The first rows give bitwise the same result inside batches of 1, 7 and 4096."""
+    # a rotary cache of 5000 positions, so that only batch-shaped tensors have 4096 rows
+    big = sample_inputs(
+        op, spec_for(torch.bfloat16, 2048, 4096, "contiguous", seed=3, max_position=5000)
+    )
     full = op.impls[provider].fn(*clone_args(big))
     full = full[0] if isinstance(full, tuple) else full
     for batch in (1, 7):
-        part = tuple(a[:batch] if isinstance(a, torch.Tensor) and a.dim() == 2 else a for a in big)
+        part = tuple(
+            a[:batch] if isinstance(a, torch.Tensor) and a.dim() >= 1 and a.shape[0] == 4096 else a
+            for a in big
+        )
         out = op.impls[provider].fn(*clone_args(part))
         out = out[0] if isinstance(out, tuple) else out
-        assert torch.equal(out, full[:batch])
+        assert torch.equal(_bits(out), _bits(full)[:batch])
+
+
+@on_gpu
+def test_rows_wider_than_a_tile_stream() -> None:
+    """Rows wider than one register tile (512 threads x 4 vectors) take the streamed kernel;
+    fused_add_rms_norm in place must still read each element before overwriting it."""
+    for op in (ops.rms_norm, ops.fused_add_rms_norm, ops.rms_norm_dynamic_quant_fp8):
+        for provider in [p for p in op.impls if p.startswith("cuda")]:
+            args = sample_inputs(op, spec_for(torch.float32, 8192 + 4 * 3 + 1, 3, "strided"))
+            assert_impl_matches_native(op, provider, args)
 
 
 @on_gpu
@@ -144,22 +186,59 @@ def test_rejects_what_the_kernels_cannot_address() -> None:
     assert not ops.silu_and_mul.impls["cuda"].accepts((torch.randn(4, 63, device="cuda"),))
 
 
-@on_gpu
-def test_opcheck_every_ir_cuda_op() -> None:
+def _opcheck_cases() -> dict[str, tuple[Any, ...]]:
+    """Arguments for every ``torch.ops.ir_cuda`` op (outputs preallocated)."""
     x = torch.randn(7, 256, device="cuda", dtype=torch.bfloat16)
     r = torch.randn_like(x)
     w = torch.randn(256, device="cuda", dtype=torch.bfloat16)
-    ir_cuda = torch.ops.ir_cuda
-    torch.library.opcheck(ir_cuda.rms_norm_out, (torch.empty_like(x), x, w, 1e-6, None))
-    torch.library.opcheck(
-        ir_cuda.fused_add_rms_norm_out,
-        (torch.empty_like(x), torch.empty_like(x), x, r, w, 1e-6, None),
-    )
-    torch.library.opcheck(ir_cuda.fused_add_rms_norm_, (x.clone(), r.clone(), w, 1e-6, None))
-    torch.library.opcheck(ir_cuda.silu_and_mul_out, (torch.empty(7, 128, device="cuda",
-                          dtype=torch.bfloat16), x))  # fmt: skip
-    torch.library.opcheck(ir_cuda.gelu_and_mul_out, (torch.empty(7, 128, device="cuda",
-                          dtype=torch.bfloat16), x, 1))  # fmt: skip
+    scale = torch.tensor([0.01], device="cuda")
+    ub = torch.tensor([2.0], device="cuda")
+
+    def like(t: torch.Tensor, width: int | None = None, dtype: torch.dtype | None = None) -> Any:
+        return torch.empty(t.shape[0], width or t.shape[1], device="cuda", dtype=dtype or t.dtype)
+
+    positions = torch.randint(0, 64, (7,), device="cuda")
+    cache = torch.randn(64, 64, device="cuda")
+    k = torch.randn(7, 128, device="cuda", dtype=torch.bfloat16)
+    return {
+        "rms_norm_out": (like(x), x, w, 1e-6, None),
+        "fused_add_rms_norm_out": (like(x), like(x), x, r, w, 1e-6, None),
+        "fused_add_rms_norm_": (x.clone(), r.clone(), w, 1e-6, None),
+        "rms_norm_static_quant_fp8_out": (like(x, dtype=FP8), x, w, 1e-6, scale),
+        "fused_add_rms_norm_static_quant_fp8_out": (
+            like(x, dtype=FP8),
+            like(x),
+            x,
+            r,
+            w,
+            1e-6,
+            scale,
+        ),
+        "rms_norm_dynamic_quant_fp8_out": (
+            like(x, dtype=FP8),
+            like(x, 1, torch.float32),
+            x,
+            w,
+            1e-6,
+            ub,
+        ),
+        "dynamic_quant_fp8_out": (like(x, dtype=FP8), like(x, 1, torch.float32), x, None),
+        "group_quant_fp8_out": (like(x, dtype=FP8), like(x, 2, torch.float32), x, 128),
+        "static_quant_fp8_out": (like(x, dtype=FP8), x, scale),
+        "silu_and_mul_out": (like(x, 128), x),
+        "gelu_and_mul_out": (like(x, 128), x, 1),
+        "silu_and_mul_static_quant_fp8_out": (like(x, 128, FP8), x, scale),
+        "rotary_embedding_out": (like(x), like(k), positions, x, k, 64, cache, True),
+        "rotary_embedding_": (x.clone(), k.clone(), positions, 64, cache, False),
+    }
+
+
+@on_gpu
+def test_opcheck_every_ir_cuda_op() -> None:
+    cases = _opcheck_cases()
+    assert set(cases) == set(impls.IR_CUDA_OPS)
+    for name, args in cases.items():
+        torch.library.opcheck(getattr(torch.ops.ir_cuda, name), args)
 
 
 @on_gpu

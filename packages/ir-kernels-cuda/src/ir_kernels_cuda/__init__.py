@@ -4,9 +4,10 @@ first use.
 The CUDA C++ sources (``csrc/``) are compiled with ``torch.utils.cpp_extension`` for the running
 GPU's architecture, cached per source hash, torch version and architecture (`build`), and
 registered as ``torch.ops.ir_cuda.*``; `impls` registers them as provider ``cuda`` (importing it
-builds; ir-dispatch imports it through the ``ir.providers`` entry point). Kernels so far:
-``rms_norm``, ``fused_add_rms_norm`` (and ``cuda_inplace``), ``silu_and_mul``,
-``gelu_and_mul``. ``python -m ir_kernels_cuda build`` builds ahead of time.
+builds; ir-dispatch imports it through the ``ir.providers`` entry point) for every catalog op,
+with ``cuda_inplace`` for ``fused_add_rms_norm`` and ``rotary_embedding``.
+``python -m ir_kernels_cuda build`` builds ahead of time; `build.build_emulated` builds the same
+kernels for host emulation (tests without a GPU).
 """
 
 from ._version import __version__

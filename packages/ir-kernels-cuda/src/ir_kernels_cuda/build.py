@@ -4,6 +4,10 @@ The sources in ``csrc/`` are compiled with ``torch.utils.cpp_extension`` (nvcc +
 running GPU's architecture (``sm_90a`` on Hopper) into a directory under the user cache,
 named by a hash of the sources, the torch and CUDA versions and the architecture; a file lock
 makes concurrent first uses build once. Loading the library registers ``torch.ops.ir_cuda.*``.
+
+`build_emulated` compiles the same kernel sources for the CPU with ``IR_CUDA_HOST_EMULATION``
+(``csrc/emulation.h``: each CUDA thread a host thread), registering ``torch.ops.ir_cuda_emulated.*``
+on CPU tensors, so that the kernels' code is tested on machines without a GPU.
 """
 
 import contextlib
@@ -19,8 +23,8 @@ from pathlib import Path
 import torch
 
 logger = logging.getLogger("ir_kernels_cuda")
-SOURCES = ("ops.cpp", "norm.cu", "activation.cu")
-HEADERS = ("common.cuh",)
+SOURCES = ("ops.cpp", "norm.cu", "activation.cu", "rotary.cu")
+HEADERS = ("common.cuh", "emulation.h")
 CACHE_ENV = "IR_KERNELS_CUDA_CACHE"
 
 
@@ -53,6 +57,10 @@ def unavailable_reason() -> str:
         return "no CUDA device"
     if nvcc() is None:
         return "no CUDA toolkit: nvcc is neither in $CUDA_HOME/bin nor on PATH"
+    return _ninja_missing()
+
+
+def _ninja_missing() -> str:
     if shutil.which("ninja") is None:
         try:
             import ninja  # type: ignore[import-not-found]  # noqa: F401
@@ -99,6 +107,36 @@ def _arch_list(arch: str) -> Iterator[None]:
             os.environ["TORCH_CUDA_ARCH_LIST"] = previous
 
 
+def _compile(name: str, directory: Path, announce: str, **options: object) -> None:
+    """`cpp_extension.load` into `directory` under its file lock, logging the first build."""
+    from filelock import FileLock
+    from torch.utils import cpp_extension
+
+    directory.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(directory / "build.lock")):
+        fresh = not any(directory.glob("*.so"))
+        if fresh:
+            logger.warning(
+                "ir_kernels_cuda: %s into %s (first use, about a minute; later "
+                "processes load them)",
+                announce,
+                directory,
+            )
+        started = time.perf_counter()
+        cpp_extension.load(
+            name=name,
+            build_directory=str(directory),
+            is_python_module=False,
+            verbose=logger.isEnabledFor(logging.DEBUG),
+            **options,  # type: ignore[arg-type]
+        )
+        logger.info(
+            "ir_kernels_cuda: %s in %.1f s",
+            "built" if fresh else "loaded",
+            time.perf_counter() - started,
+        )
+
+
 @functools.cache
 def build() -> Path:
     """Compile (or reuse) and load the library; returns its build directory.
@@ -109,38 +147,67 @@ def build() -> Path:
     reason = unavailable_reason()
     if reason:
         raise BuildUnavailable(reason)
-    from filelock import FileLock
-    from torch.utils import cpp_extension
-
     arch = architecture()
     key = cache_key(arch)
     directory = cache_root() / f"torch-{torch.__version__}" / key[:16]
-    directory.mkdir(parents=True, exist_ok=True)
     root = csrc_dir()
-    with FileLock(str(directory / "build.lock")):
-        fresh = not any(directory.glob("*.so"))
-        if fresh:
-            logger.warning(
-                "ir_kernels_cuda: compiling the CUDA kernels for sm_%s into %s (first use, "
-                "about a minute; later processes load them)",
-                arch.replace(".", ""),
-                directory,
-            )
-        started = time.perf_counter()
-        with _arch_list(arch):
-            cpp_extension.load(
-                name=f"ir_kernels_cuda_{key[:12]}",
-                sources=[str(root / name) for name in SOURCES],
-                extra_include_paths=[str(root)],
-                extra_cflags=["-O3"],
-                extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr"],
-                build_directory=str(directory),
-                is_python_module=False,
-                verbose=logger.isEnabledFor(logging.DEBUG),
-            )
-        logger.info(
-            "ir_kernels_cuda: kernels %s in %.1f s",
-            "built" if fresh else "loaded",
-            time.perf_counter() - started,
+    with _arch_list(arch):
+        _compile(
+            f"ir_kernels_cuda_{key[:12]}",
+            directory,
+            f"compiling the CUDA kernels for sm_{arch.replace('.', '')}",
+            sources=[str(root / name) for name in SOURCES],
+            extra_include_paths=[str(root)],
+            extra_cflags=["-O3"],
+            extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr"],
         )
+    return directory
+
+
+def cuda_include_dir() -> Path | None:
+    """The toolkit's headers (``cuda_fp8.h``): beside nvcc, else ``/usr/local/cuda``."""
+    candidates = [Path(found).resolve().parents[1] / "include" for found in [nvcc()] if found]
+    candidates.append(Path("/usr/local/cuda/include"))
+    return next((c for c in candidates if (c / "cuda_fp8.h").is_file()), None)
+
+
+@functools.cache
+def build_emulated() -> Path:
+    """Compile (or reuse) and load the kernels built for the CPU (``torch.ops.ir_cuda_emulated``);
+    returns the build directory. Needs a C++20 compiler and the CUDA toolkit's headers, not a
+    GPU; raises `BuildUnavailable` without the headers."""
+    include = cuda_include_dir()
+    if include is None:
+        raise BuildUnavailable("the CUDA toolkit's headers (cuda_fp8.h) are not installed")
+    if _ninja_missing():
+        raise BuildUnavailable(_ninja_missing())
+    root = csrc_dir()
+    h = hashlib.sha256(cache_key("emulated").encode())
+    h.update(str(include).encode())
+    directory = cache_root() / f"torch-{torch.__version__}" / f"emulated-{h.hexdigest()[:16]}"
+    directory.mkdir(parents=True, exist_ok=True)
+    # cpp_extension compiles .cu files with nvcc: host wrappers include them as C++ instead
+    wrappers = []
+    for name in SOURCES:
+        wrapper = directory / f"host_{Path(name).stem}.cpp"
+        text = f'#include "{root / name}"\n'
+        if not wrapper.is_file() or wrapper.read_text() != text:
+            wrapper.write_text(text)
+        wrappers.append(str(wrapper))
+    _compile(
+        f"ir_kernels_cuda_emulated_{h.hexdigest()[:12]}",
+        directory,
+        "compiling the CUDA kernels for host emulation",
+        sources=wrappers,
+        extra_include_paths=[str(root), str(include)],
+        extra_cflags=[
+            "-O1",
+            "-std=c++20",
+            "-pthread",
+            "-fno-strict-aliasing",
+            "-DIR_CUDA_HOST_EMULATION",
+            "-w",
+        ],
+        extra_ldflags=["-pthread"],
+    )
     return directory

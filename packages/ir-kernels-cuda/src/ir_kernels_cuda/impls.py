@@ -1,15 +1,17 @@
-"""Provider ``cuda`` (and ``cuda_inplace`` for ``fused_add_rms_norm``): hand-written CUDA
-kernels for ``rms_norm``, ``fused_add_rms_norm``, ``silu_and_mul`` and ``gelu_and_mul``.
+"""Provider ``cuda`` for every catalog op, and ``cuda_inplace`` for the two ops whose
+activations may be overwritten (``fused_add_rms_norm`` and ``rotary_embedding``): hand-written
+CUDA kernels registered as ``torch.ops.ir_cuda.*``.
 
 Importing this module (the ``ir.providers`` entry point) builds the kernels on first use; where
 that cannot happen (no GPU, no toolkit, a failed build) the implementations are registered with
 ``supported=False`` and the reason, which ``ir_dispatch.explain`` shows. Every kernel is
 row-wise with a launch that depends on the row width only, so all are batch-invariant.
 `supports_args` accepts float32/float16/bfloat16 CUDA tensors whose rows a kernel can address
-(`ir_spec.row_view`), and contiguous weights.
+(`ir_spec.row_view`), and contiguous parameters (weights, scales, positions, rotary caches).
 """
 
 import logging
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -22,6 +24,7 @@ logger = logging.getLogger("ir_kernels_cuda")
 PROVIDER = "cuda"
 INPLACE_PROVIDER = "cuda_inplace"
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+FP8 = torch.float8_e4m3fn
 
 
 def _availability() -> tuple[bool, str]:
@@ -36,14 +39,17 @@ def _availability() -> tuple[bool, str]:
 
 
 SUPPORTED, REASON = _availability()
+#: The op namespace the implementations call: ``torch.ops.ir_cuda``. Tests without a GPU point
+#: it at ``torch.ops.ir_cuda_emulated`` (`build.build_emulated`), the same kernels on host threads.
+KERNELS: Any = torch.ops.ir_cuda
 
 
 def _rowwise(*tensors: Tensor) -> bool:
     return all(t.is_cuda and t.dtype in _DTYPES and row_view(t) is not None for t in tensors)
 
 
-def _weight_ok(weight: Tensor | None) -> bool:
-    return weight is None or weight.is_contiguous()
+def _params_ok(*params: Tensor | None) -> bool:
+    return all(p is None or (p.is_cuda and p.is_contiguous()) for p in params)
 
 
 def _as_rows(t: Tensor) -> Tensor:
@@ -52,11 +58,16 @@ def _as_rows(t: Tensor) -> Tensor:
     return view
 
 
+def _empty_rows(x: Tensor, width: int | None = None, dtype: torch.dtype | None = None) -> Tensor:
+    shape = (*x.shape[:-1], x.shape[-1] if width is None else width)
+    return torch.empty(shape, dtype=dtype or x.dtype, device=x.device)
+
+
 # ---------------------------------------------------------------------------- rms_norm
 def rms_norm_supported(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> bool:
-    return _rowwise(x) and _weight_ok(weight)
+    return _rowwise(x) and _params_ok(weight)
 
 
 @ops.rms_norm.register_impl(
@@ -70,7 +81,7 @@ def rms_norm(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> Tensor:
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    torch.ops.ir_cuda.rms_norm_out(_as_rows(out), _as_rows(x), weight, epsilon, variance_size)
+    KERNELS.rms_norm_out(_as_rows(out), _as_rows(x), weight, epsilon, variance_size)
     return out
 
 
@@ -82,7 +93,7 @@ def fused_add_rms_norm_supported(
     epsilon: float,
     variance_size: int | None = None,
 ) -> bool:
-    return _rowwise(x, x_residual) and _weight_ok(weight)
+    return _rowwise(x, x_residual) and _params_ok(weight)
 
 
 @ops.fused_add_rms_norm.register_impl(
@@ -101,7 +112,7 @@ def fused_add_rms_norm(
 ) -> tuple[Tensor, Tensor]:
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     residual_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    torch.ops.ir_cuda.fused_add_rms_norm_out(
+    KERNELS.fused_add_rms_norm_out(
         _as_rows(out),
         _as_rows(residual_out),
         _as_rows(x),
@@ -128,15 +139,86 @@ def fused_add_rms_norm_inplace(
     epsilon: float,
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
-    torch.ops.ir_cuda.fused_add_rms_norm_(
-        _as_rows(x), _as_rows(x_residual), weight, epsilon, variance_size
-    )
+    KERNELS.fused_add_rms_norm_(_as_rows(x), _as_rows(x_residual), weight, epsilon, variance_size)
     return x, x_residual
 
 
+def rms_norm_static_quant_fp8_supported(
+    x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
+) -> bool:
+    return _rowwise(x) and _params_ok(weight, scale)
+
+
+@ops.rms_norm_static_quant_fp8.register_impl(
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=rms_norm_static_quant_fp8_supported,
+    batch_invariant=True,
+    unsupported_reason=REASON,
+)
+def rms_norm_static_quant_fp8(
+    x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
+) -> Tensor:
+    q = _empty_rows(x, dtype=FP8)
+    KERNELS.rms_norm_static_quant_fp8_out(_as_rows(q), _as_rows(x), weight, epsilon, scale)
+    return q
+
+
+def fused_add_rms_norm_static_quant_fp8_supported(
+    x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
+) -> bool:
+    return _rowwise(x, x_residual) and _params_ok(weight, scale)
+
+
+@ops.fused_add_rms_norm_static_quant_fp8.register_impl(
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=fused_add_rms_norm_static_quant_fp8_supported,
+    batch_invariant=True,
+    unsupported_reason=REASON,
+)
+def fused_add_rms_norm_static_quant_fp8(
+    x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
+) -> tuple[Tensor, Tensor]:
+    q, residual_out = _empty_rows(x, dtype=FP8), _empty_rows(x)
+    KERNELS.fused_add_rms_norm_static_quant_fp8_out(
+        _as_rows(q),
+        _as_rows(residual_out),
+        _as_rows(x),
+        _as_rows(x_residual),
+        weight,
+        epsilon,
+        scale,
+    )
+    return q, residual_out
+
+
+def rms_norm_dynamic_quant_fp8_supported(
+    x: Tensor, weight: Tensor | None, epsilon: float, scale_ub: Tensor | None = None
+) -> bool:
+    return _rowwise(x) and _params_ok(weight, scale_ub)
+
+
+@ops.rms_norm_dynamic_quant_fp8.register_impl(
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=rms_norm_dynamic_quant_fp8_supported,
+    batch_invariant=True,
+    unsupported_reason=REASON,
+)
+def rms_norm_dynamic_quant_fp8(
+    x: Tensor, weight: Tensor | None, epsilon: float, scale_ub: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    q, scale = _empty_rows(x, dtype=FP8), _empty_rows(x, 1, torch.float32)
+    KERNELS.rms_norm_dynamic_quant_fp8_out(
+        _as_rows(q), _as_rows(scale), _as_rows(x), weight, epsilon, scale_ub
+    )
+    return q, scale
+
+
 # ---------------------------------------------------------------- gated activations
-def _gated_supported(x: Tensor) -> bool:
-    return _rowwise(x) and x.shape[-1] % 2 == 0
+def _gated_supported(x: Tensor, scale: Tensor | None = None) -> bool:
+    return _rowwise(x) and x.shape[-1] % 2 == 0 and _params_ok(scale)
 
 
 def silu_and_mul_supported(x: Tensor) -> bool:
@@ -147,10 +229,6 @@ def gelu_and_mul_supported(x: Tensor, approximate: str = "none") -> bool:
     return _gated_supported(x)
 
 
-def _gated_output(x: Tensor) -> Tensor:
-    return torch.empty((*x.shape[:-1], x.shape[-1] // 2), dtype=x.dtype, device=x.device)
-
-
 @ops.silu_and_mul.register_impl(
     PROVIDER,
     supported=SUPPORTED,
@@ -159,8 +237,8 @@ def _gated_output(x: Tensor) -> Tensor:
     unsupported_reason=REASON,
 )
 def silu_and_mul(x: Tensor) -> Tensor:
-    out = _gated_output(x)
-    torch.ops.ir_cuda.silu_and_mul_out(_as_rows(out), _as_rows(x))
+    out = _empty_rows(x, x.shape[-1] // 2)
+    KERNELS.silu_and_mul_out(_as_rows(out), _as_rows(x))
     return out
 
 
@@ -172,20 +250,182 @@ def silu_and_mul(x: Tensor) -> Tensor:
     unsupported_reason=REASON,
 )
 def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
-    out = _gated_output(x)
-    torch.ops.ir_cuda.gelu_and_mul_out(_as_rows(out), _as_rows(x), int(approximate == "tanh"))
+    out = _empty_rows(x, x.shape[-1] // 2)
+    KERNELS.gelu_and_mul_out(_as_rows(out), _as_rows(x), int(approximate == "tanh"))
     return out
+
+
+def silu_and_mul_static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
+    return _gated_supported(x, scale)
+
+
+@ops.silu_and_mul_static_quant_fp8.register_impl(
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=silu_and_mul_static_quant_fp8_supported,
+    batch_invariant=True,
+    unsupported_reason=REASON,
+)
+def silu_and_mul_static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
+    q = _empty_rows(x, x.shape[-1] // 2, FP8)
+    KERNELS.silu_and_mul_static_quant_fp8_out(_as_rows(q), _as_rows(x), scale)
+    return q
+
+
+# ----------------------------------------------------------------------------- quant
+def static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
+    return _rowwise(x) and _params_ok(scale)
+
+
+@ops.static_quant_fp8.register_impl(
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=static_quant_fp8_supported,
+    batch_invariant=True,
+    unsupported_reason=REASON,
+)
+def static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
+    q = _empty_rows(x, dtype=FP8)
+    KERNELS.static_quant_fp8_out(_as_rows(q), _as_rows(x), scale)
+    return q
+
+
+def dynamic_quant_fp8_supported(x: Tensor, scale_ub: Tensor | None = None) -> bool:
+    return _rowwise(x) and _params_ok(scale_ub)
+
+
+@ops.dynamic_quant_fp8.register_impl(
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=dynamic_quant_fp8_supported,
+    batch_invariant=True,
+    unsupported_reason=REASON,
+)
+def dynamic_quant_fp8(x: Tensor, scale_ub: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    q, scale = _empty_rows(x, dtype=FP8), _empty_rows(x, 1, torch.float32)
+    KERNELS.dynamic_quant_fp8_out(_as_rows(q), _as_rows(scale), _as_rows(x), scale_ub)
+    return q, scale
+
+
+def group_quant_fp8_supported(
+    x: Tensor, group_size: int = 128, column_major_scales: bool = False
+) -> bool:
+    return _rowwise(x)
+
+
+@ops.group_quant_fp8.register_impl(
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=group_quant_fp8_supported,
+    batch_invariant=True,
+    unsupported_reason=REASON,
+)
+def group_quant_fp8(
+    x: Tensor, group_size: int = 128, column_major_scales: bool = False
+) -> tuple[Tensor, Tensor]:
+    q = _empty_rows(x, dtype=FP8)
+    groups, lead = x.shape[-1] // group_size, x.shape[:-1]
+    if column_major_scales:
+        scale = torch.empty((groups, *lead), dtype=torch.float32, device=x.device).movedim(0, -1)
+    else:
+        scale = torch.empty((*lead, groups), dtype=torch.float32, device=x.device)
+    # the kernel addresses the scales by (token, group) strides: a [tokens, groups] view
+    scale_rows = scale.view(-1, groups)
+    KERNELS.group_quant_fp8_out(_as_rows(q), scale_rows, _as_rows(x), group_size)
+    return q, scale
+
+
+# ---------------------------------------------------------------------------- rotary
+def rotary_embedding_supported(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+) -> bool:
+    return _rowwise(x_query, x_key) and _params_ok(positions, cos_sin_cache)
+
+
+@ops.rotary_embedding.register_impl(
+    PROVIDER,
+    supported=SUPPORTED,
+    supports_args=rotary_embedding_supported,
+    batch_invariant=True,
+    unsupported_reason=REASON,
+)
+def rotary_embedding(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+) -> tuple[Tensor, Tensor]:
+    query, key = _empty_rows(x_query), _empty_rows(x_key)
+    KERNELS.rotary_embedding_out(
+        _as_rows(query),
+        _as_rows(key),
+        positions.reshape(-1),
+        _as_rows(x_query),
+        _as_rows(x_key),
+        head_size,
+        cos_sin_cache,
+        is_neox_style,
+    )
+    return query, key
+
+
+@ops.rotary_embedding.register_impl(
+    INPLACE_PROVIDER,
+    supported=SUPPORTED,
+    supports_args=rotary_embedding_supported,
+    inplace=True,
+    batch_invariant=True,
+    unsupported_reason=REASON,
+)
+def rotary_embedding_inplace(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+) -> tuple[Tensor, Tensor]:
+    """Rotates `x_query` and `x_key` in place and returns them."""
+    KERNELS.rotary_embedding_(
+        _as_rows(x_query),
+        _as_rows(x_key),
+        positions.reshape(-1),
+        head_size,
+        cos_sin_cache,
+        is_neox_style,
+    )
+    return x_query, x_key
+
+
+#: Every ``torch.ops.ir_cuda`` op; each writes into its arguments and returns nothing.
+IR_CUDA_OPS = (
+    "rms_norm_out",
+    "fused_add_rms_norm_out",
+    "fused_add_rms_norm_",
+    "rms_norm_static_quant_fp8_out",
+    "fused_add_rms_norm_static_quant_fp8_out",
+    "rms_norm_dynamic_quant_fp8_out",
+    "dynamic_quant_fp8_out",
+    "group_quant_fp8_out",
+    "static_quant_fp8_out",
+    "silu_and_mul_out",
+    "gelu_and_mul_out",
+    "silu_and_mul_static_quant_fp8_out",
+    "rotary_embedding_out",
+    "rotary_embedding_",
+)
 
 
 def _register_fakes() -> None:
     """The ops write into their arguments and return nothing: their fakes do nothing."""
-    for name in (
-        "rms_norm_out",
-        "fused_add_rms_norm_out",
-        "fused_add_rms_norm_",
-        "silu_and_mul_out",
-        "gelu_and_mul_out",
-    ):
+    for name in IR_CUDA_OPS:
         torch.library.register_fake(f"ir_cuda::{name}")(lambda *args: None)
 
 

@@ -1,32 +1,43 @@
 """Turn a kernel benchmark JSON (`ir_stack.bench.kernels`) into a markdown table and a plot.
 
-Usage: python -m ir_stack.bench.kernel_report benchmarks/results/kernels-triton-H200.json
-Writes <stem>.md and <stem>.png beside the JSON. For each shape the fastest of the repeated
-runs is reported; the spread is the largest relative difference between runs of our provider.
+Usage: python -m ir_stack.bench.kernel_report RESULT.json [--ours triton|cuda]
+Writes <stem>.md and <stem>.png beside the JSON. `--ours` names the provider judged against
+its targets; every other column (the other provider included) counts as an anchor. For each
+shape the fastest of the repeated runs is reported; the spread is the largest relative
+difference between runs of our provider.
 """
 
+import argparse
 import json
-import sys
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 OURS = ("triton", "cuda")
-BANDWIDTH_TARGETS = {
-    "rms_norm": 0.92,
-    "fused_add_rms_norm": 0.92,
-    "silu_and_mul": 0.92,
-    "gelu_and_mul": 0.92,
-    "static_quant_fp8": 0.92,
-    "dynamic_quant_fp8": 0.88,
-    "group_quant_fp8": 0.88,
-    "rms_norm_static_quant_fp8": 0.88,
-    "fused_add_rms_norm_static_quant_fp8": 0.88,
-    "rms_norm_dynamic_quant_fp8": 0.88,
-    "silu_and_mul_static_quant_fp8": 0.88,
+#: Ops held to the lower ("quant") bandwidth target: a reduction feeds the quantization, or
+#: they write two outputs of different widths.
+QUANT_OPS = {
+    "dynamic_quant_fp8",
+    "group_quant_fp8",
+    "rms_norm_static_quant_fp8",
+    "fused_add_rms_norm_static_quant_fp8",
+    "rms_norm_dynamic_quant_fp8",
+    "silu_and_mul_static_quant_fp8",
 }
+#: Per provider: (single-pass fraction of copy bandwidth, quant fraction, decode margin in µs
+#: over the empty kernel), from the provider's issue.
+TARGETS = {"triton": (0.92, 0.88, 1.0), "cuda": (0.93, 0.90, 0.5)}
 BIG = 64 * 2**20  # tokens x hidden from which the bandwidth targets apply
+
+
+def bandwidth_target(ours: str, op: str) -> float | None:
+    """The fraction of copy bandwidth `ours` must reach on `op` at large sizes (None: no
+    target, e.g. rotary, whose traffic includes a gathered cache)."""
+    single, quant, _ = TARGETS[ours]
+    if op == "rotary_embedding":
+        return None
+    return quant if op in QUANT_OPS else single
 
 
 def load(path: Path) -> tuple[dict[str, Any], dict[tuple[str, int, int], dict[str, list[Any]]]]:
@@ -51,9 +62,12 @@ def spread(runs: list[dict[str, Any]]) -> float:
     return max(times) / min(times) - 1
 
 
-def markdown(meta: dict[str, Any], grouped: dict[Any, dict[str, list[Any]]]) -> str:
-    """The report: a summary of the targets, then one table per op."""
-    decode_floor = meta["empty_triton_kernel_us_graph"] + 1.0
+def markdown(
+    meta: dict[str, Any], grouped: dict[Any, dict[str, list[Any]]], ours: str = "triton"
+) -> str:
+    """The report: a summary of `ours` against its targets, then one table per op."""
+    margin = TARGETS[ours][2]
+    decode_floor = meta["empty_triton_kernel_us_graph"] + margin
     lines = [
         f"# Kernel benchmark — {meta['card']}",
         "",
@@ -71,7 +85,7 @@ def markdown(meta: dict[str, Any], grouped: dict[Any, dict[str, list[Any]]]) -> 
     ops = sorted({k[0] for k in grouped})
     for op in ops:
         keys = sorted(k for k in grouped if k[0] == op)
-        providers = sorted({p for k in keys for p in grouped[k]}, key=lambda p: (p not in OURS, p))
+        providers = sorted({p for k in keys for p in grouped[k]}, key=lambda p: (p != ours, p))
         lines += [
             f"## {op}",
             "",
@@ -82,13 +96,14 @@ def markdown(meta: dict[str, Any], grouped: dict[Any, dict[str, list[Any]]]) -> 
         ]
         for key in keys:
             row = grouped[key]
-            ours_name = next(p for p in OURS if p in row)
-            ours = best(row[ours_name])
-            anchors = {p: best(r) for p, r in row.items() if p not in OURS}
+            if ours not in row:
+                continue
+            mine = best(row[ours])
+            anchors = {p: best(r) for p, r in row.items() if p != ours}
             anchor_name, anchor = min(anchors.items(), key=lambda kv: kv[1]["us_graph"])
-            ratio = ours["us_graph"] / anchor["us_graph"]
+            ratio = mine["us_graph"] / anchor["us_graph"]
             summary["shapes"] += 1
-            summary["lost"] += ratio > 1 + spread(row[ours_name])
+            summary["lost"] += ratio > 1 + spread(row[ours])
             cells = []
             for p in providers:
                 r = best(row[p]) if p in row else None
@@ -96,25 +111,27 @@ def markdown(meta: dict[str, Any], grouped: dict[Any, dict[str, list[Any]]]) -> 
                     "-" if r is None else f"{r['us_graph']:.2f} ({r['fraction_of_copy']:.2f})"
                 )
             _, tokens, hidden = key
-            if tokens * hidden >= BIG and op in BANDWIDTH_TARGETS:
+            target = bandwidth_target(ours, op)
+            if tokens * hidden >= BIG and target is not None:
                 summary["targets"] += 1
-                summary["targets_met"] += ours["fraction_of_copy"] >= BANDWIDTH_TARGETS[op]
+                summary["targets_met"] += mine["fraction_of_copy"] >= target
             if tokens <= 16:
                 summary["decode"] += 1
-                summary["decode_met"] += ours["us_graph"] <= decode_floor
+                summary["decode_met"] += mine["us_graph"] <= decode_floor
             lines.append(
                 f"| {tokens} | {hidden} | "
                 + " | ".join(cells)
-                + f" | {ours['us_plain']:.2f} | {spread(row[ours_name]):.3f} | {anchor_name} "
+                + f" | {mine['us_plain']:.2f} | {spread(row[ours]):.3f} | {anchor_name} "
                 f"| {ratio:.3f} |"
             )
         lines.append("")
     lines[2:2] = [
-        f"Summary: our kernel is at least as fast as the best anchor (within the run-to-run "
-        f"spread) at {summary['shapes'] - summary['lost']} of {summary['shapes']} shapes; "
-        f"bandwidth targets (tokens x hidden >= 64M) met at {summary['targets_met']} of "
-        f"{summary['targets']}; decode sizes (tokens <= 16) within 1 µs of the empty kernel at "
-        f"{summary['decode_met']} of {summary['decode']}.",
+        f"Summary for `{ours}`: at least as fast as the best other column (within the "
+        f"run-to-run spread) at {summary['shapes'] - summary['lost']} of {summary['shapes']} "
+        f"shapes; bandwidth targets (tokens x hidden >= 64M: {TARGETS[ours][0]} of copy, "
+        f"{TARGETS[ours][1]} for the quant ops) met at {summary['targets_met']} of "
+        f"{summary['targets']}; decode sizes (tokens <= 16) within {margin:g} µs of the empty "
+        f"kernel at {summary['decode_met']} of {summary['decode']}.",
         "",
     ]
     return "\n".join(lines)
@@ -155,19 +172,22 @@ def plot(meta: dict[str, Any], grouped: dict[Any, dict[str, list[Any]]], out: Pa
     fig.savefig(out, dpi=80)
 
 
-def write_report(path: Path) -> Path:
+def write_report(path: Path, ours: str = "triton") -> Path:
     """Write ``<stem>.md`` and ``<stem>.png`` beside the JSON at `path`; returns the .md path."""
     meta, grouped = load(path)
-    path.with_suffix(".md").write_text(markdown(meta, grouped))
+    path.with_suffix(".md").write_text(markdown(meta, grouped, ours))
     plot(meta, grouped, path.with_suffix(".png"))
     return path.with_suffix(".md")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ir_stack.bench.kernel_report RESULT.json``."""
-    path = Path((sys.argv[1:] if argv is None else argv)[0])
-    write_report(path)
-    print(path.with_suffix(".md").read_text().split("\n")[2])
+    """``python -m ir_stack.bench.kernel_report RESULT.json [--ours PROVIDER]``."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("result", type=Path)
+    parser.add_argument("--ours", default="triton", choices=sorted(TARGETS))
+    a = parser.parse_args(argv)
+    write_report(a.result, a.ours)
+    print(a.result.with_suffix(".md").read_text().split("\n")[2])
     return 0
 
 

@@ -1,0 +1,225 @@
+// rotary_embedding: rotates the first rotary_dim elements of every query and key head by the
+// token's position, neox style (the two halves) or interleaved (pairs), in float32 math.
+// Out-of-place (elements past rotary_dim copied) or in place (out == in).
+#include <ATen/ATen.h>
+
+#include <array>
+
+#include "common.cuh"
+
+namespace ir_cuda {
+namespace {
+
+template <typename T, typename C>
+struct RotaryArgs {
+  T* q_out;
+  T* k_out;
+  const T* q;
+  const T* k;
+  int64_t q_stride, k_stride, q_out_stride, k_out_stride;
+  const void* positions;
+  bool positions64;
+  const C* cache;
+  int q_heads, k_heads, head_size, rot;
+  bool vec;        // whole units of V elements: aligned rows, heads and cache rows
+  bool copy_rest;  // out-of-place with rot < head_size: copy the elements past rot
+};
+
+template <typename T>
+__device__ __forceinline__ void rotate(float x1, float x2, float c, float s, T& o1, T& o2) {
+  o1 = static_cast<T>(x1 * c - x2 * s);
+  o2 = static_cast<T>(x2 * c + x1 * s);
+}
+
+// Grid: (tokens, blocks over the token's work). A unit of work is one pair on the scalar path,
+// V pairs (neox: V from each half) or V elements (interleaved: V / 2 pairs) on the vector path.
+template <typename T, typename C, bool NEOX>
+__global__ void rotary_kernel(RotaryArgs<T, C> a) {
+  constexpr int V = vec_width<T>();
+  const int64_t token = blockIdx.x;
+  const int64_t pos = a.positions64 ? static_cast<const int64_t*>(a.positions)[token]
+                                    : static_cast<const int32_t*>(a.positions)[token];
+  const int half = a.rot / 2;
+  const C* cos = a.cache + pos * a.rot;
+  const C* sin = cos + half;
+  const int per_head = a.vec ? (NEOX ? half / V : a.rot / V) : half;
+  const int64_t total = static_cast<int64_t>(a.q_heads + a.k_heads) * per_head;
+  const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.x;
+  for (int64_t w = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; w < total;
+       w += stride) {
+    const int head = static_cast<int>(w / per_head);
+    const int u = static_cast<int>(w % per_head);
+    const bool is_q = head < a.q_heads;
+    const int h = is_q ? head : head - a.q_heads;
+    const T* in = (is_q ? a.q + token * a.q_stride : a.k + token * a.k_stride) + h * a.head_size;
+    T* out = (is_q ? a.q_out + token * a.q_out_stride : a.k_out + token * a.k_out_stride) +
+             h * a.head_size;
+    if (a.vec && NEOX) {
+      const int i = u * V;
+      const auto x1 = *reinterpret_cast<const VecN<T, V>*>(in + i);
+      const auto x2 = *reinterpret_cast<const VecN<T, V>*>(in + half + i);
+      const auto c = *reinterpret_cast<const VecN<C, V>*>(cos + i);
+      const auto s = *reinterpret_cast<const VecN<C, V>*>(sin + i);
+      VecN<T, V> o1, o2;
+#pragma unroll
+      for (int e = 0; e < V; ++e) rotate(float(x1.v[e]), float(x2.v[e]), float(c.v[e]), float(s.v[e]), o1.v[e], o2.v[e]);
+      *reinterpret_cast<VecN<T, V>*>(out + i) = o1;
+      *reinterpret_cast<VecN<T, V>*>(out + half + i) = o2;
+    } else if (a.vec) {
+      const int i = u * V;
+      const auto xv = *reinterpret_cast<const VecN<T, V>*>(in + i);
+      const auto c = *reinterpret_cast<const VecN<C, V / 2>*>(cos + i / 2);
+      const auto s = *reinterpret_cast<const VecN<C, V / 2>*>(sin + i / 2);
+      VecN<T, V> o;
+#pragma unroll
+      for (int e = 0; e < V / 2; ++e) {
+        rotate(float(xv.v[2 * e]), float(xv.v[2 * e + 1]), float(c.v[e]), float(s.v[e]), o.v[2 * e], o.v[2 * e + 1]);
+      }
+      *reinterpret_cast<VecN<T, V>*>(out + i) = o;
+    } else {
+      const int i1 = NEOX ? u : 2 * u;
+      const int i2 = NEOX ? u + half : 2 * u + 1;
+      rotate(float(in[i1]), float(in[i2]), float(cos[u]), float(sin[u]), out[i1], out[i2]);
+    }
+  }
+  if (a.copy_rest && blockIdx.y == 0) {
+    const int rest = a.head_size - a.rot;
+    const int64_t count = static_cast<int64_t>(a.q_heads + a.k_heads) * rest;
+    for (int64_t w = threadIdx.x; w < count; w += blockDim.x) {
+      const int head = static_cast<int>(w / rest);
+      const int e = a.rot + static_cast<int>(w % rest);
+      const bool is_q = head < a.q_heads;
+      const int h = is_q ? head : head - a.q_heads;
+      const int64_t at = static_cast<int64_t>(h) * a.head_size + e;
+      if (is_q) {
+        a.q_out[token * a.q_out_stride + at] = a.q[token * a.q_stride + at];
+      } else {
+        a.k_out[token * a.k_out_stride + at] = a.k[token * a.k_stride + at];
+      }
+    }
+  }
+}
+
+bool aligned_host(const void* p, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
+}
+
+template <typename T, typename C>
+void launch_typed(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& positions,
+                  const at::Tensor& q, const at::Tensor& k, int64_t head_size,
+                  const at::Tensor& cache, bool is_neox, cudaStream_t stream) {
+  constexpr int V = vec_width<T>();
+  RotaryArgs<T, C> a{};
+  a.q_out = q_out.data_ptr<T>();
+  a.k_out = k_out.data_ptr<T>();
+  a.q = q.const_data_ptr<T>();
+  a.k = k.const_data_ptr<T>();
+  a.q_stride = q.stride(0);
+  a.k_stride = k.stride(0);
+  a.q_out_stride = q_out.stride(0);
+  a.k_out_stride = k_out.stride(0);
+  a.positions = positions.const_data_ptr();
+  a.positions64 = positions.scalar_type() == at::kLong;
+  a.cache = cache.const_data_ptr<C>();
+  a.q_heads = static_cast<int>(q.size(1) / head_size);
+  a.k_heads = static_cast<int>(k.size(1) / head_size);
+  a.head_size = static_cast<int>(head_size);
+  a.rot = static_cast<int>(cache.size(1));
+  const int64_t vec_bytes = static_cast<int64_t>(sizeof(T)) * V;
+  bool rows_aligned = head_size % V == 0;
+  const std::array<const at::Tensor*, 4> rows{&q, &k, &q_out, &k_out};
+  for (const at::Tensor* t : rows) {
+    rows_aligned = rows_aligned && aligned_host(t->data_ptr(), vec_bytes) &&
+                   (t->size(0) <= 1 ||
+                    (t->stride(0) * static_cast<int64_t>(sizeof(T))) % vec_bytes == 0);
+  }
+  const int unit = is_neox ? 2 * V : V;
+  const int64_t cache_vec = static_cast<int64_t>(sizeof(C)) * (is_neox ? V : V / 2);
+  a.vec = rows_aligned && a.rot % unit == 0 && aligned_host(a.cache, cache_vec);
+  a.copy_rest = a.rot < head_size && q_out.data_ptr() != q.data_ptr();
+  const int half = a.rot / 2;
+  const int per_head = a.vec ? (is_neox ? half / V : a.rot / V) : half;
+  const int64_t total = static_cast<int64_t>(a.q_heads + a.k_heads) * per_head;
+  constexpr int kThreads = 128;
+  // up to 8 blocks per token, so that a decode step spreads over the chip
+  const int64_t per_token = (total + kThreads - 1) / kThreads;
+  const dim3 grid(static_cast<unsigned>(q.size(0)),
+                  static_cast<unsigned>(per_token < 1 ? 1 : (per_token < 8 ? per_token : 8)));
+  if (is_neox) {
+    launch(rotary_kernel<T, C, true>, grid, dim3(kThreads), stream, a);
+  } else {
+    launch(rotary_kernel<T, C, false>, grid, dim3(kThreads), stream, a);
+  }
+}
+
+template <typename T>
+void launch_for_cache(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& positions,
+                      const at::Tensor& q, const at::Tensor& k, int64_t head_size,
+                      const at::Tensor& cache, bool is_neox, cudaStream_t stream) {
+  switch (cache.scalar_type()) {
+    case at::kFloat:
+      return launch_typed<T, float>(q_out, k_out, positions, q, k, head_size, cache, is_neox, stream);
+    case at::kHalf:
+      return launch_typed<T, c10::Half>(q_out, k_out, positions, q, k, head_size, cache, is_neox, stream);
+    case at::kBFloat16:
+      return launch_typed<T, c10::BFloat16>(q_out, k_out, positions, q, k, head_size, cache, is_neox, stream);
+    default:
+      TORCH_CHECK(false, "ir_cuda: cos_sin_cache must be float32, float16 or bfloat16, got ",
+                  cache.scalar_type());
+  }
+}
+
+void launch_rotary(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& positions,
+                   const at::Tensor& q, const at::Tensor& k, int64_t head_size,
+                   const at::Tensor& cache, bool is_neox) {
+  check_rows(q, "query");
+  check_rows(k, "key");
+  check_same(q_out, "query_out", q);
+  check_same(k_out, "key_out", k);
+  const int64_t tokens = q.size(0);
+  TORCH_CHECK(k.size(0) == tokens && k.scalar_type() == q.scalar_type(),
+              "ir_cuda: key must have query's rows and dtype");
+  TORCH_CHECK(head_size > 0 && q.size(1) % head_size == 0 && k.size(1) % head_size == 0,
+              "ir_cuda: head_size ", head_size, " must divide the query and key widths");
+  TORCH_CHECK(on_kernel_device(positions) && positions.is_contiguous() && positions.numel() == tokens &&
+                  (positions.scalar_type() == at::kLong || positions.scalar_type() == at::kInt),
+              "ir_cuda: positions must be a contiguous int64 or int32 CUDA tensor of ", tokens,
+              " elements");
+  TORCH_CHECK(on_kernel_device(cache) && cache.dim() == 2 && cache.is_contiguous() &&
+                  cache.size(1) % 2 == 0 && cache.size(1) <= head_size && cache.size(1) > 0,
+              "ir_cuda: cos_sin_cache must be a contiguous [max_position, rotary_dim] tensor with "
+              "an even rotary_dim <= head_size");
+  if (tokens == 0) return;
+  const DeviceScope scope(q);
+  const cudaStream_t stream = scope.stream;
+  switch (q.scalar_type()) {
+    case at::kFloat:
+      launch_for_cache<float>(q_out, k_out, positions, q, k, head_size, cache, is_neox, stream);
+      break;
+    case at::kHalf:
+      launch_for_cache<c10::Half>(q_out, k_out, positions, q, k, head_size, cache, is_neox, stream);
+      break;
+    case at::kBFloat16:
+      launch_for_cache<c10::BFloat16>(q_out, k_out, positions, q, k, head_size, cache, is_neox, stream);
+      break;
+    default:
+      TORCH_CHECK(false, "ir_cuda: query must be float32, float16 or bfloat16, got ", q.scalar_type());
+  }
+}
+
+}  // namespace
+
+void rotary_embedding_out(at::Tensor& query_out, at::Tensor& key_out, const at::Tensor& positions,
+                          const at::Tensor& query, const at::Tensor& key, int64_t head_size,
+                          const at::Tensor& cos_sin_cache, bool is_neox_style) {
+  launch_rotary(query_out, key_out, positions, query, key, head_size, cos_sin_cache,
+                is_neox_style);
+}
+
+void rotary_embedding_inplace(at::Tensor& query, at::Tensor& key, const at::Tensor& positions,
+                              int64_t head_size, const at::Tensor& cos_sin_cache,
+                              bool is_neox_style) {
+  launch_rotary(query, key, positions, query, key, head_size, cos_sin_cache, is_neox_style);
+}
+
+}  // namespace ir_cuda

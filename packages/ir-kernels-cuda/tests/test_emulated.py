@@ -1,0 +1,132 @@
+"""The kernels' own source run on the CPU: built with ``IR_CUDA_HOST_EMULATION`` (each CUDA
+thread a host thread, shared memory and warp shuffles emulated), every ``cuda`` implementation
+is checked against the native reference over dtypes, widths (vector body with scalar head and
+tail, the all-scalar path, rows streamed in chunks), token counts and layouts, plus the op
+variants, in-place semantics and batch invariance. Needs the CUDA toolkit's headers, not a GPU;
+the GPU tests (`test_kernels.py`) run the real build."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from ir_kernels_cuda import impls
+from ir_kernels_cuda.build import BuildUnavailable, build_emulated
+from ir_spec import IrOp, SampleSpec, ops
+from ir_spec.testing import assert_close, clone_args, matrix_spec, sample_inputs
+
+PROVIDERS = [(op, p) for op in ops for p in op.impls if p.startswith("cuda")]
+IDS = [f"{o.name}-{p}" for o, p in PROVIDERS]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+#: 8: one vector; 769 and 2050: scalar heads and tails, or all-scalar rows where the pointers'
+#: alignments disagree; 4096: whole vectors; 8205: wider than one tile (streamed) in float32.
+HIDDEN = [8, 769, 2050, 4096, 8205]
+TOKENS = [1, 5]
+LAYOUTS = ["contiguous", "strided", "3d"]
+
+
+def spec(dtype: torch.dtype, hidden: int, tokens: int, layout: str, **options: Any) -> SampleSpec:
+    return matrix_spec(dtype, hidden, tokens, layout, device="cpu", **options)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def emulated_kernels() -> Iterator[None]:
+    """Point the implementations at the emulated build for this module's tests."""
+    try:
+        build_emulated()
+    except BuildUnavailable as exc:
+        pytest.skip(f"no emulated build here: {exc}")
+    previous = impls.KERNELS
+    impls.KERNELS = torch.ops.ir_cuda_emulated
+    yield
+    impls.KERNELS = previous
+
+
+def check(op: IrOp, provider: str, args: tuple[Any, ...]) -> None:
+    """Provider `provider` on `args` matches the native function (`accepts` is not asked: it
+    requires CUDA tensors)."""
+    impl = op.impls[provider]
+    inputs = clone_args(args)
+    actual = impl.fn(*inputs)
+    assert_close(op, actual, op.native(*clone_args(args)))
+    if impl.inplace:
+        outs = actual if isinstance(actual, tuple) else (actual,)
+        for out, i in zip(outs, op.activation_indices, strict=True):
+            assert out is inputs[i]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("tokens", TOKENS)
+@pytest.mark.parametrize("hidden", HIDDEN)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=IDS)
+def test_matches_native(
+    op: IrOp, provider: str, dtype: torch.dtype, hidden: int, tokens: int, layout: str
+) -> None:
+    check(op, provider, sample_inputs(op, spec(dtype, hidden, tokens, layout)))
+
+
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=IDS)
+def test_no_tokens(op: IrOp, provider: str) -> None:
+    check(op, provider, sample_inputs(op, spec(torch.float16, 256, 0, "contiguous")))
+
+
+VARIANTS = [
+    ("rms_norm", {"weight": False}),
+    ("rms_norm", {"variance_size": 5}),
+    ("fused_add_rms_norm", {"weight": False}),
+    ("fused_add_rms_norm", {"variance_size": 7}),
+    ("gelu_and_mul", {"approximate": "tanh"}),
+    ("dynamic_quant_fp8", {"scale_ub": True}),
+    ("rms_norm_dynamic_quant_fp8", {"weight": False}),
+    ("rms_norm_static_quant_fp8", {"weight": False}),
+    ("group_quant_fp8", {"column_major_scales": True}),
+    ("group_quant_fp8", {"group_size": 64}),
+    ("group_quant_fp8", {"group_size": 256}),
+    ("rotary_embedding", {"is_neox_style": False}),
+    ("rotary_embedding", {"rotary_dim": 32}),
+    ("rotary_embedding", {"rotary_dim": 32, "is_neox_style": False}),
+    ("rotary_embedding", {"cache_dtype": torch.float16, "head_size": 64}),
+    ("rotary_embedding", {"cache_dtype": torch.bfloat16, "is_neox_style": False}),
+    ("rotary_embedding", {"head_size": 36, "rotary_dim": 18}),
+]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("name", "options"), VARIANTS, ids=[f"{n}-{o}" for n, o in VARIANTS])
+def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout: str) -> None:
+    op = getattr(ops, name)
+    for provider in [p for p in op.impls if p.startswith("cuda")]:
+        check(op, provider, sample_inputs(op, spec(dtype, 256, 5, layout, **options)))
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=IDS)
+def test_rows_are_batch_invariant(op: IrOp, provider: str) -> None:
+    """The first rows give bitwise the same result alone as inside a larger batch."""
+    big = sample_inputs(op, spec(torch.bfloat16, 2048, 9, "contiguous", max_position=64))
+    full = op.impls[provider].fn(*clone_args(big))
+    full = full[0] if isinstance(full, tuple) else full
+    for batch in (1, 4):
+        part = tuple(
+            a[:batch] if isinstance(a, torch.Tensor) and a.dim() >= 1 and a.shape[0] == 9 else a
+            for a in big
+        )
+        out = op.impls[provider].fn(*clone_args(part))
+        out = out[0] if isinstance(out, tuple) else out
+        assert torch.equal(_bits(out), _bits(full)[:batch])
+
+
+def test_the_emulated_ops_check_their_arguments() -> None:
+    x = torch.randn(3, 64)
+    with pytest.raises(RuntimeError, match="out must match x"):
+        torch.ops.ir_cuda_emulated.rms_norm_out(torch.empty(3, 32), x, None, 1e-6, None)
+    with pytest.raises(RuntimeError, match="scale must be a one-element float32"):
+        torch.ops.ir_cuda_emulated.static_quant_fp8_out(
+            torch.empty(3, 64, dtype=torch.float8_e4m3fn), x, torch.ones(2)
+        )
