@@ -171,19 +171,27 @@ def cuda_include_dir() -> Path | None:
     return next((c for c in candidates if (c / "cuda_fp8.h").is_file()), None)
 
 
+#: Set to 1 to build the emulated kernels with AddressSanitizer (run Python with libasan in
+#: LD_PRELOAD): an out-of-bounds access by a kernel then stops the process with a report.
+ASAN_ENV = "IR_CUDA_EMULATION_ASAN"
+
+
 @functools.cache
 def build_emulated() -> Path:
     """Compile (or reuse) and load the kernels built for the CPU (``torch.ops.ir_cuda_emulated``);
     returns the build directory. Needs a C++20 compiler and the CUDA toolkit's headers, not a
-    GPU; raises `BuildUnavailable` without the headers."""
+    GPU; raises `BuildUnavailable` without the headers. With ``IR_CUDA_EMULATION_ASAN=1`` the
+    build is instrumented with AddressSanitizer."""
     include = cuda_include_dir()
     if include is None:
         raise BuildUnavailable("the CUDA toolkit's headers (cuda_fp8.h) are not installed")
     if _ninja_missing():
         raise BuildUnavailable(_ninja_missing())
     root = csrc_dir()
-    h = hashlib.sha256(cache_key("emulated").encode())
+    asan = os.environ.get(ASAN_ENV, "") not in ("", "0")
+    h = hashlib.sha256(cache_key("emulated-asan" if asan else "emulated").encode())
     h.update(str(include).encode())
+    sanitize = ["-fsanitize=address", "-fno-omit-frame-pointer"] if asan else []
     directory = cache_root() / f"torch-{torch.__version__}" / f"emulated-{h.hexdigest()[:16]}"
     directory.mkdir(parents=True, exist_ok=True)
     # cpp_extension compiles .cu files with nvcc: host wrappers include them as C++ instead
@@ -207,7 +215,8 @@ def build_emulated() -> Path:
             "-fno-strict-aliasing",
             "-DIR_CUDA_HOST_EMULATION",
             "-w",
+            *sanitize,
         ],
-        extra_ldflags=["-pthread"],
+        extra_ldflags=["-pthread", *sanitize],
     )
     return directory
