@@ -10,8 +10,11 @@ rm -f "$report".*
 export IR_CUDA_EMULATION_ASAN=1
 export ASAN_OPTIONS="detect_leaks=0:alloc_dealloc_mismatch=0:log_path=$report"
 status=0
+# the argument-check test throws C++ exceptions, which a preloaded ASan runtime cannot
+# intercept (its __cxa_throw hook is unresolved): that test runs in the plain suite
 LD_PRELOAD="$(gcc -print-file-name=libasan.so)" \
-  python -m pytest packages/ir-kernels-cuda/tests/test_emulated.py -q -p no:cacheprovider "$@" || status=$?
+  python -m pytest packages/ir-kernels-cuda/tests/test_emulated.py -q -p no:cacheprovider \
+  -k "not check_their_arguments" "$@" || status=$?
 if ls "$report".* >/dev/null 2>&1; then
   echo "AddressSanitizer reports:"; head -n 40 "$report".*
   exit 1
