@@ -31,6 +31,15 @@ def test_nesting_and_restore() -> None:
     assert "silu_and_mul" not in ir_dispatch.user_priority()
 
 
+def test_the_remembered_last_choice_stays_outside_scopes() -> None:
+    ir_dispatch.set_priority(rms_norm=["t_one"])
+    assert chosen() == 1.0
+    assert chosen() == 1.0  # the second call took the last choice (the process-wide state's)
+    with ir_dispatch.priority(rms_norm=["t_two"]):
+        assert chosen() == 2.0
+    assert chosen() == 1.0
+
+
 def test_restore_on_exception() -> None:
     ir_dispatch.set_priority(rms_norm=["t_one"])
     seen = []

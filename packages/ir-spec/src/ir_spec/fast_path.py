@@ -4,7 +4,9 @@ Generating them per op lets Python itself bind positional and keyword arguments 
 defaults, and inlines the dispatch key, so a cached call costs a few attribute reads and one
 dictionary lookup on top of the implementation. The logic is the same as
 `IrOp._execute`: trace through the torch op when compiling or under a dispatch mode; else look
-the (argument-checked) choice up by dispatch key, asking `IrOp.choose` on a miss.
+the (argument-checked) choice up by dispatch key, asking `IrOp.choose` on a miss. Ops with the
+generic key first try their last choice behind a tensor guard (`last_choice`), which spares
+building the key when the arguments look like the previous call's.
 """
 
 import inspect
@@ -13,10 +15,35 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from . import last_choice
 from .dispatcher import _Hook
 
 if TYPE_CHECKING:
     from .op import IrOp
+
+_CHOOSE_BY_KEY = """
+    try:
+        impl = (self.choices if _hook.op_caches else _hook.current.choice_cache(self))[{key}]
+    except Exception:
+        impl = self.choose(({names},))"""
+
+# The same, after asking the last choice's guard; a miss remembers the new choice (bounded).
+_CHOOSE_BY_LAST_OR_KEY = """
+    impl = None
+    memo = self._last_choice
+    if memo is not None and _hook.op_caches:
+        try:
+            if memo[1] == ({others}) and memo[0].check({guarded}):
+                impl = memo[2]
+        except Exception:
+            pass
+    if impl is None:
+        try:
+            impl = (self.choices if _hook.op_caches else _hook.current.choice_cache(self))[{key}]
+        except Exception:
+            impl = self.choose(({names},))
+        if _hook.op_caches and self._last_choice_rebuilds < _max_rebuilds:
+            self._remember_choice(impl, ({guarded},), ({others}))"""
 
 _TEMPLATE = """
 def key({names}):
@@ -25,10 +52,7 @@ def key({names}):
 def __call__(self, {params}):
     if _is_compiling() or _depth():
         return self._default_overload({names})
-    try:
-        impl = (self.choices if _hook.op_caches else _hook.current.choice_cache(self))[{key}]
-    except Exception:
-        impl = self.choose(({names},))
+{choose}
     if impl.inplace:
         return impl.fn({cloned})
     return impl.fn({names})
@@ -66,13 +90,34 @@ def generic_key_expression(native: Callable[..., Any]) -> str:
     return f"({', '.join(parts)},)"
 
 
+def _guarded_arguments(native: Callable[..., Any]) -> tuple[list[str], list[str]] | None:
+    """For the last-choice guard: the tensor arguments (an optional one as a stand-in when
+    None) and the other values compared (every non-tensor argument, then whether each optional
+    tensor is None); None for an op without tensor arguments."""
+    tensors: list[str] = []
+    others: list[str] = []
+    optional: list[str] = []
+    for p in inspect.signature(native, eval_str=True).parameters.values():
+        if p.annotation is torch.Tensor:
+            tensors.append(p.name)
+        elif p.annotation == (torch.Tensor | None):
+            tensors.append(f"(_none_tensor if {p.name} is None else {p.name})")
+            optional.append(f"{p.name} is None")
+        else:
+            others.append(p.name)
+    if not tensors:
+        return None
+    return tensors, others + optional
+
+
 def build(
     op: "IrOp", *, custom_key: bool
 ) -> tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]]:
     """Generate ``(key, __call__, maybe_inplace)`` for `op`.
 
     `key` is the generic dispatch key (or a call of ``op._key`` when the op registered its own);
-    the other two are unbound functions taking ``self``.
+    the other two are unbound functions taking ``self``. ``__call__`` tries the last choice first
+    where the op has the generic key and a tensor argument (`last_choice`).
     """
     params = list(op.signature.parameters.values())
     names = [p.name for p in params]
@@ -80,6 +125,8 @@ def build(
         "_is_compiling": torch.compiler.is_compiling,
         "_depth": torch._C._len_torch_dispatch_stack,
         "_hook": _Hook,
+        "_none_tensor": last_choice.NONE_TENSOR,
+        "_max_rebuilds": last_choice.MAX_REBUILDS,
     }
     declared = []
     for i, p in enumerate(params):
@@ -94,6 +141,19 @@ def build(
         namespace["_custom_key"] = op._key
         key = f"_custom_key({joined})"
     cloned = ", ".join(f"{n}.clone()" if n in op.activations else n for n in names)
-    source = _TEMPLATE.format(params=", ".join(declared), names=joined, key=key, cloned=cloned)
+    guarded = None if custom_key or not last_choice.available() else _guarded_arguments(op.native)
+    if guarded is None:
+        choose = _CHOOSE_BY_KEY.format(key=key, names=joined)
+    else:
+        tensors, others = guarded
+        choose = _CHOOSE_BY_LAST_OR_KEY.format(
+            key=key,
+            names=joined,
+            guarded=", ".join(tensors),
+            others="".join(f"{o}, " for o in others),
+        )
+    source = _TEMPLATE.format(
+        params=", ".join(declared), names=joined, key=key, cloned=cloned, choose=choose
+    )
     exec(compile(source, f"<ir_spec fast path for {op.name}>", "exec"), namespace)
     return namespace["key"], namespace["__call__"], namespace["maybe_inplace"]

@@ -11,7 +11,7 @@ from typing import Any, overload
 import torch
 from torch.library import Library, infer_schema
 
-from . import fast_path, registry
+from . import fast_path, last_choice, registry
 from .dispatch_key import DispatchKey
 from .dispatcher import _Hook
 from .impl import Impl
@@ -91,6 +91,9 @@ class IrOp:
         self._key: DispatchKey = lambda *args: args  # replaced by _install_fast_path
         self.choices: dict[Any, Impl] = {}
         """Eager choices cached by dispatch key for the process-wide dispatcher state."""
+        # (guard, other argument values, impl) of the last eager call: see `last_choice`
+        self._last_choice: tuple[Any, tuple[Any, ...], Impl] | None = None
+        self._last_choice_rebuilds = 0
         self._fake: Callable[..., Any] = native
         self._tolerances: dict[torch.dtype, Tolerance] = dict(DEFAULT_TOLERANCES)
         self.input_generator: InputGenerator | None = None
@@ -140,6 +143,16 @@ class IrOp:
     def forget_choices(self) -> None:
         """Drop the cached eager choices (after a registration or a policy change)."""
         self.choices.clear()
+        self._last_choice = None
+        self._last_choice_rebuilds = 0
+
+    def _remember_choice(
+        self, impl: Impl, tensors: tuple[torch.Tensor, ...], others: tuple[Any, ...]
+    ) -> None:
+        """Make `impl` the last choice, behind a guard built from this call's tensors."""
+        self._last_choice_rebuilds += 1
+        guard = last_choice.guard(tensors)
+        self._last_choice = None if guard is None else (guard, others, impl)
 
     def normalize(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
         """Arguments as a positional tuple in declaration order, defaults filled in."""

@@ -1,0 +1,54 @@
+"""The last eager choice of an op, remembered behind a tensor guard.
+
+A decoding loop calls each op with arguments of the same properties over and over. Instead of
+building the dispatch key each time (about 0.2 µs per tensor argument), an op's generated
+``__call__`` first asks a guard built from the previous call whether the tensors still have
+the same dtype, device, sizes (except the leading one of a tensor of rank 2 or more), strides,
+``requires_grad`` and dispatch keys, and whether the other arguments are equal; then the previous
+choice stands. The guard is Dynamo's C++ tensor check (``torch._C._dynamo.guards.TensorGuards``,
+one call for all tensors). It checks more than the dispatch key records, so it never admits
+arguments that the key cache would treat differently.
+
+Only ops with the generic dispatch key take part: an op that registered its own key relates
+its arguments (for example two tensors' token counts) in ways a per-tensor guard cannot see.
+The memo is rebuilt after each call that misses it, at most `MAX_REBUILDS` times per op until
+its choices are forgotten, so arguments that keep alternating fall back to the key alone.
+"""
+
+import logging
+from typing import Any
+
+import torch
+
+logger = logging.getLogger("ir_spec")
+
+#: How often an op's memo is rebuilt before it stops trying (until `forget_choices`).
+MAX_REBUILDS = 64
+#: Stands in for an optional tensor passed as None, so a guard always checks the same number of
+#: tensors (the memo's other values record which optional tensors were None).
+NONE_TENSOR = torch.empty(0)
+
+_TensorGuards: Any  # its stub declares one list of sizes; it takes one list per tensor
+try:
+    from torch._C._dynamo.guards import TensorGuards as _TensorGuards
+except ImportError:  # pragma: no cover - every torch this project supports has it
+    _TensorGuards = None
+
+
+def available() -> bool:
+    """Whether this torch provides the tensor guard."""
+    return _TensorGuards is not None
+
+
+def guard(tensors: tuple[torch.Tensor, ...]) -> Any | None:
+    """A guard that accepts tensors like `tensors` (any leading size where the rank is 2 or
+    more), or None where it cannot be built."""
+    if _TensorGuards is None:
+        return None
+    sizes = [[None, *t.shape[1:]] if t.dim() >= 2 else list(t.shape) for t in tensors]
+    strides = [list(t.stride()) for t in tensors]
+    try:
+        return _TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
+    except Exception as exc:  # an unexpected torch: the key alone still works
+        logger.debug("ir_spec: no tensor guard for the last eager choice: %s", exc)
+        return None
