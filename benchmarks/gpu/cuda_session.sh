@@ -3,6 +3,9 @@
 # a compute-sanitizer memcheck pass over a subset, and/or the kernel benchmark with the triton
 # provider and the anchors beside them.
 # Usage: cuda_session.sh OUT [build] [tests] [sanitizer] [bench [kernel benchmark arguments...]]
+# The full grid (12 ops x 18 shapes, Inductor compiling each shape) may not fit one 10-minute
+# call: split it with --ops and --tag, e.g. `bench --ops rms_norm,fused_add_rms_norm --tag -a`.
+# The report (`kernel_report --ours cuda`) is written beside each JSON.
 set -u
 out=$1; shift
 source benchmarks/gpu/env.sh
@@ -26,6 +29,9 @@ while [ $# -gt 0 ]; do
     bench)
       timeout "${BENCH_TIMEOUT:-480}" python3 -m ir_stack.bench.kernels --out "$out" \
         --providers triton,cuda "$@" 2>&1 | tee "$out/cuda-bench.log" | tail -30
+      for result in "$out"/kernels-*.json; do
+        python3 -m ir_stack.bench.kernel_report "$result" --ours cuda
+      done
       shift $# ;;
   esac
 done
