@@ -22,7 +22,9 @@ settings.register_profile("ir", max_examples=40, deadline=None)
 settings.load_profile("ir")
 
 
-@given(specs, st.floats(0.25, 64.0).map(lambda s: 2.0 ** round(torch.log2(torch.tensor(s)).item())))
+# powers of two from 1 up: scaling down would round float16 subnormals (below 6.1e-5, which
+# random inputs do produce), so x * factor would no longer be exact
+@given(specs, st.integers(0, 6).map(lambda k: 2.0**k))
 def test_rms_norm_invariant_under_power_of_two_scaling(spec: SampleSpec, factor: float) -> None:
     x, w, _, _ = sample_inputs(ops.rms_norm, spec)
     assert torch.equal(ops.rms_norm(x * factor, w, 1e-30), ops.rms_norm(x, w, 1e-30))
