@@ -13,6 +13,7 @@ import torch
 
 from ir_kernels_cuda import impls
 from ir_kernels_cuda.build import BuildUnavailable, build_emulated
+from ir_kernels_cuda.testing import opcheck_arguments, opcheck_utils
 from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import assert_close, clone_args, matrix_spec, sample_inputs
 
@@ -37,6 +38,7 @@ def emulated_kernels() -> Iterator[None]:
         build_emulated()
     except BuildUnavailable as exc:
         pytest.skip(f"no emulated build here: {exc}")
+    impls.register_fakes("ir_cuda_emulated")
     previous = impls.KERNELS
     impls.KERNELS = torch.ops.ir_cuda_emulated
     yield
@@ -120,6 +122,17 @@ def test_rows_are_batch_invariant(op: IrOp, provider: str) -> None:
         out = op.impls[provider].fn(*clone_args(part))
         out = out[0] if isinstance(out, tuple) else out
         assert torch.equal(_bits(out), _bits(full)[:batch])
+
+
+def test_opcheck_every_op() -> None:
+    """Schemas (mutated arguments), fakes and autograd registration of every op, checked by
+    torch.library.opcheck on the emulated build."""
+    cases = opcheck_arguments("cpu")
+    assert set(cases) == set(impls.IR_CUDA_OPS)
+    for name, args in cases.items():
+        torch.library.opcheck(
+            getattr(torch.ops.ir_cuda_emulated, name), args, test_utils=opcheck_utils(args)
+        )
 
 
 def test_the_emulated_ops_check_their_arguments() -> None:

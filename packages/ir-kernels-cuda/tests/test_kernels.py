@@ -13,6 +13,7 @@ import torch
 
 from ir_kernels_cuda import impls
 from ir_kernels_cuda.build import HEADERS, SOURCES, csrc_dir
+from ir_kernels_cuda.testing import opcheck_arguments, opcheck_utils
 from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import assert_impl_matches_native, clone_args, matrix_spec, sample_inputs
 
@@ -186,59 +187,14 @@ def test_rejects_what_the_kernels_cannot_address() -> None:
     assert not ops.silu_and_mul.impls["cuda"].accepts((torch.randn(4, 63, device="cuda"),))
 
 
-def _opcheck_cases() -> dict[str, tuple[Any, ...]]:
-    """Arguments for every ``torch.ops.ir_cuda`` op (outputs preallocated)."""
-    x = torch.randn(7, 256, device="cuda", dtype=torch.bfloat16)
-    r = torch.randn_like(x)
-    w = torch.randn(256, device="cuda", dtype=torch.bfloat16)
-    scale = torch.tensor([0.01], device="cuda")
-    ub = torch.tensor([2.0], device="cuda")
-
-    def like(t: torch.Tensor, width: int | None = None, dtype: torch.dtype | None = None) -> Any:
-        return torch.empty(t.shape[0], width or t.shape[1], device="cuda", dtype=dtype or t.dtype)
-
-    positions = torch.randint(0, 64, (7,), device="cuda")
-    cache = torch.randn(64, 64, device="cuda")
-    k = torch.randn(7, 128, device="cuda", dtype=torch.bfloat16)
-    return {
-        "rms_norm_out": (like(x), x, w, 1e-6, None),
-        "fused_add_rms_norm_out": (like(x), like(x), x, r, w, 1e-6, None),
-        "fused_add_rms_norm_": (x.clone(), r.clone(), w, 1e-6, None),
-        "rms_norm_static_quant_fp8_out": (like(x, dtype=FP8), x, w, 1e-6, scale),
-        "fused_add_rms_norm_static_quant_fp8_out": (
-            like(x, dtype=FP8),
-            like(x),
-            x,
-            r,
-            w,
-            1e-6,
-            scale,
-        ),
-        "rms_norm_dynamic_quant_fp8_out": (
-            like(x, dtype=FP8),
-            like(x, 1, torch.float32),
-            x,
-            w,
-            1e-6,
-            ub,
-        ),
-        "dynamic_quant_fp8_out": (like(x, dtype=FP8), like(x, 1, torch.float32), x, None),
-        "group_quant_fp8_out": (like(x, dtype=FP8), like(x, 2, torch.float32), x, 128),
-        "static_quant_fp8_out": (like(x, dtype=FP8), x, scale),
-        "silu_and_mul_out": (like(x, 128), x),
-        "gelu_and_mul_out": (like(x, 128), x, 1),
-        "silu_and_mul_static_quant_fp8_out": (like(x, 128, FP8), x, scale),
-        "rotary_embedding_out": (like(x), like(k), positions, x, k, 64, cache, True),
-        "rotary_embedding_": (x.clone(), k.clone(), positions, 64, cache, False),
-    }
-
-
 @on_gpu
 def test_opcheck_every_ir_cuda_op() -> None:
-    cases = _opcheck_cases()
+    cases = opcheck_arguments("cuda")
     assert set(cases) == set(impls.IR_CUDA_OPS)
     for name, args in cases.items():
-        torch.library.opcheck(getattr(torch.ops.ir_cuda, name), args)
+        torch.library.opcheck(
+            getattr(torch.ops.ir_cuda, name), args, test_utils=opcheck_utils(args)
+        )
 
 
 @on_gpu

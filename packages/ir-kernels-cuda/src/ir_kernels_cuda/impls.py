@@ -423,11 +423,19 @@ IR_CUDA_OPS = (
 )
 
 
-def _register_fakes() -> None:
-    """The ops write into their arguments and return nothing: their fakes do nothing."""
+_FAKES_REGISTERED: set[str] = set()
+
+
+def register_fakes(namespace: str = "ir_cuda") -> None:
+    """Register the fake implementations of `IR_CUDA_OPS` in `namespace` (``ir_cuda``, or
+    ``ir_cuda_emulated`` for the host-emulation build), once per process. The ops write into
+    their arguments and return nothing, so their fakes do nothing."""
+    if namespace in _FAKES_REGISTERED:
+        return
     for name in IR_CUDA_OPS:
-        torch.library.register_fake(f"ir_cuda::{name}")(lambda *args: None)
+        torch.library.register_fake(f"{namespace}::{name}")(lambda *args: None)
+    _FAKES_REGISTERED.add(namespace)
 
 
 if SUPPORTED:
-    _register_fakes()
+    register_fakes()

@@ -1,0 +1,59 @@
+"""Test helpers: arguments for every ``torch.ops.ir_cuda`` op, for ``torch.library.opcheck``
+on the GPU build and on the host-emulation build alike."""
+
+from typing import Any
+
+import torch
+
+FP8 = torch.float8_e4m3fn
+
+
+#: torch.library.opcheck's checks that apply to every op. ``test_schema`` compares mutated
+#: arguments before and after with ``torch.allclose``, which float8 tensors do not support, so
+#: it runs only where no float8 output is written (`opcheck_utils`).
+ALL_CHECKS = (
+    "test_schema",
+    "test_autograd_registration",
+    "test_faketensor",
+    "test_aot_dispatch_dynamic",
+)
+
+
+def opcheck_utils(args: tuple[Any, ...]) -> tuple[str, ...]:
+    """The opcheck checks to run on an op called with `args`."""
+    fp8 = any(isinstance(a, torch.Tensor) and a.dtype == FP8 for a in args)
+    return ALL_CHECKS[1:] if fp8 else ALL_CHECKS
+
+
+def opcheck_arguments(device: str) -> dict[str, tuple[Any, ...]]:
+    """Arguments per op name of `ir_kernels_cuda.impls.IR_CUDA_OPS`, on `device`, outputs
+    preallocated (bfloat16 activations of 7 rows x 256)."""
+    x = torch.randn(7, 256, device=device, dtype=torch.bfloat16)
+    r = torch.randn_like(x)
+    w = torch.randn(256, device=device, dtype=torch.bfloat16)
+    k = torch.randn(7, 128, device=device, dtype=torch.bfloat16)
+    scale = torch.tensor([0.01], device=device)
+    ub = torch.tensor([2.0], device=device)
+    positions = torch.randint(0, 64, (7,), device=device)
+    cache = torch.randn(64, 64, device=device)
+
+    def like(t: torch.Tensor, width: int | None = None, dtype: torch.dtype | None = None) -> Any:
+        return torch.empty(t.shape[0], width or t.shape[1], device=device, dtype=dtype or t.dtype)
+
+    q, row_scale = like(x, dtype=FP8), like(x, 1, torch.float32)
+    return {
+        "rms_norm_out": (like(x), x, w, 1e-6, None),
+        "fused_add_rms_norm_out": (like(x), like(x), x, r, w, 1e-6, None),
+        "fused_add_rms_norm_": (x.clone(), r.clone(), w, 1e-6, None),
+        "rms_norm_static_quant_fp8_out": (like(x, dtype=FP8), x, w, 1e-6, scale),
+        "fused_add_rms_norm_static_quant_fp8_out": (q.clone(), like(x), x, r, w, 1e-6, scale),
+        "rms_norm_dynamic_quant_fp8_out": (q.clone(), row_scale.clone(), x, w, 1e-6, ub),
+        "dynamic_quant_fp8_out": (q.clone(), row_scale.clone(), x, None),
+        "group_quant_fp8_out": (like(x, dtype=FP8), like(x, 2, torch.float32), x, 128),
+        "static_quant_fp8_out": (like(x, dtype=FP8), x, scale),
+        "silu_and_mul_out": (like(x, 128), x),
+        "gelu_and_mul_out": (like(x, 128), x, 1),
+        "silu_and_mul_static_quant_fp8_out": (like(x, 128, FP8), x, scale),
+        "rotary_embedding_out": (like(x), like(k), positions, x, k, 64, cache, True),
+        "rotary_embedding_": (x.clone(), k.clone(), positions, 64, cache, False),
+    }
