@@ -41,6 +41,7 @@ void dynamic_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Ten
 void group_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Tensor& x,
                          int64_t group_size);
 void static_quant_fp8_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& scale);
+void empty_kernel(const at::Tensor& device_of);
 void silu_and_mul_out(at::Tensor& out, const at::Tensor& x);
 void gelu_and_mul_out(at::Tensor& out, const at::Tensor& x, int64_t tanh_approximation);
 void silu_and_mul_static_quant_fp8_out(at::Tensor& out, const at::Tensor& x,
@@ -71,6 +72,7 @@ IR_CUDA_TORCH_LIBRARY(IR_CUDA_LIBRARY, m) {
   m.def("group_quant_fp8_out(Tensor(a!) out, Tensor(b!) scale_out, Tensor x, "
         "int group_size) -> ()");
   m.def("static_quant_fp8_out(Tensor(a!) out, Tensor x, Tensor scale) -> ()");
+  m.def("empty_kernel(Tensor device_of) -> ()");
   m.def("silu_and_mul_out(Tensor(a!) out, Tensor x) -> ()");
   m.def("gelu_and_mul_out(Tensor(a!) out, Tensor x, int tanh_approximation) -> ()");
   m.def("silu_and_mul_static_quant_fp8_out(Tensor(a!) out, Tensor x, Tensor scale) -> ()");
@@ -91,6 +93,7 @@ IR_CUDA_TORCH_LIBRARY_IMPL(IR_CUDA_LIBRARY, IR_CUDA_DISPATCH_KEY, m) {
   m.impl("dynamic_quant_fp8_out", &ir_cuda::dynamic_quant_fp8_out);
   m.impl("group_quant_fp8_out", &ir_cuda::group_quant_fp8_out);
   m.impl("static_quant_fp8_out", &ir_cuda::static_quant_fp8_out);
+  m.impl("empty_kernel", &ir_cuda::empty_kernel);
   m.impl("silu_and_mul_out", &ir_cuda::silu_and_mul_out);
   m.impl("gelu_and_mul_out", &ir_cuda::gelu_and_mul_out);
   m.impl("silu_and_mul_static_quant_fp8_out", &ir_cuda::silu_and_mul_static_quant_fp8_out);

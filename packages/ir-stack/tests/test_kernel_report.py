@@ -65,3 +65,13 @@ def test_each_provider_is_judged_by_its_own_targets(tmp_path: Path) -> None:
     assert "column (within the run-to-run spread) at 1 of 2 shapes" in cuda
     assert "column (within the run-to-run spread) at 0 of 2 shapes" in triton
     assert path.with_suffix(".png").stat().st_size > 0
+
+
+def test_cuda_is_judged_against_an_empty_cuda_kernel_where_timed(tmp_path: Path) -> None:
+    path = write(tmp_path)
+    data = json.loads(path.read_text())
+    data["meta"]["empty_cuda_kernel_us_graph"] = 2.2  # cuda's 2.6 us is within 0.5 of it
+    path.write_text(json.dumps(data))
+    cuda = summary(path, "cuda")
+    assert "0.5 µs of the empty kernel at 1 of 1 (empty cuda kernel: 2.20 µs)" in cuda
+    assert "(empty triton kernel: 2.00 µs)" in summary(path, "triton")

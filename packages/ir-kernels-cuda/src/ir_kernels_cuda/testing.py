@@ -56,4 +56,5 @@ def opcheck_arguments(device: str) -> dict[str, tuple[Any, ...]]:
         "silu_and_mul_static_quant_fp8_out": (like(x, 128, FP8), x, scale),
         "rotary_embedding_out": (like(x), like(k), positions, x, k, 64, cache, True),
         "rotary_embedding_": (x.clone(), k.clone(), positions, 64, cache, False),
+        "empty_kernel": (x,),
     }

@@ -67,7 +67,10 @@ def markdown(
 ) -> str:
     """The report: a summary of `ours` against its targets, then one table per op."""
     margin = TARGETS[ours][2]
-    decode_floor = meta["empty_triton_kernel_us_graph"] + margin
+    # each provider against an empty kernel of its own kind, where the run timed one
+    empty_kind = "cuda" if ours == "cuda" and meta.get("empty_cuda_kernel_us_graph") else "triton"
+    empty_us = meta[f"empty_{empty_kind}_kernel_us_graph"]
+    decode_floor = empty_us + margin
     lines = [
         f"# Kernel benchmark — {meta['card']}",
         "",
@@ -131,7 +134,8 @@ def markdown(
         f"shapes; bandwidth targets (tokens x hidden >= 64M: {TARGETS[ours][0]} of copy, "
         f"{TARGETS[ours][1]} for the quant ops) met at {summary['targets_met']} of "
         f"{summary['targets']}; decode sizes (tokens <= 16) within {margin:g} µs of the empty "
-        f"kernel at {summary['decode_met']} of {summary['decode']}.",
+        f"kernel at {summary['decode_met']} of {summary['decode']} (empty {empty_kind} kernel: "
+        f"{empty_us:.2f} µs).",
         "",
     ]
     return "\n".join(lines)

@@ -77,6 +77,17 @@ def empty_kernel_us() -> float:
     return float(do_bench_cudagraph(lambda: _empty_kernel[(1,)](), rep=50)) * 1e3
 
 
+def empty_cuda_kernel_us() -> float | None:
+    """Replayed time of an empty CUDA kernel (``torch.ops.ir_cuda.empty_kernel``), the cuda
+    provider's decode floor; None where the ir_cuda library is not loaded."""
+    try:
+        op = torch.ops.ir_cuda.empty_kernel
+    except (AttributeError, RuntimeError):
+        return None
+    hint = torch.empty(1, device="cuda")
+    return float(do_bench_cudagraph(lambda: op(hint), rep=50)) * 1e3
+
+
 def min_traffic_bytes(op: Any, args: tuple[Any, ...], outs: tuple[torch.Tensor, ...]) -> int:
     """Bytes the op must move: every input it reads (only the gathered rows of a rotary cache)
     and every output it writes."""
@@ -241,11 +252,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     card = torch.cuda.get_device_name()
     copy_gbps = copy_bandwidth()
     empty_us = empty_kernel_us()
+    empty_cuda_us = empty_cuda_kernel_us()
     print(f"{card}: copy {copy_gbps:.0f} GB/s, empty Triton kernel replayed {empty_us:.2f} us")
     meta = {
         "card": card,
         "copy_gbps": copy_gbps,
         "empty_triton_kernel_us_graph": empty_us,
+        "empty_cuda_kernel_us_graph": empty_cuda_us,
         "torch": torch.__version__,
         "triton": triton.__version__,
         "python": platform.python_version(),
