@@ -143,3 +143,37 @@ def test_the_emulated_ops_check_their_arguments() -> None:
         torch.ops.ir_cuda_emulated.static_quant_fp8_out(
             torch.empty(3, 64, dtype=torch.float8_e4m3fn), x, torch.ones(2)
         )
+
+
+def test_long_builds_report_progress(caplog: pytest.LogCaptureFixture) -> None:
+    import time
+
+    from ir_kernels_cuda.build import progress
+
+    with caplog.at_level("WARNING", logger="ir_kernels_cuda"), progress("compiling", every=0.05):
+        time.sleep(0.3)
+    beats = [r.getMessage() for r in caplog.records if "so far" in r.getMessage()]
+    assert len(beats) >= 3
+    assert beats[0].startswith("ir_kernels_cuda: compiling: ")
+
+
+def test_a_second_process_waits_for_the_first_build(caplog: pytest.LogCaptureFixture) -> None:
+    """While another process holds the build lock, the build says it waits, then loads."""
+    import subprocess
+    import sys
+
+    from ir_kernels_cuda import build
+
+    lock = build.build_emulated() / "build.lock"
+    script = (
+        f"import filelock, time\nwith filelock.FileLock({str(lock)!r}):\n"
+        "    print('held', flush=True)\n    time.sleep(1.5)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "held"
+    build.build_emulated.cache_clear()
+    with caplog.at_level("WARNING", logger="ir_kernels_cuda"):
+        build.build_emulated()
+    assert holder.wait(timeout=30) == 0
+    assert any("waiting for another process" in r.getMessage() for r in caplog.records)

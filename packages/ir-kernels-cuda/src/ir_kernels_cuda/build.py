@@ -16,6 +16,7 @@ import hashlib
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,13 +108,41 @@ def _arch_list(arch: str) -> Iterator[None]:
             os.environ["TORCH_CUDA_ARCH_LIST"] = previous
 
 
+@contextlib.contextmanager
+def progress(what: str, every: float = 15.0) -> Iterator[None]:
+    """Log ``what`` and the seconds spent every `every` seconds until the block ends (a build
+    prints nothing else for a minute)."""
+    done = threading.Event()
+    started = time.perf_counter()
+
+    def beat() -> None:
+        while not done.wait(every):
+            elapsed = time.perf_counter() - started
+            logger.warning("ir_kernels_cuda: %s: %.0f s so far", what, elapsed)
+
+    thread = threading.Thread(target=beat, name="ir_kernels_cuda build progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 def _compile(name: str, directory: Path, announce: str, **options: object) -> None:
-    """`cpp_extension.load` into `directory` under its file lock, logging the first build."""
-    from filelock import FileLock
+    """`cpp_extension.load` into `directory` under its file lock, logging the first build and
+    its progress, and a wait for another process's build."""
+    from filelock import FileLock, Timeout
     from torch.utils import cpp_extension
 
     directory.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(directory / "build.lock")):
+    lock = FileLock(str(directory / "build.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        logger.warning("ir_kernels_cuda: waiting for another process building into %s", directory)
+        lock.acquire()
+    try:
         fresh = not any(directory.glob("*.so"))
         if fresh:
             logger.warning(
@@ -123,18 +152,21 @@ def _compile(name: str, directory: Path, announce: str, **options: object) -> No
                 directory,
             )
         started = time.perf_counter()
-        cpp_extension.load(
-            name=name,
-            build_directory=str(directory),
-            is_python_module=False,
-            verbose=logger.isEnabledFor(logging.DEBUG),
-            **options,  # type: ignore[arg-type]
-        )
+        with progress(announce) if fresh else contextlib.nullcontext():
+            cpp_extension.load(
+                name=name,
+                build_directory=str(directory),
+                is_python_module=False,
+                verbose=logger.isEnabledFor(logging.DEBUG),
+                **options,  # type: ignore[arg-type]
+            )
         logger.info(
             "ir_kernels_cuda: %s in %.1f s",
             "built" if fresh else "loaded",
             time.perf_counter() - started,
         )
+    finally:
+        lock.release()
 
 
 @functools.cache
