@@ -114,12 +114,22 @@ def test_alternating_arguments_stop_rebuilding() -> None:
     assert ops.rms_norm._last_choice_rebuilds == last_choice.MAX_REBUILDS
 
 
-def test_ops_with_their_own_key_keep_their_checks() -> None:
+def test_ops_with_their_own_key_guard_every_size(prefer: Callable[[str], None]) -> None:
+    """fused_add_rms_norm's key relates x's and x_residual's shapes: its guard checks every
+    size, so a token count that differs between the two still reaches the check."""
+    prefer("native")  # a dispatcher with process-wide choices (forgets them: rebuilds reset)
+    op = ops.fused_add_rms_norm
     x, r, w = torch.randn(4, 64), torch.randn(4, 64), torch.randn(64)
-    ops.fused_add_rms_norm(x, r, w, 1e-6)
-    assert ops.fused_add_rms_norm._last_choice is None
+    op(x, r, w, 1e-6)
+    memo = op._last_choice
+    assert memo is not None
+    op(torch.randn(4, 64), torch.randn(4, 64), w, 1e-6)
+    assert op._last_choice is memo  # same sizes: a hit
     with pytest.raises(ValueError, match="x_residual"):
-        ops.fused_add_rms_norm(torch.randn(5, 64), r, w, 1e-6)
+        op(torch.randn(5, 64), r, w, 1e-6)
+    out, residual = op(torch.randn(5, 64), torch.randn(5, 64), w, 1e-6)  # another batch: a miss
+    assert out.shape == residual.shape == (5, 64)
+    assert op._last_choice is not memo
 
 
 @pytest.mark.usefixtures("picky")

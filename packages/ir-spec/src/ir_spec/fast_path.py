@@ -4,9 +4,9 @@ Generating them per op lets Python itself bind positional and keyword arguments 
 defaults, and inlines the dispatch key, so a cached call costs a few attribute reads and one
 dictionary lookup on top of the implementation. The logic is the same as
 `IrOp._execute`: trace through the torch op when compiling or under a dispatch mode; else look
-the (argument-checked) choice up by dispatch key, asking `IrOp.choose` on a miss. Ops with the
-generic key first try their last choice behind a tensor guard (`last_choice`), which spares
-building the key when the arguments look like the previous call's.
+the (argument-checked) choice up by dispatch key, asking `IrOp.choose` on a miss. Ops first
+try their last choice behind a tensor guard (`last_choice`), which spares building the key
+when the arguments look like the previous call's.
 """
 
 import inspect
@@ -43,7 +43,7 @@ _CHOOSE_BY_LAST_OR_KEY = """
         except Exception:
             impl = self.choose(({names},))
         if _hook.op_caches and self._last_choice_rebuilds < _max_rebuilds:
-            self._remember_choice(impl, ({guarded},), ({others}))"""
+            self._remember_choice(impl, ({guarded},), ({others}), {exact})"""
 
 _TEMPLATE = """
 def key({names}):
@@ -117,7 +117,8 @@ def build(
 
     `key` is the generic dispatch key (or a call of ``op._key`` when the op registered its own);
     the other two are unbound functions taking ``self``. ``__call__`` tries the last choice first
-    where the op has the generic key and a tensor argument (`last_choice`).
+    where the op has a tensor argument (`last_choice`; with every size exact where the op has
+    its own key).
     """
     params = list(op.signature.parameters.values())
     names = [p.name for p in params]
@@ -141,7 +142,7 @@ def build(
         namespace["_custom_key"] = op._key
         key = f"_custom_key({joined})"
     cloned = ", ".join(f"{n}.clone()" if n in op.activations else n for n in names)
-    guarded = None if custom_key or not last_choice.available() else _guarded_arguments(op.native)
+    guarded = _guarded_arguments(op.native) if last_choice.available() else None
     if guarded is None:
         choose = _CHOOSE_BY_KEY.format(key=key, names=joined)
     else:
@@ -151,6 +152,7 @@ def build(
             names=joined,
             guarded=", ".join(tensors),
             others="".join(f"{o}, " for o in others),
+            exact=custom_key,
         )
     source = _TEMPLATE.format(
         params=", ".join(declared), names=joined, key=key, cloned=cloned, choose=choose

@@ -9,10 +9,12 @@ choice stands. The guard is Dynamo's C++ tensor check (``torch._C._dynamo.guards
 one call for all tensors). It checks more than the dispatch key records, so it never admits
 arguments that the key cache would treat differently.
 
-Only ops with the generic dispatch key take part: an op that registered its own key relates
-its arguments (for example two tensors' token counts) in ways a per-tensor guard cannot see.
-The memo is rebuilt after each call that misses it, at most `MAX_REBUILDS` times per op until
-its choices are forgotten, so arguments that keep alternating fall back to the key alone.
+An op that registered its own dispatch key relates its arguments (for example the token
+counts of two tensors), which a per-tensor guard with a free leading size cannot see: its
+guard checks every size exactly, so any relation between shapes holds as it did when the
+choice was made (a decoding loop keeps its batch size, and hits). The memo is rebuilt after
+each call that misses it, at most `MAX_REBUILDS` times per op until its choices are forgotten,
+so arguments that keep changing fall back to the key alone.
 """
 
 import logging
@@ -40,12 +42,12 @@ def available() -> bool:
     return _TensorGuards is not None
 
 
-def guard(tensors: tuple[torch.Tensor, ...]) -> Any | None:
+def guard(tensors: tuple[torch.Tensor, ...], *, exact: bool = False) -> Any | None:
     """A guard that accepts tensors like `tensors` (any leading size where the rank is 2 or
-    more), or None where it cannot be built."""
+    more, unless `exact`), or None where it cannot be built."""
     if _TensorGuards is None:
         return None
-    sizes = [[None, *t.shape[1:]] if t.dim() >= 2 else list(t.shape) for t in tensors]
+    sizes = [[None, *t.shape[1:]] if t.dim() >= 2 and not exact else list(t.shape) for t in tensors]
     strides = [list(t.stride()) for t in tensors]
     try:
         return _TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)

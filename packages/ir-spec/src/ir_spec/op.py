@@ -147,11 +147,16 @@ class IrOp:
         self._last_choice_rebuilds = 0
 
     def _remember_choice(
-        self, impl: Impl, tensors: tuple[torch.Tensor, ...], others: tuple[Any, ...]
+        self,
+        impl: Impl,
+        tensors: tuple[torch.Tensor, ...],
+        others: tuple[Any, ...],
+        exact: bool,
     ) -> None:
-        """Make `impl` the last choice, behind a guard built from this call's tensors."""
+        """Make `impl` the last choice, behind a guard built from this call's tensors (`exact`:
+        every size checked, for ops whose own key relates their arguments' shapes)."""
         self._last_choice_rebuilds += 1
-        guard = last_choice.guard(tensors)
+        guard = last_choice.guard(tensors, exact=exact)
         self._last_choice = None if guard is None else (guard, others, impl)
 
     def normalize(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
