@@ -18,10 +18,12 @@ from ir_spec.testing import (
 
 @pytest.fixture
 def inplace_provider() -> Iterator[None]:
-    ops.fused_add_rms_norm.register_impl("t_inplace", inplace=True)(fused_add_rms_norm_inplace)
-    ir_dispatch.set_priority(fused_add_rms_norm=["t_inplace"])
+    ops.fused_add_rms_norm.register_impl("t_dispatch_inplace", inplace=True)(
+        fused_add_rms_norm_inplace
+    )
+    ir_dispatch.set_priority(fused_add_rms_norm=["t_dispatch_inplace"])
     yield
-    ops.fused_add_rms_norm.unregister_impl("t_inplace")
+    ops.fused_add_rms_norm.unregister_impl("t_dispatch_inplace")
 
 
 @pytest.mark.usefixtures("inplace_provider")
