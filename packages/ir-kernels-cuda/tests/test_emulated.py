@@ -13,9 +13,16 @@ import torch
 
 from ir_kernels_cuda import impls
 from ir_kernels_cuda.build import BuildUnavailable, build_emulated
-from ir_kernels_cuda.testing import opcheck_arguments, opcheck_utils
+from ir_kernels_cuda.testing import bits, opcheck_arguments, opcheck_utils
 from ir_spec import IrOp, SampleSpec, ops
-from ir_spec.testing import assert_close, clone_args, matrix_spec, sample_inputs
+from ir_spec.testing import (
+    OPTION_VARIANT_IDS,
+    OPTION_VARIANTS,
+    assert_impl_matches_native,
+    clone_args,
+    matrix_spec,
+    sample_inputs,
+)
 
 PROVIDERS = [(op, p) for op in ops for p in op.impls if p.startswith("cuda")]
 IDS = [f"{o.name}-{p}" for o, p in PROVIDERS]
@@ -46,16 +53,8 @@ def emulated_kernels() -> Iterator[None]:
 
 
 def check(op: IrOp, provider: str, args: tuple[Any, ...]) -> None:
-    """Provider `provider` on `args` matches the native function (`accepts` is not asked: it
-    requires CUDA tensors)."""
-    impl = op.impls[provider]
-    inputs = clone_args(args)
-    actual = impl.fn(*inputs)
-    assert_close(op, actual, op.native(*clone_args(args)))
-    if impl.inplace:
-        outs = actual if isinstance(actual, tuple) else (actual,)
-        for out, i in zip(outs, op.activation_indices, strict=True):
-            assert out is inputs[i]
+    """`assert_impl_matches_native` without asking `accepts` (it requires CUDA tensors)."""
+    assert_impl_matches_native(op, provider, args, check_accepts=False)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -74,38 +73,13 @@ def test_no_tokens(op: IrOp, provider: str) -> None:
     check(op, provider, sample_inputs(op, spec(torch.float16, 256, 0, "contiguous")))
 
 
-VARIANTS = [
-    ("rms_norm", {"weight": False}),
-    ("rms_norm", {"variance_size": 5}),
-    ("fused_add_rms_norm", {"weight": False}),
-    ("fused_add_rms_norm", {"variance_size": 7}),
-    ("gelu_and_mul", {"approximate": "tanh"}),
-    ("dynamic_quant_fp8", {"scale_ub": True}),
-    ("rms_norm_dynamic_quant_fp8", {"weight": False}),
-    ("rms_norm_static_quant_fp8", {"weight": False}),
-    ("group_quant_fp8", {"column_major_scales": True}),
-    ("group_quant_fp8", {"group_size": 64}),
-    ("group_quant_fp8", {"group_size": 256}),
-    ("rotary_embedding", {"is_neox_style": False}),
-    ("rotary_embedding", {"rotary_dim": 32}),
-    ("rotary_embedding", {"rotary_dim": 32, "is_neox_style": False}),
-    ("rotary_embedding", {"cache_dtype": torch.float16, "head_size": 64}),
-    ("rotary_embedding", {"cache_dtype": torch.bfloat16, "is_neox_style": False}),
-    ("rotary_embedding", {"head_size": 36, "rotary_dim": 18}),
-]
-
-
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize(("name", "options"), VARIANTS, ids=[f"{n}-{o}" for n, o in VARIANTS])
+@pytest.mark.parametrize(("name", "options"), OPTION_VARIANTS, ids=OPTION_VARIANT_IDS)
 def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout: str) -> None:
     op = getattr(ops, name)
     for provider in [p for p in op.impls if p.startswith("cuda")]:
         check(op, provider, sample_inputs(op, spec(dtype, 256, 5, layout, **options)))
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
 
 
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=IDS)
@@ -121,7 +95,7 @@ def test_rows_are_batch_invariant(op: IrOp, provider: str) -> None:
         )
         out = op.impls[provider].fn(*clone_args(part))
         out = out[0] if isinstance(out, tuple) else out
-        assert torch.equal(_bits(out), _bits(full)[:batch])
+        assert torch.equal(bits(out), bits(full)[:batch])
 
 
 def test_opcheck_every_op() -> None:

@@ -13,12 +13,18 @@ import torch
 
 from ir_kernels_cuda import impls
 from ir_kernels_cuda.build import HEADERS, SOURCES, csrc_dir
-from ir_kernels_cuda.testing import opcheck_arguments, opcheck_utils
+from ir_kernels_cuda.testing import bits, opcheck_arguments, opcheck_utils
 from ir_spec import IrOp, SampleSpec, ops
-from ir_spec.testing import assert_impl_matches_native, clone_args, matrix_spec, sample_inputs
+from ir_spec.testing import (
+    OPTION_VARIANT_IDS,
+    OPTION_VARIANTS,
+    assert_impl_matches_native,
+    clone_args,
+    matrix_spec,
+    sample_inputs,
+)
 
 GPU = impls.SUPPORTED
-FP8 = torch.float8_e4m3fn
 PROVIDERS = [(op, p) for op in ops for p in op.impls if p.startswith("cuda")]
 on_gpu = pytest.mark.skipif(not GPU, reason=f"provider cuda unsupported here: {impls.REASON}")
 
@@ -108,42 +114,16 @@ def test_matches_native(
     )
 
 
-VARIANTS = [
-    ("rms_norm", {"weight": False}),
-    ("rms_norm", {"variance_size": 5}),
-    ("fused_add_rms_norm", {"weight": False}),
-    ("fused_add_rms_norm", {"variance_size": 7}),
-    ("gelu_and_mul", {"approximate": "tanh"}),
-    ("dynamic_quant_fp8", {"scale_ub": True}),
-    ("rms_norm_dynamic_quant_fp8", {"weight": False}),
-    ("rms_norm_static_quant_fp8", {"weight": False}),
-    ("group_quant_fp8", {"column_major_scales": True}),
-    ("group_quant_fp8", {"group_size": 64}),
-    ("group_quant_fp8", {"group_size": 256}),
-    ("rotary_embedding", {"is_neox_style": False}),
-    ("rotary_embedding", {"rotary_dim": 32}),
-    ("rotary_embedding", {"rotary_dim": 32, "is_neox_style": False}),
-    ("rotary_embedding", {"cache_dtype": torch.float16, "head_size": 64}),
-    ("rotary_embedding", {"cache_dtype": torch.bfloat16, "is_neox_style": False}),
-    ("rotary_embedding", {"head_size": 36, "rotary_dim": 18}),
-]
-
-
 @on_gpu
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize(("name", "options"), VARIANTS, ids=[f"{n}-{o}" for n, o in VARIANTS])
+@pytest.mark.parametrize(("name", "options"), OPTION_VARIANTS, ids=OPTION_VARIANT_IDS)
 def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout: str) -> None:
     op = getattr(ops, name)
     for provider in [p for p in op.impls if p.startswith("cuda")]:
         assert_impl_matches_native(
             op, provider, sample_inputs(op, spec_for(dtype, 256, 7, layout, **options))
         )
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    """fp8 tensors compare as their bits (torch.equal does not take them everywhere)."""
-    return t.view(torch.uint8) if t.dtype == FP8 else t
 
 
 @on_gpu
@@ -163,7 +143,7 @@ def test_rows_are_batch_invariant(op: IrOp, provider: str) -> None:
         )
         out = op.impls[provider].fn(*clone_args(part))
         out = out[0] if isinstance(out, tuple) else out
-        assert torch.equal(_bits(out), _bits(full)[:batch])
+        assert torch.equal(bits(out), bits(full)[:batch])
 
 
 @on_gpu

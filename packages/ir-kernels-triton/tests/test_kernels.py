@@ -12,7 +12,14 @@ import torch
 
 import ir_kernels_triton
 from ir_spec import IrOp, SampleSpec, ops
-from ir_spec.testing import assert_impl_matches_native, clone_args, matrix_spec, sample_inputs
+from ir_spec.testing import (
+    OPTION_VARIANT_IDS,
+    OPTION_VARIANTS,
+    assert_impl_matches_native,
+    clone_args,
+    matrix_spec,
+    sample_inputs,
+)
 
 GPU = torch.cuda.is_available()
 DEVICE = "cuda" if GPU else "cpu"
@@ -51,25 +58,9 @@ def test_matches_native(
     )
 
 
-VARIANTS = [
-    ("rms_norm", {"weight": False}),
-    ("rms_norm", {"variance_size": 5}),
-    ("fused_add_rms_norm", {"weight": False}),
-    ("fused_add_rms_norm", {"variance_size": 7}),
-    ("gelu_and_mul", {"approximate": "tanh"}),
-    ("dynamic_quant_fp8", {"scale_ub": True}),
-    ("group_quant_fp8", {"column_major_scales": True}),
-    ("group_quant_fp8", {"group_size": 64}),
-    ("rotary_embedding", {"is_neox_style": False}),
-    ("rotary_embedding", {"rotary_dim": 32}),
-    ("rotary_embedding", {"rotary_dim": 32, "is_neox_style": False}),
-    ("rotary_embedding", {"cache_dtype": torch.float16, "head_size": 64}),
-]
-
-
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize(("name", "options"), VARIANTS, ids=[f"{n}-{o}" for n, o in VARIANTS])
+@pytest.mark.parametrize(("name", "options"), OPTION_VARIANTS, ids=OPTION_VARIANT_IDS)
 def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout: str) -> None:
     op = getattr(ops, name)
     for provider in [p for p in op.impls if p.startswith("triton")]:

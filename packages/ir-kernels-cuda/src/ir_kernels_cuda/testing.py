@@ -19,6 +19,12 @@ ALL_CHECKS = (
 )
 
 
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """`t` for an exact comparison: float8 tensors as their bits (``torch.equal`` does not take
+    them everywhere)."""
+    return t.view(torch.uint8) if t.dtype == FP8 else t
+
+
 def opcheck_utils(args: tuple[Any, ...]) -> tuple[str, ...]:
     """The opcheck checks to run on an op called with `args`."""
     fp8 = any(isinstance(a, torch.Tensor) and a.dtype == FP8 for a in args)
