@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ir_spec import ops, row_view
+from ir_spec import empty_rows, ops, row_view
+from ir_spec.catalog.quant import empty_group_scales
 
 from .build import BuildUnavailable, build
 
@@ -58,11 +59,6 @@ def _as_rows(t: Tensor) -> Tensor:
     return view
 
 
-def _empty_rows(x: Tensor, width: int | None = None, dtype: torch.dtype | None = None) -> Tensor:
-    shape = (*x.shape[:-1], x.shape[-1] if width is None else width)
-    return torch.empty(shape, dtype=dtype or x.dtype, device=x.device)
-
-
 # ---------------------------------------------------------------------------- rms_norm
 def rms_norm_supported(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
@@ -80,7 +76,7 @@ def rms_norm_supported(
 def rms_norm(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> Tensor:
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = empty_rows(x)
     KERNELS.rms_norm_out(_as_rows(out), _as_rows(x), weight, epsilon, variance_size)
     return out
 
@@ -110,8 +106,8 @@ def fused_add_rms_norm(
     epsilon: float,
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
-    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    residual_out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    out = empty_rows(x)
+    residual_out = empty_rows(x)
     KERNELS.fused_add_rms_norm_out(
         _as_rows(out),
         _as_rows(residual_out),
@@ -159,7 +155,7 @@ def rms_norm_static_quant_fp8_supported(
 def rms_norm_static_quant_fp8(
     x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> Tensor:
-    q = _empty_rows(x, dtype=FP8)
+    q = empty_rows(x, dtype=FP8)
     KERNELS.rms_norm_static_quant_fp8_out(_as_rows(q), _as_rows(x), weight, epsilon, scale)
     return q
 
@@ -180,7 +176,7 @@ def fused_add_rms_norm_static_quant_fp8_supported(
 def fused_add_rms_norm_static_quant_fp8(
     x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> tuple[Tensor, Tensor]:
-    q, residual_out = _empty_rows(x, dtype=FP8), _empty_rows(x)
+    q, residual_out = empty_rows(x, dtype=FP8), empty_rows(x)
     KERNELS.fused_add_rms_norm_static_quant_fp8_out(
         _as_rows(q),
         _as_rows(residual_out),
@@ -209,7 +205,7 @@ def rms_norm_dynamic_quant_fp8_supported(
 def rms_norm_dynamic_quant_fp8(
     x: Tensor, weight: Tensor | None, epsilon: float, scale_ub: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
-    q, scale = _empty_rows(x, dtype=FP8), _empty_rows(x, 1, torch.float32)
+    q, scale = empty_rows(x, dtype=FP8), empty_rows(x, 1, torch.float32)
     KERNELS.rms_norm_dynamic_quant_fp8_out(
         _as_rows(q), _as_rows(scale), _as_rows(x), weight, epsilon, scale_ub
     )
@@ -237,7 +233,7 @@ def gelu_and_mul_supported(x: Tensor, approximate: str = "none") -> bool:
     unsupported_reason=REASON,
 )
 def silu_and_mul(x: Tensor) -> Tensor:
-    out = _empty_rows(x, x.shape[-1] // 2)
+    out = empty_rows(x, x.shape[-1] // 2)
     KERNELS.silu_and_mul_out(_as_rows(out), _as_rows(x))
     return out
 
@@ -250,7 +246,7 @@ def silu_and_mul(x: Tensor) -> Tensor:
     unsupported_reason=REASON,
 )
 def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
-    out = _empty_rows(x, x.shape[-1] // 2)
+    out = empty_rows(x, x.shape[-1] // 2)
     KERNELS.gelu_and_mul_out(_as_rows(out), _as_rows(x), int(approximate == "tanh"))
     return out
 
@@ -267,7 +263,7 @@ def silu_and_mul_static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
     unsupported_reason=REASON,
 )
 def silu_and_mul_static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
-    q = _empty_rows(x, x.shape[-1] // 2, FP8)
+    q = empty_rows(x, x.shape[-1] // 2, FP8)
     KERNELS.silu_and_mul_static_quant_fp8_out(_as_rows(q), _as_rows(x), scale)
     return q
 
@@ -285,7 +281,7 @@ def static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
     unsupported_reason=REASON,
 )
 def static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
-    q = _empty_rows(x, dtype=FP8)
+    q = empty_rows(x, dtype=FP8)
     KERNELS.static_quant_fp8_out(_as_rows(q), _as_rows(x), scale)
     return q
 
@@ -302,7 +298,7 @@ def dynamic_quant_fp8_supported(x: Tensor, scale_ub: Tensor | None = None) -> bo
     unsupported_reason=REASON,
 )
 def dynamic_quant_fp8(x: Tensor, scale_ub: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    q, scale = _empty_rows(x, dtype=FP8), _empty_rows(x, 1, torch.float32)
+    q, scale = empty_rows(x, dtype=FP8), empty_rows(x, 1, torch.float32)
     KERNELS.dynamic_quant_fp8_out(_as_rows(q), _as_rows(scale), _as_rows(x), scale_ub)
     return q, scale
 
@@ -323,12 +319,9 @@ def group_quant_fp8_supported(
 def group_quant_fp8(
     x: Tensor, group_size: int = 128, column_major_scales: bool = False
 ) -> tuple[Tensor, Tensor]:
-    q = _empty_rows(x, dtype=FP8)
-    groups, lead = x.shape[-1] // group_size, x.shape[:-1]
-    if column_major_scales:
-        scale = torch.empty((groups, *lead), dtype=torch.float32, device=x.device).movedim(0, -1)
-    else:
-        scale = torch.empty((*lead, groups), dtype=torch.float32, device=x.device)
+    q = empty_rows(x, dtype=FP8)
+    groups = x.shape[-1] // group_size
+    scale = empty_group_scales(x, groups, column_major=column_major_scales)
     # the kernel addresses the scales by (token, group) strides: a [tokens, groups] view
     scale_rows = scale.view(-1, groups)
     KERNELS.group_quant_fp8_out(_as_rows(q), scale_rows, _as_rows(x), group_size)
@@ -362,7 +355,7 @@ def rotary_embedding(
     cos_sin_cache: Tensor,
     is_neox_style: bool,
 ) -> tuple[Tensor, Tensor]:
-    query, key = _empty_rows(x_query), _empty_rows(x_key)
+    query, key = empty_rows(x_query), empty_rows(x_key)
     KERNELS.rotary_embedding_out(
         _as_rows(query),
         _as_rows(key),

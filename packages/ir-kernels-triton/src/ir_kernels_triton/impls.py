@@ -11,7 +11,8 @@ stride) and contiguous parameters (weight, scale, cache, positions).
 import torch
 from torch import Tensor
 
-from ir_spec import ops
+from ir_spec import empty_rows, ops
+from ir_spec.catalog.quant import empty_group_scales
 
 from . import norm_kernels as nk
 from . import pointwise_kernels as pk
@@ -32,11 +33,6 @@ def _rowwise(*tensors: Tensor) -> bool:
 
 def _param(t: Tensor | None) -> bool:
     return t is None or t.is_contiguous()
-
-
-def _empty_rows(x: Tensor, width: int | None = None, dtype: torch.dtype | None = None) -> Tensor:
-    shape = (*x.shape[:-1], x.shape[-1] if width is None else width)
-    return torch.empty(shape, dtype=dtype or x.dtype, device=x.device)
 
 
 # ------------------------------------------------------------------------------ rms_norm
@@ -62,7 +58,7 @@ def rms_norm_supported(
 def rms_norm(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> Tensor:
-    out = _empty_rows(x)
+    out = empty_rows(x)
     nk.launch_norm(x, weight, epsilon, variance_size, out)
     return out
 
@@ -91,7 +87,7 @@ def fused_add_rms_norm(
     epsilon: float,
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
-    out, residual_out = _empty_rows(x), _empty_rows(x)
+    out, residual_out = empty_rows(x), empty_rows(x)
     nk.launch_norm(
         x, weight, epsilon, variance_size, out, residual=x_residual, residual_out=residual_out
     )
@@ -136,7 +132,7 @@ def rms_norm_static_quant_fp8_supported(
 def rms_norm_static_quant_fp8(
     x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> Tensor:
-    q = _empty_rows(x, dtype=FP8)
+    q = empty_rows(x, dtype=FP8)
     nk.launch_norm(x, weight, epsilon, None, q, quant=nk.QUANT_STATIC, scale=scale)
     return q
 
@@ -157,7 +153,7 @@ def fused_add_rms_norm_static_quant_fp8_supported(
 def fused_add_rms_norm_static_quant_fp8(
     x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> tuple[Tensor, Tensor]:
-    q, residual_out = _empty_rows(x, dtype=FP8), _empty_rows(x)
+    q, residual_out = empty_rows(x, dtype=FP8), empty_rows(x)
     nk.launch_norm(
         x,
         weight,
@@ -188,8 +184,8 @@ def rms_norm_dynamic_quant_fp8_supported(
 def rms_norm_dynamic_quant_fp8(
     x: Tensor, weight: Tensor | None, epsilon: float, scale_ub: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
-    q = _empty_rows(x, dtype=FP8)
-    scale = _empty_rows(x, 1, torch.float32)
+    q = empty_rows(x, dtype=FP8)
+    scale = empty_rows(x, 1, torch.float32)
     nk.launch_norm(
         x, weight, epsilon, None, q, quant=nk.QUANT_DYNAMIC, scale_out=scale, scale_ub=scale_ub
     )
@@ -210,7 +206,7 @@ def silu_and_mul_supported(x: Tensor) -> bool:
 )
 @traceable(ops.silu_and_mul)
 def silu_and_mul(x: Tensor) -> Tensor:
-    out = _empty_rows(x, x.shape[-1] // 2)
+    out = empty_rows(x, x.shape[-1] // 2)
     pk.launch_gated(x, out, pk.ACT_SILU)
     return out
 
@@ -224,7 +220,7 @@ def gelu_and_mul_supported(x: Tensor, approximate: str = "none") -> bool:
 )
 @traceable(ops.gelu_and_mul)
 def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
-    out = _empty_rows(x, x.shape[-1] // 2)
+    out = empty_rows(x, x.shape[-1] // 2)
     pk.launch_gated(x, out, pk.ACT_GELU_TANH if approximate == "tanh" else pk.ACT_GELU)
     return out
 
@@ -241,7 +237,7 @@ def silu_and_mul_static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
 )
 @traceable(ops.silu_and_mul_static_quant_fp8)
 def silu_and_mul_static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
-    q = _empty_rows(x, x.shape[-1] // 2, FP8)
+    q = empty_rows(x, x.shape[-1] // 2, FP8)
     pk.launch_gated(x, q, pk.ACT_SILU, scale)
     return q
 
@@ -256,7 +252,7 @@ def static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
 )
 @traceable(ops.static_quant_fp8)
 def static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
-    q = _empty_rows(x, dtype=FP8)
+    q = empty_rows(x, dtype=FP8)
     pk.launch_static_quant(x, scale, q)
     return q
 
@@ -273,8 +269,8 @@ def dynamic_quant_fp8_supported(x: Tensor, scale_ub: Tensor | None = None) -> bo
 )
 @traceable(ops.dynamic_quant_fp8)
 def dynamic_quant_fp8(x: Tensor, scale_ub: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    q = _empty_rows(x, dtype=FP8)
-    scale = _empty_rows(x, 1, torch.float32)
+    q = empty_rows(x, dtype=FP8)
+    scale = empty_rows(x, 1, torch.float32)
     pk.launch_dynamic_quant(x, scale_ub, q, scale)
     return q, scale
 
@@ -296,13 +292,9 @@ def group_quant_fp8_supported(
 def group_quant_fp8(
     x: Tensor, group_size: int = 128, column_major_scales: bool = False
 ) -> tuple[Tensor, Tensor]:
-    q = _empty_rows(x, dtype=FP8)
+    q = empty_rows(x, dtype=FP8)
     groups = x.shape[-1] // group_size
-    lead = x.shape[:-1]
-    if column_major_scales:
-        scale = torch.empty((groups, *lead), dtype=torch.float32, device=x.device).movedim(0, -1)
-    else:
-        scale = torch.empty((*lead, groups), dtype=torch.float32, device=x.device)
+    scale = empty_group_scales(x, groups, column_major=column_major_scales)
     pk.launch_group_quant(x, group_size, q, scale)
     return q, scale
 
@@ -339,7 +331,7 @@ def rotary_embedding(
     cos_sin_cache: Tensor,
     is_neox_style: bool,
 ) -> tuple[Tensor, Tensor]:
-    query, key = _empty_rows(x_query), _empty_rows(x_key)
+    query, key = empty_rows(x_query), empty_rows(x_key)
     launch_rotary(positions, x_query, x_key, head_size, cos_sin_cache, is_neox_style, query, key)
     return query, key
 

@@ -16,7 +16,7 @@ from .dispatcher import (
     use_op_choice_caches,
 )
 from .impl import Impl
-from .layout import row_view
+from .layout import empty_rows, row_view
 from .op import NAMESPACE, RESERVED_PROVIDERS, IrOp, register_op
 from .registry import OpNamespace, ops
 from .sampling import SampleSpec
@@ -34,6 +34,7 @@ __all__ = [
     "SampleSpec",
     "Tolerance",
     "__version__",
+    "empty_rows",
     "forget_all_choices",
     "get_dispatcher",
     "ops",

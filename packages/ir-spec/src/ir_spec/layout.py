@@ -1,5 +1,7 @@
-"""`row_view`: the rows a row-wise kernel addresses, shared by the kernel providers."""
+"""Row layouts shared by the kernel providers: `row_view` (the rows a row-wise kernel
+addresses) and `empty_rows` (an output with the input's rows)."""
 
+import torch
 from torch import Tensor
 
 
@@ -15,3 +17,10 @@ def row_view(t: Tensor) -> Tensor | None:
         return t.view(-1, t.shape[-1])
     except RuntimeError:
         return None
+
+
+def empty_rows(x: Tensor, width: int | None = None, dtype: torch.dtype | None = None) -> Tensor:
+    """A new row-major tensor with `x`'s leading shape and device: rows of `width` elements
+    (default: `x`'s) of `dtype` (default: `x`'s)."""
+    shape = (*x.shape[:-1], x.shape[-1] if width is None else width)
+    return torch.empty(shape, dtype=dtype or x.dtype, device=x.device)

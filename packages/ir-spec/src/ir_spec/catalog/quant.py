@@ -94,9 +94,17 @@ def group_quant_fp8(
     scale = torch.clamp(amax / FP8_MAX, min=MIN_SCALE)
     q = saturate_fp8(xg / scale.unsqueeze(-1)).reshape(x.shape)
     if column_major_scales:
-        column_major = scale.new_empty((groups, *lead)).movedim(0, -1)
-        scale = column_major.copy_(scale)
+        scale = empty_group_scales(x, groups, column_major=True).copy_(scale)
     return q, scale
+
+
+def empty_group_scales(x: Tensor, groups: int, *, column_major: bool) -> Tensor:
+    """Float32 scales of shape ``[*x.shape[:-1], groups]`` on `x`'s device; `column_major`:
+    the group dimension outermost in memory (`group_quant_fp8`'s ``column_major_scales``)."""
+    lead = x.shape[:-1]
+    if column_major:
+        return torch.empty((groups, *lead), dtype=torch.float32, device=x.device).movedim(0, -1)
+    return torch.empty((*lead, groups), dtype=torch.float32, device=x.device)
 
 
 @group_quant_fp8.register_checker
