@@ -11,12 +11,13 @@ row-wise with a launch that depends on the row width only, so all are batch-inva
 """
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from ir_spec import empty_rows, ops, row_view
+from ir_spec import IrOp, empty_rows, ops, row_view
 from ir_spec.catalog.quant import empty_group_scales
 
 from .build import BuildUnavailable, build
@@ -53,6 +54,21 @@ def _params_ok(*params: Tensor | None) -> bool:
     return all(p is None or (p.is_cuda and p.is_contiguous()) for p in params)
 
 
+def _provides(
+    op: IrOp, supports_args: Callable[..., bool], *, inplace: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated function as provider ``cuda`` of `op` (``cuda_inplace`` where
+    `inplace`): batch-invariant, supported where the kernels built, else with the reason."""
+    return op.register_impl(
+        INPLACE_PROVIDER if inplace else PROVIDER,
+        supported=SUPPORTED,
+        supports_args=supports_args,
+        inplace=inplace,
+        batch_invariant=True,
+        unsupported_reason=REASON,
+    )
+
+
 def _as_rows(t: Tensor) -> Tensor:
     view = row_view(t)
     assert view is not None  # supports_args checked it
@@ -66,13 +82,7 @@ def rms_norm_supported(
     return _rowwise(x) and _params_ok(weight)
 
 
-@ops.rms_norm.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    supports_args=rms_norm_supported,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.rms_norm, rms_norm_supported)
 def rms_norm(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> Tensor:
@@ -92,13 +102,7 @@ def fused_add_rms_norm_supported(
     return _rowwise(x, x_residual) and _params_ok(weight)
 
 
-@ops.fused_add_rms_norm.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    supports_args=fused_add_rms_norm_supported,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.fused_add_rms_norm, fused_add_rms_norm_supported)
 def fused_add_rms_norm(
     x: Tensor,
     x_residual: Tensor,
@@ -120,14 +124,7 @@ def fused_add_rms_norm(
     return out, residual_out
 
 
-@ops.fused_add_rms_norm.register_impl(
-    INPLACE_PROVIDER,
-    supported=SUPPORTED,
-    supports_args=fused_add_rms_norm_supported,
-    inplace=True,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.fused_add_rms_norm, fused_add_rms_norm_supported, inplace=True)
 def fused_add_rms_norm_inplace(
     x: Tensor,
     x_residual: Tensor,
@@ -145,13 +142,7 @@ def rms_norm_static_quant_fp8_supported(
     return _rowwise(x) and _params_ok(weight, scale)
 
 
-@ops.rms_norm_static_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    supports_args=rms_norm_static_quant_fp8_supported,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.rms_norm_static_quant_fp8, rms_norm_static_quant_fp8_supported)
 def rms_norm_static_quant_fp8(
     x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> Tensor:
@@ -166,13 +157,7 @@ def fused_add_rms_norm_static_quant_fp8_supported(
     return _rowwise(x, x_residual) and _params_ok(weight, scale)
 
 
-@ops.fused_add_rms_norm_static_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    supports_args=fused_add_rms_norm_static_quant_fp8_supported,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.fused_add_rms_norm_static_quant_fp8, fused_add_rms_norm_static_quant_fp8_supported)
 def fused_add_rms_norm_static_quant_fp8(
     x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -195,13 +180,7 @@ def rms_norm_dynamic_quant_fp8_supported(
     return _rowwise(x) and _params_ok(weight, scale_ub)
 
 
-@ops.rms_norm_dynamic_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    supports_args=rms_norm_dynamic_quant_fp8_supported,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.rms_norm_dynamic_quant_fp8, rms_norm_dynamic_quant_fp8_supported)
 def rms_norm_dynamic_quant_fp8(
     x: Tensor, weight: Tensor | None, epsilon: float, scale_ub: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
@@ -225,26 +204,14 @@ def gelu_and_mul_supported(x: Tensor, approximate: str = "none") -> bool:
     return _gated_supported(x)
 
 
-@ops.silu_and_mul.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    supports_args=silu_and_mul_supported,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.silu_and_mul, silu_and_mul_supported)
 def silu_and_mul(x: Tensor) -> Tensor:
     out = empty_rows(x, x.shape[-1] // 2)
     KERNELS.silu_and_mul_out(_as_rows(out), _as_rows(x))
     return out
 
 
-@ops.gelu_and_mul.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    supports_args=gelu_and_mul_supported,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.gelu_and_mul, gelu_and_mul_supported)
 def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
     out = empty_rows(x, x.shape[-1] // 2)
     KERNELS.gelu_and_mul_out(_as_rows(out), _as_rows(x), int(approximate == "tanh"))
@@ -255,13 +222,7 @@ def silu_and_mul_static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
     return _gated_supported(x, scale)
 
 
-@ops.silu_and_mul_static_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    supports_args=silu_and_mul_static_quant_fp8_supported,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.silu_and_mul_static_quant_fp8, silu_and_mul_static_quant_fp8_supported)
 def silu_and_mul_static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
     q = empty_rows(x, x.shape[-1] // 2, FP8)
     KERNELS.silu_and_mul_static_quant_fp8_out(_as_rows(q), _as_rows(x), scale)
@@ -273,13 +234,7 @@ def static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
     return _rowwise(x) and _params_ok(scale)
 
 
-@ops.static_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    supports_args=static_quant_fp8_supported,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.static_quant_fp8, static_quant_fp8_supported)
 def static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
     q = empty_rows(x, dtype=FP8)
     KERNELS.static_quant_fp8_out(_as_rows(q), _as_rows(x), scale)
@@ -290,13 +245,7 @@ def dynamic_quant_fp8_supported(x: Tensor, scale_ub: Tensor | None = None) -> bo
     return _rowwise(x) and _params_ok(scale_ub)
 
 
-@ops.dynamic_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    supports_args=dynamic_quant_fp8_supported,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.dynamic_quant_fp8, dynamic_quant_fp8_supported)
 def dynamic_quant_fp8(x: Tensor, scale_ub: Tensor | None = None) -> tuple[Tensor, Tensor]:
     q, scale = empty_rows(x, dtype=FP8), empty_rows(x, 1, torch.float32)
     KERNELS.dynamic_quant_fp8_out(_as_rows(q), _as_rows(scale), _as_rows(x), scale_ub)
@@ -309,13 +258,7 @@ def group_quant_fp8_supported(
     return _rowwise(x)
 
 
-@ops.group_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    supports_args=group_quant_fp8_supported,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.group_quant_fp8, group_quant_fp8_supported)
 def group_quant_fp8(
     x: Tensor, group_size: int = 128, column_major_scales: bool = False
 ) -> tuple[Tensor, Tensor]:
@@ -340,13 +283,7 @@ def rotary_embedding_supported(
     return _rowwise(x_query, x_key) and _params_ok(positions, cos_sin_cache)
 
 
-@ops.rotary_embedding.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    supports_args=rotary_embedding_supported,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.rotary_embedding, rotary_embedding_supported)
 def rotary_embedding(
     positions: Tensor,
     x_query: Tensor,
@@ -369,14 +306,7 @@ def rotary_embedding(
     return query, key
 
 
-@ops.rotary_embedding.register_impl(
-    INPLACE_PROVIDER,
-    supported=SUPPORTED,
-    supports_args=rotary_embedding_supported,
-    inplace=True,
-    batch_invariant=True,
-    unsupported_reason=REASON,
-)
+@_provides(ops.rotary_embedding, rotary_embedding_supported, inplace=True)
 def rotary_embedding_inplace(
     positions: Tensor,
     x_query: Tensor,
