@@ -10,6 +10,7 @@ when the arguments look like the previous call's.
 """
 
 import inspect
+import textwrap
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,8 @@ _CHOOSE_BY_KEY = """
         impl = self.choose(({names},))"""
 
 # The same, after asking the last choice's guard; a miss remembers the new choice (bounded).
-_CHOOSE_BY_LAST_OR_KEY = """
+_CHOOSE_BY_LAST_OR_KEY = (
+    """
     impl = None
     memo = self._last_choice
     if memo is not None and _hook.op_caches:
@@ -37,13 +39,12 @@ _CHOOSE_BY_LAST_OR_KEY = """
                 impl = memo[2]
         except Exception:
             pass
-    if impl is None:
-        try:
-            impl = (self.choices if _hook.op_caches else _hook.current.choice_cache(self))[{key}]
-        except Exception:
-            impl = self.choose(({names},))
+    if impl is None:"""
+    + textwrap.indent(_CHOOSE_BY_KEY, "    ")
+    + """
         if _hook.op_caches and self._last_choice_rebuilds < _max_rebuilds:
             self._remember_choice(impl, ({guarded},), ({others}), {exact})"""
+)
 
 _TEMPLATE = """
 def key({names}):
@@ -60,10 +61,7 @@ def __call__(self, {params}):
 def maybe_inplace(self, {params}):
     if _is_compiling() or _depth():
         return self._maybe_inplace_overload({names})
-    try:
-        impl = (self.choices if _hook.op_caches else _hook.current.choice_cache(self))[{key}]
-    except Exception:
-        impl = self.choose(({names},))
+{choose_by_key}
     return impl.fn({names})
 """
 
@@ -155,7 +153,12 @@ def build(
             exact=custom_key,
         )
     source = _TEMPLATE.format(
-        params=", ".join(declared), names=joined, key=key, cloned=cloned, choose=choose
+        params=", ".join(declared),
+        names=joined,
+        key=key,
+        cloned=cloned,
+        choose=choose,
+        choose_by_key=_CHOOSE_BY_KEY.format(key=key, names=joined),
     )
     exec(compile(source, f"<ir_spec fast path for {op.name}>", "exec"), namespace)
     return namespace["key"], namespace["__call__"], namespace["maybe_inplace"]
