@@ -2,9 +2,10 @@
 # On the GPU machine, from the repository root: build the ir_cuda kernels, run their tests,
 # a compute-sanitizer memcheck pass over a subset, and/or the kernel benchmark with the triton
 # provider and the anchors beside them.
-# Usage: cuda_session.sh OUT [build] [tests] [sanitizer] [bench [kernel benchmark arguments...]]
-# The full grid (12 ops x 18 shapes, Inductor compiling each shape) may not fit one 10-minute
-# call: split it with --ops and --tag, e.g. `bench --ops rms_norm,fused_add_rms_norm --tag -a`.
+# Usage: cuda_session.sh OUT [build] [tests] [sanitizer] [profile] [bench [kernel benchmark arguments...]]
+# The full grid (12 ops x 18 shapes, Inductor compiling each shape) takes about 4 minutes on an
+# H100; split it with --ops and --tag if needed, e.g. `bench --ops rms_norm --tag=-a`.
+# `profile`: Nsight Compute counters of every cuda kernel at a decode and a large shape.
 # The report (`kernel_report --ours cuda`) is written beside each JSON.
 set -u
 out=$1; shift
@@ -26,6 +27,13 @@ while [ $# -gt 0 ]; do
         -k "(test_matches_native and (769 or 65536) and not 4096) or test_variants or wider" \
         2>&1 | tee "$out/cuda-sanitizer.log" | tail -15
       echo "sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/cuda-sanitizer.log" ;;
+    profile)
+      timeout "${PROFILE_TIMEOUT:-240}" ncu --csv --page raw -k 'regex:row_kernel|elementwise_kernel|rotary_kernel|norm_kernel|gated_kernel|quant_kernel' \
+        --metrics gpu__time_duration.sum,smsp__inst_executed.sum,dram__bytes.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size,launch__block_size \
+        python3 benchmarks/gpu/cuda_profile.py > "$out/cuda-profile.csv" 2> "$out/cuda-profile.err"
+      echo "profile exit $?; $(grep -c . "$out/cuda-profile.csv") lines"
+      # the machine code of every kernel, to count what a row costs
+      cuobjdump -sass "$IR_KERNELS_CUDA_CACHE"/torch-*/*/*.so | gzip > "$out/cuda-sass.txt.gz" ;;
     bench)
       timeout "${BENCH_TIMEOUT:-480}" python3 -m ir_stack.bench.kernels --out "$out" \
         --providers triton,cuda "$@" 2>&1 | tee "$out/cuda-bench.log" | tail -30

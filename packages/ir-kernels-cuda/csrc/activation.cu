@@ -4,6 +4,8 @@
 // unfused ops would.
 #include <ATen/ATen.h>
 
+#include <limits>
+
 #include "common.cuh"
 
 namespace ir_cuda {
@@ -11,9 +13,12 @@ namespace {
 
 enum Activation : int { kIdentity = 0, kSilu = 1, kGelu = 2, kGeluTanh = 3 };
 
-template <int ACT>
+// FAST: the hardware's approximate exponential and division, for 16-bit inputs, whose rounding
+// (2^-8 or 2^-11 relative) is far coarser than the approximation's few float32 ulps.
+template <int ACT, bool FAST>
 __device__ __forceinline__ float activate(float v) {
   if constexpr (ACT == kSilu) {
+    if constexpr (FAST) return __fdividef(v, 1.f + __expf(-v));
     return v / (1.f + expf(-v));
   } else if constexpr (ACT == kGelu) {
     return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
@@ -30,32 +35,39 @@ struct Elementwise {
   static constexpr bool kGated = ACT != kIdentity;
 
   // The output value of one element (a T value, or fp8 bits when quantizing).
-  __device__ __forceinline__ static auto apply(T g, T u, float scale) {
-    float y = kGated ? activate<ACT>(float(g)) * float(u) : float(g);
+  static constexpr bool kFast = sizeof(T) == 2;
+
+  // inv_scale: 1 / scale of the static quantization
+  __device__ __forceinline__ static auto apply(T g, T u, float inv_scale) {
+    float y = kGated ? activate<ACT, kFast>(float(g)) * float(u) : float(g);
     if constexpr (QUANT) {
       y = static_cast<float>(static_cast<T>(y));
-      return to_fp8(y / scale);
+      return to_fp8(y * inv_scale);
     } else {
       return static_cast<T>(y);
     }
   }
 };
 
-// Grid: (rows, column blocks). On the vector path each thread handles one 16-byte vector, the
-// first block of a row also its scalar head and tail; otherwise V coalesced scalars.
+// Grid: rows x column blocks, flattened so that a row's blocks run next to each other (DRAM
+// page locality: silu_and_mul at 16384 x 14336 went from 0.98 to 1.02 of copy on an H100). On
+// the vector path each thread handles one 16-byte vector, the first block of a row also its
+// scalar head and tail; otherwise V coalesced scalars.
 template <typename T, int ACT, bool QUANT>
 __global__ void elementwise_kernel(void* out, int64_t out_stride, const T* x, int64_t x_stride,
-                                   int64_t d, const float* scale) {
+                                   int64_t d, const float* scale, unsigned blocks_per_row) {
   using E = Elementwise<T, ACT, QUANT>;
   using OutT = std::conditional_t<QUANT, uint8_t, T>;
   constexpr int V = vec_width<T>();
-  const int64_t row = blockIdx.x;
+  const unsigned row_index = blockIdx.x / blocks_per_row;
+  const unsigned column_block = blockIdx.x - row_index * blocks_per_row;
+  const int64_t row = row_index;
   const T* gate = x + row * x_stride;
   const T* up = E::kGated ? gate + d : nullptr;
   OutT* orow = static_cast<OutT*>(out) + row * out_stride;
-  const float s = QUANT ? *scale : 1.f;
+  const float s = QUANT ? 1.f / *scale : 1.f;
   const RowPlan p = PlanBuilder<V>(gate, d).also(up).also(orow).done();
-  const int64_t first = static_cast<int64_t>(blockIdx.y) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(column_block) * blockDim.x;
   auto scalar = [&](int64_t i) { orow[i] = E::apply(gate[i], E::kGated ? up[i] : T(0.f), s); };
   if (p.vec) {
     const int64_t j = first + threadIdx.x;
@@ -68,8 +80,8 @@ __global__ void elementwise_kernel(void* out, int64_t out_stride, const T* x, in
       for (int k = 0; k < V; ++k) o.v[k] = E::apply(g.v[k], E::kGated ? u.v[k] : T(0.f), s);
       reinterpret_cast<VecN<OutT, V>*>(orow + p.head)[j] = o;
     }
-    if (blockIdx.y == 0 && threadIdx.x < p.head) scalar(threadIdx.x);
-    if (blockIdx.y == 0 && threadIdx.x < p.tail) scalar(p.head + p.nvec * V + threadIdx.x);
+    if (column_block == 0 && threadIdx.x < p.head) scalar(threadIdx.x);
+    if (column_block == 0 && threadIdx.x < p.tail) scalar(p.head + p.nvec * V + threadIdx.x);
   } else {
 #pragma unroll
     for (int k = 0; k < V; ++k) {
@@ -106,10 +118,13 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
     // few rows: small blocks, so that a decode step spreads over more SMs
     int threads = rows < 64 ? 64 : 256;
     while (threads > 32 && (threads / 2) >= units) threads /= 2;
-    const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((units + threads - 1) / threads));
-    launch(elementwise_kernel<T, ACT, QUANT>, grid, dim3(static_cast<unsigned>(threads)), stream,
-           out.data_ptr(), out.stride(0), x.const_data_ptr<T>(), x.stride(0), d,
-           QUANT ? scale->const_data_ptr<float>() : nullptr);
+    const int64_t blocks_per_row = (units + threads - 1) / threads;
+    TORCH_CHECK(rows * blocks_per_row <= std::numeric_limits<int>::max(), "ir_cuda: ", rows,
+                " rows of ", d, " elements need more blocks than one launch has");
+    launch(elementwise_kernel<T, ACT, QUANT>, dim3(static_cast<unsigned>(rows * blocks_per_row)),
+           dim3(static_cast<unsigned>(threads)), stream, out.data_ptr(), out.stride(0),
+           x.const_data_ptr<T>(), x.stride(0), d, QUANT ? scale->const_data_ptr<float>() : nullptr,
+           static_cast<unsigned>(blocks_per_row));
   });
 }
 

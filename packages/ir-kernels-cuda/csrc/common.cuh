@@ -78,10 +78,11 @@ __device__ __forceinline__ uint8_t to_fp8(float v) {
 
 // How one row is split: `head` scalars until the first pointer is 16-byte aligned, `nvec`
 // vectors of V elements, then `tail` scalars. `vec` is false where some other pointer of the
-// row is not aligned at the same element; then every element is read as a scalar.
+// row is not aligned at the same element; then every element is read as a scalar. Offsets
+// within a row are 32-bit (the host checks the width): fewer registers and instructions.
 struct RowPlan {
-  int64_t width = 0;
-  int64_t nvec = 0;
+  int width = 0;
+  int nvec = 0;
   int head = 0;
   int tail = 0;
   bool vec = false;
@@ -92,16 +93,16 @@ struct PlanBuilder {
   RowPlan plan;
 
   template <typename U>
-  __device__ __forceinline__ PlanBuilder(const U* first, int64_t width) {
+  __device__ __forceinline__ PlanBuilder(const U* first, int width) {
     plan.width = width;
     const uintptr_t misalign = reinterpret_cast<uintptr_t>(first) % (sizeof(U) * V);
     plan.vec = misalign % sizeof(U) == 0;
     if (plan.vec) {
-      int64_t head = misalign == 0 ? 0 : (sizeof(U) * V - misalign) / sizeof(U);
+      int head = misalign == 0 ? 0 : static_cast<int>((sizeof(U) * V - misalign) / sizeof(U));
       head = head < width ? head : width;
-      plan.head = static_cast<int>(head);
+      plan.head = head;
       plan.nvec = (width - head) / V;
-      plan.tail = static_cast<int>(width - head - plan.nvec * V);
+      plan.tail = width - head - plan.nvec * V;
     }
   }
 
@@ -141,12 +142,11 @@ struct Tile {
 
 // Row element held in slot `s` for chunk `chunk` (of VPT * team vectors), or -1.
 template <int V, int VPT>
-__device__ __forceinline__ int64_t slot_index(const RowPlan& p, int lane, int team, int64_t chunk,
-                                              int s) {
-  const int64_t base = chunk * VPT * team;
+__device__ __forceinline__ int slot_index(const RowPlan& p, int lane, int team, int chunk, int s) {
+  const int base = chunk * VPT * team;
   if (p.vec) {
     if (s < VPT * V) {
-      const int64_t j = base + lane + static_cast<int64_t>(s / V) * team;
+      const int j = base + lane + (s / V) * team;
       return j < p.nvec ? p.head + j * V + s % V : -1;
     }
     if (chunk != 0) return -1;
@@ -154,19 +154,19 @@ __device__ __forceinline__ int64_t slot_index(const RowPlan& p, int lane, int te
     return lane < p.tail ? p.head + p.nvec * V + lane : -1;
   }
   if (s >= VPT * V) return -1;
-  const int64_t i = base * V + lane + static_cast<int64_t>(s) * team;
+  const int i = base * V + lane + s * team;
   return i < p.width ? i : -1;
 }
 
 // Loads this thread's slots of `row` (zero where a slot holds no element).
 template <typename U, int V, int VPT>
 __device__ __forceinline__ void load_tile(Tile<U, V, VPT>& t, const U* row, const RowPlan& p,
-                                          int lane, int team, int64_t chunk) {
+                                          int lane, int team, int chunk) {
   if (p.vec) {
     const auto* body = reinterpret_cast<const VecN<U, V>*>(row + p.head);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int64_t j = chunk * VPT * team + lane + static_cast<int64_t>(k) * team;
+      const int j = chunk * VPT * team + lane + k * team;
       if (j < p.nvec) {
         t.vec[k] = body[j];
       } else {
@@ -179,7 +179,7 @@ __device__ __forceinline__ void load_tile(Tile<U, V, VPT>& t, const U* row, cons
   } else {
 #pragma unroll
     for (int s = 0; s < VPT * V; ++s) {
-      const int64_t i = slot_index<V, VPT>(p, lane, team, chunk, s);
+      const int i = slot_index<V, VPT>(p, lane, team, chunk, s);
       t.at(s) = i >= 0 ? row[i] : U(0.f);
     }
     t.head = t.tail = U(0.f);
@@ -189,12 +189,12 @@ __device__ __forceinline__ void load_tile(Tile<U, V, VPT>& t, const U* row, cons
 // Stores this thread's slots into `row` (only slots that hold an element).
 template <typename U, int V, int VPT>
 __device__ __forceinline__ void store_tile(U* row, const Tile<U, V, VPT>& t, const RowPlan& p,
-                                           int lane, int team, int64_t chunk) {
+                                           int lane, int team, int chunk) {
   if (p.vec) {
     auto* body = reinterpret_cast<VecN<U, V>*>(row + p.head);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const int64_t j = chunk * VPT * team + lane + static_cast<int64_t>(k) * team;
+      const int j = chunk * VPT * team + lane + k * team;
       if (j < p.nvec) body[j] = t.vec[k];
     }
     if (chunk == 0 && lane < p.head) row[lane] = t.head;
@@ -202,7 +202,7 @@ __device__ __forceinline__ void store_tile(U* row, const Tile<U, V, VPT>& t, con
   } else {
 #pragma unroll
     for (int s = 0; s < VPT * V; ++s) {
-      const int64_t i = slot_index<V, VPT>(p, lane, team, chunk, s);
+      const int i = slot_index<V, VPT>(p, lane, team, chunk, s);
       if (i >= 0) row[i] = t.at(s);
     }
   }
@@ -228,7 +228,7 @@ __device__ __forceinline__ float team_reduce(float v, int team, Op op) {
   __syncthreads();  // an earlier reduction may still be reading `partial`
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
   __syncthreads();
-  const int first = (threadIdx.x / team) * (team >> 5);
+  const int first = static_cast<int>(threadIdx.x & ~(team - 1)) >> 5;
   float r = partial[first];
   for (int w = 1; w < (team >> 5); ++w) r = op(r, partial[first + w]);
   return r;

@@ -56,6 +56,9 @@ inline thread_local Block* block = nullptr;
 #define gridDim (::ir_cuda::emu::grid_dim)
 
 inline float rsqrtf(float v) { return 1.f / std::sqrt(v); }
+inline float __expf(float v) { return std::exp(v); }
+inline int __ffs(int v) { return __builtin_ffs(v); }
+inline float __fdividef(float a, float b) { return a / b; }
 
 inline void __syncthreads() { ::ir_cuda::emu::block->sync.arrive_and_wait(); }
 

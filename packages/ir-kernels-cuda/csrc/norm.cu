@@ -4,10 +4,11 @@
 // A team of threads owns one row (for group quantization: one group). Each thread loads its
 // part of the row into registers once (16-byte vectors between a scalar head and tail), the team
 // reduces (sum of squares, then absmax for dynamic scales) with warp shuffles, and the same
-// registers produce the output, so the input is read once. Rows wider than one tile (team 1024,
-// four vectors each) are streamed in chunks and read again from L2 for the output.
+// registers produce the output, so the input is read once. Rows wider than one tile (a team of
+// 512, four vectors each) are streamed in chunks and read again from L2 for the output.
 #include <ATen/ATen.h>
 
+#include <limits>
 #include <optional>
 
 #include "common.cuh"
@@ -35,8 +36,8 @@ struct RowArgs {
   int64_t scale_group_stride;
   int64_t rows;    // tokens * groups
   int64_t groups;  // per token (1 except for group quantization)
-  int64_t width;   // elements per row (per group)
-  int64_t var_size;
+  int width;  // elements per row (per group); the host checks it fits 31 bits
+  int var_size;
   float eps;
 };
 
@@ -45,16 +46,33 @@ __device__ __forceinline__ float round_to(float v) {
   return static_cast<float>(static_cast<T>(v));
 }
 
+// The weight's slots of a tile; ones where there is no weight, so y * w needs no branch.
+template <typename T, int V, int VPT>
+__device__ __forceinline__ void load_weight(Tile<T, V, VPT>& w, const T* weight, const RowPlan& p,
+                                            int lane, int team, int chunk) {
+  if (weight != nullptr) {
+    load_tile(w, weight, p, lane, team, chunk);
+  } else {
+#pragma unroll
+    for (int s = 0; s < Tile<T, V, VPT>::kSlots; ++s) w.at(s) = T(1.f);
+  }
+}
+
 template <typename T, int VPT, bool STREAM, bool ADD, bool NORM, int QUANT>
 __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
   constexpr int V = vec_width<T>();
   using XTile = Tile<T, V, VPT>;
   using QTile = Tile<uint8_t, V, VPT>;
-  const int lane = threadIdx.x % team;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / team) + threadIdx.x / team;
+  // team is a power of two: shifts and masks instead of integer division
+  const int team_shift = __ffs(team) - 1;
+  const int lane = static_cast<int>(threadIdx.x) & (team - 1);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> team_shift) +
+                      (threadIdx.x >> team_shift);
   const bool active = row < a.rows;
-  const int64_t token = active ? row / a.groups : 0;
-  const int64_t group_offset = active ? (row % a.groups) * a.width : 0;
+  // 64-bit division is a long subroutine on the GPU; only group quantization needs one
+  const int64_t token = !active ? 0 : (a.groups == 1 ? row : row / a.groups);
+  const int64_t group = !active || a.groups == 1 ? 0 : row - token * a.groups;
+  const int64_t group_offset = group * a.width;
 
   const T* x = a.x + token * a.x_stride + group_offset;
   const T* res = ADD ? a.residual + token * a.residual_stride : nullptr;
@@ -68,34 +86,48 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
   if (active) {
     plan = PlanBuilder<V>(x, a.width).also(res).also(res_out).also(out_t).also(out_q).also(weight).done();
   }
-  const int64_t chunks = STREAM ? (a.width + static_cast<int64_t>(VPT) * V * team - 1) /
-                                      (static_cast<int64_t>(VPT) * V * team)
-                                : 1;
+  const int chunks = STREAM ? (a.width + VPT * V * team - 1) / (VPT * V * team) : 1;
   // The rounded activations the output is computed from: x, or x + residual.
   const T* src = ADD ? res_out : x;
+  // Slots past variance_size must stay out of the sum of squares; when the variance covers the
+  // whole row (the usual case) every slot counts, as empty slots hold zeros.
+  const bool whole_variance = a.var_size == a.width;
+  // scalars the end of the row needs, loaded before the row so that their latency overlaps
+  const float static_scale = QUANT == kStatic ? *a.scale : 1.f;
+  const float scale_ub = QUANT == kDynamic && a.scale_ub != nullptr ? *a.scale_ub : 0.f;
 
   XTile xs;
+  XTile ws;  // the weight; loaded beside x when the row fits one tile, so both loads overlap
   float acc = 0.f;  // sum of squares (norms) or absmax (plain dynamic quantization)
-  for (int64_t c = 0; c < chunks; ++c) {
-    if (active) {
-      load_tile(xs, x, plan, lane, team, c);
-      if constexpr (ADD) {
-        XTile rs;
-        load_tile(rs, res, plan, lane, team, c);
+  for (int c = 0; c < chunks; ++c) {
+    if (!active) break;
+    load_tile(xs, x, plan, lane, team, c);
+    if (!STREAM) load_weight(ws, weight, plan, lane, team, c);
+    if constexpr (ADD) {
+      XTile rs;
+      load_tile(rs, res, plan, lane, team, c);
 #pragma unroll
-        for (int s = 0; s < XTile::kSlots; ++s) xs.at(s) = static_cast<T>(float(xs.at(s)) + float(rs.at(s)));
-        store_tile(res_out, xs, plan, lane, team, c);
-      }
+      for (int s = 0; s < XTile::kSlots; ++s) xs.at(s) = static_cast<T>(float(xs.at(s)) + float(rs.at(s)));
+      store_tile(res_out, xs, plan, lane, team, c);
     }
+    if constexpr (NORM) {
+      if (whole_variance) {
 #pragma unroll
-    for (int s = 0; s < XTile::kSlots; ++s) {
-      const float f = float(xs.at(s));
-      if constexpr (NORM) {
-        const int64_t i = slot_index<V, VPT>(plan, lane, team, c, s);
-        if (active && i >= 0 && i < a.var_size) acc += f * f;
+        for (int s = 0; s < XTile::kSlots; ++s) {
+          const float f = float(xs.at(s));
+          acc = fmaf(f, f, acc);
+        }
       } else {
-        acc = fmaxf(acc, fabsf(f));  // empty slots hold zeros
+#pragma unroll
+        for (int s = 0; s < XTile::kSlots; ++s) {
+          const float f = float(xs.at(s));
+          const int i = slot_index<V, VPT>(plan, lane, team, c, s);
+          if (i >= 0 && i < a.var_size) acc = fmaf(f, f, acc);
+        }
       }
+    } else {
+#pragma unroll
+      for (int s = 0; s < XTile::kSlots; ++s) acc = fmaxf(acc, fabsf(float(xs.at(s))));
     }
   }
 
@@ -104,55 +136,56 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
     inv_rms = rsqrtf(team_reduce(acc, team, SumOp{}) / static_cast<float>(a.var_size) + a.eps);
   }
 
-  // y for slot s of the tile in registers: the value the unfused op would have produced.
+  // y for slot s of the tile in registers, before and after rounding to T (the value the
+  // unfused op would have produced)
+  auto normed_raw = [&](const XTile& t, const XTile& w, int s) -> float {
+    return float(t.at(s)) * inv_rms * float(w.at(s));
+  };
   auto normed = [&](const XTile& t, const XTile& w, int s) -> float {
-    float y = float(t.at(s)) * inv_rms;
-    if (weight != nullptr) y *= float(w.at(s));
-    return round_to<T>(y);
+    return round_to<T>(normed_raw(t, w, s));
   };
 
-  XTile ws;
   if constexpr (NORM && QUANT == kDynamic) {
     acc = 0.f;
-    for (int64_t c = 0; c < chunks; ++c) {
-      if (active) {
-        if (STREAM) load_tile(xs, src, plan, lane, team, c);
-        if (weight != nullptr) load_tile(ws, weight, plan, lane, team, c);
+    for (int c = 0; c < chunks; ++c) {
+      if (active && STREAM) {
+        load_tile(xs, src, plan, lane, team, c);
+        load_weight(ws, weight, plan, lane, team, c);
       }
 #pragma unroll
       for (int s = 0; s < XTile::kSlots; ++s) acc = fmaxf(acc, fabsf(normed(xs, ws, s)));
     }
   }
 
-  float scale = 1.f;
-  if constexpr (QUANT == kStatic) {
-    scale = *a.scale;
-  } else if constexpr (QUANT == kDynamic) {
+  float scale = static_scale;
+  if constexpr (QUANT == kDynamic) {
     float amax = team_reduce(acc, team, MaxOp{});
-    if (a.scale_ub != nullptr) amax = fminf(amax, *a.scale_ub);
+    if (a.scale_ub != nullptr) amax = fminf(amax, scale_ub);
     scale = fmaxf(amax / kFp8Max, kMinScale);
     if (active && lane == 0) {
-      a.scale_out[token * a.scale_token_stride + (row % a.groups) * a.scale_group_stride] = scale;
+      a.scale_out[token * a.scale_token_stride + group * a.scale_group_stride] = scale;
     }
   }
   if (!active) return;  // no reductions follow
+  // one division per row; the product differs from y / scale by at most an fp32 rounding
+  const float inv_scale = 1.f / scale;
 
-  for (int64_t c = 0; c < chunks; ++c) {
-    if constexpr (STREAM) load_tile(xs, src, plan, lane, team, c);
-    if (NORM && weight != nullptr && (STREAM || QUANT != kDynamic)) {
-      load_tile(ws, weight, plan, lane, team, c);
+  for (int c = 0; c < chunks; ++c) {
+    if constexpr (STREAM) {
+      load_tile(xs, src, plan, lane, team, c);
+      load_weight(ws, weight, plan, lane, team, c);
     }
     if constexpr (QUANT == kNone) {
       XTile o;
 #pragma unroll
-      for (int s = 0; s < XTile::kSlots; ++s) o.at(s) = static_cast<T>(normed(xs, ws, s));
+      for (int s = 0; s < XTile::kSlots; ++s) o.at(s) = static_cast<T>(normed_raw(xs, ws, s));
       store_tile(out_t, o, plan, lane, team, c);
     } else {
       QTile q;
 #pragma unroll
       for (int s = 0; s < XTile::kSlots; ++s) {
         const float y = NORM ? normed(xs, ws, s) : float(xs.at(s));
-        q.at(s) = to_fp8(y / scale);
+        q.at(s) = to_fp8(y * inv_scale);
       }
       store_tile(out_q, q, plan, lane, team, c);
     }
@@ -206,6 +239,8 @@ void launch_rows(const RowTensors& t) {
   if (t.scale != nullptr) check_scale(*t.scale, "scale", x);
   if (t.scale_ub != nullptr) check_scale(*t.scale_ub, "scale_ub", x);
   const int64_t width = hidden / t.groups;
+  TORCH_CHECK(width <= std::numeric_limits<int>::max(), "ir_cuda: rows of ", width,
+              " elements are wider than the kernels address (2^31 - 1)");
   const int64_t var_size = t.variance_size.value_or(width);
   TORCH_CHECK(var_size > 0 && var_size <= width, "ir_cuda: variance_size must be in 1..", width,
               ", got ", var_size);
@@ -233,8 +268,8 @@ void launch_rows(const RowTensors& t) {
     args.scale_group_stride = t.scale_group_stride;
     args.rows = tokens * t.groups;
     args.groups = t.groups;
-    args.width = width;
-    args.var_size = var_size;
+    args.width = static_cast<int>(width);
+    args.var_size = static_cast<int>(var_size);
     args.eps = static_cast<float>(t.epsilon);
     const RowLaunch l = row_launch(width, vec_width<T>());
     if (l.stream) {

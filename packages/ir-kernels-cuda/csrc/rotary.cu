@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <array>
+#include <limits>
 
 #include "common.cuh"
 
@@ -23,6 +24,7 @@ struct RotaryArgs {
   int q_heads, k_heads, head_size, rot;
   bool vec;        // whole units of V elements: aligned rows, heads and cache rows
   bool copy_rest;  // out-of-place with rot < head_size: copy the elements past rot
+  unsigned blocks_per_token;
 };
 
 template <typename T>
@@ -31,24 +33,28 @@ __device__ __forceinline__ void rotate(float x1, float x2, float c, float s, T& 
   o2 = static_cast<T>(x2 * c + x1 * s);
 }
 
-// Grid: (tokens, blocks over the token's work). A unit of work is one pair on the scalar path,
+// Grid: tokens x blocks over the token's work, flattened so that a token's blocks run next to
+// each other (DRAM page locality). A unit of work is one pair on the scalar path,
 // V pairs (neox: V from each half) or V elements (interleaved: V / 2 pairs) on the vector path.
 template <typename T, typename C, bool NEOX>
 __global__ void rotary_kernel(RotaryArgs<T, C> a) {
   constexpr int V = vec_width<T>();
-  const int64_t token = blockIdx.x;
+  const unsigned token_index = blockIdx.x / a.blocks_per_token;
+  const unsigned token_block = blockIdx.x - token_index * a.blocks_per_token;
+  const int64_t token = token_index;
   const int64_t pos = a.positions64 ? static_cast<const int64_t*>(a.positions)[token]
                                     : static_cast<const int32_t*>(a.positions)[token];
   const int half = a.rot / 2;
   const C* cos = a.cache + pos * a.rot;
   const C* sin = cos + half;
   const int per_head = a.vec ? (NEOX ? half / V : a.rot / V) : half;
-  const int64_t total = static_cast<int64_t>(a.q_heads + a.k_heads) * per_head;
-  const int64_t stride = static_cast<int64_t>(gridDim.y) * blockDim.x;
-  for (int64_t w = static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x; w < total;
-       w += stride) {
-    const int head = static_cast<int>(w / per_head);
-    const int u = static_cast<int>(w % per_head);
+  // a token's work is small (heads x half the rotary width): 32-bit indices, as 64-bit
+  // division is a long subroutine on the GPU
+  const int total = (a.q_heads + a.k_heads) * per_head;
+  const int stride = static_cast<int>(a.blocks_per_token * blockDim.x);
+  for (int w = static_cast<int>(token_block * blockDim.x + threadIdx.x); w < total; w += stride) {
+    const int head = w / per_head;
+    const int u = w - head * per_head;
     const bool is_q = head < a.q_heads;
     const int h = is_q ? head : head - a.q_heads;
     const T* in = (is_q ? a.q + token * a.q_stride : a.k + token * a.k_stride) + h * a.head_size;
@@ -82,12 +88,12 @@ __global__ void rotary_kernel(RotaryArgs<T, C> a) {
       rotate(float(in[i1]), float(in[i2]), float(cos[u]), float(sin[u]), out[i1], out[i2]);
     }
   }
-  if (a.copy_rest && blockIdx.y == 0) {
+  if (a.copy_rest && token_block == 0) {
     const int rest = a.head_size - a.rot;
-    const int64_t count = static_cast<int64_t>(a.q_heads + a.k_heads) * rest;
-    for (int64_t w = threadIdx.x; w < count; w += blockDim.x) {
-      const int head = static_cast<int>(w / rest);
-      const int e = a.rot + static_cast<int>(w % rest);
+    const int count = (a.q_heads + a.k_heads) * rest;
+    for (int w = static_cast<int>(threadIdx.x); w < count; w += static_cast<int>(blockDim.x)) {
+      const int head = w / rest;
+      const int e = a.rot + (w - head * rest);
       const bool is_q = head < a.q_heads;
       const int h = is_q ? head : head - a.q_heads;
       const int64_t at = static_cast<int64_t>(h) * a.head_size + e;
@@ -143,8 +149,10 @@ void launch_typed(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& positi
   constexpr int kThreads = 128;
   // up to 8 blocks per token, so that a decode step spreads over the chip
   const int64_t per_token = (total + kThreads - 1) / kThreads;
-  const dim3 grid(static_cast<unsigned>(q.size(0)),
-                  static_cast<unsigned>(per_token < 1 ? 1 : (per_token < 8 ? per_token : 8)));
+  a.blocks_per_token = static_cast<unsigned>(per_token < 1 ? 1 : (per_token < 8 ? per_token : 8));
+  TORCH_CHECK(q.size(0) * a.blocks_per_token <= std::numeric_limits<int>::max(), "ir_cuda: ",
+              q.size(0), " tokens need more blocks than one launch has");
+  const dim3 grid(static_cast<unsigned>(q.size(0) * a.blocks_per_token));
   if (is_neox) {
     launch(rotary_kernel<T, C, true>, grid, dim3(kThreads), stream, a);
   } else {
