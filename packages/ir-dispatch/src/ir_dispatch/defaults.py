@@ -7,11 +7,11 @@ Why each entry (the kernel measurements behind them live in ``benchmarks/results
 
 * CPU: only ``native`` runs (no CPU kernels are shipped); Inductor fuses it with its neighbours.
 * CUDA, eager: ``triton`` first, then the hand-written ``cuda`` kernels, then ``native``
-  (several kernels per op in eager mode). The first ``cuda`` kernels (rms_norm,
-  fused_add_rms_norm, silu_and_mul, gelu_and_mul) are correct but not yet faster: on an H200 at
-  hidden 4096 they take 1.99 µs against Triton's 1.52 µs at one token and reach 0.74 of copy
-  bandwidth against 0.96 for rms_norm at 16384 tokens
-  (``benchmarks/results/kernels-cuda-vs-triton-H200.md``); they move ahead where they win.
+  (several kernels per op in eager mode). The ``cuda`` kernels are correct on every op but
+  faster than ``triton`` at few shapes: on an H100 the activations match it at large sizes and
+  rotary embedding wins at decode sizes, while the row kernels trail (rms_norm at hidden 4096:
+  2.56 µs against 1.60 µs at one token, 0.83 against 0.98 of copy bandwidth at 16384 tokens;
+  ``benchmarks/results/kernels-cuda-vs-triton-H100.md``); they move ahead where they win.
 * CUDA, compiled with Inductor, simple ops (``rms_norm``, ``fused_add_rms_norm``,
   ``silu_and_mul``, ``gelu_and_mul``, ``static_quant_fp8``, ``rotary_embedding``): ``native``
   first. Inductor generates a kernel that reaches copy bandwidth at large sizes for these (0.98
