@@ -76,6 +76,11 @@ __device__ __forceinline__ uint8_t to_fp8(float v) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
 }
 
+// Two values in fp8 bits, the first in the low byte (one conversion instruction on sm_89+).
+__device__ __forceinline__ uint16_t to_fp8x2(float lo, float hi) {
+  return static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
+}
+
 // How one row is split: `head` scalars until the first pointer is 16-byte aligned, `nvec`
 // vectors of V elements, then `tail` scalars. `vec` is false where some other pointer of the
 // row is not aligned at the same element; then every element is read as a scalar. Offsets
@@ -228,9 +233,15 @@ __device__ __forceinline__ float team_reduce(float v, int team, Op op) {
   __syncthreads();  // an earlier reduction may still be reading `partial`
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
   __syncthreads();
+  // the team's warp partials, one per lane (repeated across the warp), reduced by shuffles:
+  // five steps at most instead of a chain of shared-memory reads
+  const int warps = team >> 5;
   const int first = static_cast<int>(threadIdx.x & ~(team - 1)) >> 5;
-  float r = partial[first];
-  for (int w = 1; w < (team >> 5); ++w) r = op(r, partial[first + w]);
+  float r = partial[first + (static_cast<int>(threadIdx.x) & (warps - 1))];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (offset < warps) r = op(r, __shfl_xor_sync(0xffffffffu, r, offset));
+  }
   return r;
 }
 

@@ -192,6 +192,130 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
   }
 }
 
+// The same computation for the usual layout: every row pointer 16-byte aligned and the width a
+// whole number of vectors (the host checks; any hidden size that is a multiple of 8 in
+// contiguous tensors). No scalar head, tail or fallback path and no per-row plan: each thread
+// holds VPT packed vectors: a fifth of `row_kernel`'s code. The arithmetic is `row_kernel`'s;
+// each thread sums its elements in the same order as that kernel's vector path.
+template <typename T, int VPT, bool ADD, bool NORM, int QUANT>
+__global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a, int team) {
+  constexpr int V = vec_width<T>();
+  using Vec = VecN<T, V>;
+  using FP8Pairs = VecN<uint16_t, V / 2>;  // V fp8 values, converted two at a time
+  const int team_shift = __ffs(team) - 1;
+  const int lane = static_cast<int>(threadIdx.x) & (team - 1);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> team_shift) +
+                      (threadIdx.x >> team_shift);
+  const bool active = row < a.rows;
+  const int64_t token = !active ? 0 : (a.groups == 1 ? row : row / a.groups);
+  const int64_t group = !active || a.groups == 1 ? 0 : row - token * a.groups;
+  const int64_t group_offset = group * a.width;
+  const int nvec = a.width / V;
+
+  const auto* x = reinterpret_cast<const Vec*>(a.x + token * a.x_stride + group_offset);
+  const auto* res = ADD ? reinterpret_cast<const Vec*>(a.residual + token * a.residual_stride) : nullptr;
+  auto* res_out = ADD ? reinterpret_cast<Vec*>(a.residual_out + token * a.residual_out_stride) : nullptr;
+  const auto* weight = NORM && a.weight != nullptr ? reinterpret_cast<const Vec*>(a.weight) : nullptr;
+  const float static_scale = QUANT == kStatic ? *a.scale : 1.f;
+  const float scale_ub = QUANT == kDynamic && a.scale_ub != nullptr ? *a.scale_ub : 0.f;
+
+  Vec xs[VPT];
+  Vec ws[VPT];
+  float acc = 0.f;
+  if (active) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = lane + k * team;
+      const bool in_row = j < nvec;
+      if (in_row) xs[k] = x[j];
+      if (in_row && weight != nullptr) ws[k] = weight[j];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        if (!in_row) xs[k].v[e] = T(0.f);
+        if (!in_row || weight == nullptr) ws[k].v[e] = T(1.f);
+      }
+      if constexpr (ADD) {
+        if (in_row) {
+          const Vec r = res[j];
+#pragma unroll
+          for (int e = 0; e < V; ++e) xs[k].v[e] = static_cast<T>(float(xs[k].v[e]) + float(r.v[e]));
+          res_out[j] = xs[k];
+        }
+      }
+    }
+    const bool whole_variance = a.var_size == a.width;
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        const float f = float(xs[k].v[e]);
+        if constexpr (NORM) {
+          if (whole_variance || (lane + k * team) * V + e < a.var_size) acc = fmaf(f, f, acc);
+        } else {
+          acc = fmaxf(acc, fabsf(f));
+        }
+      }
+    }
+  }
+
+  float inv_rms = 1.f;
+  if constexpr (NORM) {
+    inv_rms = rsqrtf(team_reduce(acc, team, SumOp{}) / static_cast<float>(a.var_size) + a.eps);
+  }
+  auto normed_raw = [&](int k, int e) -> float {
+    return NORM ? float(xs[k].v[e]) * inv_rms * float(ws[k].v[e]) : float(xs[k].v[e]);
+  };
+
+  float scale = static_scale;
+  if constexpr (QUANT == kDynamic) {
+    if constexpr (NORM) {
+      // the normalized row, rounded to T, replaces x in registers: computed once for both the
+      // absmax and the output
+      acc = 0.f;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          xs[k].v[e] = static_cast<T>(normed_raw(k, e));
+          acc = fmaxf(acc, fabsf(float(xs[k].v[e])));
+        }
+      }
+    }
+    float amax = team_reduce(acc, team, MaxOp{});
+    if (a.scale_ub != nullptr) amax = fminf(amax, scale_ub);
+    scale = fmaxf(amax / kFp8Max, kMinScale);
+    if (active && lane == 0) {
+      a.scale_out[token * a.scale_token_stride + group * a.scale_group_stride] = scale;
+    }
+  }
+  if (!active) return;  // no reductions follow
+  const float inv_scale = 1.f / scale;
+
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const int j = lane + k * team;
+    if (j >= nvec) continue;
+    if constexpr (QUANT == kNone) {
+      Vec o;
+#pragma unroll
+      for (int e = 0; e < V; ++e) o.v[e] = static_cast<T>(normed_raw(k, e));
+      reinterpret_cast<Vec*>(static_cast<T*>(a.out) + token * a.out_stride)[j] = o;
+    } else {
+      FP8Pairs q;
+#pragma unroll
+      for (int e = 0; e < V; e += 2) {
+        // y rounded to T, as the unfused ops would pass it on (dynamic: already in xs)
+        const bool rounded = !NORM || QUANT == kDynamic;
+        const float lo = rounded ? float(xs[k].v[e]) : round_to<T>(normed_raw(k, e));
+        const float hi = rounded ? float(xs[k].v[e + 1]) : round_to<T>(normed_raw(k, e + 1));
+        q.v[e / 2] = to_fp8x2(lo * inv_scale, hi * inv_scale);
+      }
+      reinterpret_cast<FP8Pairs*>(static_cast<uint8_t*>(a.out) + token * a.out_stride +
+                                  group_offset)[j] = q;
+    }
+  }
+}
+
 struct RowTensors {
   at::Tensor* out = nullptr;
   at::Tensor* residual_out = nullptr;
@@ -209,11 +333,24 @@ struct RowTensors {
 };
 
 template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool STREAM>
-void launch_typed(const RowArgs<T>& args, const RowLaunch& l, cudaStream_t stream) {
+void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
+                  cudaStream_t stream) {
   const int64_t rows_per_block = l.threads / l.team;
-  const int64_t blocks = (args.rows + rows_per_block - 1) / rows_per_block;
-  launch(row_kernel<T, VPT, STREAM, ADD, NORM, QUANT>, dim3(static_cast<unsigned>(blocks)),
-         dim3(static_cast<unsigned>(l.threads)), stream, args, l.team);
+  const dim3 grid(static_cast<unsigned>((args.rows + rows_per_block - 1) / rows_per_block));
+  const dim3 block(static_cast<unsigned>(l.threads));
+  if constexpr (!STREAM) {
+    if (aligned_rows) {
+      launch(aligned_row_kernel<T, VPT, ADD, NORM, QUANT>, grid, block, stream, args, l.team);
+      return;
+    }
+  }
+  launch(row_kernel<T, VPT, STREAM, ADD, NORM, QUANT>, grid, block, stream, args, l.team);
+}
+
+// Every row of `t` starts `bytes`-aligned (its base and its row stride).
+inline bool rows_aligned(const at::Tensor& t, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % static_cast<uintptr_t>(bytes) == 0 &&
+         (t.size(0) <= 1 || (t.stride(0) * static_cast<int64_t>(t.element_size())) % bytes == 0);
 }
 
 template <bool ADD, bool NORM, int QUANT>
@@ -271,15 +408,24 @@ void launch_rows(const RowTensors& t) {
     args.width = static_cast<int>(width);
     args.var_size = static_cast<int>(var_size);
     args.eps = static_cast<float>(t.epsilon);
-    const RowLaunch l = row_launch(width, vec_width<T>());
+    constexpr int V = vec_width<T>();
+    const RowLaunch l = row_launch(width, V);
+    // whole vectors everywhere: T rows and the weight at 16 bytes, fp8 rows at V bytes
+    bool aligned = width % V == 0 && rows_aligned(x, 16) &&
+                   rows_aligned(*t.out, QUANT == kNone ? 16 : V) &&
+                   (t.weight == nullptr ||
+                    reinterpret_cast<uintptr_t>(t.weight->data_ptr()) % 16 == 0);
+    if constexpr (ADD) {
+      aligned = aligned && rows_aligned(*t.residual, 16) && rows_aligned(*t.residual_out, 16);
+    }
     if (l.stream) {
-      launch_typed<T, ADD, NORM, QUANT, 4, true>(args, l, stream);
+      launch_typed<T, ADD, NORM, QUANT, 4, true>(args, l, aligned, stream);
     } else if (l.vpt == 1) {
-      launch_typed<T, ADD, NORM, QUANT, 1, false>(args, l, stream);
+      launch_typed<T, ADD, NORM, QUANT, 1, false>(args, l, aligned, stream);
     } else if (l.vpt == 2) {
-      launch_typed<T, ADD, NORM, QUANT, 2, false>(args, l, stream);
+      launch_typed<T, ADD, NORM, QUANT, 2, false>(args, l, aligned, stream);
     } else {
-      launch_typed<T, ADD, NORM, QUANT, 4, false>(args, l, stream);
+      launch_typed<T, ADD, NORM, QUANT, 4, false>(args, l, aligned, stream);
     }
   });
 }
