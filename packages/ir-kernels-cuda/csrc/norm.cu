@@ -58,21 +58,55 @@ __device__ __forceinline__ void load_weight(Tile<T, V, VPT>& w, const T* weight,
   }
 }
 
+// Which row (token and group) a thread works on, and its lane in the row's team.
+struct RowSlot {
+  int lane;
+  bool active;  // false for the spare teams of the last block
+  int64_t token;
+  int64_t group;
+  int64_t group_offset;  // elements from the token's first one
+};
+
+template <typename T>
+__device__ __forceinline__ RowSlot row_slot(const RowArgs<T>& a, int team) {
+  // team is a power of two: shifts and masks instead of integer division
+  const int team_shift = __ffs(team) - 1;
+  RowSlot r;
+  r.lane = static_cast<int>(threadIdx.x) & (team - 1);
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> team_shift) +
+                      (threadIdx.x >> team_shift);
+  r.active = row < a.rows;
+  // 64-bit division is a long subroutine on the GPU; only group quantization needs one
+  r.token = !r.active ? 0 : (a.groups == 1 ? row : row / a.groups);
+  r.group = !r.active || a.groups == 1 ? 0 : row - r.token * a.groups;
+  r.group_offset = r.group * a.width;
+  return r;
+}
+
+// The dynamic scale of a row from its threads' absmax values (every thread of the block
+// calls it); the team's first lane writes it out.
+template <typename T>
+__device__ __forceinline__ float dynamic_scale(const RowArgs<T>& a, const RowSlot& r, float absmax,
+                                               float scale_ub, int team) {
+  float amax = team_reduce(absmax, team, MaxOp{});
+  if (a.scale_ub != nullptr) amax = fminf(amax, scale_ub);
+  const float scale = fmaxf(amax / kFp8Max, kMinScale);
+  if (r.active && r.lane == 0) {
+    a.scale_out[r.token * a.scale_token_stride + r.group * a.scale_group_stride] = scale;
+  }
+  return scale;
+}
+
 template <typename T, int VPT, bool STREAM, bool ADD, bool NORM, int QUANT>
 __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
   constexpr int V = vec_width<T>();
   using XTile = Tile<T, V, VPT>;
   using QTile = Tile<uint8_t, V, VPT>;
-  // team is a power of two: shifts and masks instead of integer division
-  const int team_shift = __ffs(team) - 1;
-  const int lane = static_cast<int>(threadIdx.x) & (team - 1);
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> team_shift) +
-                      (threadIdx.x >> team_shift);
-  const bool active = row < a.rows;
-  // 64-bit division is a long subroutine on the GPU; only group quantization needs one
-  const int64_t token = !active ? 0 : (a.groups == 1 ? row : row / a.groups);
-  const int64_t group = !active || a.groups == 1 ? 0 : row - token * a.groups;
-  const int64_t group_offset = group * a.width;
+  const RowSlot slot = row_slot(a, team);
+  const int lane = slot.lane;
+  const bool active = slot.active;
+  const int64_t token = slot.token;
+  const int64_t group_offset = slot.group_offset;
 
   const T* x = a.x + token * a.x_stride + group_offset;
   const T* res = ADD ? a.residual + token * a.residual_stride : nullptr;
@@ -158,14 +192,7 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
   }
 
   float scale = static_scale;
-  if constexpr (QUANT == kDynamic) {
-    float amax = team_reduce(acc, team, MaxOp{});
-    if (a.scale_ub != nullptr) amax = fminf(amax, scale_ub);
-    scale = fmaxf(amax / kFp8Max, kMinScale);
-    if (active && lane == 0) {
-      a.scale_out[token * a.scale_token_stride + group * a.scale_group_stride] = scale;
-    }
-  }
+  if constexpr (QUANT == kDynamic) scale = dynamic_scale(a, slot, acc, scale_ub, team);
   if (!active) return;  // no reductions follow
   // one division per row; the product differs from y / scale by at most an fp32 rounding
   const float inv_scale = 1.f / scale;
@@ -202,14 +229,11 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a, int
   constexpr int V = vec_width<T>();
   using Vec = VecN<T, V>;
   using FP8Pairs = VecN<uint16_t, V / 2>;  // V fp8 values, converted two at a time
-  const int team_shift = __ffs(team) - 1;
-  const int lane = static_cast<int>(threadIdx.x) & (team - 1);
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> team_shift) +
-                      (threadIdx.x >> team_shift);
-  const bool active = row < a.rows;
-  const int64_t token = !active ? 0 : (a.groups == 1 ? row : row / a.groups);
-  const int64_t group = !active || a.groups == 1 ? 0 : row - token * a.groups;
-  const int64_t group_offset = group * a.width;
+  const RowSlot slot = row_slot(a, team);
+  const int lane = slot.lane;
+  const bool active = slot.active;
+  const int64_t token = slot.token;
+  const int64_t group_offset = slot.group_offset;
   const int nvec = a.width / V;
 
   const auto* x = reinterpret_cast<const Vec*>(a.x + token * a.x_stride + group_offset);
@@ -281,12 +305,7 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a, int
         }
       }
     }
-    float amax = team_reduce(acc, team, MaxOp{});
-    if (a.scale_ub != nullptr) amax = fminf(amax, scale_ub);
-    scale = fmaxf(amax / kFp8Max, kMinScale);
-    if (active && lane == 0) {
-      a.scale_out[token * a.scale_token_stride + group * a.scale_group_stride] = scale;
-    }
+    scale = dynamic_scale(a, slot, acc, scale_ub, team);
   }
   if (!active) return;  // no reductions follow
   const float inv_scale = 1.f / scale;
