@@ -9,6 +9,7 @@
 #include <c10/util/Half.h>
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 
 #if defined(IR_CUDA_HOST_EMULATION)
@@ -271,6 +272,34 @@ inline RowLaunch row_launch(int64_t width, int vec) {
                      AT_DISPATCH_CASE(at::kFloat, __VA_ARGS__)                          \
                          AT_DISPATCH_CASE(at::kHalf, __VA_ARGS__)                       \
                              AT_DISPATCH_CASE(at::kBFloat16, __VA_ARGS__))
+
+// Host side: `p` is `bytes`-aligned.
+inline bool aligned_host(const void* p, int64_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
+}
+
+// Host side: every row of the 2-D tensor `t` starts `bytes`-aligned (its base and its row stride).
+inline bool rows_aligned(const at::Tensor& t, int64_t bytes) {
+  return aligned_host(t.data_ptr(), bytes) &&
+         (t.size(0) <= 1 || (t.stride(0) * static_cast<int64_t>(t.element_size())) % bytes == 0);
+}
+
+// A grid of `rows` x `blocks_per_row` blocks, flattened so that a row's blocks run next to each
+// other (DRAM page locality: silu_and_mul at 16384 x 14336 went from 0.98 to 1.02 of copy on an
+// H100 against a (rows, blocks) grid). `flat_grid` is the launch's grid, `FlatBlock` the block's
+// place in it.
+inline dim3 flat_grid(int64_t rows, int64_t blocks_per_row) {
+  TORCH_CHECK(rows * blocks_per_row <= std::numeric_limits<int>::max(), "ir_cuda: ", rows,
+              " rows of ", blocks_per_row, " blocks need more blocks than one launch has");
+  return dim3(static_cast<unsigned>(rows * blocks_per_row));
+}
+
+struct FlatBlock {
+  unsigned row;
+  unsigned column;
+  __device__ __forceinline__ explicit FlatBlock(unsigned blocks_per_row)
+      : row(blockIdx.x / blocks_per_row), column(blockIdx.x - row * blocks_per_row) {}
+};
 
 inline void check_rows(const at::Tensor& t, const char* name) {
   TORCH_CHECK(on_kernel_device(t) && t.dim() == 2 && (t.size(1) <= 1 || t.stride(1) == 1),

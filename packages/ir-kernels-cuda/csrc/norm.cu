@@ -366,12 +366,6 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
   launch(row_kernel<T, VPT, STREAM, ADD, NORM, QUANT>, grid, block, stream, args, l.team);
 }
 
-// Every row of `t` starts `bytes`-aligned (its base and its row stride).
-inline bool rows_aligned(const at::Tensor& t, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(t.data_ptr()) % static_cast<uintptr_t>(bytes) == 0 &&
-         (t.size(0) <= 1 || (t.stride(0) * static_cast<int64_t>(t.element_size())) % bytes == 0);
-}
-
 template <bool ADD, bool NORM, int QUANT>
 void launch_rows(const RowTensors& t) {
   const at::Tensor& x = *t.x;
@@ -432,8 +426,7 @@ void launch_rows(const RowTensors& t) {
     // whole vectors everywhere: T rows and the weight at 16 bytes, fp8 rows at V bytes
     bool aligned = width % V == 0 && rows_aligned(x, 16) &&
                    rows_aligned(*t.out, QUANT == kNone ? 16 : V) &&
-                   (t.weight == nullptr ||
-                    reinterpret_cast<uintptr_t>(t.weight->data_ptr()) % 16 == 0);
+                   (t.weight == nullptr || aligned_host(t.weight->data_ptr(), 16));
     if constexpr (ADD) {
       aligned = aligned && rows_aligned(*t.residual, 16) && rows_aligned(*t.residual_out, 16);
     }

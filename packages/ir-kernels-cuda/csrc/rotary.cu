@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 
 #include <array>
-#include <limits>
 
 #include "common.cuh"
 
@@ -33,15 +32,15 @@ __device__ __forceinline__ void rotate(float x1, float x2, float c, float s, T& 
   o2 = static_cast<T>(x2 * c + x1 * s);
 }
 
-// Grid: tokens x blocks over the token's work, flattened so that a token's blocks run next to
-// each other (DRAM page locality). A unit of work is one pair on the scalar path,
+// Grid: tokens x blocks over the token's work (`flat_grid`). A unit of work is one pair on the
+// scalar path,
 // V pairs (neox: V from each half) or V elements (interleaved: V / 2 pairs) on the vector path.
 template <typename T, typename C, bool NEOX>
 __global__ void rotary_kernel(RotaryArgs<T, C> a) {
   constexpr int V = vec_width<T>();
-  const unsigned token_index = blockIdx.x / a.blocks_per_token;
-  const unsigned token_block = blockIdx.x - token_index * a.blocks_per_token;
-  const int64_t token = token_index;
+  const FlatBlock block(a.blocks_per_token);
+  const unsigned token_block = block.column;
+  const int64_t token = block.row;
   const int64_t pos = a.positions64 ? static_cast<const int64_t*>(a.positions)[token]
                                     : static_cast<const int32_t*>(a.positions)[token];
   const int half = a.rot / 2;
@@ -106,10 +105,6 @@ __global__ void rotary_kernel(RotaryArgs<T, C> a) {
   }
 }
 
-bool aligned_host(const void* p, int64_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
-}
-
 template <typename T, typename C>
 void launch_typed(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& positions,
                   const at::Tensor& q, const at::Tensor& k, int64_t head_size,
@@ -132,16 +127,12 @@ void launch_typed(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& positi
   a.head_size = static_cast<int>(head_size);
   a.rot = static_cast<int>(cache.size(1));
   const int64_t vec_bytes = static_cast<int64_t>(sizeof(T)) * V;
-  bool rows_aligned = head_size % V == 0;
+  bool vec_rows = head_size % V == 0;
   const std::array<const at::Tensor*, 4> rows{&q, &k, &q_out, &k_out};
-  for (const at::Tensor* t : rows) {
-    rows_aligned = rows_aligned && aligned_host(t->data_ptr(), vec_bytes) &&
-                   (t->size(0) <= 1 ||
-                    (t->stride(0) * static_cast<int64_t>(sizeof(T))) % vec_bytes == 0);
-  }
+  for (const at::Tensor* t : rows) vec_rows = vec_rows && rows_aligned(*t, vec_bytes);
   const int unit = is_neox ? 2 * V : V;
   const int64_t cache_vec = static_cast<int64_t>(sizeof(C)) * (is_neox ? V : V / 2);
-  a.vec = rows_aligned && a.rot % unit == 0 && aligned_host(a.cache, cache_vec);
+  a.vec = vec_rows && a.rot % unit == 0 && aligned_host(a.cache, cache_vec);
   a.copy_rest = a.rot < head_size && q_out.data_ptr() != q.data_ptr();
   const int half = a.rot / 2;
   const int per_head = a.vec ? (is_neox ? half / V : a.rot / V) : half;
@@ -150,9 +141,7 @@ void launch_typed(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& positi
   // up to 8 blocks per token, so that a decode step spreads over the chip
   const int64_t per_token = (total + kThreads - 1) / kThreads;
   a.blocks_per_token = static_cast<unsigned>(per_token < 1 ? 1 : (per_token < 8 ? per_token : 8));
-  TORCH_CHECK(q.size(0) * a.blocks_per_token <= std::numeric_limits<int>::max(), "ir_cuda: ",
-              q.size(0), " tokens need more blocks than one launch has");
-  const dim3 grid(static_cast<unsigned>(q.size(0) * a.blocks_per_token));
+  const dim3 grid = flat_grid(q.size(0), a.blocks_per_token);
   if (is_neox) {
     launch(rotary_kernel<T, C, true>, grid, dim3(kThreads), stream, a);
   } else {
