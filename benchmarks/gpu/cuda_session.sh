@@ -5,7 +5,8 @@
 # Usage: cuda_session.sh OUT [build] [tests] [sanitizer] [profile] [bench [kernel benchmark arguments...]]
 # The full grid (12 ops x 18 shapes, Inductor compiling each shape) takes about 4 minutes on an
 # H100; split it with --ops and --tag if needed, e.g. `bench --ops rms_norm --tag=-a`.
-# `profile`: Nsight Compute counters of every cuda kernel at a decode and a large shape.
+# `profile`: Nsight Compute counters of every cuda and triton kernel at a decode and a large
+# shape (the name filter also catches torch's elementwise kernels that draw the inputs).
 # The report (`kernel_report --ours cuda`) is written beside each JSON.
 set -u
 out=$1; shift
