@@ -15,6 +15,7 @@ from .config import CompilationConfig, CUDAGraphMode
 from .counters import counters
 from .cudagraphs import GraphPool
 from .pieces import CompiledPiece, placeholder_values
+from .serialized import PiecewiseGraph
 from .split import split_graph
 
 logger = logging.getLogger("ir_piecewise")
@@ -73,9 +74,15 @@ class PiecewiseBackend:
         #: set by `PiecewiseCompiled` while it traces with the dynamic dims marked.
         self.expecting_trace = False
 
-    def __call__(self, gm: fx.GraphModule, example_inputs: list[Any]) -> Any:
+    def __call__(self, gm: fx.GraphModule, example_inputs: list[Any]) -> "PiecewiseGraph":
         if not self.expecting_trace:
             raise UnexpectedRetrace("traced again after the first call")
+        return PiecewiseGraph(gm, self.split_and_compile(gm))
+
+    def split_and_compile(self, gm: fx.GraphModule, *, cached_only: bool = False) -> fx.GraphModule:
+        """`gm` split at the splitting ops, each compiled piece replaced by a `CompiledPiece`
+        (loaded from the compile cache where it holds the piece; with `cached_only`, a piece
+        the cache lacks raises `NotCached` instead of compiling)."""
         config = self.config
         counters.num_graphs_seen += 1
         split, pieces = split_graph(gm, config.splitting_op_names)
@@ -121,6 +128,7 @@ class PiecewiseBackend:
                 graph_pool=self.graph_pool if piecewise_graphs else None,
                 is_last=piece.name == last,
                 artifacts=artifacts,
+                cached_only=cached_only,
             )
             delattr(split, piece.name)  # a submodule slot; the runner is a plain callable
             setattr(split, piece.name, runner)

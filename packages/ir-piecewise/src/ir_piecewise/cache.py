@@ -89,6 +89,10 @@ class CompileCache:
                 os.replace(staged, path)
         logger.debug("ir_piecewise: cached %s", path)
 
+    def remove(self, key: str) -> None:
+        """Remove the entry for `key`, if there is one."""
+        self._remove(self.path(key))
+
     def _remove(self, path: Path) -> None:
         with self._lock():
             path.unlink(missing_ok=True)

@@ -1,6 +1,7 @@
 """`compile`: trace once with a dynamic token dimension, then run the piecewise backend."""
 
 import contextlib
+import functools
 import inspect
 import logging
 from collections.abc import Callable, Iterator, Mapping
@@ -11,9 +12,14 @@ from torch import Tensor, nn
 from torch.fx.experimental import _config as fx_config
 from torch.utils import _pytree as pytree
 
-from .backend import PiecewiseBackend, UnexpectedRetrace
+from . import traces
+from .backend import PiecewiseBackend, UnexpectedRetrace, global_key
+from .cache import CompileCache
 from .config import CompilationConfig, CUDAGraphMode
+from .counters import counters
 from .cudagraphs import CUDAGraphRunner
+from .pieces import NotCached
+from .serialized import PiecewiseGraph
 
 logger = logging.getLogger("ir_piecewise")
 DynamicArgDims = Mapping[str, int | tuple[int, ...]]
@@ -28,8 +34,10 @@ class PiecewiseCompiled:
 
     The first call traces (Dynamo, ``fullgraph=True``) with the dynamic dims marked; later calls
     skip guard evaluation (or, with ``check_guards``, raise `RecompileError` where a guard
-    fails). With CUDA graphs, a call of ``n <= max_capture_size`` tokens is padded to the next
-    capture size, and outputs are sliced back; captured outputs are valid until the next call.
+    fails). With the compile cache on, a module's trace is saved there too and a later process
+    loads it instead of tracing (`ir_piecewise.traces` says when a saved trace is used). With
+    CUDA graphs, a call of ``n <= max_capture_size`` tokens is padded to the next capture size,
+    and outputs are sliced back; captured outputs are valid until the next call.
     Padding rows hold `pad_values` where given (say, -1 positions that a cache write skips),
     else what earlier calls left there (zeros at first).
     """
@@ -59,6 +67,10 @@ class PiecewiseCompiled:
         self.compiled = torch.compile(
             fn, backend=self.backend, fullgraph=True, dynamic=False, options=options
         )
+        #: what runs a traced call: the Dynamo-compiled function, or a saved or saveable trace
+        self._forward: Callable[..., Any] = self.compiled
+        self.trace_cache = self._trace_cache()
+        self._options = options
         self.traced = False
         self.static_inputs: dict[int, dict[str, Tensor]] = {}
         self.full_graph = CUDAGraphRunner(
@@ -102,7 +114,7 @@ class PiecewiseCompiled:
         padded = self._padded_size(size, bound)
         if padded is None:
             with self._guard_check():
-                return self.compiled(*bound.args, **bound.kwargs)
+                return self._forward(*bound.args, **bound.kwargs)
         assert size is not None
         self._pad_into_static(bound, dynamic, size, padded)
         pool = self.backend.graph_pool
@@ -113,7 +125,7 @@ class PiecewiseCompiled:
             else:
                 pool.graphs_enabled = True
                 try:
-                    out = self.compiled(*bound.args, **bound.kwargs)
+                    out = self._forward(*bound.args, **bound.kwargs)
                 finally:
                     pool.graphs_enabled = False
         dim = dynamic[0][1]
@@ -123,14 +135,113 @@ class PiecewiseCompiled:
             out,
         )
 
+    def _trace_cache(self) -> CompileCache | None:
+        """The compile cache, where this function's trace may be saved: a module without
+        forward hooks, compiled with the cache on and guards dropped."""
+        fn = self.fn
+        if not (self.config.cache and not self.config.check_guards and isinstance(fn, nn.Module)):
+            return None
+        if fn._forward_hooks or fn._forward_pre_hooks:
+            return None
+        return CompileCache(self.config.resolved_cache_dir())
+
     def _trace(self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]) -> Any:
+        if self.trace_cache is None:
+            return self._trace_with_dynamo(bound, dynamic)
+        assert isinstance(self.fn, nn.Module)
+        key = traces.trace_key(global_key(self.config), self.fn, dict(bound.arguments), dynamic)
+        compiled = traces.load_trace(self.trace_cache, key, traces.forward_globals(self.fn))
+        if compiled is not None and not self._build_loaded(compiled):
+            compiled = None
+        if compiled is not None:
+            counters.num_traces_loaded += 1
+            logger.info("ir_piecewise: loaded the trace of %s", type(self.fn).__qualname__)
+        else:
+            compiled = self._trace_ahead_of_time(bound, dynamic)
+            if compiled is None:
+                return self._trace_with_dynamo(bound, dynamic)
+            traces.save_trace(self.trace_cache, key, compiled)
+        compiled.disable_guard_check()
+        self._forward = functools.partial(compiled, self.fn)
+        self.traced = True
+        return self._forward(*bound.args, **bound.kwargs)
+
+    def _build_loaded(self, compiled: Any) -> bool:
+        """Build a loaded trace's pieces from the compile cache; False if one is missing."""
+        graph = traces.traced_graph(compiled)
+        assert isinstance(graph, PiecewiseGraph)
+        try:
+            graph.build(self.backend)
+        except NotCached as missing:
+            logger.info(
+                "ir_piecewise: the compile cache lacks %s of the saved trace; tracing again",
+                missing,
+            )
+            return False
+        return True
+
+    def _trace_ahead_of_time(
+        self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]
+    ) -> Any | None:
+        """Trace the module's forward into a saveable compiled function, or None (logged) where
+        Dynamo cannot."""
+        module = self.fn
+        assert isinstance(module, nn.Module)
+        example = self._example_of_two(bound, dynamic)
+        for name, dim in dynamic:
+            torch._dynamo.mark_dynamic(example.arguments[name], dim)
+        # torch 2.11 attaches `aot_compile` to compiled functions only with this flag on
+        with torch._dynamo.config.patch(enable_aot_compile=True):
+            forward = torch.compile(
+                module.forward, backend=self.backend, fullgraph=True, dynamic=False,
+                options=self._options,
+            )  # fmt: skip
+        self.backend.expecting_trace = True
+        try:
+            with fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
+                return forward.aot_compile((example.args, example.kwargs))  # type: ignore[attr-defined]
+        except Exception as exc:
+            logger.warning(
+                "ir_piecewise: could not trace %s ahead of time (%s: %s); tracing it without "
+                "saving the trace",
+                type(self.fn).__qualname__,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+        finally:
+            self.backend.expecting_trace = False
+
+    def _example_of_two(
+        self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]
+    ) -> inspect.BoundArguments:
+        """`bound` with dynamic dims of fewer than 2 tokens grown to 2, so that the trace's
+        size-oblivious guards hold for the example (tracing does not run the model)."""
+        arguments = dict(bound.arguments)
+        for name, dim in dynamic:
+            value = arguments[name]
+            if value.shape[dim] < 2:
+                shape = list(value.shape)
+                shape[dim] = 2
+                grown = value.new_zeros(shape)
+                grown.narrow(dim, 0, value.shape[dim]).copy_(value)
+                arguments[name] = grown
+        return inspect.BoundArguments(self.signature, arguments)
+
+    def _mark_dynamic(self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]) -> None:
         for name, dim in dynamic:
             value = bound.arguments[name]
+            # a first call of 1 token must not specialize the token dim to 1:
             # a size-1 hint lets Inductor decide layouts as if the size were always 1 (a
             # reshape becomes a view, say); compile as if for 2 tokens, which fits every size
             hint = None if value.shape[dim] >= 2 else 2
             torch._dynamo.mark_dynamic(value, dim, hint_override=hint)
-        # a first call of 1 token must not specialize the token dim to 1
+
+    def _trace_with_dynamo(
+        self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]
+    ) -> Any:
+        self._mark_dynamic(bound, dynamic)
+        self._forward = self.compiled
         self.backend.expecting_trace = True
         try:
             with fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
@@ -181,7 +292,7 @@ class PiecewiseCompiled:
 
     def _run_flat(self, *flat: Any) -> Any:
         args, kwargs = pytree.tree_unflatten(list(flat), self._treespec)
-        return self.compiled(*args, **kwargs)
+        return self._forward(*args, **kwargs)
 
     @contextlib.contextmanager
     def _guard_check(self) -> Iterator[None]:

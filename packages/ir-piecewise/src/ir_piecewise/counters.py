@@ -9,7 +9,8 @@ class Counters:
     """Process-wide counts; `reset` sets them back to zero.
 
     Attributes:
-        num_graphs_seen: Dynamo graphs handed to the piecewise backend.
+        num_graphs_seen: graphs handed to the piecewise backend (traced or loaded).
+        num_traces_loaded: traces loaded from the compile cache instead of running Dynamo.
         num_piecewise_graphs_seen: pieces after splitting, splitting ops included.
         num_piecewise_capturable_graphs_seen: pieces that are compiled and may be captured.
         num_backend_compilations: pieces compiled by the backend (not served by the cache).
@@ -21,6 +22,7 @@ class Counters:
     """
 
     num_graphs_seen: int = 0
+    num_traces_loaded: int = 0
     num_piecewise_graphs_seen: int = 0
     num_piecewise_capturable_graphs_seen: int = 0
     num_backend_compilations: int = 0

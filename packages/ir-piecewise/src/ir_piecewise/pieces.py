@@ -134,6 +134,10 @@ def _graph_digest(gm: fx.GraphModule, values: list[Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+class NotCached(LookupError):
+    """A piece of a loaded trace is not in the compile cache."""
+
+
 class CompiledPiece:
     """Runs one piece: the exact-size artifact if there is one, else its range's; optionally
     replayed as a CUDA graph at capture sizes."""
@@ -150,6 +154,7 @@ class CompiledPiece:
         graph_pool: GraphPool | None,
         is_last: bool,
         artifacts: dict[str, Callable[..., Any]] | None = None,
+        cached_only: bool = False,
     ) -> None:
         self.gm = gm
         self.name = name
@@ -165,12 +170,14 @@ class CompiledPiece:
         self.digest = hashlib.sha256((global_key + _graph_digest(gm, values)).encode()).hexdigest()
         self.by_size: dict[int, Callable[..., Any]] = {}
         self.by_range: list[tuple[int, int | None, Callable[..., Any]]] = []
+        self.cached_only = cached_only
         if self.size_at is None:
             self.by_range.append((1, None, self._compile("static", values, "from_graph")))
         else:
             for first, last in config.ranges:
                 label = f"range-{first}-{last or 'inf'}"
                 self.by_range.append((first, last, self._compile(label, values, "from_graph")))
+        self.cached_only = False  # sizes compiled later use their real inputs
         self.cudagraphs = (
             CUDAGraphRunner(
                 self._run_compiled,
@@ -205,6 +212,8 @@ class CompiledPiece:
                 logger.debug("ir_piecewise: %s %s loaded from the cache", self.name, label)
                 return loaded  # type: ignore[no-any-return]
             counters.num_cache_misses += 1
+        if self.cached_only:
+            raise NotCached(f"{self.name} {label}")
         logger.info("ir_piecewise: compiling %s for %s", self.name, label)
         artifact = torch._inductor.standalone_compile(
             self.gm,

@@ -1,0 +1,190 @@
+"""The trace cache: a module's Dynamo trace saved with its pieces and loaded instead of tracing,
+only where it still describes the module, its inputs and its source."""
+
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import ir_dispatch  # noqa: F401  (installs the dispatcher)
+import ir_piecewise
+from ir_piecewise import CompilationConfig, counters, traces
+from ir_piecewise.backend import global_key
+
+sys.path.insert(0, str(Path(__file__).parent))
+from toy_model import SPLITTING_OPS, ToyModel
+
+TOL = {"atol": 2e-5, "rtol": 2e-5}
+
+
+@pytest.fixture(autouse=True)
+def fresh_state() -> Iterator[None]:
+    counters.reset()
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def config(tmp_path: Path, **kwargs: Any) -> CompilationConfig:
+    return CompilationConfig(splitting_ops=SPLITTING_OPS, cache_dir=tmp_path / "cache", **kwargs)
+
+
+def run_fresh(model: nn.Module, cfg: CompilationConfig, sizes: tuple[int, ...]) -> None:
+    """Compile `model` as a new process would (Dynamo reset, counters zeroed) and check it."""
+    torch._dynamo.reset()
+    counters.reset()
+    compiled = ir_piecewise.compile(model, cfg)
+    with torch.no_grad():
+        for n in sizes:
+            x = torch.randn(n, 64)
+            torch.testing.assert_close(compiled(x), model(x), **TOL)
+
+
+def test_saved_trace_is_loaded_and_agrees(tmp_path: Path) -> None:
+    model = ToyModel().eval()
+    run_fresh(model, config(tmp_path), (5, 2))
+    assert counters.num_traces_loaded == 0
+    run_fresh(model, config(tmp_path), (1, 7, 33))  # first call of 1: the dim stays dynamic
+    assert counters.num_traces_loaded == 1
+    assert counters.num_backend_compilations == 0
+
+
+def test_traces_are_saved_where_aot_compile_is_off_by_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # torch 2.11's default: compiled functions get no `aot_compile` unless asked for
+    monkeypatch.setattr(torch._dynamo.config, "enable_aot_compile", False)
+    model = ToyModel().eval()
+    run_fresh(model, config(tmp_path), (4,))
+    run_fresh(model, config(tmp_path), (6,))
+    assert counters.num_traces_loaded == 1
+
+
+def test_trace_key_follows_what_the_trace_depends_on(tmp_path: Path) -> None:
+    key = global_key(config(tmp_path))
+    model = ToyModel().eval()
+
+    def key_of(m: nn.Module, x: torch.Tensor) -> str:
+        return traces.trace_key(key, m, {"x": x}, [("x", 0)])
+
+    base = key_of(model, torch.randn(5, 64))
+    assert key_of(model, torch.randn(9, 64)) == base  # the dynamic dim is free
+    assert key_of(ToyModel(seed=3).eval(), torch.randn(5, 64)) == base  # weights are inputs
+    assert key_of(model, torch.randn(5, 64, dtype=torch.float64)) != base
+    assert key_of(ToyModel(hidden=96).eval(), torch.randn(5, 96)) != base
+    assert key_of(ToyModel().train(), torch.randn(5, 64)) != base
+    scaled = ToyModel().eval()
+    scaled.layers[0].scale = 2.0  # a plain attribute the forward might read
+    assert key_of(scaled, torch.randn(5, 64)) != base
+    other = global_key(config(tmp_path, compile_sizes=(4,)))
+    assert traces.trace_key(other, model, {"x": torch.randn(5, 64)}, [("x", 0)]) != base
+
+
+def test_changed_source_is_traced_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = ToyModel().eval()
+    run_fresh(model, config(tmp_path), (5,))
+    real = traces.source_text
+
+    def edited(module_name: str, first: int, end: int) -> str:
+        text = real(module_name, first, end)
+        return text.replace("1e-6", "1e-5") if module_name == "toy_model" else text
+
+    monkeypatch.setattr(traces, "source_text", edited)
+    with caplog.at_level(logging.INFO, logger="ir_piecewise"):
+        run_fresh(model, config(tmp_path), (5,))
+    assert "is stale (source changed: toy_model:" in caplog.text
+    assert counters.num_traces_loaded == 0
+
+
+def test_a_piece_missing_from_the_cache_means_tracing_again(tmp_path: Path) -> None:
+    model = ToyModel().eval()
+    cfg = config(tmp_path)
+    run_fresh(model, cfg, (5,))
+    with torch.no_grad():  # as the calls were
+        key = traces.trace_key(global_key(cfg), model, {"x": torch.randn(5, 64)}, [("x", 0)])
+    trace = ir_piecewise.CompileCache(tmp_path / "cache").path(key)
+    assert trace.exists()
+    for entry in (tmp_path / "cache").glob("*/*.irpw"):
+        if entry != trace:
+            entry.unlink()
+    run_fresh(model, cfg, (5, 3))
+    assert counters.num_traces_loaded == 0
+    assert counters.num_backend_compilations > 0
+
+
+def test_only_modules_without_hooks_save_traces(tmp_path: Path) -> None:
+    model = ToyModel().eval()
+    assert ir_piecewise.compile(model, config(tmp_path)).trace_cache is not None
+    assert ir_piecewise.compile(model, config(tmp_path, cache=False)).trace_cache is None
+    assert ir_piecewise.compile(model, config(tmp_path, check_guards=True)).trace_cache is None
+
+    def plain(x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(x)
+
+    assert ir_piecewise.compile(plain, config(tmp_path)).trace_cache is None
+    model.register_forward_hook(lambda *args: None)
+    assert ir_piecewise.compile(model, config(tmp_path)).trace_cache is None
+
+
+MODEL_SOURCE = """
+import torch
+from torch import nn
+from ir_spec import ops
+
+class Scaled(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 1.5, 64))
+
+    def forward(self, x):
+        return ops.rms_norm(x * SCALE, self.weight, 1e-6)
+"""
+
+RUNNER = """
+import json, sys
+import torch
+import ir_dispatch, ir_piecewise
+sys.path.insert(0, sys.argv[1])
+from scaled_model import Scaled
+model = Scaled()
+compiled = ir_piecewise.compile(model, ir_piecewise.CompilationConfig(cache_dir=sys.argv[2]))
+x = torch.randn(6, 64, generator=torch.Generator().manual_seed(0))
+with torch.no_grad():
+    error = (compiled(x) - model(x)).abs().max().item()
+print(json.dumps({"error": error, "counters": ir_piecewise.counters.as_dict()}))
+"""
+
+
+def test_a_new_process_with_edited_source_traces_again(tmp_path: Path) -> None:
+    runner = tmp_path / "runner.py"
+    runner.write_text(RUNNER)
+
+    def run(scale: str) -> dict[str, Any]:
+        source = MODEL_SOURCE.replace("SCALE", scale)
+        (tmp_path / "scaled_model.py").write_text(textwrap.dedent(source))
+        done = subprocess.run(
+            [sys.executable, str(runner), str(tmp_path), str(tmp_path / "cache")],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return result
+
+    assert run("2.0")["counters"]["num_traces_loaded"] == 0
+    assert run("2.0")["counters"]["num_traces_loaded"] == 1
+    edited = run("3.0")  # same module, class and sizes; only the source differs
+    assert edited["counters"]["num_traces_loaded"] == 0
+    assert edited["error"] < 1e-5
