@@ -18,7 +18,8 @@ Decode steps attend over `context` cached positions (random keys and values); pr
 sequence of `prefill` tokens. Each time is the mean of `iters` back-to-back calls between CUDA
 events after warm-up calls. Startup: seconds from ``ir_stack.compile`` to the first outputs of
 every workload, in a fresh process with empty caches (cold: ir-piecewise's, Inductor's and
-Triton's) and again in a fresh process reusing them (warm).
+Triton's) and again in a fresh process reusing them (warm: the saved traces and pieces are
+loaded, and Dynamo does not run).
 
     python -m ir_stack.bench.e2e --model 1b --out DIR    (or: ir-stack bench --only e2e)
 
@@ -448,7 +449,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"cold {cold['seconds']:.1f} s ({cold['counters']['num_backend_compilations']} "
             f"compilations), warm {warm['seconds']:.1f} s "
             f"({warm['counters']['num_cache_hits']} cache hits, "
-            f"{warm['counters']['num_backend_compilations']} compilations): "
+            f"{warm['counters']['num_backend_compilations']} compilations, "
+            f"{warm['counters'].get('num_traces_loaded', 0)} saved traces loaded): "
             f"**{cold['seconds'] / warm['seconds']:.1f}x** faster.",
         ]
     return "\n".join(lines) + "\n"
