@@ -57,14 +57,13 @@ def test_saved_trace_is_loaded_and_agrees(tmp_path: Path) -> None:
     assert counters.num_backend_compilations == 0
 
 
-def test_traces_are_saved_where_aot_compile_is_off_by_default(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # torch 2.11's default: compiled functions get no `aot_compile` unless asked for
-    monkeypatch.setattr(torch._dynamo.config, "enable_aot_compile", False)
+def test_traces_are_saved_where_aot_compile_is_off_by_default(tmp_path: Path) -> None:
+    # torch 2.11's default: compiled functions get no `aot_compile` unless asked for (patched,
+    # not monkeypatched: deleting a torch config attribute, as an undo may, hides it for good)
     model = ToyModel().eval()
-    run_fresh(model, config(tmp_path), (4,))
-    run_fresh(model, config(tmp_path), (6,))
+    with torch._dynamo.config.patch(enable_aot_compile=False):
+        run_fresh(model, config(tmp_path), (4,))
+        run_fresh(model, config(tmp_path), (6,))
     assert counters.num_traces_loaded == 1
 
 
