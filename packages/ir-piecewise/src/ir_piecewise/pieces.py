@@ -170,14 +170,15 @@ class CompiledPiece:
         self.digest = hashlib.sha256((global_key + _graph_digest(gm, values)).encode()).hexdigest()
         self.by_size: dict[int, Callable[..., Any]] = {}
         self.by_range: list[tuple[int, int | None, Callable[..., Any]]] = []
-        self.cached_only = cached_only
+        # only these use the graph's example values; sizes compiled later use real inputs
         if self.size_at is None:
-            self.by_range.append((1, None, self._compile("static", values, "from_graph")))
+            static = self._compile("static", values, "from_graph", cached_only=cached_only)
+            self.by_range.append((1, None, static))
         else:
             for first, last in config.ranges:
                 label = f"range-{first}-{last or 'inf'}"
-                self.by_range.append((first, last, self._compile(label, values, "from_graph")))
-        self.cached_only = False  # sizes compiled later use their real inputs
+                compiled = self._compile(label, values, "from_graph", cached_only=cached_only)
+                self.by_range.append((first, last, compiled))
         self.cudagraphs = (
             CUDAGraphRunner(
                 self._run_compiled,
@@ -190,7 +191,9 @@ class CompiledPiece:
             else None
         )
 
-    def _compile(self, label: str, example_inputs: list[Any], dynamic: str) -> Callable[..., Any]:
+    def _compile(
+        self, label: str, example_inputs: list[Any], dynamic: str, *, cached_only: bool = False
+    ) -> Callable[..., Any]:
         if self.config.backend == "eager":
             return self.gm
         key = hashlib.sha256(f"{self.digest}:{label}".encode()).hexdigest()
@@ -198,12 +201,12 @@ class CompiledPiece:
         if shared is not None:
             counters.num_artifacts_reused += 1
             return shared
-        compiled = self._load_or_compile(key, label, example_inputs, dynamic)
+        compiled = self._load_or_compile(key, label, example_inputs, dynamic, cached_only)
         self.artifacts[key] = compiled
         return compiled
 
     def _load_or_compile(
-        self, key: str, label: str, example_inputs: list[Any], dynamic: str
+        self, key: str, label: str, example_inputs: list[Any], dynamic: str, cached_only: bool
     ) -> Callable[..., Any]:
         if self.cache is not None:
             loaded = self.cache.load(key, _load_artifact)
@@ -212,7 +215,7 @@ class CompiledPiece:
                 logger.debug("ir_piecewise: %s %s loaded from the cache", self.name, label)
                 return loaded  # type: ignore[no-any-return]
             counters.num_cache_misses += 1
-        if self.cached_only:
+        if cached_only:
             raise NotCached(f"{self.name} {label}")
         logger.info("ir_piecewise: compiling %s for %s", self.name, label)
         artifact = torch._inductor.standalone_compile(
