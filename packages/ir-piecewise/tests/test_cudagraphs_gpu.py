@@ -2,7 +2,6 @@
 largest capture size, and bitwise equality with and without graphs."""
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +31,6 @@ def unsafe_scale(x: Tensor) -> Tensor:
 @unsafe_scale.register_fake
 def _(x: Tensor) -> Tensor:
     return torch.empty_like(x)
-
-
-@pytest.fixture(autouse=True)
-def fresh_state() -> Iterator[None]:
-    counters.reset()
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 @pytest.fixture(scope="module")

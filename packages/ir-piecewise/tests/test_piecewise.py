@@ -5,7 +5,6 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,22 +19,10 @@ from ir_piecewise.pieces import mutated_inputs
 from ir_spec import ops
 
 sys.path.insert(0, str(Path(__file__).parent))
-from toy_model import SPLITTING_OPS, ToyModel
+from toy_model import ToyModel, toy_config
 
 HERE = Path(__file__).parent
 TOL = {"atol": 2e-5, "rtol": 2e-5}
-
-
-@pytest.fixture(autouse=True)
-def fresh_state() -> Iterator[None]:
-    counters.reset()
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-def config(tmp_path: Path, **kwargs: Any) -> CompilationConfig:
-    return CompilationConfig(splitting_ops=SPLITTING_OPS, cache_dir=tmp_path / "cache", **kwargs)
 
 
 def test_config_refuses_bad_values() -> None:
@@ -83,7 +70,7 @@ def test_split_keeps_order_and_groups_consecutive_splitting_ops() -> None:
 def test_split_counts_compilations_and_results(tmp_path: Path) -> None:
     model = ToyModel().eval()
     compiled = ir_piecewise.compile(
-        model, config(tmp_path, compile_sizes=(4,), compile_ranges_endpoints=(8,))
+        model, toy_config(tmp_path, compile_sizes=(4,), compile_ranges_endpoints=(8,))
     )
     with torch.no_grad():
         for n in (5, 1, 4, 9, 3, 4, 17):  # first call traces with size 5
@@ -102,7 +89,7 @@ def test_split_counts_compilations_and_results(tmp_path: Path) -> None:
 
 def test_eager_backend_compiles_nothing(tmp_path: Path) -> None:
     model = ToyModel().eval()
-    compiled = ir_piecewise.compile(model, config(tmp_path, backend="eager"))
+    compiled = ir_piecewise.compile(model, toy_config(tmp_path, backend="eager"))
     with torch.no_grad():
         for n in (6, 2):
             x = torch.randn(n, 64)
@@ -141,7 +128,7 @@ def test_truncated_cache_entry_is_recompiled(
     model = ToyModel().eval()
     x = torch.randn(5, 64)
     with torch.no_grad():
-        ir_piecewise.compile(model, config(tmp_path))(x)
+        ir_piecewise.compile(model, toy_config(tmp_path))(x)
         entries = sorted((tmp_path / "cache").glob("*/*.irpw"))
         assert entries
         for entry in entries:
@@ -149,7 +136,7 @@ def test_truncated_cache_entry_is_recompiled(
         counters.reset()
         torch._dynamo.reset()
         with caplog.at_level(logging.WARNING, logger="ir_piecewise"):
-            out = ir_piecewise.compile(model, config(tmp_path))(x)
+            out = ir_piecewise.compile(model, toy_config(tmp_path))(x)
     torch.testing.assert_close(out, model(x), **TOL)
     assert "corrupt cache entry" in caplog.text
     assert counters.num_cache_hits == 0
@@ -161,7 +148,7 @@ def test_guard_check_mode_raises_where_a_recompile_was_needed(tmp_path: Path) ->
     def fn(x: Tensor, y: Tensor) -> Tensor:
         return torch.relu(x) * 2 + y
 
-    checked = ir_piecewise.compile(fn, config(tmp_path, check_guards=True, cache=False))
+    checked = ir_piecewise.compile(fn, toy_config(tmp_path, check_guards=True, cache=False))
     checked(torch.randn(4, 3), torch.randn(4, 3))
     checked(torch.randn(9, 3), torch.randn(9, 3))  # the token dim is dynamic: no recompile
     with pytest.raises(ir_piecewise.RecompileError, match="would need a recompile"):
@@ -170,8 +157,8 @@ def test_guard_check_mode_raises_where_a_recompile_was_needed(tmp_path: Path) ->
 
 def test_dynamic_arg_dims_are_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown argument 'y'"):
-        ir_piecewise.compile(ToyModel(), config(tmp_path), dynamic_arg_dims={"y": 0})
-    compiled = ir_piecewise.compile(ToyModel(), config(tmp_path), dynamic_arg_dims={"x": 0})
+        ir_piecewise.compile(ToyModel(), toy_config(tmp_path), dynamic_arg_dims={"y": 0})
+    compiled = ir_piecewise.compile(ToyModel(), toy_config(tmp_path), dynamic_arg_dims={"x": 0})
     with torch.no_grad():
         assert compiled(torch.randn(3, 64)).shape == (3, 64)
 
@@ -179,7 +166,7 @@ def test_dynamic_arg_dims_are_checked(tmp_path: Path) -> None:
 def test_cudagraph_mode_is_ignored_for_cpu_tensors(tmp_path: Path) -> None:
     model = ToyModel().eval()
     compiled = ir_piecewise.compile(
-        model, config(tmp_path, cudagraph_mode=CUDAGraphMode.PIECEWISE, cache=False)
+        model, toy_config(tmp_path, cudagraph_mode=CUDAGraphMode.PIECEWISE, cache=False)
     )
     with torch.no_grad():
         for n in (5, 3):
@@ -193,7 +180,7 @@ def test_dynamo_reset_after_the_first_call_traces_again_with_dynamic_dims(
     tmp_path: Path, cache: bool
 ) -> None:
     model = ToyModel().eval()
-    compiled = ir_piecewise.compile(model, config(tmp_path, cache=cache))
+    compiled = ir_piecewise.compile(model, toy_config(tmp_path, cache=cache))
     with torch.no_grad():
         compiled(torch.randn(5, 64))
         torch._dynamo.reset()  # e.g. another compile in the same process reset Dynamo
@@ -259,7 +246,7 @@ class RotaryProjection(torch.nn.Module):
 
 def test_first_call_of_one_token_compiles_code_for_every_size(tmp_path: Path) -> None:
     model = RotaryProjection().eval()
-    compiled = ir_piecewise.compile(model, config(tmp_path))
+    compiled = ir_piecewise.compile(model, toy_config(tmp_path))
     with torch.no_grad():
         for n in (1, 4, 1, 9):
             x, positions = torch.randn(n, 64), torch.randint(0, 32, (n,))

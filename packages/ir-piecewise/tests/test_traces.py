@@ -6,7 +6,6 @@ import logging
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,21 +19,9 @@ from ir_piecewise import CompilationConfig, counters, traces
 from ir_piecewise.backend import global_key
 
 sys.path.insert(0, str(Path(__file__).parent))
-from toy_model import SPLITTING_OPS, ToyModel
+from toy_model import ToyModel, toy_config
 
 TOL = {"atol": 2e-5, "rtol": 2e-5}
-
-
-@pytest.fixture(autouse=True)
-def fresh_state() -> Iterator[None]:
-    counters.reset()
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-def config(tmp_path: Path, **kwargs: Any) -> CompilationConfig:
-    return CompilationConfig(splitting_ops=SPLITTING_OPS, cache_dir=tmp_path / "cache", **kwargs)
 
 
 def run_fresh(model: nn.Module, cfg: CompilationConfig, sizes: tuple[int, ...]) -> None:
@@ -50,9 +37,9 @@ def run_fresh(model: nn.Module, cfg: CompilationConfig, sizes: tuple[int, ...]) 
 
 def test_saved_trace_is_loaded_and_agrees(tmp_path: Path) -> None:
     model = ToyModel().eval()
-    run_fresh(model, config(tmp_path), (5, 2))
+    run_fresh(model, toy_config(tmp_path), (5, 2))
     assert counters.num_traces_loaded == 0
-    run_fresh(model, config(tmp_path), (1, 7, 33))  # first call of 1: the dim stays dynamic
+    run_fresh(model, toy_config(tmp_path), (1, 7, 33))  # first call of 1: the dim stays dynamic
     assert counters.num_traces_loaded == 1
     assert counters.num_backend_compilations == 0
 
@@ -62,13 +49,13 @@ def test_traces_are_saved_where_aot_compile_is_off_by_default(tmp_path: Path) ->
     # not monkeypatched: deleting a torch config attribute, as an undo may, hides it for good)
     model = ToyModel().eval()
     with torch._dynamo.config.patch(enable_aot_compile=False):
-        run_fresh(model, config(tmp_path), (4,))
-        run_fresh(model, config(tmp_path), (6,))
+        run_fresh(model, toy_config(tmp_path), (4,))
+        run_fresh(model, toy_config(tmp_path), (6,))
     assert counters.num_traces_loaded == 1
 
 
 def test_trace_key_follows_what_the_trace_depends_on(tmp_path: Path) -> None:
-    key = global_key(config(tmp_path))
+    key = global_key(toy_config(tmp_path))
     model = ToyModel().eval()
 
     def key_of(m: nn.Module, x: torch.Tensor) -> str:
@@ -83,7 +70,7 @@ def test_trace_key_follows_what_the_trace_depends_on(tmp_path: Path) -> None:
     scaled = ToyModel().eval()
     scaled.layers[0].scale = 2.0  # a plain attribute the forward might read
     assert key_of(scaled, torch.randn(5, 64)) != base
-    other = global_key(config(tmp_path, compile_sizes=(4,)))
+    other = global_key(toy_config(tmp_path, compile_sizes=(4,)))
     assert traces.trace_key(other, model, {"x": torch.randn(5, 64)}, [("x", 0)]) != base
 
 
@@ -91,7 +78,7 @@ def test_changed_source_is_traced_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     model = ToyModel().eval()
-    run_fresh(model, config(tmp_path), (5,))
+    run_fresh(model, toy_config(tmp_path), (5,))
     real = traces.source_text
 
     def edited(module_name: str, first: int, end: int) -> str:
@@ -100,14 +87,14 @@ def test_changed_source_is_traced_again(
 
     monkeypatch.setattr(traces, "source_text", edited)
     with caplog.at_level(logging.INFO, logger="ir_piecewise"):
-        run_fresh(model, config(tmp_path), (5,))
+        run_fresh(model, toy_config(tmp_path), (5,))
     assert "is stale (source changed: toy_model:" in caplog.text
     assert counters.num_traces_loaded == 0
 
 
 def test_a_piece_missing_from_the_cache_means_tracing_again(tmp_path: Path) -> None:
     model = ToyModel().eval()
-    cfg = config(tmp_path)
+    cfg = toy_config(tmp_path)
     run_fresh(model, cfg, (5,))
     with torch.no_grad():  # as the calls were
         key = traces.trace_key(global_key(cfg), model, {"x": torch.randn(5, 64)}, [("x", 0)])
@@ -123,16 +110,16 @@ def test_a_piece_missing_from_the_cache_means_tracing_again(tmp_path: Path) -> N
 
 def test_only_modules_without_hooks_save_traces(tmp_path: Path) -> None:
     model = ToyModel().eval()
-    assert ir_piecewise.compile(model, config(tmp_path)).trace_cache is not None
-    assert ir_piecewise.compile(model, config(tmp_path, cache=False)).trace_cache is None
-    assert ir_piecewise.compile(model, config(tmp_path, check_guards=True)).trace_cache is None
+    assert ir_piecewise.compile(model, toy_config(tmp_path)).trace_cache is not None
+    assert ir_piecewise.compile(model, toy_config(tmp_path, cache=False)).trace_cache is None
+    assert ir_piecewise.compile(model, toy_config(tmp_path, check_guards=True)).trace_cache is None
 
     def plain(x: torch.Tensor) -> torch.Tensor:
         return torch.relu(x)
 
-    assert ir_piecewise.compile(plain, config(tmp_path)).trace_cache is None
+    assert ir_piecewise.compile(plain, toy_config(tmp_path)).trace_cache is None
     model.register_forward_hook(lambda *args: None)
-    assert ir_piecewise.compile(model, config(tmp_path)).trace_cache is None
+    assert ir_piecewise.compile(model, toy_config(tmp_path)).trace_cache is None
 
 
 MODEL_SOURCE = """

@@ -1,10 +1,14 @@
 """A toy decoder over flattened tokens ``[num_tokens, hidden]`` written with IR ops; attention
 is ``torch.ops.ir_piecewise_toy.attention``, a custom op writing into an output argument (the
-splitting op). Used by the tests and by ``benchmarks/piecewise``."""
+splitting op), and `toy_config` to compile it. Used by the tests and by ``benchmarks/piecewise``."""
+
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+import ir_piecewise
 from ir_spec import ops
 
 
@@ -61,3 +65,10 @@ class ToyModel(nn.Module):
 
 
 SPLITTING_OPS = ("ir_piecewise_toy::attention",)
+
+
+def toy_config(cache_root: Path, **kwargs: Any) -> ir_piecewise.CompilationConfig:
+    """A configuration splitting at the toy attention, caching under ``cache_root/cache``."""
+    return ir_piecewise.CompilationConfig(
+        splitting_ops=SPLITTING_OPS, cache_dir=cache_root / "cache", **kwargs
+    )
