@@ -147,22 +147,31 @@ def norm_kernel(
                 tl.store(out_row + offs, q.to(out_ptr.dtype.element_ty), mask=mask)
 
 
+#: Row blocks from which the quantizing variants take 8 warps and load the weight early.
+WIDE_QUANT_BLOCK = 8192
+
+
 def norm_warps(block: int, quant: int) -> int:
-    """Warps per row. Sweeps on an H200 (benchmarks/results/triton-tuning-H200.log) found the
-    quantizing variants, which keep more of the row live, fastest with at most 4 warps."""
+    """Warps per row. Sweeps found the quantizing variants, which keep more of the row live,
+    fastest with at most 4 warps up to 4096-element rows (H200,
+    benchmarks/results/triton-tuning-H200.log), but with 8 from 8192 (H100 and H200: 4 warps
+    left a single 8192-element row 0.3-0.5 µs slower at decode and 1-10 % slower at 128-4096
+    rows)."""
     warps = warps_for(block)
-    return warps if quant == QUANT_NONE else min(warps, 4)
+    if quant == QUANT_NONE:
+        return warps
+    return 8 if block >= WIDE_QUANT_BLOCK else min(warps, 4)
 
 
 #: Rows up to which the weight is loaded before the reduction in every variant.
 FEW_ROWS = 256
 
 
-def early_weight_for(rows_: int, quant: int) -> bool:
+def early_weight_for(rows_: int, quant: int, block: int) -> bool:
     """Load the weight before the row reduction (hides its latency, but keeps it live through
-    the reduction: a loss for the quantizing variants at large batches). The arithmetic is the
-    same either way, so the choice may depend on the batch."""
-    return quant == QUANT_NONE or rows_ <= FEW_ROWS
+    the reduction: a loss for the quantizing variants of narrow rows at large batches). The
+    arithmetic is the same either way, so the choice may depend on the batch."""
+    return quant == QUANT_NONE or rows_ <= FEW_ROWS or block >= WIDE_QUANT_BLOCK
 
 
 def launch_norm(
@@ -221,6 +230,6 @@ def launch_norm(
         BLOCK=block,
         SINGLE_PASS=single,
         EXACT_FP8=exact_rounding(),
-        EARLY_WEIGHT=early_weight_for(n, quant) if early_weight is None else early_weight,
+        EARLY_WEIGHT=(early_weight_for(n, quant, block) if early_weight is None else early_weight),
         num_warps=norm_warps(block, quant) if num_warps is None else num_warps,
     )

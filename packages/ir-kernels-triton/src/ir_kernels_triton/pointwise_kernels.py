@@ -71,26 +71,34 @@ def flat_gated_kernel(
     x_ptr,
     out_ptr,
     scale_ptr,
-    d,
     total,
+    D: tl.constexpr,
     ACT: tl.constexpr,
     QUANT: tl.constexpr,
     BLOCK: tl.constexpr,
+    EVEN: tl.constexpr,
     EXACT_FP8: tl.constexpr,
 ):
-    """`gated_kernel` for contiguous ``x [rows, 2d]`` and ``out [rows, d]``, indexed by the
-    flat output position (int32: callers keep ``2 * total`` below 2**31)."""
+    """`gated_kernel` for contiguous ``x [rows, 2D]`` and ``out [rows, D]``, indexed by the
+    flat output position (int32: callers keep ``2 * total`` below 2**31). The width is a
+    compile-time constant, as in Inductor's kernels: the row index is a multiply, not a
+    division. `EVEN`: `BLOCK` divides `total`, so no lane is masked."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = i < total
-    row = i // d
-    src = x_ptr + row * d + i  # row * 2d + (i - row * d)
-    a = tl.load(src, mask=mask, other=0.0).to(tl.float32)
-    b = tl.load(src + d, mask=mask, other=0.0).to(tl.float32)
+    src = x_ptr + (i // D) * D + i  # row * 2D + column
+    if EVEN:
+        a = tl.load(src).to(tl.float32)
+        b = tl.load(src + D).to(tl.float32)
+    else:
+        a = tl.load(src, mask=i < total, other=0.0).to(tl.float32)
+        b = tl.load(src + D, mask=i < total, other=0.0).to(tl.float32)
     y = _gate(a, ACT) * b
     if QUANT:
         y = y.to(x_ptr.dtype.element_ty).to(tl.float32)
         y = saturate_fp8(y / tl.load(scale_ptr), EXACT_FP8)
-    tl.store(out_ptr + i, y.to(out_ptr.dtype.element_ty), mask=mask)
+    if EVEN:
+        tl.store(out_ptr + i, y.to(out_ptr.dtype.element_ty))
+    else:
+        tl.store(out_ptr + i, y.to(out_ptr.dtype.element_ty), mask=i < total)
 
 
 #: Rows up to which a gated kernel favours latency (small blocks, many programs).
@@ -101,10 +109,11 @@ FLAT_INDEX_LIMIT = 2**31
 
 def flat_config(total: int) -> tuple[int, int]:
     """(block, warps) of the flat elementwise kernels over `total` outputs. Sweeps on an H100
-    (gated activations, gated + fp8 and fp8 quantization; 1-16384 rows of 2048-28672) found
-    4 warps near the best everywhere, with 512-element blocks up to 128K outputs and 1024
-    above (within 1 % of the best configuration at large sizes)."""
-    return (512 if total <= 1 << 17 else 1024), 4
+    (gated activations, gated + fp8 and fp8 quantization; 1-16384 rows of 2048-28672,
+    `benchmarks/results/triton-tuning-H100.log`): up to 128K outputs (decode) 512-element
+    blocks over 8 warps, two elements a thread, for latency; above, 1024 over 4 warps (within
+    1 % of the best configuration at large sizes)."""
+    return (512, 8) if total <= 1 << 17 else (1024, 4)
 
 
 def pointwise_config(
@@ -144,11 +153,12 @@ def launch_gated(
             x2,
             out2,
             scale if scale is not None else x2,
-            d,
             n * d,
+            D=d,
             ACT=act,
             QUANT=scale is not None,
             BLOCK=flat_block,
+            EVEN=n * d % flat_block == 0,
             EXACT_FP8=exact_rounding(),
             num_warps=warps,
         )
@@ -191,14 +201,20 @@ def static_quant_kernel(
 
 @triton.jit
 def flat_static_quant_kernel(
-    x_ptr, q_ptr, scale_ptr, total, BLOCK: tl.constexpr, EXACT_FP8: tl.constexpr
+    x_ptr, q_ptr, scale_ptr, total, BLOCK: tl.constexpr, EVEN: tl.constexpr, EXACT_FP8: tl.constexpr
 ):
-    """`static_quant_kernel` for contiguous tensors, indexed flat (int32)."""
+    """`static_quant_kernel` for contiguous tensors, indexed flat (int32); `EVEN`: `BLOCK`
+    divides `total`."""
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = i < total
-    x = tl.load(x_ptr + i, mask=mask, other=0.0).to(tl.float32)
-    q = saturate_fp8(x / tl.load(scale_ptr), EXACT_FP8)
-    tl.store(q_ptr + i, q.to(q_ptr.dtype.element_ty), mask=mask)
+    if EVEN:
+        x = tl.load(x_ptr + i).to(tl.float32)
+    else:
+        x = tl.load(x_ptr + i, mask=i < total, other=0.0).to(tl.float32)
+    q = saturate_fp8(x / tl.load(scale_ptr), EXACT_FP8).to(q_ptr.dtype.element_ty)
+    if EVEN:
+        tl.store(q_ptr + i, q)
+    else:
+        tl.store(q_ptr + i, q, mask=i < total)
 
 
 def launch_static_quant(x: torch.Tensor, scale: torch.Tensor, q: torch.Tensor) -> None:
@@ -212,7 +228,14 @@ def launch_static_quant(x: torch.Tensor, scale: torch.Tensor, q: torch.Tensor) -
     if x2.stride(0) == hidden and q2.stride(0) == hidden and total < FLAT_INDEX_LIMIT:
         block, warps = flat_config(total)
         flat_static_quant_kernel[(triton.cdiv(total, block),)](
-            x2, q2, scale, total, BLOCK=block, EXACT_FP8=exact_rounding(), num_warps=warps
+            x2,
+            q2,
+            scale,
+            total,
+            BLOCK=block,
+            EVEN=total % block == 0,
+            EXACT_FP8=exact_rounding(),
+            num_warps=warps,
         )
         return
     block, warps = pointwise_config(n, hidden, compute_heavy=False, fp8_out=True)
@@ -319,8 +342,12 @@ def group_quant_kernel(
     GROUP_BLOCK: tl.constexpr,
     EXACT_FP8: tl.constexpr,
 ):
-    row = tl.program_id(0).to(tl.int64)
-    g = tl.program_id(1) * GROUPS_PER_PROGRAM + tl.arange(0, GROUPS_PER_PROGRAM)
+    # one flat grid, a row's group blocks on consecutive programs: consecutive programs read
+    # consecutive memory (a 2-D grid ran the first block of every row first; 2-3 % slower)
+    pid = tl.program_id(0)
+    blocks_per_row = tl.cdiv(groups, GROUPS_PER_PROGRAM)
+    row = (pid // blocks_per_row).to(tl.int64)
+    g = (pid % blocks_per_row) * GROUPS_PER_PROGRAM + tl.arange(0, GROUPS_PER_PROGRAM)
     c = tl.arange(0, GROUP_BLOCK)
     col = g[:, None] * group_size + c[None, :]
     mask = (g[:, None] < groups) & (c[None, :] < group_size)
@@ -345,7 +372,7 @@ def launch_group_quant(
     scale2 = scale.reshape(n, groups) if scale.dim() != 2 else scale
     group_block = next_power_of_2(group_size)
     per_program = max(1, min(next_power_of_2(groups), 4096 // group_block))
-    group_quant_kernel[(n, triton.cdiv(groups, per_program))](
+    group_quant_kernel[(n * triton.cdiv(groups, per_program),)](
         x2,
         x2.stride(0),
         q2,
