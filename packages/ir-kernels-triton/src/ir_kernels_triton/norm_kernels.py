@@ -147,19 +147,23 @@ def norm_kernel(
                 tl.store(out_row + offs, q.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-#: Row blocks from which the quantizing variants take 8 warps and load the weight early.
+#: Row blocks from which the quantizing variants without a residual take 8 warps and load the
+#: weight early.
 WIDE_QUANT_BLOCK = 8192
 
 
-def norm_warps(block: int, quant: int) -> int:
-    """Warps per row. Sweeps found the quantizing variants, which keep more of the row live,
-    fastest with at most 4 warps up to 4096-element rows (H200,
-    benchmarks/results/triton-tuning-H200.log), but with 8 from 8192 (H100 and H200: 4 warps
-    left a single 8192-element row 0.3-0.5 µs slower at decode and 1-10 % slower at 128-4096
-    rows)."""
+def norm_warps(block: int, quant: int, residual: bool = False) -> int:
+    """Warps per row (by the row block only: the reduction order, hence the result, depends on
+    it). Sweeps found the quantizing variants fastest with at most 4 warps up to 4096-element
+    rows and 8 from 8192 (H200 and H100; 4 warps left a single 8192-element row 0.3-0.5 µs
+    slower), except with a residual, which runs best at 8 warps for 2048-element rows and 16
+    from 4096 (H100: 5-15 % faster from 1 to 1024 rows, within 1 % above;
+    `benchmarks/results/triton-tuning-H100.log`, `triton-tuning-H200.log`)."""
     warps = warps_for(block)
     if quant == QUANT_NONE:
         return warps
+    if residual:
+        return min(16, max(4, block // 256))
     return 8 if block >= WIDE_QUANT_BLOCK else min(warps, 4)
 
 
@@ -167,11 +171,12 @@ def norm_warps(block: int, quant: int) -> int:
 FEW_ROWS = 256
 
 
-def early_weight_for(rows_: int, quant: int, block: int) -> bool:
+def early_weight_for(rows_: int, quant: int, block: int, residual: bool = False) -> bool:
     """Load the weight before the row reduction (hides its latency, but keeps it live through
-    the reduction: a loss for the quantizing variants of narrow rows at large batches). The
-    arithmetic is the same either way, so the choice may depend on the batch."""
-    return quant == QUANT_NONE or rows_ <= FEW_ROWS or block >= WIDE_QUANT_BLOCK
+    the reduction: a loss for the quantizing variants of narrow rows at large batches, except
+    with a residual and its wider warps). The arithmetic is the same either way, so the choice
+    may depend on the batch."""
+    return quant == QUANT_NONE or residual or rows_ <= FEW_ROWS or block >= WIDE_QUANT_BLOCK
 
 
 def launch_norm(
@@ -230,6 +235,12 @@ def launch_norm(
         BLOCK=block,
         SINGLE_PASS=single,
         EXACT_FP8=exact_rounding(),
-        EARLY_WEIGHT=(early_weight_for(n, quant, block) if early_weight is None else early_weight),
-        num_warps=norm_warps(block, quant) if num_warps is None else num_warps,
+        EARLY_WEIGHT=(
+            early_weight_for(n, quant, block, residual is not None)
+            if early_weight is None
+            else early_weight
+        ),
+        num_warps=(
+            norm_warps(block, quant, residual is not None) if num_warps is None else num_warps
+        ),
     )
