@@ -32,6 +32,16 @@ def _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT: tl.constexpr):
 
 
 @triton.jit
+def _load_row(ptr, mask, EVICT_FIRST: tl.constexpr):
+    """Load activations as float32; `EVICT_FIRST` marks them first out of L2 (read once)."""
+    if EVICT_FIRST:
+        v = tl.load(ptr, mask=mask, other=0.0, eviction_policy="evict_first")
+    else:
+        v = tl.load(ptr, mask=mask, other=0.0)
+    return v.to(tl.float32)
+
+
+@triton.jit
 def _quantize(y, scale, EXACT_FP8: tl.constexpr):
     return saturate_fp8(y / scale, EXACT_FP8)
 
@@ -61,6 +71,7 @@ def norm_kernel(
     SINGLE_PASS: tl.constexpr,
     EXACT_FP8: tl.constexpr,
     EARLY_WEIGHT: tl.constexpr,
+    EVICT_FIRST: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     act_dtype = x_ptr.dtype.element_ty
@@ -71,12 +82,12 @@ def norm_kernel(
     if SINGLE_PASS:
         offs = tl.arange(0, BLOCK)
         mask = offs < hidden
-        x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
+        x = _load_row(x_row + offs, mask, EVICT_FIRST)
         if HAS_WEIGHT and EARLY_WEIGHT:
             # issued before the reduction so that its latency overlaps it
             w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         if HAS_RESIDUAL:
-            r = tl.load(r_row + offs, mask=mask, other=0.0).to(tl.float32)
+            r = _load_row(r_row + offs, mask, EVICT_FIRST)
             s = (x + r).to(act_dtype)
             tl.store(res_row + offs, s, mask=mask)
             x = s.to(tl.float32)
@@ -179,6 +190,19 @@ def early_weight_for(rows_: int, quant: int, block: int, residual: bool = False)
     return quant == QUANT_NONE or residual or rows_ <= FEW_ROWS or block >= WIDE_QUANT_BLOCK
 
 
+#: Largest rows x hidden whose activations are loaded with the evict-first hint.
+EVICT_FIRST_ELEMENTS = 1 << 23
+
+
+def evict_first_for(rows_: int, hidden: int) -> bool:
+    """Mark the activations first out of L2 when the whole op roughly fits in it: an H100
+    probe ran fused add + norm + fp8 at 4096 x 2048 and 1024 x 8192 7-10 % faster with the hint
+    (ahead of Inductor's kernel), neutral to 2 % faster for the other norms, but 2 % slower at
+    16384 rows, where the traffic streams from DRAM anyway. A hint only: the results do not
+    change, so it may depend on the batch."""
+    return rows_ * hidden <= EVICT_FIRST_ELEMENTS
+
+
 def launch_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None,
@@ -196,11 +220,12 @@ def launch_norm(
     block: int | None = None,
     num_warps: int | None = None,
     early_weight: bool | None = None,
+    evict_first: bool | None = None,
 ) -> None:
     """Run `norm_kernel` over the rows of `x` (all tensors already validated).
 
-    `single_pass`, `block` and `num_warps` override the configuration (for tuning); the default
-    depends on the row width only."""
+    `single_pass`, `block`, `num_warps`, `early_weight` and `evict_first` override the
+    configuration (for tuning); the default of the first three depends on the row width only."""
     hidden = x.shape[-1]
     n = num_rows(x)
     if n == 0:
@@ -243,4 +268,5 @@ def launch_norm(
         num_warps=(
             norm_warps(block, quant, residual is not None) if num_warps is None else num_warps
         ),
+        EVICT_FIRST=(evict_first_for(n, hidden) if evict_first is None else evict_first),
     )
