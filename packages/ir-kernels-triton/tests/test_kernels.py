@@ -76,6 +76,37 @@ def test_large_hidden_takes_the_looped_kernel() -> None:
             assert_impl_matches_native(op, provider, args)
 
 
+@pytest.mark.parametrize("quant", [0, 1, 2], ids=["plain", "static", "dynamic"])
+@pytest.mark.parametrize("residual", [False, True], ids=["norm", "add"])
+def test_norm_tuning_knobs_keep_results(residual: bool, quant: int) -> None:
+    """The knobs that may follow the batch (early weight load, evict-first hint) only reorder
+    loads: every setting gives bitwise the default's result."""
+    from ir_kernels_triton import norm_kernels as nk
+
+    gen = torch.Generator(device=DEVICE).manual_seed(3)
+    x = torch.randn(5, 769, device=DEVICE, generator=gen)
+    r = torch.randn(5, 769, device=DEVICE, generator=gen) if residual else None
+    w = torch.randn(769, device=DEVICE, generator=gen)
+    scale = torch.full((1,), 0.02, device=DEVICE)
+    out_dtype = torch.float8_e4m3fn if quant else x.dtype
+
+    def run(**knobs: bool) -> list[torch.Tensor]:
+        out = torch.empty(5, 769, device=DEVICE, dtype=out_dtype)
+        res = torch.empty_like(x) if residual else None
+        scales = torch.empty(5, device=DEVICE) if quant == nk.QUANT_DYNAMIC else None
+        nk.launch_norm(
+            x, w, 1e-6, None, out, residual=r, residual_out=res, quant=quant,
+            scale=scale if quant == nk.QUANT_STATIC else None, scale_out=scales, **knobs,
+        )  # fmt: skip
+        return [t.float() for t in (out, res, scales) if t is not None]
+
+    expected = run()
+    for early in (False, True):
+        for evict in (False, True):
+            for got, want in zip(run(early_weight=early, evict_first=evict), expected, strict=True):
+                assert torch.equal(got, want), (early, evict)
+
+
 BATCH_INVARIANCE_HIDDEN = 2048 if GPU else 64
 # the interpreter runs one program at a time: on CPU the largest batch is smaller
 LARGEST_BATCH = 4096 if GPU else 256

@@ -7,6 +7,8 @@ normalization pass). Each row's arithmetic is the same whatever the batch, so re
 batch-invariant.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -190,17 +192,41 @@ def early_weight_for(rows_: int, quant: int, block: int, residual: bool = False)
     return quant == QUANT_NONE or residual or rows_ <= FEW_ROWS or block >= WIDE_QUANT_BLOCK
 
 
-#: Largest rows x hidden whose activations are loaded with the evict-first hint.
-EVICT_FIRST_ELEMENTS = 1 << 23
+#: Footprints (bytes the op reads and writes) up to this multiple of the L2 size take the
+#: evict-first hint, from just above the L2 size.
+EVICT_FIRST_L2_MULTIPLE = 1.2
 
 
-def evict_first_for(rows_: int, hidden: int) -> bool:
-    """Mark the activations first out of L2 when the whole op roughly fits in it: an H100
-    probe ran fused add + norm + fp8 at 4096 x 2048 and 1024 x 8192 7-10 % faster with the hint
-    (ahead of Inductor's kernel), neutral to 2 % faster for the other norms, but 2 % slower at
-    16384 rows, where the traffic streams from DRAM anyway. A hint only: the results do not
-    change, so it may depend on the batch."""
-    return rows_ * hidden <= EVICT_FIRST_ELEMENTS
+@functools.cache
+def _l2_bytes(device_index: int) -> int:
+    return int(torch.cuda.get_device_properties(device_index).L2_cache_size)
+
+
+def evict_first_for(x: torch.Tensor, footprint: int) -> bool:
+    """Mark the activations first out of L2 when the op's `footprint` just exceeds the L2
+    cache. H100 grid (50 MB L2): fused add + norm + fp8 at 4096 x 2048 and 1024 x 8192
+    (56 MB) ran 5-11 % faster with the hint, ahead of Inductor's kernel; ops that fit in L2
+    (1024 x 4096 with a residual, 32 MB) ran up to 34 % slower, as replays no longer found
+    their inputs there, and ops streaming from DRAM (16384 rows) 2 % slower. A hint only:
+    the results do not change, so it may depend on the batch."""
+    if not x.is_cuda:
+        return False
+    l2 = _l2_bytes(x.device.index if x.device.index is not None else 0)
+    return l2 < footprint <= EVICT_FIRST_L2_MULTIPLE * l2
+
+
+def _footprint(
+    x: torch.Tensor,
+    out: torch.Tensor,
+    residual: torch.Tensor | None,
+    scale_out: torch.Tensor | None,
+) -> int:
+    """Bytes a norm reads and writes (activations in and out, the residual twice)."""
+    per_row = x.element_size() + out.element_size()
+    if residual is not None:
+        per_row += 2 * residual.element_size()
+    total = x.numel() * per_row
+    return total + (scale_out.numel() * scale_out.element_size() if scale_out is not None else 0)
 
 
 def launch_norm(
@@ -268,5 +294,9 @@ def launch_norm(
         num_warps=(
             norm_warps(block, quant, residual is not None) if num_warps is None else num_warps
         ),
-        EVICT_FIRST=(evict_first_for(n, hidden) if evict_first is None else evict_first),
+        EVICT_FIRST=(
+            evict_first_for(x, _footprint(x, out, residual, scale_out))
+            if evict_first is None
+            else evict_first
+        ),
     )
