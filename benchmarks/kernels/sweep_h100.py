@@ -65,8 +65,8 @@ def sweep_flat() -> None:
                     results.append((row, f"row b{b} w{w}"))
                     flat = time_us(
                         pk.flat_gated_kernel[(triton.cdiv(t * d, b),)],
-                        x, out, ones, d, t * d,
-                        ACT=act, QUANT=quant, BLOCK=b, EXACT_FP8=exact, num_warps=w,
+                        x, out, ones, t * d, D=d, ACT=act, QUANT=quant, BLOCK=b,
+                        EVEN=t * d % b == 0, EXACT_FP8=exact, num_warps=w,
                     )  # fmt: skip
                     results.append((flat, f"flat b{b} w{w}"))
                 show(f"{name} t={t} d={d}", results)
@@ -78,7 +78,8 @@ def sweep_flat() -> None:
             for b, w in BLOCKS_AND_WARPS:
                 flat = time_us(
                     pk.flat_static_quant_kernel[(triton.cdiv(t * h, b),)],
-                    x, q, ones, t * h, BLOCK=b, EXACT_FP8=exact, num_warps=w,
+                    x, q, ones, t * h, BLOCK=b, EVEN=t * h % b == 0, EXACT_FP8=exact,
+                    num_warps=w,
                 )  # fmt: skip
                 results.append((flat, f"flat b{b} w{w}"))
             show(f"static_quant t={t} h={h}", results)
