@@ -222,11 +222,11 @@ def _footprint(
     scale_out: torch.Tensor | None,
 ) -> int:
     """Bytes a norm reads and writes (activations in and out, the residual twice)."""
-    per_row = x.element_size() + out.element_size()
+    per_element = x.element_size() + out.element_size()
     if residual is not None:
-        per_row += 2 * residual.element_size()
-    total = x.numel() * per_row
-    return total + (scale_out.numel() * scale_out.element_size() if scale_out is not None else 0)
+        per_element += 2 * residual.element_size()
+    scales = scale_out.numel() * scale_out.element_size() if scale_out is not None else 0
+    return x.numel() * per_element + scales
 
 
 def launch_norm(
