@@ -7,7 +7,9 @@ is timed by replaying a CUDA graph (``triton.testing.do_bench_cudagraph``) and p
 (``do_bench``). It reports microseconds, GB/s of minimum memory traffic (bytes the op must read
 plus bytes it must write) and that as a fraction of the device-to-device copy bandwidth measured
 in the same run (1 GiB copy, bytes read + written). It also times an empty Triton kernel
-replayed in a graph, the floor for decode sizes.
+replayed in a graph, the floor for decode sizes. Every candidate of a shape runs once before
+any is timed, and ``--repeat N`` rotates the order in which they are timed, so no candidate is
+favoured by when it runs.
 
 Usage (on a GPU): ``ir-stack bench --only kernels`` or ``python -m ir_stack.bench.kernels --out
 DIR [--ops a,b] [--quick]``. Results: ``DIR/kernels-<card>.json``, one record per (op, provider,
