@@ -77,7 +77,8 @@ def rotary_kernel(
     TAIL_BLOCK: tl.constexpr,
 ):
     token = tl.program_id(0).to(tl.int64)
-    first = tl.program_id(1) * HEAD_BLOCK * head_size  # this program's first head
+    first_head = tl.program_id(1) * HEAD_BLOCK
+    first = first_head * head_size  # offset of this program's first head
     pos = tl.load(pos_ptr + token).to(tl.int64)
     i = tl.arange(0, HALF_BLOCK)[None, :]
     cache_row = cache_ptr + pos * cache_stride
@@ -86,7 +87,7 @@ def rotary_kernel(
     _rotate_heads(
         q_ptr + token * q_stride + first,
         q_out_ptr + token * q_out_stride + first,
-        q_heads - tl.program_id(1) * HEAD_BLOCK,
+        q_heads - first_head,
         head_size,
         cos,
         sin,
@@ -100,7 +101,7 @@ def rotary_kernel(
     _rotate_heads(
         k_ptr + token * k_stride + first,
         k_out_ptr + token * k_out_stride + first,
-        k_heads - tl.program_id(1) * HEAD_BLOCK,
+        k_heads - first_head,
         head_size,
         cos,
         sin,
