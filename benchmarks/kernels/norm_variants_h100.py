@@ -1,8 +1,11 @@
-# ruff: noqa: B023  (each lambda is timed before the loop moves on)
 """H100 probe of norm variants where Inductor still won (L2-sized shapes): eviction hints on
 the activation loads, several rows per program, an Inductor-style two-pass loop
 (`benchmarks/results/triton-tuning-H100.log`, section 4). ``python norm_variants_h100.py``.
 """
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import torch
 import triton
@@ -15,14 +18,7 @@ from ir_spec import SampleSpec, ops
 from ir_spec.testing import sample_inputs
 from ir_stack.bench import kernels as bk
 
-for option in (
-    "recompile_limit",
-    "cache_size_limit",
-    "accumulated_recompile_limit",
-    "accumulated_cache_size_limit",
-):
-    if hasattr(torch._dynamo.config, option):
-        setattr(torch._dynamo.config, option, 100000)
+bk.lift_recompile_limits()
 FP8 = torch.float8_e4m3fn
 
 
@@ -132,92 +128,104 @@ CASES = [
 ]
 
 
+@dataclass
+class Case:
+    """One norm op at one shape: its arguments, the activations and preallocated outputs."""
+
+    op: Any
+    args: tuple[Any, ...]
+    tokens: int
+    hidden: int
+    has_res: bool
+    quant: bool
+    x: torch.Tensor
+    r: torch.Tensor
+    w: torch.Tensor
+    scale: torch.Tensor
+    out: torch.Tensor
+    res: torch.Tensor
+
+
+def make_case(name: str, t: int, h: int) -> Case:
+    """bf16 inputs of op `name` (rms_norm or a fused-add variant) at `t` x `h`."""
+    op = getattr(ops, name)
+    spec = SampleSpec(
+        batch_shape=(t,), hidden_size=h, dtype=torch.bfloat16, device="cuda", seed=t + h
+    )
+    args = sample_inputs(op, spec)
+    has_res = name.startswith("fused")
+    quant = name.endswith("fp8")
+    x = args[0]
+    return Case(
+        op=op,
+        args=args,
+        tokens=t,
+        hidden=h,
+        has_res=has_res,
+        quant=quant,
+        x=x,
+        r=args[1] if has_res else x,
+        w=args[2] if has_res else args[1],
+        scale=args[4] if quant else x,
+        out=torch.empty(t, h, device="cuda", dtype=FP8 if quant else torch.bfloat16),
+        res=torch.empty_like(x),
+    )
+
+
+def launch_variant(
+    case: Case,
+    *,
+    rows: int = 1,
+    warps: int = 8,
+    evict: str = "",
+    loop: bool = False,
+    rblock: int = 1,
+    alloc: bool = False,
+) -> None:
+    """`var_kernel` over `case` (into fresh outputs with `alloc`, else the preallocated ones)."""
+    out = torch.empty_like(case.out) if alloc else case.out
+    res = torch.empty_like(case.res) if alloc else case.res
+    var_kernel[(triton.cdiv(case.tokens, rows),)](
+        case.x,
+        case.r,
+        case.w,
+        out,
+        res,
+        case.scale,
+        case.tokens,
+        case.hidden,
+        1e-6,
+        HAS_RES=case.has_res,
+        QUANT=case.quant,
+        BLOCK=triton.next_power_of_2(case.hidden),
+        ROWS=rows,
+        EVICT_IN=evict,
+        LOOP=loop,
+        RBLOCK=rblock,
+        num_warps=warps,
+    )
+
+
 def main() -> None:
     for name, t, h in CASES:
-        op = getattr(ops, name)
-        args = sample_inputs(
-            op,
-            SampleSpec(
-                batch_shape=(t,), hidden_size=h, dtype=torch.bfloat16, device="cuda", seed=t + h
-            ),
-        )
-        has_res = name.startswith("fused")
-        quant = name.endswith("fp8")
-        x = args[0]
-        r = args[1] if has_res else x
-        w = args[2] if has_res else args[1]
-        scale = args[4] if quant else x
-        out = torch.empty(t, h, device="cuda", dtype=FP8 if quant else torch.bfloat16)
-        res = torch.empty_like(x)
-        ind = bk.anchors(op, args)["inductor"]
-
-        def mine() -> None:
-            op.impls["triton"].fn(*args)
-
+        case = make_case(name, t, h)
+        ind = bk.anchors(case.op, case.args)["inductor"]
+        mine = partial(case.op.impls["triton"].fn, *case.args)
         ind()
         mine()
         results = [(us(ind), "inductor"), (us(mine), "ours")]
-        block = triton.next_power_of_2(h)
         for rows in (1, 2, 4):
             for warps in (4, 8, 16):
                 for ev in ("", "evict_first", "evict_last"):
-                    results.append(
-                        (
-                            us(
-                                lambda: var_kernel[(triton.cdiv(t, rows),)](
-                                    x,
-                                    r,
-                                    w,
-                                    out,
-                                    res,
-                                    scale,
-                                    t,
-                                    h,
-                                    1e-6,
-                                    HAS_RES=has_res,
-                                    QUANT=quant,
-                                    BLOCK=block,
-                                    ROWS=rows,
-                                    EVICT_IN=ev,
-                                    LOOP=False,
-                                    RBLOCK=1,
-                                    num_warps=warps,
-                                )
-                            ),
-                            f"r{rows}w{warps}{ev[6:]}",
-                        )
-                    )
+                    v = partial(launch_variant, case, rows=rows, warps=warps, evict=ev)
+                    results.append((us(v), f"r{rows}w{warps}{ev[6:]}"))
                 for rb in (1024, 2048):
                     if rb * rows > 8192:
                         continue
-                    results.append(
-                        (
-                            us(
-                                lambda: var_kernel[(triton.cdiv(t, rows),)](
-                                    x,
-                                    r,
-                                    w,
-                                    out,
-                                    res,
-                                    scale,
-                                    t,
-                                    h,
-                                    1e-6,
-                                    HAS_RES=has_res,
-                                    QUANT=quant,
-                                    BLOCK=block,
-                                    ROWS=rows,
-                                    EVICT_IN="",
-                                    LOOP=True,
-                                    RBLOCK=rb,
-                                    num_warps=warps,
-                                )
-                            ),
-                            f"loop r{rows}w{warps}b{rb}",
-                        )
-                    )
+                    v = partial(launch_variant, case, rows=rows, warps=warps, loop=True, rblock=rb)
+                    results.append((us(v), f"loop r{rows}w{warps}b{rb}"))
         results.sort()
-        times = dict((n, u) for u, n in results)
+        times = {n: u for u, n in results}
         top = " ".join(f"{u:.2f}:{n}" for u, n in results[:8])
         print(f"{name} t={t} h={h} (ind {times['inductor']:.2f} ours {times['ours']:.2f}): {top}")
 

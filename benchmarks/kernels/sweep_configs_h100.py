@@ -20,14 +20,7 @@ from ir_spec import SampleSpec, ops
 from ir_spec.testing import sample_inputs
 from ir_stack.bench import kernels as bk
 
-for option in (
-    "recompile_limit",
-    "cache_size_limit",
-    "accumulated_recompile_limit",
-    "accumulated_cache_size_limit",
-):
-    if hasattr(torch._dynamo.config, option):
-        setattr(torch._dynamo.config, option, 100000)
+bk.lift_recompile_limits()
 FP8 = torch.float8_e4m3fn
 
 

@@ -138,6 +138,18 @@ def _bound(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
     return lambda: fn(*args)
 
 
+def lift_recompile_limits() -> None:
+    """Let Dynamo recompile without limit: the Inductor anchor compiles once per shape."""
+    for option in (
+        "recompile_limit",
+        "cache_size_limit",
+        "accumulated_recompile_limit",
+        "accumulated_cache_size_limit",
+    ):
+        if hasattr(torch._dynamo.config, option):
+            setattr(torch._dynamo.config, option, 100000)
+
+
 def _runs(fn: Callable[[], Any], label: str) -> bool:
     """Call `fn` once (compiling it if needed); False, with the error printed, if it fails."""
     try:
@@ -262,14 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the k-th on (run-to-run spread)",
     )
     a = parser.parse_args(argv)
-    for option in (
-        "recompile_limit",
-        "cache_size_limit",
-        "accumulated_recompile_limit",
-        "accumulated_cache_size_limit",
-    ):
-        if hasattr(torch._dynamo.config, option):
-            setattr(torch._dynamo.config, option, 100000)
+    lift_recompile_limits()
     torch.backends.cuda.matmul.allow_tf32 = True
     print("providers:", import_providers())
     card = torch.cuda.get_device_name()
