@@ -7,14 +7,20 @@ normalization pass). Each row's arithmetic is the same whatever the batch, so re
 batch-invariant.
 """
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
 from .fp8 import exact_rounding, saturate_fp8
-from .platform import LOOP_BLOCK, MAX_SINGLE_PASS, next_power_of_2, num_rows, rows, warps_for
+from .platform import (
+    LOOP_BLOCK,
+    MAX_SINGLE_PASS,
+    l2_cache_bytes,
+    next_power_of_2,
+    num_rows,
+    rows,
+    warps_for,
+)
 
 FP8_MAX = 448.0
 MIN_SCALE = 1.0 / (448.0 * 512.0)
@@ -160,24 +166,27 @@ def norm_kernel(
                 tl.store(out_row + offs, q.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-#: Row blocks from which the quantizing variants without a residual take 8 warps and load the
-#: weight early.
+#: Row blocks from which the quantizing variants without a residual take 8 warps (the dynamic
+#: one; the static one from `WIDE_STATIC_QUANT_BLOCK`) and load the weight early.
 WIDE_QUANT_BLOCK = 8192
+WIDE_STATIC_QUANT_BLOCK = 4096
 
 
 def norm_warps(block: int, quant: int, residual: bool = False) -> int:
     """Warps per row (by the row block only: the reduction order, hence the result, depends on
     it). Sweeps found the quantizing variants fastest with at most 4 warps up to 4096-element
     rows and 8 from 8192 (H200 and H100; 4 warps left a single 8192-element row 0.3-0.5 µs
-    slower), except with a residual, which runs best at 8 warps for 2048-element rows and 16
-    from 4096 (H100: 5-15 % faster from 1 to 1024 rows, within 1 % above;
-    `benchmarks/results/triton-tuning-H100.log`, `triton-tuning-H200.log`)."""
+    slower), except the static one, which takes 8 from 4096 (H100: 1-6 % faster at every batch
+    from 1 to 16384 rows), and those with a residual, which run best at 8 warps for
+    2048-element rows and 16 from 4096 (H100: 5-15 % faster from 1 to 1024 rows, within 1 %
+    above; `benchmarks/results/triton-tuning-H100.log`, `triton-tuning-H200.log`)."""
     warps = warps_for(block)
     if quant == QUANT_NONE:
         return warps
     if residual:
         return min(16, max(4, block // 256))
-    return 8 if block >= WIDE_QUANT_BLOCK else min(warps, 4)
+    wide = WIDE_STATIC_QUANT_BLOCK if quant == QUANT_STATIC else WIDE_QUANT_BLOCK
+    return 8 if block >= wide else min(warps, 4)
 
 
 #: Rows up to which the weight is loaded before the reduction in every variant.
@@ -197,11 +206,6 @@ def early_weight_for(rows_: int, quant: int, block: int, residual: bool = False)
 EVICT_FIRST_L2_MULTIPLE = 1.2
 
 
-@functools.cache
-def _l2_bytes(device_index: int) -> int:
-    return int(torch.cuda.get_device_properties(device_index).L2_cache_size)
-
-
 def evict_first_for(x: torch.Tensor, footprint: int) -> bool:
     """Mark the activations first out of L2 when the op's `footprint` just exceeds the L2
     cache. H100 grid (50 MB L2): fused add + norm + fp8 at 4096 x 2048 and 1024 x 8192
@@ -209,10 +213,8 @@ def evict_first_for(x: torch.Tensor, footprint: int) -> bool:
     (1024 x 4096 with a residual, 32 MB) ran up to 34 % slower, as replays no longer found
     their inputs there, and ops streaming from DRAM (16384 rows) 2 % slower. A hint only:
     the results do not change, so it may depend on the batch."""
-    if not x.is_cuda:
-        return False
-    l2 = _l2_bytes(x.device.index if x.device.index is not None else 0)
-    return l2 < footprint <= EVICT_FIRST_L2_MULTIPLE * l2
+    l2 = l2_cache_bytes(x)
+    return l2 is not None and l2 < footprint <= EVICT_FIRST_L2_MULTIPLE * l2
 
 
 def _footprint(

@@ -35,6 +35,24 @@ def triton_supported() -> bool:
     return interpreting() or torch.cuda.is_available()
 
 
+@functools.cache
+def _l2_bytes(device_index: int) -> int:
+    return int(torch.cuda.get_device_properties(device_index).L2_cache_size)
+
+
+def l2_cache_bytes(t: torch.Tensor) -> int | None:
+    """Size of the L2 cache of the GPU holding `t` (None off the GPU)."""
+    if not t.is_cuda:
+        return None
+    return _l2_bytes(t.device.index if t.device.index is not None else 0)
+
+
+def streams_from_dram(t: torch.Tensor, footprint: int) -> bool:
+    """An op on `t` reading and writing `footprint` bytes cannot keep them in L2 between calls."""
+    l2 = l2_cache_bytes(t)
+    return l2 is not None and footprint > l2
+
+
 def on_kernel_device(*tensors: torch.Tensor | None) -> bool:
     """All given tensors live where the kernels run (the GPU; the CPU when interpreting)."""
     want_cuda = not interpreting()

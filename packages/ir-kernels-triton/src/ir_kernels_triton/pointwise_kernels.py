@@ -11,7 +11,15 @@ import triton
 import triton.language as tl
 
 from .fp8 import exact_rounding, saturate_fp8
-from .platform import LOOP_BLOCK, MAX_SINGLE_PASS, next_power_of_2, num_rows, rows, warps_for
+from .platform import (
+    LOOP_BLOCK,
+    MAX_SINGLE_PASS,
+    next_power_of_2,
+    num_rows,
+    rows,
+    streams_from_dram,
+    warps_for,
+)
 
 ACT_SILU = 0
 ACT_GELU = 1
@@ -107,13 +115,32 @@ FEW_ROWS = 64
 FLAT_INDEX_LIMIT = 2**31
 
 
-def flat_config(total: int) -> tuple[int, int]:
-    """(block, warps) of the flat elementwise kernels over `total` outputs. Sweeps on an H100
-    (gated activations, gated + fp8 and fp8 quantization; 1-16384 rows of 2048-28672,
-    `benchmarks/results/triton-tuning-H100.log`): up to 128K outputs (decode) 512-element
-    blocks over 8 warps, two elements a thread, for latency; above, 1024 over 4 warps (within
-    1 % of the best configuration at large sizes)."""
-    return (512, 8) if total <= 1 << 17 else (1024, 4)
+#: Outputs up to which the flat kernels favour latency (decode sizes).
+FLAT_DECODE_OUTPUTS = 1 << 17
+
+
+def flat_config(
+    total: int, streaming: bool = False, act: int | None = None, quant: bool = False
+) -> tuple[int, int]:
+    """(block, warps) of the flat elementwise kernels over `total` outputs: the fp8
+    quantization alone (`act` None) or a gated activation (`quant`: with fp8 output).
+    `streaming`: the op's bytes do not stay in L2 between calls. H100 sweeps
+    (`benchmarks/results/triton-tuning-H100.log`, sections 1 and 8): up to 128K outputs,
+    512-element blocks over 8 warps for latency; above, the quantization alone runs best on
+    2048-element blocks, over 4 warps while its data stays in L2 (up to 30 % faster than 1024
+    over 4 warps) and 8 once it streams from memory; the gated kernels on 1024 over 4 warps,
+    except streaming silu (1024 over 8, 1-1.5 % faster) and gelu (2048 over 8, up to 1 %)."""
+    if total <= FLAT_DECODE_OUTPUTS:
+        return 512, 8
+    if act is None:
+        return (2048, 8) if streaming else (2048, 4)
+    if quant or not streaming:
+        return 1024, 4
+    return (1024, 8) if act == ACT_SILU else (2048, 8)
+
+
+def _footprint(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def pointwise_config(
@@ -136,19 +163,22 @@ def launch_gated(
     scale: torch.Tensor | None = None,
     block: int | None = None,
     num_warps: int | None = None,
+    flat: tuple[int, int] | None = None,
 ) -> None:
     """``out = act(x[..., :d]) * x[..., d:]`` (then quantized with `scale` if given).
 
-    Contiguous rows take the flat kernel; `block` and `num_warps` (for tuning) select the
-    row-block kernel with that configuration."""
+    Contiguous rows take the flat kernel (`flat`: its block and warps, for tuning); `block` and
+    `num_warps` (for tuning) select the row-block kernel with that configuration."""
     d = x.shape[-1] // 2
     n = num_rows(x)
     if n == 0 or d == 0:
         return
     x2, out2 = rows(x), rows(out)
-    flat = x2.stride(0) == 2 * d and out2.stride(0) == d and 2 * n * d < FLAT_INDEX_LIMIT
-    if flat and block is None and num_warps is None:
-        flat_block, warps = flat_config(n * d)
+    dense = x2.stride(0) == 2 * d and out2.stride(0) == d and 2 * n * d < FLAT_INDEX_LIMIT
+    if dense and block is None and num_warps is None:
+        flat_block, warps = flat or flat_config(
+            n * d, streams_from_dram(x, _footprint(x, out)), act, scale is not None
+        )
         flat_gated_kernel[(triton.cdiv(n * d, flat_block),)](
             x2,
             out2,
@@ -217,8 +247,13 @@ def flat_static_quant_kernel(
         tl.store(q_ptr + i, q, mask=i < total)
 
 
-def launch_static_quant(x: torch.Tensor, scale: torch.Tensor, q: torch.Tensor) -> None:
-    """``q = saturate(x / scale)``."""
+def launch_static_quant(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    q: torch.Tensor,
+    flat: tuple[int, int] | None = None,
+) -> None:
+    """``q = saturate(x / scale)`` (`flat`: block and warps of the flat kernel, for tuning)."""
     hidden = x.shape[-1]
     n = num_rows(x)
     if n == 0:
@@ -226,7 +261,7 @@ def launch_static_quant(x: torch.Tensor, scale: torch.Tensor, q: torch.Tensor) -
     x2, q2 = rows(x), rows(q)
     total = n * hidden
     if x2.stride(0) == hidden and q2.stride(0) == hidden and total < FLAT_INDEX_LIMIT:
-        block, warps = flat_config(total)
+        block, warps = flat or flat_config(total, streams_from_dram(x, _footprint(x, q)))
         flat_static_quant_kernel[(triton.cdiv(total, block),)](
             x2,
             q2,
