@@ -79,8 +79,9 @@ def test_large_hidden_takes_the_looped_kernel() -> None:
 @pytest.mark.parametrize("quant", [0, 1, 2], ids=["plain", "static", "dynamic"])
 @pytest.mark.parametrize("residual", [False, True], ids=["norm", "add"])
 def test_norm_tuning_knobs_keep_results(residual: bool, quant: int) -> None:
-    """The knobs that may follow the batch (early weight load, evict-first hint) only reorder
-    loads: every setting gives bitwise the default's result."""
+    """The knobs that may follow the batch (early weight load, evict-first hint, register cap)
+    only reorder loads or move values between registers and memory: every setting gives
+    bitwise the default's result."""
     from ir_kernels_triton import norm_kernels as nk
 
     gen = torch.Generator(device=DEVICE).manual_seed(3)
@@ -90,7 +91,7 @@ def test_norm_tuning_knobs_keep_results(residual: bool, quant: int) -> None:
     scale = torch.full((1,), 0.02, device=DEVICE)
     out_dtype = torch.float8_e4m3fn if quant else x.dtype
 
-    def run(**knobs: bool) -> list[torch.Tensor]:
+    def run(**knobs: Any) -> list[torch.Tensor]:
         out = torch.empty(5, 769, device=DEVICE, dtype=out_dtype)
         res = torch.empty_like(x) if residual else None
         scales = torch.empty(5, device=DEVICE) if quant == nk.QUANT_DYNAMIC else None
@@ -103,8 +104,10 @@ def test_norm_tuning_knobs_keep_results(residual: bool, quant: int) -> None:
     expected = run()
     for early in (False, True):
         for evict in (False, True):
-            for got, want in zip(run(early_weight=early, evict_first=evict), expected, strict=True):
-                assert torch.equal(got, want), (early, evict)
+            for registers in (None, 32):
+                knobs = {"early_weight": early, "evict_first": evict, "max_registers": registers}
+                for got, want in zip(run(**knobs), expected, strict=True):
+                    assert torch.equal(got, want), knobs
 
 
 BATCH_INVARIANCE_HIDDEN = 2048 if GPU else 64

@@ -193,12 +193,44 @@ def norm_warps(block: int, quant: int, residual: bool = False) -> int:
 FEW_ROWS = 256
 
 
-def early_weight_for(rows_: int, quant: int, block: int, residual: bool = False) -> bool:
+#: Footprint, as a multiple of the L2 size, up to which a plain fused add over more than
+#: `FEW_ROWS` rows loads the weight after the reduction.
+LATE_WEIGHT_L2_SHARE = 2.0
+
+
+def early_weight_for(
+    rows_: int, quant: int, block: int, residual: bool = False, l2_share: float | None = None
+) -> bool:
     """Load the weight before the row reduction (hides its latency, but keeps it live through
     the reduction: a loss for the quantizing variants of narrow rows at large batches, except
-    with a residual and its wider warps). The arithmetic is the same either way, so the choice
-    may depend on the batch."""
+    with a residual and its wider warps, and for the plain fused add beyond `FEW_ROWS` rows
+    while its footprint is at most twice the L2 size, `l2_share` (H100: 1024 x 4096 13 %
+    faster, `triton-tuning-H100.log` section 9)). The arithmetic is the same either way, so the
+    choice may depend on the batch."""
+    if quant == QUANT_NONE and residual and rows_ > FEW_ROWS:
+        return l2_share is None or l2_share > LATE_WEIGHT_L2_SHARE
     return quant == QUANT_NONE or residual or rows_ <= FEW_ROWS or block >= WIDE_QUANT_BLOCK
+
+
+def max_registers_for(
+    rows_: int,
+    quant: int,
+    block: int,
+    residual: bool,
+    l2_share: float | None,
+    element_size: int,
+) -> int | None:
+    """A cap on registers per thread for the plain norms of 16-bit rows beyond `FEW_ROWS` rows
+    (None: the compiler's choice). More programs fit an SM under the cap: H100, rms_norm
+    whose footprint lies between a quarter of the L2 size and the L2 size with 32 (1024 x 8192:
+    8.80 to 8.26 µs), fused add of 8192-wide rows streaming from memory with 48 (0.3-0.5 %);
+    section 9 of `triton-tuning-H100.log`. Registers do not change the arithmetic, so the cap
+    may depend on the batch."""
+    if quant != QUANT_NONE or rows_ <= FEW_ROWS or element_size != 2 or l2_share is None:
+        return None
+    if residual:
+        return 48 if block >= 8192 and l2_share > LATE_WEIGHT_L2_SHARE else None
+    return 32 if 0.25 < l2_share <= 1.0 else None
 
 
 #: Footprints (bytes the op reads and writes) up to this multiple of the L2 size take the
@@ -206,15 +238,20 @@ def early_weight_for(rows_: int, quant: int, block: int, residual: bool = False)
 EVICT_FIRST_L2_MULTIPLE = 1.2
 
 
-def evict_first_for(x: torch.Tensor, footprint: int) -> bool:
-    """Mark the activations first out of L2 when the op's `footprint` just exceeds the L2
-    cache. H100 grid (50 MB L2): fused add + norm + fp8 at 4096 x 2048 and 1024 x 8192
-    (56 MB) ran 5-11 % faster with the hint, ahead of Inductor's kernel; ops that fit in L2
-    (1024 x 4096 with a residual, 32 MB) ran up to 34 % slower, as replays no longer found
-    their inputs there, and ops streaming from DRAM (16384 rows) 2 % slower. A hint only:
-    the results do not change, so it may depend on the batch."""
+def footprint_share(x: torch.Tensor, footprint: int) -> float | None:
+    """`footprint` bytes as a multiple of the L2 size of `x`'s GPU (None off the GPU)."""
     l2 = l2_cache_bytes(x)
-    return l2 is not None and l2 < footprint <= EVICT_FIRST_L2_MULTIPLE * l2
+    return None if l2 is None else footprint / l2
+
+
+def evict_first_for(l2_share: float | None) -> bool:
+    """Mark the activations first out of L2 when the op's footprint, `l2_share` of the L2
+    cache, just exceeds it. H100 grid (50 MB L2): fused add + norm + fp8 at 4096 x 2048 and
+    1024 x 8192 (56 MB) ran 5-11 % faster with the hint, ahead of Inductor's kernel; ops that
+    fit in L2 (1024 x 4096 with a residual, 32 MB) ran up to 34 % slower, as replays no longer
+    found their inputs there, and ops streaming from DRAM (16384 rows) 2 % slower. A hint
+    only: the results do not change, so it may depend on the batch."""
+    return l2_share is not None and 1.0 < l2_share <= EVICT_FIRST_L2_MULTIPLE
 
 
 def _footprint(
@@ -249,11 +286,13 @@ def launch_norm(
     num_warps: int | None = None,
     early_weight: bool | None = None,
     evict_first: bool | None = None,
+    max_registers: int | None = None,
 ) -> None:
     """Run `norm_kernel` over the rows of `x` (all tensors already validated).
 
-    `single_pass`, `block`, `num_warps`, `early_weight` and `evict_first` override the
-    configuration (for tuning); the default of the first three depends on the row width only."""
+    `single_pass`, `block`, `num_warps`, `early_weight`, `evict_first` and `max_registers`
+    (a cap per thread) override the configuration (for tuning); the default of the first three
+    depends on the row width only."""
     hidden = x.shape[-1]
     n = num_rows(x)
     if n == 0:
@@ -265,6 +304,10 @@ def launch_norm(
     single = hidden <= MAX_SINGLE_PASS if single_pass is None else single_pass
     if block is None:
         block = next_power_of_2(hidden) if single else LOOP_BLOCK
+    share = footprint_share(x, _footprint(x, out, residual, scale_out))
+    has_residual = residual is not None
+    if max_registers is None:
+        max_registers = max_registers_for(n, quant, block, has_residual, share, x.element_size())
     norm_kernel[(n,)](
         x2,
         x2.stride(0),
@@ -289,16 +332,13 @@ def launch_norm(
         SINGLE_PASS=single,
         EXACT_FP8=exact_rounding(),
         EARLY_WEIGHT=(
-            early_weight_for(n, quant, block, residual is not None)
+            early_weight_for(n, quant, block, has_residual, share)
             if early_weight is None
             else early_weight
         ),
         num_warps=(
             norm_warps(block, quant, residual is not None) if num_warps is None else num_warps
         ),
-        EVICT_FIRST=(
-            evict_first_for(x, _footprint(x, out, residual, scale_out))
-            if evict_first is None
-            else evict_first
-        ),
+        EVICT_FIRST=(evict_first_for(share) if evict_first is None else evict_first),
+        **({} if max_registers is None else {"maxnreg": max_registers}),
     )

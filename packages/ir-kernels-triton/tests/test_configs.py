@@ -1,0 +1,55 @@
+"""The launch-configuration rules: what they may depend on, and that they stay launchable."""
+
+import pytest
+
+from ir_kernels_triton import norm_kernels as nk
+from ir_kernels_triton import pointwise_kernels as pk
+
+ACTS = [None, pk.ACT_SILU, pk.ACT_GELU, pk.ACT_GELU_TANH]
+
+
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("quant", [False, True])
+@pytest.mark.parametrize("streaming", [False, True])
+def test_flat_configs_are_launchable(act: int | None, quant: bool, streaming: bool) -> None:
+    """Power-of-two blocks of at least one element per thread, for every size."""
+    for total in (1, 5632, 1 << 17, (1 << 17) + 1, 1 << 19, (1 << 19) + 1, 1 << 24, 1 << 30):
+        block, warps = pk.flat_config(total, streaming, act, quant)
+        assert block & (block - 1) == 0
+        assert block >= 32 * warps
+        assert warps in (1, 2, 4, 8, 16)
+
+
+def test_register_cap_only_for_plain_16_bit_norms_beyond_few_rows() -> None:
+    many = nk.FEW_ROWS + 1
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 0.5, 2) == 32
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, True, 4.0, 2) == 48
+    # off the GPU (no L2 share), quantizing, few rows or 32-bit rows: the compiler's choice
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, None, 2) is None
+    assert nk.max_registers_for(many, nk.QUANT_STATIC, 8192, False, 0.5, 2) is None
+    assert nk.max_registers_for(nk.FEW_ROWS, nk.QUANT_NONE, 8192, False, 0.5, 2) is None
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 0.5, 4) is None
+
+
+def test_fused_add_loads_the_weight_late_only_beyond_few_rows_near_l2() -> None:
+    many = nk.FEW_ROWS + 1
+    assert not nk.early_weight_for(many, nk.QUANT_NONE, 4096, True, 0.6)
+    assert nk.early_weight_for(many, nk.QUANT_NONE, 4096, True, 3.0)
+    assert nk.early_weight_for(many, nk.QUANT_NONE, 4096, True, None)
+    assert nk.early_weight_for(nk.FEW_ROWS, nk.QUANT_NONE, 4096, True, 0.6)
+
+
+def test_evict_first_window() -> None:
+    assert not nk.evict_first_for(None)
+    assert not nk.evict_first_for(0.9)
+    assert nk.evict_first_for(1.1)
+    assert not nk.evict_first_for(nk.EVICT_FIRST_L2_MULTIPLE + 0.01)
+
+
+def test_norm_warps_follow_the_row_block_only() -> None:
+    """The signature is the contract: warps set the reduction order, so no batch argument."""
+    for block in (8, 1024, 2048, 4096, 8192, 16384):
+        for quant in (nk.QUANT_NONE, nk.QUANT_STATIC, nk.QUANT_DYNAMIC):
+            for residual in (False, True):
+                warps = nk.norm_warps(block, quant, residual)
+                assert warps in (1, 2, 4, 8, 16)
