@@ -132,10 +132,13 @@ def flat_config(
     except streaming silu (1024 over 8, 1-1.5 % faster) and gelu (2048 over 8, up to 1 %).
     The gelu gates, heavier to compute, spread small sizes over more programs: 256-element
     blocks over 4 warps up to 128K outputs (one token of 5632: 1.38 to 1.33 µs), 512 over 4 up
-    to 512K (section 9)."""
+    to 1M; above, while in L2, 512 over a single warp (16 outputs a thread: 128 x 28672 from
+    6.68 to 6.42 µs; section 9)."""
     gelu = act is not None and act != ACT_SILU and not quant
-    if gelu and total <= 4 * FLAT_DECODE_OUTPUTS:
-        return (256, 4) if total <= FLAT_DECODE_OUTPUTS else (512, 4)
+    if gelu and not streaming:
+        if total <= FLAT_DECODE_OUTPUTS:
+            return 256, 4
+        return (512, 4) if total <= 8 * FLAT_DECODE_OUTPUTS else (512, 1)
     if total <= FLAT_DECODE_OUTPUTS:
         return 512, 8
     if act is None:
