@@ -15,7 +15,7 @@ from .fp8 import exact_rounding, saturate_fp8
 from .platform import (
     LOOP_BLOCK,
     MAX_SINGLE_PASS,
-    l2_cache_bytes,
+    footprint_share,
     next_power_of_2,
     num_rows,
     rows,
@@ -236,12 +236,6 @@ def max_registers_for(
 #: Footprints (bytes the op reads and writes) up to this multiple of the L2 size take the
 #: evict-first hint, from just above the L2 size.
 EVICT_FIRST_L2_MULTIPLE = 1.2
-
-
-def footprint_share(x: torch.Tensor, footprint: int) -> float | None:
-    """`footprint` bytes as a multiple of the L2 size of `x`'s GPU (None off the GPU)."""
-    l2 = l2_cache_bytes(x)
-    return None if l2 is None else footprint / l2
 
 
 def evict_first_for(l2_share: float | None) -> bool:

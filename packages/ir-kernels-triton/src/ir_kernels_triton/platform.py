@@ -47,10 +47,16 @@ def l2_cache_bytes(t: torch.Tensor) -> int | None:
     return _l2_bytes(t.device.index if t.device.index is not None else 0)
 
 
+def footprint_share(t: torch.Tensor, footprint: int) -> float | None:
+    """`footprint` bytes as a multiple of the L2 size of the GPU holding `t` (None off it)."""
+    l2 = l2_cache_bytes(t)
+    return None if l2 is None else footprint / l2
+
+
 def streams_from_dram(t: torch.Tensor, footprint: int) -> bool:
     """An op on `t` reading and writing `footprint` bytes cannot keep them in L2 between calls."""
-    l2 = l2_cache_bytes(t)
-    return l2 is not None and footprint > l2
+    share = footprint_share(t, footprint)
+    return share is not None and share > 1.0
 
 
 def on_kernel_device(*tensors: torch.Tensor | None) -> bool:

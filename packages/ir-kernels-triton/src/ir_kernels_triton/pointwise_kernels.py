@@ -125,7 +125,7 @@ def flat_config(
     """(block, warps) of the flat elementwise kernels over `total` outputs: the fp8
     quantization alone (`act` None) or a gated activation (`quant`: with fp8 output).
     `streaming`: the op's bytes do not stay in L2 between calls. H100 sweeps
-    (`benchmarks/results/triton-tuning-H100.log`, sections 1 and 8): up to 128K outputs,
+    (`benchmarks/results/triton-tuning-H100.log`, sections 1 and 8-10): up to 128K outputs,
     512-element blocks over 8 warps for latency; above, the quantization alone runs best on
     2048-element blocks, over 4 warps while its data stays in L2 (up to 30 % faster than 1024
     over 4 warps) and 8 once it streams from memory; the gated kernels on 1024 over 4 warps,
@@ -133,7 +133,7 @@ def flat_config(
     The gelu gates, heavier to compute, spread small sizes over more programs: 256-element
     blocks over 4 warps up to 128K outputs (one token of 5632: 1.38 to 1.33 µs), 512 over 4 up
     to 1M; above, while in L2, 512 over a single warp (16 outputs a thread: 128 x 28672 from
-    6.68 to 6.42 µs; section 9)."""
+    6.68 to 6.42 µs; sections 9 and 10)."""
     gelu = act is not None and act != ACT_SILU and not quant
     if gelu and not streaming:
         if total <= FLAT_DECODE_OUTPUTS:
