@@ -69,14 +69,24 @@ def part_flat() -> None:
                         x, out, act, scale, flat=cfg
                     )
                 time_all(f"{name} t={t} d={d}", fns)
+    time_static_quant((1024, 4096, 16384), FLAT_CONFIGS)
+
+
+def time_static_quant(
+    tokens: tuple[int, ...], configs: list[tuple[int, int]], with_default: bool = False
+) -> None:
+    """The fp8 quantization's flat kernel in each configuration, beside Inductor (and the
+    default rule with `with_default`), at `tokens` x 2048 / 4096 / 8192."""
     op = ops.static_quant_fp8
-    for t in (1024, 4096, 16384):
+    for t in tokens:
         for h in (2048, 4096, 8192):
             args = sample_inputs(op, spec(t, h))
             x, scale = args[0], args[1]
             q = torch.empty(t, h, device="cuda", dtype=FP8)
             fns = dict(bk.anchors(op, args))
-            for cfg in FLAT_CONFIGS:
+            if with_default:
+                fns["default"] = lambda: pk.launch_static_quant(x, scale, q)
+            for cfg in configs:
                 fns[f"b{cfg[0]}w{cfg[1]}"] = lambda cfg=cfg: pk.launch_static_quant(
                     x, scale, q, flat=cfg
                 )
@@ -85,19 +95,7 @@ def part_flat() -> None:
 
 def part_quant_small() -> None:
     """The fp8 quantization's flat configurations from 128K outputs up (default: the rule)."""
-    op = ops.static_quant_fp8
-    for t in (64, 128, 512):
-        for h in (2048, 4096, 8192):
-            args = sample_inputs(op, spec(t, h))
-            x, scale = args[0], args[1]
-            q = torch.empty(t, h, device="cuda", dtype=FP8)
-            fns = dict(bk.anchors(op, args))
-            fns["default"] = lambda: pk.launch_static_quant(x, scale, q)
-            for cfg in ((512, 8), (1024, 4), (2048, 4), (2048, 8)):
-                fns[f"b{cfg[0]}w{cfg[1]}"] = lambda cfg=cfg: pk.launch_static_quant(
-                    x, scale, q, flat=cfg
-                )
-            time_all(f"static_quant_fp8 t={t} h={h}", fns)
+    time_static_quant((64, 128, 512), [(512, 8), (1024, 4), (2048, 4), (2048, 8)], True)
 
 
 def part_norm4096() -> None:
