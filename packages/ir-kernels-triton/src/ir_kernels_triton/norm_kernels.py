@@ -330,9 +330,7 @@ def launch_norm(
             if early_weight is None
             else early_weight
         ),
-        num_warps=(
-            norm_warps(block, quant, residual is not None) if num_warps is None else num_warps
-        ),
+        num_warps=(norm_warps(block, quant, has_residual) if num_warps is None else num_warps),
         EVICT_FIRST=(evict_first_for(share) if evict_first is None else evict_first),
         **({} if max_registers is None else {"maxnreg": max_registers}),
     )
