@@ -87,6 +87,46 @@ __global__ void elementwise_kernel(void* out, int64_t out_stride, const T* x, in
   }
 }
 
+// The usual layout on its own path: every row of x and out aligned to whole vectors and d a
+// whole number of them (the host checks). Grid: (column blocks, rows), so a row's blocks are
+// adjacent as in the flat grid, without a division per block or a per-row plan; one 16-byte
+// vector per thread, unpacked a word at a time (`Words`). The arithmetic is
+// `elementwise_kernel`'s. The scale's reciprocal is taken after the loads are issued: its
+// division branches on the scale, which would otherwise hold the loads back one round trip.
+template <typename T, int ACT, bool QUANT>
+__global__ void aligned_elementwise_kernel(void* out, int64_t out_stride, const T* x,
+                                           int64_t x_stride, int d, const float* scale) {
+  using E = Elementwise<T, ACT, QUANT>;
+  using W = Words<T>;
+  constexpr int V = 4 * W::kPerWord;
+  const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (j * V >= d) return;
+  const int64_t row = blockIdx.y;
+  const T* gate = x + row * x_stride;
+  const Words4 g = reinterpret_cast<const Words4*>(gate)[j];
+  Words4 u;
+  if constexpr (E::kGated) u = reinterpret_cast<const Words4*>(gate + d)[j];
+  const float inv_scale = QUANT ? 1.f / *scale : 1.f;
+  float y[V];
+  unpack4<T>(g, y);
+  if constexpr (E::kGated) {
+    float up[V];
+    unpack4<T>(u, up);
+#pragma unroll
+    for (int e = 0; e < V; ++e) y[e] = activate<ACT, E::kFast>(y[e]) * up[e];
+  }
+  if constexpr (QUANT) {
+    VecN<uint16_t, V / 2> q;
+#pragma unroll
+    for (int e = 0; e < V; e += 2) {
+      q.v[e / 2] = to_fp8x2(W::round(y[e]) * inv_scale, W::round(y[e + 1]) * inv_scale);
+    }
+    reinterpret_cast<VecN<uint16_t, V / 2>*>(static_cast<uint8_t*>(out) + row * out_stride)[j] = q;
+  } else {
+    reinterpret_cast<Words4*>(static_cast<T*>(out) + row * out_stride)[j] = pack4<T>(y);
+  }
+}
+
 template <int ACT, bool QUANT>
 void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* scale) {
   constexpr bool kGated = ACT != kIdentity;
@@ -115,6 +155,17 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
     int threads = rows < 64 ? 64 : 256;
     while (threads > 32 && (threads / 2) >= units) threads /= 2;
     const int64_t blocks_per_row = (units + threads - 1) / threads;
+    // whole vectors everywhere: x's gate and up halves and out (T: 16 bytes, fp8: V bytes)
+    const bool aligned = d % V == 0 && rows_aligned(x, 16) && rows_aligned(out, QUANT ? V : 16) &&
+                         rows <= 65535 && d <= std::numeric_limits<int>::max() - V;
+    if (aligned) {
+      launch(aligned_elementwise_kernel<T, ACT, QUANT>,
+             dim3(static_cast<unsigned>(blocks_per_row), static_cast<unsigned>(rows)),
+             dim3(static_cast<unsigned>(threads)), stream, out.data_ptr(), out.stride(0),
+             x.const_data_ptr<T>(), x.stride(0), static_cast<int>(d),
+             QUANT ? scale->const_data_ptr<float>() : nullptr);
+      return;
+    }
     launch(elementwise_kernel<T, ACT, QUANT>, flat_grid(rows, blocks_per_row),
            dim3(static_cast<unsigned>(threads)), stream, out.data_ptr(), out.stride(0),
            x.const_data_ptr<T>(), x.stride(0), d, QUANT ? scale->const_data_ptr<float>() : nullptr,

@@ -9,6 +9,7 @@
 #include <c10/util/Half.h>
 
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <optional>
 
@@ -80,6 +81,123 @@ __device__ __forceinline__ uint8_t to_fp8(float v) {
 // Two values in fp8 bits, the first in the low byte (one conversion instruction on sm_89+).
 __device__ __forceinline__ uint16_t to_fp8x2(float lo, float hi) {
   return static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
+}
+
+// Bits of a float and back (`__uint_as_float` on the GPU).
+__device__ __forceinline__ float bits_to_float(uint32_t w) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(w);
+#else
+  float f;
+  std::memcpy(&f, &w, sizeof(f));
+  return f;
+#endif
+}
+
+// Elements of T as 32-bit words (two per word for the 16-bit types), converted to and from
+// float a word at a time. A row held this way takes its packed size in registers, and reading
+// a bfloat16 is one shift or mask where c10's type permutes bytes per element.
+template <typename T>
+struct Words;
+
+template <>
+struct Words<float> {
+  static constexpr int kPerWord = 1;
+  static constexpr uint32_t kOnes = 0x3f800000u;
+  __device__ __forceinline__ static void unpack(uint32_t w, float* f) { f[0] = bits_to_float(w); }
+  __device__ __forceinline__ static uint32_t pack(const float* f) {
+    uint32_t w;
+    std::memcpy(&w, f, sizeof(w));
+    return w;
+  }
+  __device__ __forceinline__ static float round(float v) { return v; }
+};
+
+template <>
+struct Words<c10::BFloat16> {
+  static constexpr int kPerWord = 2;
+  static constexpr uint32_t kOnes = 0x3f803f80u;
+  __device__ __forceinline__ static void unpack(uint32_t w, float* f) {
+    f[0] = bits_to_float(w << 16);
+    f[1] = bits_to_float(w & 0xffff0000u);
+  }
+  // round to nearest even, both halves in one conversion on the GPU
+  __device__ __forceinline__ static uint32_t pack(const float* f) {
+#if defined(__CUDA_ARCH__)
+    const __nv_bfloat162 p = __floats2bfloat162_rn(f[0], f[1]);
+    uint32_t w;
+    std::memcpy(&w, &p, sizeof(w));
+    return w;
+#else
+    return static_cast<uint32_t>(c10::BFloat16(f[0]).x) | static_cast<uint32_t>(c10::BFloat16(f[1]).x) << 16;
+#endif
+  }
+  __device__ __forceinline__ static float round(float v) {
+#if defined(__CUDA_ARCH__)
+    return __bfloat162float(__float2bfloat16_rn(v));
+#else
+    return static_cast<float>(c10::BFloat16(v));
+#endif
+  }
+};
+
+template <>
+struct Words<c10::Half> {
+  static constexpr int kPerWord = 2;
+  static constexpr uint32_t kOnes = 0x3c003c00u;
+  __device__ __forceinline__ static void unpack(uint32_t w, float* f) {
+#if defined(__CUDA_ARCH__)
+    __half2 h;
+    std::memcpy(&h, &w, sizeof(h));
+    const float2 v = __half22float2(h);
+    f[0] = v.x;
+    f[1] = v.y;
+#else
+    f[0] = static_cast<float>(c10::Half(static_cast<uint16_t>(w & 0xffffu), c10::Half::from_bits()));
+    f[1] = static_cast<float>(c10::Half(static_cast<uint16_t>(w >> 16), c10::Half::from_bits()));
+#endif
+  }
+  __device__ __forceinline__ static uint32_t pack(const float* f) {
+#if defined(__CUDA_ARCH__)
+    const __half2 h = __floats2half2_rn(f[0], f[1]);
+    uint32_t w;
+    std::memcpy(&w, &h, sizeof(w));
+    return w;
+#else
+    return static_cast<uint32_t>(c10::Half(f[0]).x) | static_cast<uint32_t>(c10::Half(f[1]).x) << 16;
+#endif
+  }
+  __device__ __forceinline__ static float round(float v) {
+#if defined(__CUDA_ARCH__)
+    return __half2float(__float2half_rn(v));
+#else
+    return static_cast<float>(c10::Half(v));
+#endif
+  }
+};
+
+// A 16-byte vector as four words, and its elements as floats.
+using Words4 = VecN<uint32_t, 4>;
+
+template <typename T>
+__device__ __forceinline__ void unpack4(const Words4& v, float* f) {
+#pragma unroll
+  for (int w = 0; w < 4; ++w) Words<T>::unpack(v.v[w], f + w * Words<T>::kPerWord);
+}
+
+template <typename T>
+__device__ __forceinline__ Words4 pack4(const float* f) {
+  Words4 v;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) v.v[w] = Words<T>::pack(f + w * Words<T>::kPerWord);
+  return v;
+}
+
+__device__ __forceinline__ Words4 fill4(uint32_t word) {
+  Words4 v;
+#pragma unroll
+  for (int w = 0; w < 4; ++w) v.v[w] = word;
+  return v;
 }
 
 // How one row is split: `head` scalars until the first pointer is 16-byte aligned, `nvec`
@@ -222,16 +340,22 @@ struct MaxOp {
 };
 
 // Reduces `v` over a team of `team` consecutive threads (a power of two, 8..kMaxTeam, dividing
-// the block); every member gets the result. Every thread of the block must call it.
+// the block); every member gets the result. Every thread of the block must call it. Each `Op`
+// has its own shared array, and a kernel reduces with each `Op` once, so no barrier is needed
+// before the partials are written.
 template <typename Op>
 __device__ __forceinline__ float team_reduce(float v, int team, Op op) {
   __shared__ float partial[32];
+  if (team >= 32) {  // uniform across the block: no branch per step
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    if (offset < team) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  } else {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      if (offset < team) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    }
   }
   if (team <= 32) return v;
-  __syncthreads();  // an earlier reduction may still be reading `partial`
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
   __syncthreads();
   // the team's warp partials, one per lane (repeated across the warp), reduced by shuffles:

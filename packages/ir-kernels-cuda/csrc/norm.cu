@@ -222,12 +222,13 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 // The same computation for the usual layout: every row pointer 16-byte aligned and the width a
 // whole number of vectors (the host checks; any hidden size that is a multiple of 8 in
 // contiguous tensors). No scalar head, tail or fallback path and no per-row plan: each thread
-// holds VPT packed vectors: a fifth of `row_kernel`'s code. The arithmetic is `row_kernel`'s;
-// each thread sums its elements in the same order as that kernel's vector path.
+// holds VPT vectors as packed words (`Words`), unpacked to floats only where an element is
+// used. The arithmetic is `row_kernel`'s; each thread sums its elements in the same order as
+// that kernel's vector path.
 template <typename T, int VPT, bool ADD, bool NORM, int QUANT>
 __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a, int team) {
-  constexpr int V = vec_width<T>();
-  using Vec = VecN<T, V>;
+  using W = Words<T>;
+  constexpr int V = 4 * W::kPerWord;  // elements per 16-byte vector
   using FP8Pairs = VecN<uint16_t, V / 2>;  // V fp8 values, converted two at a time
   const RowSlot slot = row_slot(a, team);
   const int lane = slot.lane;
@@ -236,48 +237,69 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a, int
   const int64_t group_offset = slot.group_offset;
   const int nvec = a.width / V;
 
-  const auto* x = reinterpret_cast<const Vec*>(a.x + token * a.x_stride + group_offset);
-  const auto* res = ADD ? reinterpret_cast<const Vec*>(a.residual + token * a.residual_stride) : nullptr;
-  auto* res_out = ADD ? reinterpret_cast<Vec*>(a.residual_out + token * a.residual_out_stride) : nullptr;
-  const auto* weight = NORM && a.weight != nullptr ? reinterpret_cast<const Vec*>(a.weight) : nullptr;
+  const auto* x = reinterpret_cast<const Words4*>(a.x + token * a.x_stride + group_offset);
+  const auto* res = ADD ? reinterpret_cast<const Words4*>(a.residual + token * a.residual_stride) : nullptr;
+  auto* res_out = ADD ? reinterpret_cast<Words4*>(a.residual_out + token * a.residual_out_stride) : nullptr;
+  const auto* weight = NORM && a.weight != nullptr ? reinterpret_cast<const Words4*>(a.weight) : nullptr;
   const float static_scale = QUANT == kStatic ? *a.scale : 1.f;
   const float scale_ub = QUANT == kDynamic && a.scale_ub != nullptr ? *a.scale_ub : 0.f;
 
-  Vec xs[VPT];
-  Vec ws[VPT];
+  Words4 xs[VPT];  // x, or x + residual rounded to T; zeros past the row
+  Words4 ws[VPT];  // the weight, ones where there is none
   float acc = 0.f;
   if (active) {
+    // Every load of the row is issued before the first store. A store may alias a later load
+    // (the in-place fused add writes over x and the residual), so the compiler keeps them in
+    // program order: a store between two loads costs a whole memory round trip.
+    Words4 rs[ADD ? VPT : 1];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int j = lane + k * team;
       const bool in_row = j < nvec;
-      if (in_row) xs[k] = x[j];
-      if (in_row && weight != nullptr) ws[k] = weight[j];
+      xs[k] = in_row ? x[j] : fill4(0u);
+      if constexpr (ADD) rs[k] = in_row ? res[j] : fill4(0u);
+      ws[k] = in_row && weight != nullptr ? weight[j] : fill4(W::kOnes);
+    }
+    if constexpr (ADD) {
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        if (!in_row) xs[k].v[e] = T(0.f);
-        if (!in_row || weight == nullptr) ws[k].v[e] = T(1.f);
-      }
-      if constexpr (ADD) {
-        if (in_row) {
-          const Vec r = res[j];
+      for (int k = 0; k < VPT; ++k) {
+        const int j = lane + k * team;
+        if (j < nvec) {
+          float f[V], r[V];
+          unpack4<T>(xs[k], f);
+          unpack4<T>(rs[k], r);
 #pragma unroll
-          for (int e = 0; e < V; ++e) xs[k].v[e] = static_cast<T>(float(xs[k].v[e]) + float(r.v[e]));
+          for (int e = 0; e < V; ++e) f[e] += r[e];
+          xs[k] = pack4<T>(f);
           res_out[j] = xs[k];
         }
       }
     }
-    const bool whole_variance = a.var_size == a.width;
+    if constexpr (NORM) {
+      // the usual case, the variance over the whole row (empty slots hold zeros), on its own
+      // path: no per-element index test
+      const bool whole_variance = a.var_size == a.width;
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
+      for (int k = 0; k < VPT; ++k) {
+        float f[V];
+        unpack4<T>(xs[k], f);
+        if (whole_variance) {
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        const float f = float(xs[k].v[e]);
-        if constexpr (NORM) {
-          if (whole_variance || (lane + k * team) * V + e < a.var_size) acc = fmaf(f, f, acc);
+          for (int e = 0; e < V; ++e) acc = fmaf(f[e], f[e], acc);
         } else {
-          acc = fmaxf(acc, fabsf(f));
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            if ((lane + k * team) * V + e < a.var_size) acc = fmaf(f[e], f[e], acc);
+          }
         }
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        float f[V];
+        unpack4<T>(xs[k], f);
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc = fmaxf(acc, fabsf(f[e]));
       }
     }
   }
@@ -286,8 +308,15 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a, int
   if constexpr (NORM) {
     inv_rms = rsqrtf(team_reduce(acc, team, SumOp{}) / static_cast<float>(a.var_size) + a.eps);
   }
-  auto normed_raw = [&](int k, int e) -> float {
-    return NORM ? float(xs[k].v[e]) * inv_rms * float(ws[k].v[e]) : float(xs[k].v[e]);
+  // y of vector k before rounding to T: x * inv_rms * w for the norms, x otherwise
+  auto normed_raw = [&](int k, float* y) {
+    unpack4<T>(xs[k], y);
+    if constexpr (NORM) {
+      float w[V];
+      unpack4<T>(ws[k], w);
+#pragma unroll
+      for (int e = 0; e < V; ++e) y[e] = y[e] * inv_rms * w[e];
+    }
   };
 
   float scale = static_scale;
@@ -298,11 +327,12 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a, int
       acc = 0.f;
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
+        float y[V];
+        normed_raw(k, y);
+        xs[k] = pack4<T>(y);
+        unpack4<T>(xs[k], y);
 #pragma unroll
-        for (int e = 0; e < V; ++e) {
-          xs[k].v[e] = static_cast<T>(normed_raw(k, e));
-          acc = fmaxf(acc, fabsf(float(xs[k].v[e])));
-        }
+        for (int e = 0; e < V; ++e) acc = fmaxf(acc, fabsf(y[e]));
       }
     }
     scale = dynamic_scale(a, slot, acc, scale_ub, team);
@@ -314,21 +344,22 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a, int
   for (int k = 0; k < VPT; ++k) {
     const int j = lane + k * team;
     if (j >= nvec) continue;
+    float y[V];
     if constexpr (QUANT == kNone) {
-      Vec o;
-#pragma unroll
-      for (int e = 0; e < V; ++e) o.v[e] = static_cast<T>(normed_raw(k, e));
-      reinterpret_cast<Vec*>(static_cast<T*>(a.out) + token * a.out_stride)[j] = o;
+      normed_raw(k, y);
+      reinterpret_cast<Words4*>(static_cast<T*>(a.out) + token * a.out_stride)[j] = pack4<T>(y);
     } else {
+      // y rounded to T, as the unfused ops would pass it on (dynamic: already in xs)
+      if constexpr (!NORM || QUANT == kDynamic) {
+        unpack4<T>(xs[k], y);
+      } else {
+        normed_raw(k, y);
+#pragma unroll
+        for (int e = 0; e < V; ++e) y[e] = W::round(y[e]);
+      }
       FP8Pairs q;
 #pragma unroll
-      for (int e = 0; e < V; e += 2) {
-        // y rounded to T, as the unfused ops would pass it on (dynamic: already in xs)
-        const bool rounded = !NORM || QUANT == kDynamic;
-        const float lo = rounded ? float(xs[k].v[e]) : round_to<T>(normed_raw(k, e));
-        const float hi = rounded ? float(xs[k].v[e + 1]) : round_to<T>(normed_raw(k, e + 1));
-        q.v[e / 2] = to_fp8x2(lo * inv_scale, hi * inv_scale);
-      }
+      for (int e = 0; e < V; e += 2) q.v[e / 2] = to_fp8x2(y[e] * inv_scale, y[e + 1] * inv_scale);
       reinterpret_cast<FP8Pairs*>(static_cast<uint8_t*>(a.out) + token * a.out_stride +
                                   group_offset)[j] = q;
     }
