@@ -339,7 +339,10 @@ struct MaxOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
-// Reduces `v` over a team of `team` consecutive threads (a power of two, 8..kMaxTeam, dividing
+// log2 of a power of two, at compile time where `v` is a constant.
+__host__ __device__ constexpr int log2_of(int v) { return v <= 1 ? 0 : 1 + log2_of(v / 2); }
+
+// Reduces `v` over a team of `team` consecutive threads (a power of two up to kMaxTeam, dividing
 // the block); every member gets the result. Every thread of the block must call it. Each `Op`
 // has its own shared array, and a kernel reduces with each `Op` once, so no barrier is needed
 // before the partials are written.
@@ -375,15 +378,16 @@ __device__ __forceinline__ float team_reduce(float v, int team, Op op) {
 constexpr int kMaxTeam = 512;  // 128 registers per thread, so a tile of 4 vectors does not spill
 
 struct RowLaunch {
-  int team;
-  int vpt;     // 1, 2 or 4
-  bool stream; // the row does not fit one tile: it is read in chunks, twice
-  int threads; // per block: max(team, 128)
+  int team;     // at least 8, so a lane holds each scalar of a row's unaligned head or tail
+  int vpt;      // 2 or 4: two loads in flight per thread even in short rows (fp8 groups of
+                // 128 with one vector a thread took up to 1.8x Triton's time on an H100)
+  bool stream;  // the row does not fit one tile: it is read in chunks, twice
+  int threads;  // per block: max(team, 128)
 };
 
 inline RowLaunch row_launch(int64_t width, int vec) {
   const int64_t units = (width + vec - 1) / vec;
-  const int vpt = units <= 64 ? 1 : (units <= 1024 ? 2 : 4);
+  const int vpt = units <= 1024 ? 2 : 4;
   int team = 8;
   while (team < kMaxTeam && static_cast<int64_t>(team) * vpt < units) team *= 2;
   const bool stream = static_cast<int64_t>(team) * vpt < units;

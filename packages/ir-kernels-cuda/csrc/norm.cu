@@ -34,10 +34,11 @@ struct RowArgs {
   float* scale_out;       // dynamic quantization: one scale per row (per group)
   int64_t scale_token_stride;
   int64_t scale_group_stride;
-  int64_t rows;    // tokens * groups
-  int64_t groups;  // per token (1 except for group quantization)
-  int width;  // elements per row (per group); the host checks it fits 31 bits
+  int rows;    // tokens * groups; the host checks both fit 31 bits
+  int groups;  // per token (1 except for group quantization)
+  int width;   // elements per row (per group)
   int var_size;
+  float inv_var_size;  // 1 / var_size: a multiplication where a division would branch
   float eps;
 };
 
@@ -67,19 +68,20 @@ struct RowSlot {
   int64_t group_offset;  // elements from the token's first one
 };
 
-template <typename T>
-__device__ __forceinline__ RowSlot row_slot(const RowArgs<T>& a, int team) {
+// GROUPED: the kernel may quantize in groups (rows of a token are `groups` groups); the norms
+// never do, and skip the division. 32-bit indices: a decode-size launch is bound by the
+// latency of each instruction before the first load.
+template <bool GROUPED, typename T>
+__device__ __forceinline__ RowSlot row_slot(const RowArgs<T>& a, int team, int team_shift) {
   // team is a power of two: shifts and masks instead of integer division
-  const int team_shift = __ffs(team) - 1;
   RowSlot r;
   r.lane = static_cast<int>(threadIdx.x) & (team - 1);
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> team_shift) +
-                      (threadIdx.x >> team_shift);
+  const int row = static_cast<int>(blockIdx.x * (blockDim.x >> team_shift) + (threadIdx.x >> team_shift));
   r.active = row < a.rows;
-  // 64-bit division is a long subroutine on the GPU; only group quantization needs one
-  r.token = !r.active ? 0 : (a.groups == 1 ? row : row / a.groups);
-  r.group = !r.active || a.groups == 1 ? 0 : row - r.token * a.groups;
-  r.group_offset = r.group * a.width;
+  const int token = !r.active ? 0 : (!GROUPED || a.groups == 1 ? row : row / a.groups);
+  r.token = token;
+  r.group = GROUPED ? row - token * a.groups : 0;
+  r.group_offset = GROUPED ? r.group * a.width : 0;
   return r;
 }
 
@@ -99,10 +101,10 @@ __device__ __forceinline__ float dynamic_scale(const RowArgs<T>& a, const RowSlo
 
 template <typename T, int VPT, bool STREAM, bool ADD, bool NORM, int QUANT>
 __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
+  const RowSlot slot = row_slot<!NORM>(a, team, __ffs(team) - 1);
   constexpr int V = vec_width<T>();
   using XTile = Tile<T, V, VPT>;
   using QTile = Tile<uint8_t, V, VPT>;
-  const RowSlot slot = row_slot(a, team);
   const int lane = slot.lane;
   const bool active = slot.active;
   const int64_t token = slot.token;
@@ -167,7 +169,7 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 
   float inv_rms = 1.f;
   if constexpr (NORM) {
-    inv_rms = rsqrtf(team_reduce(acc, team, SumOp{}) / static_cast<float>(a.var_size) + a.eps);
+    inv_rms = rsqrtf(team_reduce(acc, team, SumOp{}) * a.inv_var_size + a.eps);
   }
 
   // y for slot s of the tile in registers, before and after rounding to T (the value the
@@ -225,12 +227,13 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 // holds VPT vectors as packed words (`Words`), unpacked to floats only where an element is
 // used. The arithmetic is `row_kernel`'s; each thread sums its elements in the same order as
 // that kernel's vector path.
-template <typename T, int VPT, bool ADD, bool NORM, int QUANT>
-__global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a, int team) {
+template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT>
+__global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
+  constexpr int team = TEAM;
+  const RowSlot slot = row_slot<!NORM>(a, team, log2_of(team));
   using W = Words<T>;
   constexpr int V = 4 * W::kPerWord;  // elements per 16-byte vector
   using FP8Pairs = VecN<uint16_t, V / 2>;  // V fp8 values, converted two at a time
-  const RowSlot slot = row_slot(a, team);
   const int lane = slot.lane;
   const bool active = slot.active;
   const int64_t token = slot.token;
@@ -306,7 +309,7 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a, int
 
   float inv_rms = 1.f;
   if constexpr (NORM) {
-    inv_rms = rsqrtf(team_reduce(acc, team, SumOp{}) / static_cast<float>(a.var_size) + a.eps);
+    inv_rms = rsqrtf(team_reduce(acc, team, SumOp{}) * a.inv_var_size + a.eps);
   }
   // y of vector k before rounding to T: x * inv_rms * w for the norms, x otherwise
   auto normed_raw = [&](int k, float* y) {
@@ -382,6 +385,14 @@ struct RowTensors {
   double epsilon = 0.0;
 };
 
+// Launches `aligned_row_kernel` for the one of TEAMS equal to `team`; false if none is.
+template <typename T, bool ADD, bool NORM, int QUANT, int VPT, int... TEAMS>
+bool launch_aligned(const RowArgs<T>& args, int team, dim3 grid, dim3 block, cudaStream_t stream) {
+  return ((team == TEAMS &&
+           (launch(aligned_row_kernel<T, TEAMS, VPT, ADD, NORM, QUANT>, grid, block, stream, args), true)) ||
+          ...);
+}
+
 template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool STREAM>
 void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
                   cudaStream_t stream) {
@@ -389,8 +400,16 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
   const dim3 grid(static_cast<unsigned>((args.rows + rows_per_block - 1) / rows_per_block));
   const dim3 block(static_cast<unsigned>(l.threads));
   if constexpr (!STREAM) {
+    // the teams `row_launch` gives each tile size, as compile-time constants
     if (aligned_rows) {
-      launch(aligned_row_kernel<T, VPT, ADD, NORM, QUANT>, grid, block, stream, args, l.team);
+      bool launched = false;
+      if constexpr (VPT == 2) {
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, 8, 16, 32, 64, 128, 256, 512>(
+            args, l.team, grid, block, stream);
+      } else {
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, 512>(args, l.team, grid, block, stream);
+      }
+      TORCH_CHECK(launched, "ir_cuda: no aligned row kernel for a team of ", l.team, " x ", VPT);
       return;
     }
   }
@@ -425,6 +444,8 @@ void launch_rows(const RowTensors& t) {
   const int64_t var_size = t.variance_size.value_or(width);
   TORCH_CHECK(var_size > 0 && var_size <= width, "ir_cuda: variance_size must be in 1..", width,
               ", got ", var_size);
+  TORCH_CHECK(tokens * t.groups <= std::numeric_limits<int>::max(), "ir_cuda: ", tokens,
+              " rows are more than the kernels address (2^31 - 1)");
   if (tokens == 0 || hidden == 0) return;
   const DeviceScope scope(x);
   const cudaStream_t stream = scope.stream;
@@ -447,10 +468,11 @@ void launch_rows(const RowTensors& t) {
     args.scale_out = t.scale_out != nullptr ? t.scale_out->data_ptr<float>() : nullptr;
     args.scale_token_stride = t.scale_token_stride;
     args.scale_group_stride = t.scale_group_stride;
-    args.rows = tokens * t.groups;
-    args.groups = t.groups;
+    args.rows = static_cast<int>(tokens * t.groups);
+    args.groups = static_cast<int>(t.groups);
     args.width = static_cast<int>(width);
     args.var_size = static_cast<int>(var_size);
+    args.inv_var_size = 1.f / static_cast<float>(var_size);
     args.eps = static_cast<float>(t.epsilon);
     constexpr int V = vec_width<T>();
     const RowLaunch l = row_launch(width, V);
@@ -463,8 +485,6 @@ void launch_rows(const RowTensors& t) {
     }
     if (l.stream) {
       launch_typed<T, ADD, NORM, QUANT, 4, true>(args, l, aligned, stream);
-    } else if (l.vpt == 1) {
-      launch_typed<T, ADD, NORM, QUANT, 1, false>(args, l, aligned, stream);
     } else if (l.vpt == 2) {
       launch_typed<T, ADD, NORM, QUANT, 2, false>(args, l, aligned, stream);
     } else {
