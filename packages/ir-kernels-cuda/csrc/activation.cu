@@ -94,7 +94,7 @@ __global__ void elementwise_kernel(void* out, int64_t out_stride, const T* x, in
 // `elementwise_kernel`'s. The scale's reciprocal is taken after the loads are issued: its
 // division branches on the scale, which would otherwise hold the loads back one round trip.
 template <typename T, int ACT, bool QUANT>
-__global__ void aligned_elementwise_kernel(void* out, int64_t out_stride, const T* x,
+__global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, int64_t out_stride, const T* x,
                                            int64_t x_stride, int d, const float* scale) {
   using E = Elementwise<T, ACT, QUANT>;
   using W = Words<T>;
@@ -103,9 +103,9 @@ __global__ void aligned_elementwise_kernel(void* out, int64_t out_stride, const 
   if (j * V >= d) return;
   const int64_t row = blockIdx.y;
   const T* gate = x + row * x_stride;
-  const Words4 g = reinterpret_cast<const Words4*>(gate)[j];
+  const Words4 g = load_now(reinterpret_cast<const Words4*>(gate) + j);
   Words4 u;
-  if constexpr (E::kGated) u = reinterpret_cast<const Words4*>(gate + d)[j];
+  if constexpr (E::kGated) u = load_now(reinterpret_cast<const Words4*>(gate + d) + j);
   const float inv_scale = QUANT ? 1.f / *scale : 1.f;
   float y[V];
   unpack4<T>(g, y);
