@@ -89,29 +89,32 @@ __global__ void elementwise_kernel(void* out, int64_t out_stride, const T* x, in
 
 // The usual layout on its own path: every row of x and out aligned to whole vectors and d a
 // whole number of them (the host checks). Grid: (column blocks, rows), so a row's blocks are
-// adjacent as in the flat grid, without a division per block or a per-row plan; one 16-byte
-// vector per thread, unpacked a word at a time (`Words`). The arithmetic is
-// `elementwise_kernel`'s. The scale's reciprocal is taken after the loads are issued: its
-// division branches on the scale, which would otherwise hold the loads back one round trip.
-template <typename T, int ACT, bool QUANT>
+// adjacent as in the flat grid, without a division per block or a per-row plan; N words a
+// thread (a 16-byte vector at N = 4), unpacked a word at a time (`Words`). The arithmetic is
+// `elementwise_kernel`'s. Both halves are loaded before any math (`load_now`), and the scale's
+// reciprocal is taken after the loads are issued: its division branches on the scale, which
+// would otherwise hold the loads back one round trip.
+template <typename T, int ACT, bool QUANT, int N>
 __global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, int64_t out_stride, const T* x,
                                            int64_t x_stride, int d, const float* scale) {
   using E = Elementwise<T, ACT, QUANT>;
   using W = Words<T>;
-  constexpr int V = 4 * W::kPerWord;
+  using Vec = WordsN<N>;
+  constexpr int V = N * W::kPerWord;  // elements a thread
+  static_assert(!QUANT || V % 2 == 0, "fp8 values are converted in pairs");
   const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (j * V >= d) return;
   const int64_t row = blockIdx.y;
   const T* gate = x + row * x_stride;
-  const Words4 g = load_now(reinterpret_cast<const Words4*>(gate) + j);
-  Words4 u;
-  if constexpr (E::kGated) u = load_now(reinterpret_cast<const Words4*>(gate + d) + j);
+  const Vec g = load_now(reinterpret_cast<const Vec*>(gate) + j);
+  Vec u;
+  if constexpr (E::kGated) u = load_now(reinterpret_cast<const Vec*>(gate + d) + j);
   const float inv_scale = QUANT ? 1.f / *scale : 1.f;
   float y[V];
-  unpack4<T>(g, y);
+  unpack_words<T>(g, y);
   if constexpr (E::kGated) {
     float up[V];
-    unpack4<T>(u, up);
+    unpack_words<T>(u, up);
 #pragma unroll
     for (int e = 0; e < V; ++e) y[e] = activate<ACT, E::kFast>(y[e]) * up[e];
   }
@@ -123,7 +126,7 @@ __global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, 
     }
     reinterpret_cast<VecN<uint16_t, V / 2>*>(static_cast<uint8_t*>(out) + row * out_stride)[j] = q;
   } else {
-    reinterpret_cast<Words4*>(static_cast<T*>(out) + row * out_stride)[j] = pack4<T>(y);
+    reinterpret_cast<Vec*>(static_cast<T*>(out) + row * out_stride)[j] = pack_words<T, N>(y);
   }
 }
 
@@ -159,11 +162,26 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
     const bool aligned = d % V == 0 && rows_aligned(x, 16) && rows_aligned(out, QUANT ? V : 16) &&
                          rows <= 65535 && d <= std::numeric_limits<int>::max() - V;
     if (aligned) {
-      launch(aligned_elementwise_kernel<T, ACT, QUANT>,
-             dim3(static_cast<unsigned>(blocks_per_row), static_cast<unsigned>(rows)),
-             dim3(static_cast<unsigned>(threads)), stream, out.data_ptr(), out.stride(0),
-             x.const_data_ptr<T>(), x.stride(0), static_cast<int>(d),
-             QUANT ? scale->const_data_ptr<float>() : nullptr);
+      auto run = [&](auto kernel, int64_t per_thread) {
+        const int64_t thread_units = (d + per_thread - 1) / per_thread;
+        int block_threads = rows < 64 ? 64 : 256;
+        while (block_threads > 32 && (block_threads / 2) >= thread_units) block_threads /= 2;
+        const int64_t blocks = (thread_units + block_threads - 1) / block_threads;
+        launch(kernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(rows)),
+               dim3(static_cast<unsigned>(block_threads)), stream, out.data_ptr(), out.stride(0),
+               x.const_data_ptr<T>(), x.stride(0), static_cast<int>(d),
+               QUANT ? scale->const_data_ptr<float>() : nullptr);
+      };
+      // gelu's erf is long: at decode sizes one word of 16-bit pairs a thread, so a thread's
+      // chain of erfs is short (Triton's decode configs give a thread two elements too)
+      constexpr bool kLongActivation = (ACT == kGelu || ACT == kGeluTanh) && sizeof(T) == 2;
+      if constexpr (kLongActivation) {
+        if (rows < 64) {
+          run(aligned_elementwise_kernel<T, ACT, QUANT, 1>, Words<T>::kPerWord);
+          return;
+        }
+      }
+      run(aligned_elementwise_kernel<T, ACT, QUANT, 4>, V);
       return;
     }
     launch(elementwise_kernel<T, ACT, QUANT>, flat_grid(rows, blocks_per_row),

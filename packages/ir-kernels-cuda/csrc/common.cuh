@@ -176,32 +176,52 @@ struct Words<c10::Half> {
   }
 };
 
-// A 16-byte vector as four words, and its elements as floats.
-using Words4 = VecN<uint32_t, 4>;
+// N words in one access (a 16-byte vector at N = 4), and their elements as floats.
+template <int N>
+using WordsN = VecN<uint32_t, N>;
+using Words4 = WordsN<4>;
+
+template <typename T, int N>
+__device__ __forceinline__ void unpack_words(const WordsN<N>& v, float* f) {
+#pragma unroll
+  for (int w = 0; w < N; ++w) Words<T>::unpack(v.v[w], f + w * Words<T>::kPerWord);
+}
+
+template <typename T, int N = 4>
+__device__ __forceinline__ WordsN<N> pack_words(const float* f) {
+  WordsN<N> v;
+#pragma unroll
+  for (int w = 0; w < N; ++w) v.v[w] = Words<T>::pack(f + w * Words<T>::kPerWord);
+  return v;
+}
 
 template <typename T>
 __device__ __forceinline__ void unpack4(const Words4& v, float* f) {
-#pragma unroll
-  for (int w = 0; w < 4; ++w) Words<T>::unpack(v.v[w], f + w * Words<T>::kPerWord);
+  unpack_words<T, 4>(v, f);
 }
 
 template <typename T>
 __device__ __forceinline__ Words4 pack4(const float* f) {
-  Words4 v;
-#pragma unroll
-  for (int w = 0; w < 4; ++w) v.v[w] = Words<T>::pack(f + w * Words<T>::kPerWord);
-  return v;
+  return pack_words<T, 4>(f);
 }
 
-// A 16-byte load that stays where it is written. The compiler otherwise sinks a load next to
-// its first use to save registers: after the gate's erf in gelu_and_mul, the up half's load
+// A load of N words that stays where it is written. The compiler otherwise sinks a load next
+// to its first use to save registers: after the gate's erf in gelu_and_mul, the up half's load
 // waited for that math and cost a second memory round trip.
-__device__ __forceinline__ Words4 load_now(const Words4* p) {
+template <int N>
+__device__ __forceinline__ WordsN<N> load_now(const WordsN<N>* p) {
 #if defined(__CUDA_ARCH__)
-  Words4 v;
-  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.v[0]), "=r"(v.v[1]), "=r"(v.v[2]), "=r"(v.v[3])
-               : "l"(p));
+  WordsN<N> v;
+  if constexpr (N == 4) {
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.v[0]), "=r"(v.v[1]), "=r"(v.v[2]), "=r"(v.v[3])
+                 : "l"(p));
+  } else if constexpr (N == 2) {
+    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.v[0]), "=r"(v.v[1]) : "l"(p));
+  } else {
+    static_assert(N == 1, "load_now: 1, 2 or 4 words");
+    asm volatile("ld.global.u32 %0, [%1];" : "=r"(v.v[0]) : "l"(p));
+  }
   return v;
 #else
   return *p;

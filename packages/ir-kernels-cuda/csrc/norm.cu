@@ -30,6 +30,7 @@ struct RowArgs {
   const T* weight;
   int rows;    // tokens * groups; the host checks both fit 31 bits
   int groups;  // per token (1 except for group quantization)
+  int groups_shift;  // log2(groups) where groups is a power of two, else -1
   int width;   // elements per row (per group)
   int var_size;
   float inv_var_size;  // 1 / var_size: a multiplication where a division would branch
@@ -83,7 +84,16 @@ __device__ __forceinline__ RowSlot row_slot(const RowArgs<T>& a, int team, int t
   r.lane = static_cast<int>(threadIdx.x) & (team - 1);
   const int row = static_cast<int>(blockIdx.x * (blockDim.x >> team_shift) + (threadIdx.x >> team_shift));
   r.active = row < a.rows;
-  const int token = !r.active ? 0 : (!GROUPED || a.groups == 1 ? row : row / a.groups);
+  // the groups of a token are a power of two in practice (hidden / 128): a shift, not a
+  // division, before the first load
+  int token = 0;
+  if (r.active) {
+    if constexpr (GROUPED) {
+      token = a.groups_shift >= 0 ? row >> a.groups_shift : row / a.groups;
+    } else {
+      token = row;
+    }
+  }
   r.token = token;
   r.group = GROUPED ? row - token * a.groups : 0;
   r.group_offset = GROUPED ? r.group * a.width : 0;
@@ -475,6 +485,7 @@ void launch_rows(const RowTensors& t) {
     args.scale_group_stride = t.scale_group_stride;
     args.rows = static_cast<int>(tokens * t.groups);
     args.groups = static_cast<int>(t.groups);
+    args.groups_shift = (t.groups & (t.groups - 1)) == 0 ? log2_of(static_cast<int>(t.groups)) : -1;
     args.width = static_cast<int>(width);
     args.var_size = static_cast<int>(var_size);
     args.inv_var_size = 1.f / static_cast<float>(var_size);

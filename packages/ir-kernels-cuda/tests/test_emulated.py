@@ -68,6 +68,16 @@ def test_matches_native(
     check(op, provider, sample_inputs(op, spec(dtype, hidden, tokens, layout)))
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("hidden", [384, 5120])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_group_counts_not_a_power_of_two(dtype: torch.dtype, hidden: int, layout: str) -> None:
+    """3 and 40 groups of 128 a token: the kernels find a group's token by division there
+    (a shift where the count is a power of two, as in every other test)."""
+    x = sample_inputs(ops.group_quant_fp8, spec(dtype, hidden, 5, layout))[0]
+    check(ops.group_quant_fp8, "cuda", (x, 128, False))
+
+
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=IDS)
 def test_no_tokens(op: IrOp, provider: str) -> None:
     check(op, provider, sample_inputs(op, spec(torch.float16, 256, 0, "contiguous")))

@@ -127,6 +127,17 @@ def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout
 
 
 @on_gpu
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("hidden", [384, 5120])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_group_counts_not_a_power_of_two(dtype: torch.dtype, hidden: int, layout: str) -> None:
+    """3 and 40 groups of 128 a token: the kernels find a group's token by division there
+    (a shift where the count is a power of two, as in the matrix)."""
+    x = sample_inputs(ops.group_quant_fp8, spec_for(dtype, hidden, 4096, layout))[0]
+    assert_impl_matches_native(ops.group_quant_fp8, "cuda", (x, 128, False))
+
+
+@on_gpu
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
 def test_rows_are_batch_invariant(op: IrOp, provider: str) -> None:
     """The first rows give bitwise the same result inside batches of 1, 7 and 4096."""
