@@ -4,6 +4,8 @@
 // unfused ops would.
 #include <ATen/ATen.h>
 
+#include <utility>
+
 #include "common.cuh"
 
 namespace ir_cuda {
@@ -39,7 +41,7 @@ struct Elementwise {
   __device__ __forceinline__ static auto apply(T g, T u, float inv_scale) {
     float y = kGated ? activate<ACT, kFast>(float(g)) * float(u) : float(g);
     if constexpr (QUANT) {
-      y = static_cast<float>(static_cast<T>(y));
+      y = Words<T>::round(y);
       return to_fp8(y * inv_scale);
     } else {
       return static_cast<T>(y);
@@ -153,22 +155,22 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
   IR_CUDA_DISPATCH_FLOAT(x.scalar_type(), "elementwise", [&] {
     using T = scalar_t;
     constexpr int V = vec_width<T>();
-    const int64_t units = (d + V - 1) / V;
-    // few rows: small blocks, so that a decode step spreads over more SMs
-    int threads = rows < 64 ? 64 : 256;
-    while (threads > 32 && (threads / 2) >= units) threads /= 2;
-    const int64_t blocks_per_row = (units + threads - 1) / threads;
+    // threads per block and blocks per row for `per_thread` elements a thread; few rows:
+    // small blocks, so that a decode step spreads over more SMs
+    auto shape = [&](int64_t per_thread) {
+      const int64_t units = (d + per_thread - 1) / per_thread;
+      int threads = rows < 64 ? 64 : 256;
+      while (threads > 32 && (threads / 2) >= units) threads /= 2;
+      return std::make_pair(threads, (units + threads - 1) / threads);
+    };
     // whole vectors everywhere: x's gate and up halves and out (T: 16 bytes, fp8: V bytes)
     const bool aligned = d % V == 0 && rows_aligned(x, 16) && rows_aligned(out, QUANT ? V : 16) &&
                          rows <= 65535 && d <= std::numeric_limits<int>::max() - V;
     if (aligned) {
       auto run = [&](auto kernel, int64_t per_thread) {
-        const int64_t thread_units = (d + per_thread - 1) / per_thread;
-        int block_threads = rows < 64 ? 64 : 256;
-        while (block_threads > 32 && (block_threads / 2) >= thread_units) block_threads /= 2;
-        const int64_t blocks = (thread_units + block_threads - 1) / block_threads;
+        const auto [threads, blocks] = shape(per_thread);
         launch(kernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(rows)),
-               dim3(static_cast<unsigned>(block_threads)), stream, out.data_ptr(), out.stride(0),
+               dim3(static_cast<unsigned>(threads)), stream, out.data_ptr(), out.stride(0),
                x.const_data_ptr<T>(), x.stride(0), static_cast<int>(d),
                QUANT ? scale->const_data_ptr<float>() : nullptr);
       };
@@ -186,6 +188,7 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
       run(aligned_elementwise_kernel<T, ACT, QUANT, 4>, V);
       return;
     }
+    const auto [threads, blocks_per_row] = shape(V);
     launch(elementwise_kernel<T, ACT, QUANT>, flat_grid(rows, blocks_per_row),
            dim3(static_cast<unsigned>(threads)), stream, out.data_ptr(), out.stride(0),
            x.const_data_ptr<T>(), x.stride(0), d, QUANT ? scale->const_data_ptr<float>() : nullptr,

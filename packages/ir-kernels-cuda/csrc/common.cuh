@@ -94,6 +94,21 @@ __device__ __forceinline__ float bits_to_float(uint32_t w) {
 #endif
 }
 
+// The 32 bits of a two-element vector type (`__nv_bfloat162`, `__half2`) or a float.
+template <typename P>
+__device__ __forceinline__ uint32_t word_bits(const P& p) {
+  static_assert(sizeof(P) == sizeof(uint32_t), "word_bits: a 32-bit value");
+  uint32_t w;
+  std::memcpy(&w, &p, sizeof(w));
+  return w;
+}
+
+// Host builds: two floats rounded to the 16-bit c10 type H, the first in the low half.
+template <typename H>
+inline uint32_t pack_pair_host(const float* f) {
+  return static_cast<uint32_t>(H(f[0]).x) | static_cast<uint32_t>(H(f[1]).x) << 16;
+}
+
 // Elements of T as 32-bit words (two per word for the 16-bit types), converted to and from
 // float a word at a time. A row held this way takes its packed size in registers, and reading
 // a bfloat16 is one shift or mask where c10's type permutes bytes per element.
@@ -105,11 +120,7 @@ struct Words<float> {
   static constexpr int kPerWord = 1;
   static constexpr uint32_t kOnes = 0x3f800000u;
   __device__ __forceinline__ static void unpack(uint32_t w, float* f) { f[0] = bits_to_float(w); }
-  __device__ __forceinline__ static uint32_t pack(const float* f) {
-    uint32_t w;
-    std::memcpy(&w, f, sizeof(w));
-    return w;
-  }
+  __device__ __forceinline__ static uint32_t pack(const float* f) { return word_bits(f[0]); }
   __device__ __forceinline__ static float round(float v) { return v; }
 };
 
@@ -124,12 +135,9 @@ struct Words<c10::BFloat16> {
   // round to nearest even, both halves in one conversion on the GPU
   __device__ __forceinline__ static uint32_t pack(const float* f) {
 #if defined(__CUDA_ARCH__)
-    const __nv_bfloat162 p = __floats2bfloat162_rn(f[0], f[1]);
-    uint32_t w;
-    std::memcpy(&w, &p, sizeof(w));
-    return w;
+    return word_bits(__floats2bfloat162_rn(f[0], f[1]));
 #else
-    return static_cast<uint32_t>(c10::BFloat16(f[0]).x) | static_cast<uint32_t>(c10::BFloat16(f[1]).x) << 16;
+    return pack_pair_host<c10::BFloat16>(f);
 #endif
   }
   __device__ __forceinline__ static float round(float v) {
@@ -159,12 +167,9 @@ struct Words<c10::Half> {
   }
   __device__ __forceinline__ static uint32_t pack(const float* f) {
 #if defined(__CUDA_ARCH__)
-    const __half2 h = __floats2half2_rn(f[0], f[1]);
-    uint32_t w;
-    std::memcpy(&w, &h, sizeof(w));
-    return w;
+    return word_bits(__floats2half2_rn(f[0], f[1]));
 #else
-    return static_cast<uint32_t>(c10::Half(f[0]).x) | static_cast<uint32_t>(c10::Half(f[1]).x) << 16;
+    return pack_pair_host<c10::Half>(f);
 #endif
   }
   __device__ __forceinline__ static float round(float v) {
@@ -193,16 +198,6 @@ __device__ __forceinline__ WordsN<N> pack_words(const float* f) {
 #pragma unroll
   for (int w = 0; w < N; ++w) v.v[w] = Words<T>::pack(f + w * Words<T>::kPerWord);
   return v;
-}
-
-template <typename T>
-__device__ __forceinline__ void unpack4(const Words4& v, float* f) {
-  unpack_words<T, 4>(v, f);
-}
-
-template <typename T>
-__device__ __forceinline__ Words4 pack4(const float* f) {
-  return pack_words<T, 4>(f);
 }
 
 // A load of N words that stays where it is written. The compiler otherwise sinks a load next
@@ -378,20 +373,16 @@ struct MaxOp {
 __host__ __device__ constexpr int log2_of(int v) { return v <= 1 ? 0 : 1 + log2_of(v / 2); }
 
 // Reduces `v` over a team of `team` consecutive threads (a power of two up to kMaxTeam, dividing
-// the block); every member gets the result. Every thread of the block must call it. Each `Op`
-// has its own shared array, and a kernel reduces with each `Op` once, so no barrier is needed
-// before the partials are written.
+// the block; a compile-time constant where the caller has one, so the steps' tests fold away);
+// every member gets the result. Every thread of the block must call it. Each `Op` has its own
+// shared array, and a kernel reduces with each `Op` once, so no barrier is needed before the
+// partials are written.
 template <typename Op>
 __device__ __forceinline__ float team_reduce(float v, int team, Op op) {
   __shared__ float partial[32];
-  if (team >= 32) {  // uniform across the block: no branch per step
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  } else {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      if (offset < team) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    }
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (offset < team) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
   }
   if (team <= 32) return v;
   if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;

@@ -48,11 +48,6 @@ struct RowArgs {
   int64_t scale_group_stride;
 };
 
-template <typename T>
-__device__ __forceinline__ float round_to(float v) {
-  return static_cast<float>(static_cast<T>(v));
-}
-
 // The weight's slots of a tile; ones where there is no weight, so y * w needs no branch.
 template <typename T, int V, int VPT>
 __device__ __forceinline__ void load_weight(Tile<T, V, VPT>& w, const T* weight, const RowPlan& p,
@@ -193,7 +188,7 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
     return float(t.at(s)) * inv_rms * float(w.at(s));
   };
   auto normed = [&](const XTile& t, const XTile& w, int s) -> float {
-    return round_to<T>(normed_raw(t, w, s));
+    return Words<T>::round(normed_raw(t, w, s));
   };
 
   if constexpr (NORM && QUANT == kDynamic) {
@@ -284,11 +279,11 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
         const int j = lane + k * team;
         if (j < nvec) {
           float f[V], r[V];
-          unpack4<T>(xs[k], f);
-          unpack4<T>(rs[k], r);
+          unpack_words<T>(xs[k], f);
+          unpack_words<T>(rs[k], r);
 #pragma unroll
           for (int e = 0; e < V; ++e) f[e] += r[e];
-          xs[k] = pack4<T>(f);
+          xs[k] = pack_words<T>(f);
           res_out[j] = xs[k];
         }
       }
@@ -300,7 +295,7 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         float f[V];
-        unpack4<T>(xs[k], f);
+        unpack_words<T>(xs[k], f);
         if (whole_variance) {
 #pragma unroll
           for (int e = 0; e < V; ++e) acc = fmaf(f[e], f[e], acc);
@@ -315,7 +310,7 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         float f[V];
-        unpack4<T>(xs[k], f);
+        unpack_words<T>(xs[k], f);
 #pragma unroll
         for (int e = 0; e < V; ++e) acc = fmaxf(acc, fabsf(f[e]));
       }
@@ -328,10 +323,10 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
   }
   // y of vector k before rounding to T: x * inv_rms * w for the norms, x otherwise
   auto normed_raw = [&](int k, float* y) {
-    unpack4<T>(xs[k], y);
+    unpack_words<T>(xs[k], y);
     if constexpr (NORM) {
       float w[V];
-      unpack4<T>(ws[k], w);
+      unpack_words<T>(ws[k], w);
 #pragma unroll
       for (int e = 0; e < V; ++e) y[e] = y[e] * inv_rms * w[e];
     }
@@ -347,8 +342,8 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
       for (int k = 0; k < VPT; ++k) {
         float y[V];
         normed_raw(k, y);
-        xs[k] = pack4<T>(y);
-        unpack4<T>(xs[k], y);
+        xs[k] = pack_words<T>(y);
+        unpack_words<T>(xs[k], y);
 #pragma unroll
         for (int e = 0; e < V; ++e) acc = fmaxf(acc, fabsf(y[e]));
       }
@@ -365,11 +360,11 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
     float y[V];
     if constexpr (QUANT == kNone) {
       normed_raw(k, y);
-      reinterpret_cast<Words4*>(static_cast<T*>(a.out) + token * a.out_stride)[j] = pack4<T>(y);
+      reinterpret_cast<Words4*>(static_cast<T*>(a.out) + token * a.out_stride)[j] = pack_words<T>(y);
     } else {
       // y rounded to T, as the unfused ops would pass it on (dynamic: already in xs)
       if constexpr (!NORM || QUANT == kDynamic) {
-        unpack4<T>(xs[k], y);
+        unpack_words<T>(xs[k], y);
       } else {
         normed_raw(k, y);
 #pragma unroll
