@@ -19,6 +19,7 @@ from .platform import (
     next_power_of_2,
     num_rows,
     rows,
+    tensor_bytes,
     warps_for,
 )
 
@@ -248,20 +249,6 @@ def evict_first_for(l2_share: float | None) -> bool:
     return l2_share is not None and 1.0 < l2_share <= EVICT_FIRST_L2_MULTIPLE
 
 
-def _footprint(
-    x: torch.Tensor,
-    out: torch.Tensor,
-    residual: torch.Tensor | None,
-    scale_out: torch.Tensor | None,
-) -> int:
-    """Bytes a norm reads and writes (activations in and out, the residual twice)."""
-    per_element = x.element_size() + out.element_size()
-    if residual is not None:
-        per_element += 2 * residual.element_size()
-    scales = scale_out.numel() * scale_out.element_size() if scale_out is not None else 0
-    return x.numel() * per_element + scales
-
-
 def launch_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None,
@@ -298,7 +285,8 @@ def launch_norm(
     single = hidden <= MAX_SINGLE_PASS if single_pass is None else single_pass
     if block is None:
         block = next_power_of_2(hidden) if single else LOOP_BLOCK
-    share = footprint_share(x, _footprint(x, out, residual, scale_out))
+    # bytes read and written: x and out, the residual in and out, the dynamic scales
+    share = footprint_share(x, tensor_bytes(x, out, residual, residual, scale_out))
     has_residual = residual is not None
     if max_registers is None:
         max_registers = max_registers_for(n, quant, block, has_residual, share, x.element_size())

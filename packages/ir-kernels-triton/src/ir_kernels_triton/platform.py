@@ -47,6 +47,12 @@ def l2_cache_bytes(t: torch.Tensor) -> int | None:
     return _l2_bytes(t.device.index if t.device.index is not None else 0)
 
 
+def tensor_bytes(*tensors: torch.Tensor | None) -> int:
+    """Bytes of the given tensors (None counts nothing): an op's footprint when each is read or
+    written once; pass a tensor twice for one read and one write in place."""
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
 def footprint_share(t: torch.Tensor, footprint: int) -> float | None:
     """`footprint` bytes as a multiple of the L2 size of the GPU holding `t` (None off it)."""
     l2 = l2_cache_bytes(t)

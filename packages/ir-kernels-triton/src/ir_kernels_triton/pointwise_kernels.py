@@ -18,6 +18,7 @@ from .platform import (
     num_rows,
     rows,
     streams_from_dram,
+    tensor_bytes,
     warps_for,
 )
 
@@ -148,10 +149,6 @@ def flat_config(
     return (1024, 8) if act == ACT_SILU else (2048, 8)
 
 
-def _footprint(*tensors: torch.Tensor) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
 def pointwise_config(
     rows_: int, width: int, compute_heavy: bool, fp8_out: bool = False
 ) -> tuple[int, int]:
@@ -186,7 +183,7 @@ def launch_gated(
     dense = x2.stride(0) == 2 * d and out2.stride(0) == d and 2 * n * d < FLAT_INDEX_LIMIT
     if dense and block is None and num_warps is None:
         flat_block, warps = flat or flat_config(
-            n * d, streams_from_dram(x, _footprint(x, out)), act, scale is not None
+            n * d, streams_from_dram(x, tensor_bytes(x, out)), act, scale is not None
         )
         flat_gated_kernel[(triton.cdiv(n * d, flat_block),)](
             x2,
@@ -270,7 +267,7 @@ def launch_static_quant(
     x2, q2 = rows(x), rows(q)
     total = n * hidden
     if x2.stride(0) == hidden and q2.stride(0) == hidden and total < FLAT_INDEX_LIMIT:
-        block, warps = flat or flat_config(total, streams_from_dram(x, _footprint(x, q)))
+        block, warps = flat or flat_config(total, streams_from_dram(x, tensor_bytes(x, q)))
         flat_static_quant_kernel[(triton.cdiv(total, block),)](
             x2,
             q2,
