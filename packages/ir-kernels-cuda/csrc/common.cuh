@@ -34,6 +34,9 @@ struct DeviceScope {
   explicit DeviceScope(const at::Tensor& /*t*/) {}
   cudaStream_t stream = nullptr;
 };
+
+// An H100's L2 size, so that emulated launches take the paths an H100 would.
+inline int64_t l2_cache_bytes() { return int64_t{50} << 20; }
 #else
 constexpr const char* kDeviceName = "CUDA";
 inline bool on_kernel_device(const at::Tensor& t) { return t.is_cuda(); }
@@ -45,6 +48,14 @@ struct DeviceScope {
   c10::cuda::CUDAGuard guard;
   cudaStream_t stream;
 };
+
+// Bytes of the current device's L2 cache: an op whose footprint exceeds it streams from DRAM.
+inline int64_t l2_cache_bytes() {
+  int device = 0, bytes = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device));
+  return bytes;
+}
 
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
@@ -403,21 +414,30 @@ __device__ __forceinline__ float team_reduce(float v, int team, Op op) {
 // Depends on the row width only, so a row's result does not depend on the batch.
 constexpr int kMaxTeam = 512;  // 128 registers per thread, so a tile of 4 vectors does not spill
 
+// Threads of a row kernel's block for a team: at least four warps, so a block of short rows
+// holds several of them.
+__host__ __device__ constexpr int row_block_threads(int team) { return team > 128 ? team : 128; }
+
 struct RowLaunch {
   int team;     // at least 8, so a lane holds each scalar of a row's unaligned head or tail
-  int vpt;      // 2 or 4: two loads in flight per thread even in short rows (fp8 groups of
-                // 128 with one vector a thread took up to 1.8x Triton's time on an H100)
+  int vpt;      // vectors a thread: 2 or 4, or 1 for `one_vector` launches; at least two
+                // loads in flight per thread otherwise (fp8 groups of 128 with one vector a
+                // thread took up to 1.8x Triton's time on an H100)
   bool stream;  // the row does not fit one tile: it is read in chunks, twice
-  int threads;  // per block: max(team, 128)
+  int threads;  // per block: `row_block_threads(team)`
 };
 
-inline RowLaunch row_launch(int64_t width, int vec) {
+// Rows of more than 128 and at most 512 vectors take one vector a thread where `one_vector`
+// (the fused add's aligned kernels: a residual doubles a thread's loads, and the wider team
+// halves each thread's chain of adds and stores; Triton's tuned norms take 8 and 16 warps for
+// 2048 and 4096 bf16 elements with a residual, `ir_kernels_triton.norm_kernels.norm_warps`).
+inline RowLaunch row_launch(int64_t width, int vec, bool one_vector = false) {
   const int64_t units = (width + vec - 1) / vec;
-  const int vpt = units <= 1024 ? 2 : 4;
+  const int vpt = one_vector && units > 128 && units <= kMaxTeam ? 1 : units <= 1024 ? 2 : 4;
   int team = 8;
   while (team < kMaxTeam && static_cast<int64_t>(team) * vpt < units) team *= 2;
   const bool stream = static_cast<int64_t>(team) * vpt < units;
-  return RowLaunch{team, vpt, stream, team > 128 ? team : 128};
+  return RowLaunch{team, vpt, stream, row_block_threads(team)};
 }
 
 // AT_DISPATCH_FLOATING_TYPES_AND2 without double: the kernels take float32, float16, bfloat16.
@@ -460,6 +480,15 @@ inline void check_rows(const at::Tensor& t, const char* name) {
               "ir_cuda: ", name, " must be a 2-D ", kDeviceName,
               " tensor with contiguous rows, got sizes ", t.sizes(), " strides ", t.strides(),
               " on ", t.device());
+}
+
+// Host side: the row stride of the 2-D tensor `t` as the kernels take it, in 32 bits (a row's
+// address is then one 32 x 32 -> 64-bit multiply). A single row's stride is never used.
+inline int row_stride(const at::Tensor& t, const char* name) {
+  if (t.size(0) <= 1) return 0;
+  TORCH_CHECK(t.stride(0) <= std::numeric_limits<int>::max(), "ir_cuda: ", name,
+              " has a row stride of ", t.stride(0), " elements; the kernels take at most 2^31 - 1");
+  return static_cast<int>(t.stride(0));
 }
 
 inline void check_same(const at::Tensor& t, const char* name, const at::Tensor& x) {

@@ -24,9 +24,9 @@ enum Quant : int { kNone = 0, kStatic = 1, kDynamic = 2 };
 template <typename T>
 struct RowArgs {
   const T* x;
-  int64_t x_stride;
+  int x_stride;  // row strides are 32-bit (the host checks): one multiply to a row
   void* out;  // T, or fp8 bits (uint8_t) when quantizing
-  int64_t out_stride;
+  int out_stride;
   const T* weight;
   int rows;    // tokens * groups; the host checks both fit 31 bits
   int groups;  // per token (1 except for group quantization)
@@ -37,9 +37,9 @@ struct RowArgs {
   float eps;
   // the fused add
   const T* residual;
-  int64_t residual_stride;
+  int residual_stride;
   T* residual_out;
-  int64_t residual_out_stride;
+  int residual_out_stride;
   // quantization
   const float* scale;     // static: the one scale
   const float* scale_ub;  // dynamic: optional upper bound of the absmax
@@ -64,54 +64,65 @@ __device__ __forceinline__ void load_weight(Tile<T, V, VPT>& w, const T* weight,
 struct RowSlot {
   int lane;
   bool active;  // false for the spare teams of the last block
-  int64_t token;
-  int64_t group;
-  int64_t group_offset;  // elements from the token's first one
+  int token;
+  int group;
+  int group_offset;  // elements from the token's first one
 };
 
 // GROUPED: the kernel may quantize in groups (rows of a token are `groups` groups); the norms
-// never do, and skip the division. 32-bit indices: a decode-size launch is bound by the
-// latency of each instruction before the first load.
+// never do, and skip the division. 32-bit indices, and no test of `active` on the way to a
+// row's address (an inactive team computes one past the rows and loads nothing): a
+// decode-size launch is bound by the latency of each instruction before the first load.
+// rows_per_block: a compile-time constant in the aligned kernel (one parameter read less).
 template <bool GROUPED, typename T>
-__device__ __forceinline__ RowSlot row_slot(const RowArgs<T>& a, int team, int team_shift) {
+__device__ __forceinline__ RowSlot row_slot(const RowArgs<T>& a, int team, int team_shift,
+                                            unsigned rows_per_block) {
   // team is a power of two: shifts and masks instead of integer division
   RowSlot r;
   r.lane = static_cast<int>(threadIdx.x) & (team - 1);
-  const int row = static_cast<int>(blockIdx.x * (blockDim.x >> team_shift) + (threadIdx.x >> team_shift));
+  const int row = static_cast<int>(blockIdx.x * rows_per_block + (threadIdx.x >> team_shift));
   r.active = row < a.rows;
   // the groups of a token are a power of two in practice (hidden / 128): a shift, not a
   // division, before the first load
-  int token = 0;
-  if (r.active) {
-    if constexpr (GROUPED) {
-      token = a.groups_shift >= 0 ? row >> a.groups_shift : row / a.groups;
-    } else {
-      token = row;
-    }
+  if constexpr (GROUPED) {
+    r.token = a.groups_shift >= 0 ? row >> a.groups_shift : row / a.groups;
+    r.group = row - r.token * a.groups;
+    r.group_offset = r.group * a.width;
+  } else {
+    r.token = row;
+    r.group = 0;
+    r.group_offset = 0;
   }
-  r.token = token;
-  r.group = GROUPED ? row - token * a.groups : 0;
-  r.group_offset = GROUPED ? r.group * a.width : 0;
   return r;
 }
 
+// Elements from a tensor's start to row `row` of stride `stride`: one 32 x 32 -> 64-bit multiply.
+__device__ __forceinline__ int64_t row_offset(int row, int stride) {
+  return static_cast<int64_t>(row) * static_cast<int64_t>(stride);
+}
+
 // The dynamic scale of a row from its threads' absmax values (every thread of the block
-// calls it); the team's first lane writes it out.
+// calls it).
 template <typename T>
-__device__ __forceinline__ float dynamic_scale(const RowArgs<T>& a, const RowSlot& r, float absmax,
-                                               float scale_ub, int team) {
+__device__ __forceinline__ float dynamic_scale(const RowArgs<T>& a, float absmax, float scale_ub,
+                                               int team) {
   float amax = team_reduce(absmax, team, MaxOp{});
   if (a.scale_ub != nullptr) amax = fminf(amax, scale_ub);
-  const float scale = fmaxf(amax / kFp8Max, kMinScale);
+  return fmaxf(amax / kFp8Max, kMinScale);
+}
+
+// The team's first lane writes its row's dynamic scale out.
+template <typename T>
+__device__ __forceinline__ void write_scale(const RowArgs<T>& a, const RowSlot& r, float scale) {
   if (r.active && r.lane == 0) {
-    a.scale_out[r.token * a.scale_token_stride + r.group * a.scale_group_stride] = scale;
+    a.scale_out[static_cast<int64_t>(r.token) * a.scale_token_stride + r.group * a.scale_group_stride] = scale;
   }
-  return scale;
 }
 
 template <typename T, int VPT, bool STREAM, bool ADD, bool NORM, int QUANT>
 __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
-  const RowSlot slot = row_slot<!NORM>(a, team, __ffs(team) - 1);
+  const int team_shift = __ffs(team) - 1;
+  const RowSlot slot = row_slot<!NORM>(a, team, team_shift, blockDim.x >> team_shift);
   constexpr int V = vec_width<T>();
   using XTile = Tile<T, V, VPT>;
   using QTile = Tile<uint8_t, V, VPT>;
@@ -204,7 +215,10 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
   }
 
   float scale = static_scale;
-  if constexpr (QUANT == kDynamic) scale = dynamic_scale(a, slot, acc, scale_ub, team);
+  if constexpr (QUANT == kDynamic) {
+    scale = dynamic_scale(a, acc, scale_ub, team);
+    write_scale(a, slot, scale);
+  }
   if (!active) return;  // no reductions follow
   // one division per row; the product differs from y / scale by at most an fp32 rounding
   const float inv_scale = 1.f / scale;
@@ -240,19 +254,19 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT>
 __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
   constexpr int team = TEAM;
-  const RowSlot slot = row_slot<!NORM>(a, team, log2_of(team));
+  const RowSlot slot = row_slot<!NORM>(a, team, log2_of(team), row_block_threads(team) / team);
   using W = Words<T>;
   constexpr int V = 4 * W::kPerWord;  // elements per 16-byte vector
   using FP8Pairs = VecN<uint16_t, V / 2>;  // V fp8 values, converted two at a time
   const int lane = slot.lane;
   const bool active = slot.active;
-  const int64_t token = slot.token;
-  const int64_t group_offset = slot.group_offset;
-  const int nvec = a.width / V;
+  const int token = slot.token;
+  const int group_offset = slot.group_offset;
+  const int nvec = static_cast<int>(static_cast<unsigned>(a.width) / V);  // a shift
 
-  const auto* x = reinterpret_cast<const Words4*>(a.x + token * a.x_stride + group_offset);
-  const auto* res = ADD ? reinterpret_cast<const Words4*>(a.residual + token * a.residual_stride) : nullptr;
-  auto* res_out = ADD ? reinterpret_cast<Words4*>(a.residual_out + token * a.residual_out_stride) : nullptr;
+  const auto* x = reinterpret_cast<const Words4*>(a.x + row_offset(token, a.x_stride) + group_offset);
+  const auto* res = ADD ? reinterpret_cast<const Words4*>(a.residual + row_offset(token, a.residual_stride)) : nullptr;
+  auto* res_out = ADD ? reinterpret_cast<Words4*>(a.residual_out + row_offset(token, a.residual_out_stride)) : nullptr;
   const auto* weight = NORM && a.weight != nullptr ? reinterpret_cast<const Words4*>(a.weight) : nullptr;
   const float static_scale = QUANT == kStatic ? *a.scale : 1.f;
   const float scale_ub = QUANT == kDynamic && a.scale_ub != nullptr ? *a.scale_ub : 0.f;
@@ -348,7 +362,7 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
         for (int e = 0; e < V; ++e) acc = fmaxf(acc, fabsf(y[e]));
       }
     }
-    scale = dynamic_scale(a, slot, acc, scale_ub, team);
+    scale = dynamic_scale(a, acc, scale_ub, team);
   }
   if (!active) return;  // no reductions follow
   const float inv_scale = 1.f / scale;
@@ -360,7 +374,7 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
     float y[V];
     if constexpr (QUANT == kNone) {
       normed_raw(k, y);
-      reinterpret_cast<Words4*>(static_cast<T*>(a.out) + token * a.out_stride)[j] = pack_words<T>(y);
+      reinterpret_cast<Words4*>(static_cast<T*>(a.out) + row_offset(token, a.out_stride))[j] = pack_words<T>(y);
     } else {
       // y rounded to T, as the unfused ops would pass it on (dynamic: already in xs)
       if constexpr (!NORM || QUANT == kDynamic) {
@@ -373,10 +387,13 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
       FP8Pairs q;
 #pragma unroll
       for (int e = 0; e < V; e += 2) q.v[e / 2] = to_fp8x2(y[e] * inv_scale, y[e + 1] * inv_scale);
-      reinterpret_cast<FP8Pairs*>(static_cast<uint8_t*>(a.out) + token * a.out_stride +
+      reinterpret_cast<FP8Pairs*>(static_cast<uint8_t*>(a.out) + row_offset(token, a.out_stride) +
                                   group_offset)[j] = q;
     }
   }
+  // after the row's stores: its address arithmetic then overlaps their flight rather than
+  // delaying them
+  if constexpr (QUANT == kDynamic) write_scale(a, slot, scale);
 }
 
 struct RowTensors {
@@ -413,7 +430,9 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
     // the teams `row_launch` gives each tile size, as compile-time constants
     if (aligned_rows) {
       bool launched = false;
-      if constexpr (VPT == 2) {
+      if constexpr (VPT == 1) {
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, 256, 512>(args, l.team, grid, block, stream);
+      } else if constexpr (VPT == 2) {
         launched = launch_aligned<T, ADD, NORM, QUANT, VPT, 8, 16, 32, 64, 128, 256, 512>(
             args, l.team, grid, block, stream);
       } else {
@@ -423,7 +442,11 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
       return;
     }
   }
-  launch(row_kernel<T, VPT, STREAM, ADD, NORM, QUANT>, grid, block, stream, args, l.team);
+  if constexpr (VPT == 1) {
+    TORCH_CHECK(false, "ir_cuda: one vector a thread is for aligned rows only");
+  } else {
+    launch(row_kernel<T, VPT, STREAM, ADD, NORM, QUANT>, grid, block, stream, args, l.team);
+  }
 }
 
 template <bool ADD, bool NORM, int QUANT>
@@ -463,14 +486,14 @@ void launch_rows(const RowTensors& t) {
     using T = scalar_t;
     RowArgs<T> args{};
     args.out = t.out->data_ptr();
-    args.out_stride = t.out->stride(0);
+    args.out_stride = row_stride(*t.out, "out");
     args.x = x.const_data_ptr<T>();
-    args.x_stride = x.stride(0);
+    args.x_stride = row_stride(x, "x");
     if constexpr (ADD) {
       args.residual_out = t.residual_out->data_ptr<T>();
-      args.residual_out_stride = t.residual_out->stride(0);
+      args.residual_out_stride = row_stride(*t.residual_out, "residual_out");
       args.residual = t.residual->const_data_ptr<T>();
-      args.residual_stride = t.residual->stride(0);
+      args.residual_stride = row_stride(*t.residual, "x_residual");
     }
     args.weight = t.weight != nullptr ? t.weight->const_data_ptr<T>() : nullptr;
     args.scale = t.scale != nullptr ? t.scale->const_data_ptr<float>() : nullptr;
@@ -486,7 +509,6 @@ void launch_rows(const RowTensors& t) {
     args.inv_var_size = 1.f / static_cast<float>(var_size);
     args.eps = static_cast<float>(t.epsilon);
     constexpr int V = vec_width<T>();
-    const RowLaunch l = row_launch(width, V);
     // whole vectors everywhere: T rows and the weight at 16 bytes, fp8 rows at V bytes
     bool aligned = width % V == 0 && rows_aligned(x, 16) &&
                    rows_aligned(*t.out, QUANT == kNone ? 16 : V) &&
@@ -494,8 +516,11 @@ void launch_rows(const RowTensors& t) {
     if constexpr (ADD) {
       aligned = aligned && rows_aligned(*t.residual, 16) && rows_aligned(*t.residual_out, 16);
     }
+    const RowLaunch l = row_launch(width, V, ADD && aligned);
     if (l.stream) {
       launch_typed<T, ADD, NORM, QUANT, 4, true>(args, l, aligned, stream);
+    } else if (l.vpt == 1) {
+      if constexpr (ADD) launch_typed<T, ADD, NORM, QUANT, 1, false>(args, l, aligned, stream);
     } else if (l.vpt == 2) {
       launch_typed<T, ADD, NORM, QUANT, 2, false>(args, l, aligned, stream);
     } else {
@@ -611,6 +636,21 @@ void group_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Tenso
   const int64_t groups = x.size(1) / group_size;
   check_scale_out(scale_out, x, groups);
   RowTensors t;
+  if (groups > 1 && x.size(0) > 0 && x.is_contiguous() && out.is_contiguous() && scale_out.is_contiguous() &&
+      out.sizes() == x.sizes()) {
+    // The usual layout: each group is a row of its own, whose scale follows the last one's. A
+    // row's address then needs no token and group (a division or shift and a multiply before
+    // the first load); the kernel and its results are the same.
+    at::Tensor rows_x = x.view({-1, group_size});
+    at::Tensor rows_out = out.view({-1, group_size});
+    at::Tensor rows_scale = scale_out.view({-1, 1});
+    t.out = &rows_out;
+    t.x = &rows_x;
+    t.scale_out = &rows_scale;
+    t.scale_token_stride = 1;
+    launch_rows<false, false, kDynamic>(t);
+    return;
+  }
   t.out = &out;
   t.x = &x;
   t.scale_out = &scale_out;
