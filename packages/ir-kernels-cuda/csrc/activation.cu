@@ -13,6 +13,9 @@ namespace {
 
 enum Activation : int { kIdentity = 0, kSilu = 1, kGelu = 2, kGeluTanh = 3 };
 
+// Outputs up to which an elementwise launch counts as decode-sized (latency-bound).
+constexpr int64_t kDecodeOutputs = int64_t{1} << 17;
+
 // FAST: the hardware's approximate exponential and division, for 16-bit inputs, whose rounding
 // (2^-8 or 2^-11 relative) is far coarser than the approximation's few float32 ulps.
 template <int ACT, bool FAST>
@@ -91,44 +94,59 @@ __global__ void elementwise_kernel(void* out, int64_t out_stride, const T* x, in
 
 // The usual layout on its own path: every row of x and out aligned to whole vectors and d a
 // whole number of them (the host checks). Grid: (column blocks, rows), so a row's blocks are
-// adjacent as in the flat grid, without a division per block or a per-row plan; N words a
-// thread (a 16-byte vector at N = 4), unpacked a word at a time (`Words`). The arithmetic is
-// `elementwise_kernel`'s. Both halves are loaded before any math (`load_now`), and the scale's
-// reciprocal is taken after the loads are issued: its division branches on the scale, which
-// would otherwise hold the loads back one round trip.
-template <typename T, int ACT, bool QUANT, int N>
-__global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, int64_t out_stride, const T* x,
-                                           int64_t x_stride, int d, const float* scale) {
+// adjacent as in the flat grid, without a division per block or a per-row plan; VECS accesses
+// of N words a thread (N = 4: a 16-byte vector), blockDim.x apart so that each access of a warp
+// is coalesced, unpacked a word at a time (`Words`). The arithmetic is `elementwise_kernel`'s.
+// Every load is issued before any math (`load_now`), and the scale's reciprocal is taken after
+// them: its division branches on the scale, which would otherwise hold the loads back one
+// round trip. Row strides are 32-bit (the host checks).
+template <typename T, int ACT, bool QUANT, int N, int VECS>
+__global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, int out_stride, const T* x,
+                                                                     int x_stride, int d, const float* scale) {
   using E = Elementwise<T, ACT, QUANT>;
   using W = Words<T>;
   using Vec = WordsN<N>;
-  constexpr int V = N * W::kPerWord;  // elements a thread
+  constexpr int V = N * W::kPerWord;  // elements an access
   static_assert(!QUANT || V % 2 == 0, "fp8 values are converted in pairs");
-  const int j = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (j * V >= d) return;
-  const int64_t row = blockIdx.y;
-  const T* gate = x + row * x_stride;
-  const Vec g = load_now(reinterpret_cast<const Vec*>(gate) + j);
-  Vec u;
-  if constexpr (E::kGated) u = load_now(reinterpret_cast<const Vec*>(gate + d) + j);
-  const float inv_scale = QUANT ? 1.f / *scale : 1.f;
-  float y[V];
-  unpack_words<T>(g, y);
-  if constexpr (E::kGated) {
-    float up[V];
-    unpack_words<T>(u, up);
+  const int first = static_cast<int>(blockIdx.x * blockDim.x * VECS + threadIdx.x);
+  if (first * V >= d) return;
+  const int row = static_cast<int>(blockIdx.y);
+  const auto* gate = reinterpret_cast<const Vec*>(x + static_cast<int64_t>(row) * x_stride);
+  const auto* up = reinterpret_cast<const Vec*>(x + static_cast<int64_t>(row) * x_stride + d);
+  Vec g[VECS], u[VECS];
 #pragma unroll
-    for (int e = 0; e < V; ++e) y[e] = activate<ACT, E::kFast>(y[e]) * up[e];
-  }
-  if constexpr (QUANT) {
-    VecN<uint16_t, V / 2> q;
-#pragma unroll
-    for (int e = 0; e < V; e += 2) {
-      q.v[e / 2] = to_fp8x2(W::round(y[e]) * inv_scale, W::round(y[e + 1]) * inv_scale);
+  for (int k = 0; k < VECS; ++k) {
+    const int j = first + k * static_cast<int>(blockDim.x);
+    if (k == 0 || j * V < d) {
+      g[k] = load_now(gate + j);
+      if constexpr (E::kGated) u[k] = load_now(up + j);
     }
-    reinterpret_cast<VecN<uint16_t, V / 2>*>(static_cast<uint8_t*>(out) + row * out_stride)[j] = q;
-  } else {
-    reinterpret_cast<Vec*>(static_cast<T*>(out) + row * out_stride)[j] = pack_words<T, N>(y);
+  }
+  const float inv_scale = QUANT ? 1.f / *scale : 1.f;
+#pragma unroll
+  for (int k = 0; k < VECS; ++k) {
+    const int j = first + k * static_cast<int>(blockDim.x);
+    if (k > 0 && j * V >= d) break;
+    float y[V];
+    unpack_words<T>(g[k], y);
+    if constexpr (E::kGated) {
+      float upv[V];
+      unpack_words<T>(u[k], upv);
+#pragma unroll
+      for (int e = 0; e < V; ++e) y[e] = activate<ACT, E::kFast>(y[e]) * upv[e];
+    }
+    if constexpr (QUANT) {
+      using Pairs = VecN<uint16_t, V / 2>;
+      Pairs q;
+#pragma unroll
+      for (int e = 0; e < V; e += 2) {
+        q.v[e / 2] = to_fp8x2(W::round(y[e]) * inv_scale, W::round(y[e + 1]) * inv_scale);
+      }
+      reinterpret_cast<Pairs*>(static_cast<uint8_t*>(out) + static_cast<int64_t>(row) * out_stride)[j] = q;
+    } else {
+      reinterpret_cast<Vec*>(static_cast<T*>(out) + static_cast<int64_t>(row) * out_stride)[j] =
+          pack_words<T, N>(y);
+    }
   }
 }
 
@@ -155,11 +173,10 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
   IR_CUDA_DISPATCH_FLOAT(x.scalar_type(), "elementwise", [&] {
     using T = scalar_t;
     constexpr int V = vec_width<T>();
-    // threads per block and blocks per row for `per_thread` elements a thread; few rows:
-    // small blocks, so that a decode step spreads over more SMs
-    auto shape = [&](int64_t per_thread) {
+    // threads per block and blocks per row for `per_thread` elements a thread in blocks of at
+    // most `threads` (fewer where a row has fewer elements)
+    auto shape = [&](int64_t per_thread, int threads) {
       const int64_t units = (d + per_thread - 1) / per_thread;
-      int threads = rows < 64 ? 64 : 256;
       while (threads > 32 && (threads / 2) >= units) threads /= 2;
       return std::make_pair(threads, (units + threads - 1) / threads);
     };
@@ -167,28 +184,58 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
     const bool aligned = d % V == 0 && rows_aligned(x, 16) && rows_aligned(out, QUANT ? V : 16) &&
                          rows <= 65535 && d <= std::numeric_limits<int>::max() - V;
     if (aligned) {
-      auto run = [&](auto kernel, int64_t per_thread) {
-        const auto [threads, blocks] = shape(per_thread);
+      // `per_thread` elements a thread, in VECS accesses
+      auto run = [&](auto kernel, int64_t per_thread, int max_threads) {
+        const auto [threads, blocks] = shape(per_thread, max_threads);
         launch(kernel, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(rows)),
-               dim3(static_cast<unsigned>(threads)), stream, out.data_ptr(), out.stride(0),
-               x.const_data_ptr<T>(), x.stride(0), static_cast<int>(d),
+               dim3(static_cast<unsigned>(threads)), stream, out.data_ptr(), row_stride(out, "out"),
+               x.const_data_ptr<T>(), row_stride(x, "x"), static_cast<int>(d),
                QUANT ? scale->const_data_ptr<float>() : nullptr);
       };
-      // gelu's erf is long: for small launches one word (two 16-bit elements) a thread, so a
-      // thread's chain of erfs is short (H100, x of 1 x 5632: 1.66 to 1.32 µs). Past 64K
-      // outputs the extra blocks cost more than the shorter chains save (16 x 28672: 2.21 to
-      // 3.25 µs). Any split gives the same values: each element is computed alone.
-      constexpr bool kLongActivation = (ACT == kGelu || ACT == kGeluTanh) && sizeof(T) == 2;
-      if constexpr (kLongActivation) {
-        if (rows < 64 && rows * d <= 65536) {
-          run(aligned_elementwise_kernel<T, ACT, QUANT, 1>, Words<T>::kPerWord);
+      // Elements a thread and threads a block after Triton's tuned flat kernels
+      // (`ir_kernels_triton.pointwise_kernels.flat_config`, H100 sweeps), then checked on the
+      // H100 grid (`benchmarks/results/cuda-kernels-notes-H100.md`, round 13). A launch of at
+      // most 128K outputs is bound by each thread's chain of unpacking, math and conversion,
+      // so short chains win: two elements a thread (static_quant_fp8 of 1 x 2048 with eight a
+      // thread: 1.28 µs; with two: 1.20, Triton's 1.15). gelu's erf makes its chain the
+      // longest: blocks of 128 up to 128K outputs, then four elements a thread up to 1M while
+      // under 64 rows (at 128 x 5632, 2.29 to 2.39 µs). Past 2M outputs that stay in L2 the
+      // quantization alone takes two vectors a thread in blocks of 128 (4096 x 4096: 17.72 to
+      // 17.29 µs; at 1024 x 2048 it lost, 2.08 to 2.28); once the bytes stream from DRAM, silu
+      // takes four elements a thread (16384 x 14336: 460.9 to 455.5 µs). Any split gives the
+      // same values: each element is computed alone.
+      constexpr bool kLongChain = ACT == kGelu || ACT == kGeluTanh;
+      constexpr int P = Words<T>::kPerWord;
+      const int64_t outputs = rows * d;
+      const int64_t footprint =
+          x.numel() * static_cast<int64_t>(x.element_size()) + out.numel() * static_cast<int64_t>(out.element_size());
+      const bool streams = footprint > l2_cache_bytes();
+      if (outputs <= kDecodeOutputs) {
+        run(aligned_elementwise_kernel<T, ACT, QUANT, 2 / P, 1>, 2, kLongChain ? 128 : 256);
+        return;
+      }
+      if constexpr (kLongChain) {
+        if (rows < 64 && outputs <= 8 * kDecodeOutputs) {
+          run(aligned_elementwise_kernel<T, ACT, QUANT, 4 / P, 1>, 4, 128);
           return;
         }
       }
-      run(aligned_elementwise_kernel<T, ACT, QUANT, 4>, V);
+      if constexpr (ACT == kIdentity) {
+        if (!streams && outputs > 16 * kDecodeOutputs) {
+          run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 2>, 2 * V, 128);
+          return;
+        }
+      }
+      if constexpr (ACT == kSilu && !QUANT) {
+        if (streams) {
+          run(aligned_elementwise_kernel<T, ACT, QUANT, 4 / P, 1>, 4, 256);
+          return;
+        }
+      }
+      run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 1>, V, rows < 64 ? 128 : 256);
       return;
     }
-    const auto [threads, blocks_per_row] = shape(V);
+    const auto [threads, blocks_per_row] = shape(V, rows < 64 ? 64 : 256);
     launch(elementwise_kernel<T, ACT, QUANT>, flat_grid(rows, blocks_per_row),
            dim3(static_cast<unsigned>(threads)), stream, out.data_ptr(), out.stride(0),
            x.const_data_ptr<T>(), x.stride(0), d, QUANT ? scale->const_data_ptr<float>() : nullptr,
