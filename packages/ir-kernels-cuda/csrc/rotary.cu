@@ -16,7 +16,7 @@ struct RotaryArgs {
   T* k_out;
   const T* q;
   const T* k;
-  int64_t q_stride, k_stride, q_out_stride, k_out_stride;
+  int q_stride, k_stride, q_out_stride, k_out_stride;  // 32-bit (the host checks)
   const void* positions;
   bool positions64;
   const C* cache;
@@ -105,6 +105,63 @@ __global__ void rotary_kernel(RotaryArgs<T, C> a) {
   }
 }
 
+// A token's position from int64 or int32 positions as one 32-bit load: an int64 position's
+// low word (little-endian; positions index a cache, far below 2^31). One load and no select
+// between widths before the cache row's address.
+__device__ __forceinline__ int load_position(const void* positions, bool is64, int token) {
+  return static_cast<const int32_t*>(positions)[is64 ? 2 * token : token];
+}
+
+// The usual layout on its own path: whole vectors everywhere (`vec`), a power-of-two number of
+// units a head, and nothing past rot to copy. Grid: (blocks over a token's units, tokens), one
+// unit a thread; the head by a shift instead of the generic kernel's division, 32-bit row
+// strides (the host checks), and no loop. The arithmetic is `rotary_kernel`'s.
+template <typename T, typename C, bool NEOX>
+__global__ void aligned_rotary_kernel(RotaryArgs<T, C> a, int unit_shift) {
+  constexpr int V = vec_width<T>();
+  const int token = static_cast<int>(blockIdx.y);
+  const int w = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (w >= (a.q_heads + a.k_heads) << unit_shift) return;
+  const int head = w >> unit_shift;
+  const int i = (w & ((1 << unit_shift) - 1)) * V;  // the unit's first element in its head
+  const bool is_q = head < a.q_heads;
+  const int h = is_q ? head : head - a.q_heads;
+  const int at = h * a.head_size + i;
+  const T* in = (is_q ? a.q : a.k) + static_cast<int64_t>(token) * (is_q ? a.q_stride : a.k_stride) + at;
+  T* out = (is_q ? a.q_out : a.k_out) + static_cast<int64_t>(token) * (is_q ? a.q_out_stride : a.k_out_stride) + at;
+  const int half = a.rot / 2;
+  // the activations' loads are issued first (`load_now`): they do not wait for the position,
+  // whose load the cache rows' addresses need
+  const Words4 x1 = load_now(reinterpret_cast<const Words4*>(in));
+  const Words4 x2 = NEOX ? load_now(reinterpret_cast<const Words4*>(in + half)) : x1;
+  const int pos = load_position(a.positions, a.positions64, token);
+  const C* cos = a.cache + static_cast<int64_t>(pos) * a.rot;
+  const C* sin = cos + half;
+  float f1[V], f2[V];
+  unpack_words<T>(x1, f1);
+  if constexpr (NEOX) {
+    unpack_words<T>(x2, f2);
+    const auto c = *reinterpret_cast<const VecN<C, V>*>(cos + i);
+    const auto s = *reinterpret_cast<const VecN<C, V>*>(sin + i);
+    float o1[V], o2[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      rotate(f1[e], f2[e], float(c.v[e]), float(s.v[e]), o1[e], o2[e]);
+    }
+    *reinterpret_cast<Words4*>(out) = pack_words<T>(o1);
+    *reinterpret_cast<Words4*>(out + half) = pack_words<T>(o2);
+  } else {
+    const auto c = *reinterpret_cast<const VecN<C, V / 2>*>(cos + i / 2);
+    const auto s = *reinterpret_cast<const VecN<C, V / 2>*>(sin + i / 2);
+    float o[V];
+#pragma unroll
+    for (int e = 0; e < V / 2; ++e) {
+      rotate(f1[2 * e], f1[2 * e + 1], float(c.v[e]), float(s.v[e]), o[2 * e], o[2 * e + 1]);
+    }
+    *reinterpret_cast<Words4*>(out) = pack_words<T>(o);
+  }
+}
+
 template <typename T, typename C>
 void launch_typed(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& positions,
                   const at::Tensor& q, const at::Tensor& k, int64_t head_size,
@@ -115,10 +172,10 @@ void launch_typed(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& positi
   a.k_out = k_out.data_ptr<T>();
   a.q = q.const_data_ptr<T>();
   a.k = k.const_data_ptr<T>();
-  a.q_stride = q.stride(0);
-  a.k_stride = k.stride(0);
-  a.q_out_stride = q_out.stride(0);
-  a.k_out_stride = k_out.stride(0);
+  a.q_stride = row_stride(q, "query");
+  a.k_stride = row_stride(k, "key");
+  a.q_out_stride = row_stride(q_out, "query_out");
+  a.k_out_stride = row_stride(k_out, "key_out");
   a.positions = positions.const_data_ptr();
   a.positions64 = positions.scalar_type() == at::kLong;
   a.cache = cache.const_data_ptr<C>();
@@ -137,6 +194,23 @@ void launch_typed(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& positi
   const int half = a.rot / 2;
   const int per_head = a.vec ? (is_neox ? half / V : a.rot / V) : half;
   const int64_t total = static_cast<int64_t>(a.q_heads + a.k_heads) * per_head;
+  const int64_t tokens = q.size(0);
+  if (a.vec && !a.copy_rest && (per_head & (per_head - 1)) == 0 && tokens <= 65535) {
+    // one unit a thread; blocks of at most 128 threads up to 64 tokens (a decode step over
+    // more SMs), else 256
+    const int64_t cap = tokens <= 64 ? 128 : 256;
+    const int64_t blocks = (total + cap - 1) / cap;
+    const int64_t threads = ((total + blocks - 1) / blocks + 31) / 32 * 32;
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(tokens));
+    if (is_neox) {
+      launch(aligned_rotary_kernel<T, C, true>, grid, dim3(static_cast<unsigned>(threads)), stream, a,
+             log2_of(per_head));
+    } else {
+      launch(aligned_rotary_kernel<T, C, false>, grid, dim3(static_cast<unsigned>(threads)), stream, a,
+             log2_of(per_head));
+    }
+    return;
+  }
   constexpr int kThreads = 128;
   // up to 8 blocks per token, so that a decode step spreads over the chip
   const int64_t per_token = (total + kThreads - 1) / kThreads;
@@ -186,6 +260,8 @@ void launch_rotary(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& posit
                   cache.size(1) % 2 == 0 && cache.size(1) <= head_size && cache.size(1) > 0,
               "ir_cuda: cos_sin_cache must be a contiguous [max_position, rotary_dim] tensor with "
               "an even rotary_dim <= head_size");
+  TORCH_CHECK(q.size(1) <= std::numeric_limits<int>::max() && k.size(1) <= std::numeric_limits<int>::max(),
+              "ir_cuda: query and key rows must have at most 2^31 - 1 elements");
   if (tokens == 0) return;
   const DeviceScope scope(q);
   const cudaStream_t stream = scope.stream;

@@ -131,10 +131,24 @@ def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout
 @pytest.mark.parametrize("hidden", [384, 5120])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_group_counts_not_a_power_of_two(dtype: torch.dtype, hidden: int, layout: str) -> None:
-    """3 and 40 groups of 128 a token: the kernels find a group's token by division there
-    (a shift where the count is a power of two, as in the matrix)."""
+    """3 and 40 groups of 128 a token: the kernels find a strided row's group by division there
+    (a shift where the count is a power of two; contiguous rows are one row per group)."""
     x = sample_inputs(ops.group_quant_fp8, spec_for(dtype, hidden, 4096, layout))[0]
     assert_impl_matches_native(ops.group_quant_fp8, "cuda", (x, 128, False))
+
+
+@on_gpu
+@pytest.mark.parametrize("hidden", [2048, 769])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rotary_takes_int32_positions(dtype: torch.dtype, hidden: int) -> None:
+    """int32 positions give bitwise the int64 positions' result (aligned and generic kernels)."""
+    args = sample_inputs(ops.rotary_embedding, spec_for(dtype, hidden, 7, "contiguous"))
+    as_int32 = (args[0].to(torch.int32), *args[1:])
+    assert_impl_matches_native(ops.rotary_embedding, "cuda", as_int32)
+    impl = ops.rotary_embedding.impls["cuda"]
+    wide, narrow = impl.fn(*clone_args(args)), impl.fn(*clone_args(as_int32))
+    for a, b in zip(wide, narrow, strict=True):
+        assert torch.equal(bits(a), bits(b))
 
 
 @on_gpu
