@@ -207,9 +207,12 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
       constexpr bool kLongChain = ACT == kGelu || ACT == kGeluTanh;
       constexpr int P = Words<T>::kPerWord;
       const int64_t outputs = rows * d;
-      const int64_t footprint =
-          x.numel() * static_cast<int64_t>(x.element_size()) + out.numel() * static_cast<int64_t>(out.element_size());
-      const bool streams = footprint > l2_cache_bytes();
+      // whether the op's bytes stream from DRAM (asked only past decode sizes: a device query)
+      auto streams = [&] {
+        const int64_t footprint = x.numel() * static_cast<int64_t>(x.element_size()) +
+                                  out.numel() * static_cast<int64_t>(out.element_size());
+        return footprint > l2_cache_bytes();
+      };
       if (outputs <= kDecodeOutputs) {
         run(aligned_elementwise_kernel<T, ACT, QUANT, 2 / P, 1>, 2, kLongChain ? 128 : 256);
         return;
@@ -221,13 +224,13 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
         }
       }
       if constexpr (ACT == kIdentity) {
-        if (!streams && outputs > 16 * kDecodeOutputs) {
+        if (outputs > 16 * kDecodeOutputs && !streams()) {
           run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 2>, 2 * V, 128);
           return;
         }
       }
       if constexpr (ACT == kSilu && !QUANT) {
-        if (streams) {
+        if (streams()) {
           run(aligned_elementwise_kernel<T, ACT, QUANT, 4 / P, 1>, 4, 256);
           return;
         }

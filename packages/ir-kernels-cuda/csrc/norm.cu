@@ -520,7 +520,12 @@ void launch_rows(const RowTensors& t) {
     if (l.stream) {
       launch_typed<T, ADD, NORM, QUANT, 4, true>(args, l, aligned, stream);
     } else if (l.vpt == 1) {
-      if constexpr (ADD) launch_typed<T, ADD, NORM, QUANT, 1, false>(args, l, aligned, stream);
+      // only the fused add's aligned rows are launched one vector a thread
+      if constexpr (ADD) {
+        launch_typed<T, ADD, NORM, QUANT, 1, false>(args, l, aligned, stream);
+      } else {
+        TORCH_INTERNAL_ASSERT(false, "ir_cuda: one vector a thread outside the fused add");
+      }
     } else if (l.vpt == 2) {
       launch_typed<T, ADD, NORM, QUANT, 2, false>(args, l, aligned, stream);
     } else {

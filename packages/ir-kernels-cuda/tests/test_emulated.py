@@ -13,7 +13,7 @@ import torch
 
 from ir_kernels_cuda import impls
 from ir_kernels_cuda.build import BuildUnavailable, build_emulated
-from ir_kernels_cuda.testing import bits, opcheck_arguments, opcheck_utils
+from ir_kernels_cuda.testing import assert_same_bits, bits, opcheck_arguments, opcheck_utils
 from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
     OPTION_VARIANT_IDS,
@@ -86,9 +86,7 @@ def test_rotary_takes_int32_positions(dtype: torch.dtype, hidden: int) -> None:
     as_int32 = (args[0].to(torch.int32), *args[1:])
     check(ops.rotary_embedding, "cuda", as_int32)
     impl = ops.rotary_embedding.impls["cuda"]
-    wide, narrow = impl.fn(*clone_args(args)), impl.fn(*clone_args(as_int32))
-    for a, b in zip(wide, narrow, strict=True):
-        assert torch.equal(bits(a), bits(b))
+    assert_same_bits(impl.fn(*clone_args(args)), impl.fn(*clone_args(as_int32)))
 
 
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=IDS)

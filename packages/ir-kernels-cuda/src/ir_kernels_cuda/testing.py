@@ -25,6 +25,13 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.dtype == FP8 else t
 
 
+def assert_same_bits(first: Any, second: Any) -> None:
+    """Two results of one op (a tensor, or a tuple of tensors) are bitwise equal."""
+    pairs = zip(first, second, strict=True) if isinstance(first, tuple) else [(first, second)]
+    for a, b in pairs:
+        assert torch.equal(bits(a), bits(b))
+
+
 def opcheck_utils(args: tuple[Any, ...]) -> tuple[str, ...]:
     """The opcheck checks to run on an op called with `args`."""
     fp8 = any(isinstance(a, torch.Tensor) and a.dtype == FP8 for a in args)
