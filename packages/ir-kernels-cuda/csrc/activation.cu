@@ -44,7 +44,7 @@ struct Elementwise {
   __device__ __forceinline__ static auto apply(T g, T u, float inv_scale) {
     float y = kGated ? activate<ACT, kFast>(float(g)) * float(u) : float(g);
     if constexpr (QUANT) {
-      y = Words<T>::round(y);
+      if constexpr (kGated) y = Words<T>::round(y);  // x alone is already a T value
       return to_fp8(y * inv_scale);
     } else {
       return static_cast<T>(y);
@@ -66,7 +66,7 @@ __global__ void elementwise_kernel(void* out, int64_t out_stride, const T* x, in
   const T* gate = x + row * x_stride;
   const T* up = E::kGated ? gate + d : nullptr;
   OutT* orow = static_cast<OutT*>(out) + row * out_stride;
-  const float s = QUANT ? 1.f / *scale : 1.f;
+  const float s = QUANT ? fast_reciprocal(*scale) : 1.f;
   const RowPlan p = PlanBuilder<V>(gate, d).also(up).also(orow).done();
   const int64_t first = static_cast<int64_t>(column_block) * blockDim.x;
   auto scalar = [&](int64_t i) { orow[i] = E::apply(gate[i], E::kGated ? up[i] : T(0.f), s); };
@@ -98,8 +98,8 @@ __global__ void elementwise_kernel(void* out, int64_t out_stride, const T* x, in
 // of N words a thread (N = 4: a 16-byte vector), blockDim.x apart so that each access of a warp
 // is coalesced, unpacked a word at a time (`Words`). The arithmetic is `elementwise_kernel`'s.
 // Every load is issued before any math (`load_now`), and the scale's reciprocal is taken after
-// them: its division branches on the scale, which would otherwise hold the loads back one
-// round trip. Row strides are 32-bit (the host checks).
+// them (`fast_reciprocal`; an IEEE division there branched on the scale and held the loads
+// back one round trip). Row strides are 32-bit (the host checks).
 template <typename T, int ACT, bool QUANT, int N, int VECS>
 __global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, int out_stride, const T* x,
                                                                      int x_stride, int d, const float* scale) {
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, 
       if constexpr (E::kGated) u[k] = load_now(up + j);
     }
   }
-  const float inv_scale = QUANT ? 1.f / *scale : 1.f;
+  const float inv_scale = QUANT ? fast_reciprocal(*scale) : 1.f;
 #pragma unroll
   for (int k = 0; k < VECS; ++k) {
     const int j = first + k * static_cast<int>(blockDim.x);
@@ -140,7 +140,11 @@ __global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, 
       Pairs q;
 #pragma unroll
       for (int e = 0; e < V; e += 2) {
-        q.v[e / 2] = to_fp8x2(W::round(y[e]) * inv_scale, W::round(y[e + 1]) * inv_scale);
+        // a gated result rounded to T first, as the unfused ops would pass it on (x alone is
+        // already a T value)
+        const float lo = E::kGated ? W::round(y[e]) : y[e];
+        const float hi = E::kGated ? W::round(y[e + 1]) : y[e + 1];
+        q.v[e / 2] = to_fp8x2(lo * inv_scale, hi * inv_scale);
       }
       reinterpret_cast<Pairs*>(static_cast<uint8_t*>(out) + static_cast<int64_t>(row) * out_stride)[j] = q;
     } else {

@@ -68,6 +68,26 @@ constexpr float kFp8Max = 448.f;
 // Smallest scale the dynamic quantizers use, so an all-zero row does not divide by zero.
 constexpr float kMinScale = 1.f / (kFp8Max * 512.f);
 
+// 1 / v by the hardware's approximate reciprocal (at most an ulp off over the whole float
+// range; the fp8 rounding that follows is 2^-4 relative). The IEEE quotient branches to a slow
+// path on v's range: a dozen dependent instructions between a row's reduction (or its scale's
+// load) and its first store.
+__device__ __forceinline__ float fast_reciprocal(float v) {
+#if defined(__CUDA_ARCH__)
+  float r;
+  asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(v));
+  return r;
+#else
+  return 1.f / v;
+#endif
+}
+
+// The dynamic scale of an absmax: amax / 448 (a multiplication by the rounded 1 / 448, within an
+// ulp of the quotient), at least kMinScale.
+__device__ __forceinline__ float scale_of_absmax(float amax) {
+  return fmaxf(amax * (1.f / kFp8Max), kMinScale);
+}
+
 // N elements of U in one aligned access (16 bytes for the activations' own type).
 template <typename U, int N>
 struct alignas(sizeof(U) * N) VecN {
@@ -234,6 +254,28 @@ __device__ __forceinline__ WordsN<N> load_now(const WordsN<N>* p) {
 #endif
 }
 
+// A float loaded where it is written (`load_now`): a scale the row's end needs.
+__device__ __forceinline__ float load_now(const float* p) {
+#if defined(__CUDA_ARCH__)
+  float v;
+  asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+#else
+  return *p;
+#endif
+}
+
+// Asks for `p`'s line in L1 now. ptxas schedules a load just before its first use, and a
+// scale first used after a row's reduction was loaded there: a round trip to L2 between the
+// reduction and the first store. Prefetched at the start, that load finds the line in L1.
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+#if defined(__CUDA_ARCH__)
+  asm volatile("prefetch.global.L1 [%0];" : : "l"(p));
+#else
+  (void)p;
+#endif
+}
+
 __device__ __forceinline__ Words4 fill4(uint32_t word) {
   Words4 v;
 #pragma unroll
@@ -379,6 +421,20 @@ struct SumOp {
 struct MaxOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
+
+// v[0] op v[1] op ... op v[N - 1] as a tree: log2(N) dependent steps where a running
+// accumulator takes N. At decode sizes a row's time is its chain of dependent instructions
+// between the loads and the first store, and each thread's sum or absmax was the longest link
+// of it. `v` is overwritten.
+template <int N, typename Op>
+__device__ __forceinline__ float tree_reduce(float* v, Op op) {
+#pragma unroll
+  for (int step = 1; step < N; step *= 2) {
+#pragma unroll
+    for (int i = 0; i + step < N; i += 2 * step) v[i] = op(v[i], v[i + step]);
+  }
+  return v[0];
+}
 
 // log2 of a power of two, at compile time where `v` is a constant.
 __host__ __device__ constexpr int log2_of(int v) { return v <= 1 ? 0 : 1 + log2_of(v / 2); }
