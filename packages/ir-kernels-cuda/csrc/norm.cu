@@ -18,6 +18,10 @@ namespace {
 
 enum Quant : int { kNone = 0, kStatic = 1, kDynamic = 2 };
 
+// Batches up to which the static-quant norms prefetch their scale (`RowArgs::prefetch_scale`):
+// about a row per SM of an H100 or H200.
+constexpr int64_t kPrefetchRows = 256;
+
 // The fields every row kernel reads come first: kernel parameters live in a constant bank,
 // and each 64-byte line of it a block first touches is a miss on that SM (ncu on an H100:
 // constant-cache misses were the second stall reason of rms_norm at 128 x 4096).
@@ -46,6 +50,9 @@ struct RowArgs {
   float* scale_out;       // dynamic: one scale per row (per group)
   int64_t scale_token_stride;
   int64_t scale_group_stride;
+  // static: prefetch the scale into L1 first (small batches; a prefetch costs each block
+  // hundreds of cycles of its SM's throughput: 3.5x the time at 16384 rows on an H100)
+  bool prefetch_scale;
 };
 
 // The weight's slots of a tile; ones where there is no weight, so y * w needs no branch.
@@ -73,7 +80,6 @@ struct RowSlot {
 // never do, and skip the division. 32-bit indices, and no test of `active` on the way to a
 // row's address (an inactive team computes one past the rows and loads nothing): a
 // decode-size launch is bound by the latency of each instruction before the first load.
-// rows_per_block: a compile-time constant in the aligned kernel (one parameter read less).
 template <bool GROUPED, typename T>
 __device__ __forceinline__ RowSlot row_slot(const RowArgs<T>& a, int team, int team_shift,
                                             unsigned rows_per_block) {
@@ -96,6 +102,28 @@ __device__ __forceinline__ RowSlot row_slot(const RowArgs<T>& a, int team, int t
   return r;
 }
 
+// `row_slot` for the aligned kernel, whose rows are never grouped (the host sends group
+// quantization there as one row per group) and whose team is a constant. With one row a block
+// (teams of 128 and more) the row is the block's index: a uniform value, and never past the last
+// row (the grid has a block a row), so no thread tests it.
+template <int TEAM, typename T>
+__device__ __forceinline__ RowSlot aligned_row_slot(const RowArgs<T>& a) {
+  constexpr int rows_per_block = row_block_threads(TEAM) / TEAM;
+  RowSlot r;
+  if constexpr (rows_per_block == 1) {
+    r.lane = static_cast<int>(threadIdx.x);
+    r.token = static_cast<int>(blockIdx.x);
+    r.active = true;
+  } else {
+    r.lane = static_cast<int>(threadIdx.x) & (TEAM - 1);
+    r.token = static_cast<int>(blockIdx.x * rows_per_block + (threadIdx.x >> log2_of(TEAM)));
+    r.active = r.token < a.rows;
+  }
+  r.group = 0;
+  r.group_offset = 0;
+  return r;
+}
+
 // Elements from a tensor's start to row `row` of stride `stride`: one 32 x 32 -> 64-bit multiply.
 __device__ __forceinline__ int64_t row_offset(int row, int stride) {
   return static_cast<int64_t>(row) * static_cast<int64_t>(stride);
@@ -108,7 +136,7 @@ __device__ __forceinline__ float dynamic_scale(const RowArgs<T>& a, float absmax
                                                int team) {
   float amax = team_reduce(absmax, team, MaxOp{});
   if (a.scale_ub != nullptr) amax = fminf(amax, scale_ub);
-  return fmaxf(amax / kFp8Max, kMinScale);
+  return scale_of_absmax(amax);
 }
 
 // The team's first lane writes its row's dynamic scale out.
@@ -221,7 +249,7 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
   }
   if (!active) return;  // no reductions follow
   // one division per row; the product differs from y / scale by at most an fp32 rounding
-  const float inv_scale = 1.f / scale;
+  const float inv_scale = fast_reciprocal(scale);
 
   for (int c = 0; c < chunks; ++c) {
     if constexpr (STREAM) {
@@ -245,34 +273,41 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
   }
 }
 
-// The same computation for the usual layout: every row pointer 16-byte aligned and the width a
-// whole number of vectors (the host checks; any hidden size that is a multiple of 8 in
-// contiguous tensors). No scalar head, tail or fallback path and no per-row plan: each thread
-// holds VPT vectors as packed words (`Words`), unpacked to floats only where an element is
-// used. The arithmetic is `row_kernel`'s; each thread sums its elements in the same order as
-// that kernel's vector path.
+// The same computation for the usual layout: every row pointer 16-byte aligned, the width a
+// whole number of vectors, ungrouped rows and the variance over the whole row (the host checks;
+// any hidden size that is a multiple of 8 in contiguous tensors). No scalar head, tail or
+// fallback path and no per-row plan: each thread holds VPT vectors as packed words (`Words`),
+// unpacked to floats only where an element is used. The arithmetic is `row_kernel`'s, except
+// that each thread sums its squares in four chains (`row_kernel` in one), so the two may differ
+// in the last bits of the variance; which kernel a row takes depends on its width and layout,
+// never on the batch.
 template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT>
-__global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
+__global__ void __launch_bounds__(row_block_threads(TEAM))
+    aligned_row_kernel(RowArgs<T> a) {
   constexpr int team = TEAM;
-  const RowSlot slot = row_slot<!NORM>(a, team, log2_of(team), row_block_threads(team) / team);
+  const RowSlot slot = aligned_row_slot<TEAM>(a);
   using W = Words<T>;
   constexpr int V = 4 * W::kPerWord;  // elements per 16-byte vector
   using FP8Pairs = VecN<uint16_t, V / 2>;  // V fp8 values, converted two at a time
   const int lane = slot.lane;
   const bool active = slot.active;
   const int token = slot.token;
-  const int group_offset = slot.group_offset;
   const int nvec = static_cast<int>(static_cast<unsigned>(a.width) / V);  // a shift
 
-  const auto* x = reinterpret_cast<const Words4*>(a.x + row_offset(token, a.x_stride) + group_offset);
+  const auto* x = reinterpret_cast<const Words4*>(a.x + row_offset(token, a.x_stride));
   const auto* res = ADD ? reinterpret_cast<const Words4*>(a.residual + row_offset(token, a.residual_stride)) : nullptr;
   auto* res_out = ADD ? reinterpret_cast<Words4*>(a.residual_out + row_offset(token, a.residual_out_stride)) : nullptr;
   const auto* weight = NORM && a.weight != nullptr ? reinterpret_cast<const Words4*>(a.weight) : nullptr;
-  const float static_scale = QUANT == kStatic ? *a.scale : 1.f;
-  const float scale_ub = QUANT == kDynamic && a.scale_ub != nullptr ? *a.scale_ub : 0.f;
+  float inv_static_scale = 1.f;  // the scalars the row's end needs, loaded after the row
+  float scale_ub = 0.f;
+  if constexpr (QUANT == kStatic) {
+    // the scale is first used after the reduction, where ptxas places its load (`prefetch_l1`)
+    if (a.prefetch_scale && threadIdx.x == 0) prefetch_l1(a.scale);
+  }
 
   Words4 xs[VPT];  // x, or x + residual rounded to T; zeros past the row
-  Words4 ws[VPT];  // the weight, ones where there is none
+  Words4 ws[VPT];  // the weight (where there is one: only then read)
+  float xw[NORM ? VPT * V : 1];  // the norms: x * w, element by element
   float acc = 0.f;
   if (active) {
     // Every load of the row is issued before the first store. A store may alias a later load
@@ -285,7 +320,11 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
       const bool in_row = j < nvec;
       xs[k] = in_row ? x[j] : fill4(0u);
       if constexpr (ADD) rs[k] = in_row ? res[j] : fill4(0u);
-      ws[k] = in_row && weight != nullptr ? weight[j] : fill4(W::kOnes);
+      if (in_row && weight != nullptr) ws[k] = load_now(weight + j);
+    }
+    if constexpr (QUANT == kStatic) inv_static_scale = fast_reciprocal(load_now(a.scale));
+    if constexpr (QUANT == kDynamic) {
+      if (a.scale_ub != nullptr) scale_ub = load_now(a.scale_ub);
     }
     if constexpr (ADD) {
 #pragma unroll
@@ -302,31 +341,36 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
         }
       }
     }
-    if constexpr (NORM) {
-      // the usual case, the variance over the whole row (empty slots hold zeros), on its own
-      // path: no per-element index test
-      const bool whole_variance = a.var_size == a.width;
+    // the thread's part of the reduction in four independent chains, one per word of a vector,
+    // joined at the end: a quarter of one running accumulator's dependent steps (at decode sizes
+    // the chain between a row's loads and its first store is its time). A tree over each
+    // vector held its unpacked elements at once: 38 registers against 32 for bf16 rms_norm.
+    float chain[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        float f[V];
-        unpack_words<T>(xs[k], f);
-        if (whole_variance) {
+    for (int k = 0; k < VPT; ++k) {
+      float f[V];
+      unpack_words<T>(xs[k], f);
 #pragma unroll
-          for (int e = 0; e < V; ++e) acc = fmaf(f[e], f[e], acc);
-        } else {
-#pragma unroll
-          for (int e = 0; e < V; ++e) {
-            if ((lane + k * team) * V + e < a.var_size) acc = fmaf(f[e], f[e], acc);
-          }
-        }
+      for (int e = 0; e < V; ++e) {
+        float& c = chain[e / W::kPerWord];
+        c = NORM ? fmaf(f[e], f[e], c) : fmaxf(c, fabsf(f[e]));
       }
-    } else {
+    }
+    acc = tree_reduce<4>(chain, std::conditional_t<NORM, SumOp, MaxOp>{});
+    if constexpr (NORM) {
+      // x * w before the reduction: ptxas issues a load just before its first use, and a weight
+      // first used after the reduction cost a decode-size row a second round trip there (its
+      // end is then also one multiplication an element)
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
-        float f[V];
+        float* f = xw + k * V;
         unpack_words<T>(xs[k], f);
+        // a select, not a branch around the products: ptxas then keeps the weight's load beside
+        // x's (with a branch, or ws zeroed first, it sank one load below the first shuffle)
+        float w[V];
+        unpack_words<T>(ws[k], w);
 #pragma unroll
-        for (int e = 0; e < V; ++e) acc = fmaxf(acc, fabsf(f[e]));
+        for (int e = 0; e < V; ++e) f[e] = weight != nullptr ? f[e] * w[e] : f[e];
       }
     }
   }
@@ -335,23 +379,25 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
   if constexpr (NORM) {
     inv_rms = rsqrtf(team_reduce(acc, team, SumOp{}) * a.inv_var_size + a.eps);
   }
-  // y of vector k before rounding to T: x * inv_rms * w for the norms, x otherwise
+  // y of vector k before rounding to T: (x * w) * inv_rms for the norms (the reference's
+  // (x * inv_rms) * w within a float32 rounding), x otherwise
   auto normed_raw = [&](int k, float* y) {
-    unpack_words<T>(xs[k], y);
     if constexpr (NORM) {
-      float w[V];
-      unpack_words<T>(ws[k], w);
 #pragma unroll
-      for (int e = 0; e < V; ++e) y[e] = y[e] * inv_rms * w[e];
+#pragma unroll
+      for (int e = 0; e < V; ++e) y[e] = xw[k * V + e] * inv_rms;
+    } else {
+      unpack_words<T>(xs[k], y);
     }
   };
 
-  float scale = static_scale;
+  float inv_scale = inv_static_scale;
+  float scale = 1.f;  // the dynamic one
   if constexpr (QUANT == kDynamic) {
     if constexpr (NORM) {
       // the normalized row, rounded to T, replaces x in registers: computed once for both the
       // absmax and the output
-      acc = 0.f;
+      float chain[4] = {0.f, 0.f, 0.f, 0.f};  // as for the sum of squares
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         float y[V];
@@ -359,13 +405,14 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
         xs[k] = pack_words<T>(y);
         unpack_words<T>(xs[k], y);
 #pragma unroll
-        for (int e = 0; e < V; ++e) acc = fmaxf(acc, fabsf(y[e]));
+        for (int e = 0; e < V; ++e) chain[e / W::kPerWord] = fmaxf(chain[e / W::kPerWord], fabsf(y[e]));
       }
+      acc = tree_reduce<4>(chain, MaxOp{});
     }
     scale = dynamic_scale(a, acc, scale_ub, team);
+    inv_scale = fast_reciprocal(scale);
   }
   if (!active) return;  // no reductions follow
-  const float inv_scale = 1.f / scale;
 
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
@@ -387,8 +434,7 @@ __global__ void __launch_bounds__(kMaxTeam) aligned_row_kernel(RowArgs<T> a) {
       FP8Pairs q;
 #pragma unroll
       for (int e = 0; e < V; e += 2) q.v[e / 2] = to_fp8x2(y[e] * inv_scale, y[e + 1] * inv_scale);
-      reinterpret_cast<FP8Pairs*>(static_cast<uint8_t*>(a.out) + row_offset(token, a.out_stride) +
-                                  group_offset)[j] = q;
+      reinterpret_cast<FP8Pairs*>(static_cast<uint8_t*>(a.out) + row_offset(token, a.out_stride))[j] = q;
     }
   }
   // after the row's stores: its address arithmetic then overlaps their flight rather than
@@ -501,6 +547,7 @@ void launch_rows(const RowTensors& t) {
     args.scale_out = t.scale_out != nullptr ? t.scale_out->data_ptr<float>() : nullptr;
     args.scale_token_stride = t.scale_token_stride;
     args.scale_group_stride = t.scale_group_stride;
+    args.prefetch_scale = t.scale != nullptr && tokens <= kPrefetchRows;
     args.rows = static_cast<int>(tokens * t.groups);
     args.groups = static_cast<int>(t.groups);
     args.groups_shift = (t.groups & (t.groups - 1)) == 0 ? log2_of(static_cast<int>(t.groups)) : -1;
@@ -510,7 +557,9 @@ void launch_rows(const RowTensors& t) {
     args.eps = static_cast<float>(t.epsilon);
     constexpr int V = vec_width<T>();
     // whole vectors everywhere: T rows and the weight at 16 bytes, fp8 rows at V bytes
-    bool aligned = width % V == 0 && rows_aligned(x, 16) &&
+    // (groups of a strided token and a variance over part of the row take `row_kernel`: the
+    // aligned kernel's rows are not grouped and their variance covers them whole)
+    bool aligned = t.groups == 1 && var_size == width && width % V == 0 && rows_aligned(x, 16) &&
                    rows_aligned(*t.out, QUANT == kNone ? 16 : V) &&
                    (t.weight == nullptr || aligned_host(t.weight->data_ptr(), 16));
     if constexpr (ADD) {
