@@ -18,9 +18,10 @@ namespace {
 
 enum Quant : int { kNone = 0, kStatic = 1, kDynamic = 2 };
 
-// Batches up to which the static-quant norms prefetch their scale (`RowArgs::prefetch_scale`):
-// about a row per SM of an H100 or H200.
-constexpr int64_t kPrefetchRows = 256;
+// Batches of about a row per SM of an H100 or H200 at most: the static-quant norms prefetch
+// their scale (`RowArgs::prefetch_scale`), and plain rms_norm loads its weight late
+// (`late_weight` in `launch_rows`).
+constexpr int64_t kFewRows = 256;
 
 // The fields every row kernel reads come first: kernel parameters live in a constant bank,
 // and each 64-byte line of it a block first touches is a miss on that SM (ncu on an H100:
@@ -281,7 +282,7 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 // that each thread sums its squares in four chains (`row_kernel` in one), so the two may differ
 // in the last bits of the variance; which kernel a row takes depends on its width and layout,
 // never on the batch.
-template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT>
+template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LATE>
 __global__ void __launch_bounds__(row_block_threads(TEAM))
     aligned_row_kernel(RowArgs<T> a) {
   constexpr int team = TEAM;
@@ -320,7 +321,9 @@ __global__ void __launch_bounds__(row_block_threads(TEAM))
       const bool in_row = j < nvec;
       xs[k] = in_row ? x[j] : fill4(0u);
       if constexpr (ADD) rs[k] = in_row ? res[j] : fill4(0u);
-      if (in_row && weight != nullptr) ws[k] = load_now(weight + j);
+      // pinned (`load_now`) unless LATE: then ptxas issues it after the row's first shuffles
+      if (!LATE && in_row && weight != nullptr) ws[k] = load_now(weight + j);
+      if (LATE && in_row && weight != nullptr) ws[k] = weight[j];
     }
     if constexpr (QUANT == kStatic) inv_static_scale = fast_reciprocal(load_now(a.scale));
     if constexpr (QUANT == kDynamic) {
@@ -358,9 +361,8 @@ __global__ void __launch_bounds__(row_block_threads(TEAM))
     }
     acc = tree_reduce<4>(chain, std::conditional_t<NORM, SumOp, MaxOp>{});
     if constexpr (NORM) {
-      // x * w before the reduction: ptxas issues a load just before its first use, and a weight
-      // first used after the reduction cost a decode-size row a second round trip there (its
-      // end is then also one multiplication an element)
+      // x * w before the reduction unless LATE: ptxas issues a load just before its first use
+      // (see `late_weight` for when that helps); the arithmetic is the same either way
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         float* f = xw + k * V;
@@ -370,7 +372,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM))
         float w[V];
         unpack_words<T>(ws[k], w);
 #pragma unroll
-        for (int e = 0; e < V; ++e) f[e] = weight != nullptr ? f[e] * w[e] : f[e];
+        for (int e = 0; e < V; ++e) f[e] = !LATE && weight != nullptr ? f[e] * w[e] : f[e];
       }
     }
   }
@@ -384,8 +386,15 @@ __global__ void __launch_bounds__(row_block_threads(TEAM))
   auto normed_raw = [&](int k, float* y) {
     if constexpr (NORM) {
 #pragma unroll
+      if (LATE && weight != nullptr) {
+        float w[V];
+        unpack_words<T>(ws[k], w);
 #pragma unroll
-      for (int e = 0; e < V; ++e) y[e] = xw[k * V + e] * inv_rms;
+        for (int e = 0; e < V; ++e) y[e] = (xw[k * V + e] * w[e]) * inv_rms;
+      } else {
+#pragma unroll
+        for (int e = 0; e < V; ++e) y[e] = xw[k * V + e] * inv_rms;
+      }
     } else {
       unpack_words<T>(xs[k], y);
     }
@@ -459,15 +468,15 @@ struct RowTensors {
 };
 
 // Launches `aligned_row_kernel` for the one of TEAMS equal to `team`; false if none is.
-template <typename T, bool ADD, bool NORM, int QUANT, int VPT, int... TEAMS>
+template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool LATE, int... TEAMS>
 bool launch_aligned(const RowArgs<T>& args, int team, dim3 grid, dim3 block, cudaStream_t stream) {
   return ((team == TEAMS &&
-           (launch(aligned_row_kernel<T, TEAMS, VPT, ADD, NORM, QUANT>, grid, block, stream, args), true)) ||
+           (launch(aligned_row_kernel<T, TEAMS, VPT, ADD, NORM, QUANT, LATE>, grid, block, stream, args), true)) ||
           ...);
 }
 
 template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool STREAM>
-void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
+void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows, bool late_weight,
                   cudaStream_t stream) {
   const int64_t rows_per_block = l.threads / l.team;
   const dim3 grid(static_cast<unsigned>((args.rows + rows_per_block - 1) / rows_per_block));
@@ -477,12 +486,20 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
     if (aligned_rows) {
       bool launched = false;
       if constexpr (VPT == 1) {
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, 256, 512>(args, l.team, grid, block, stream);
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(args, l.team, grid, block, stream);
       } else if constexpr (VPT == 2) {
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, 8, 16, 32, 64, 128, 256, 512>(
-            args, l.team, grid, block, stream);
+        if constexpr (!ADD && NORM && QUANT != kDynamic) {
+          if (late_weight) {
+            launched = launch_aligned<T, ADD, NORM, QUANT, VPT, true, 8, 16, 32, 64, 128, 256, 512>(
+                args, l.team, grid, block, stream);
+          }
+        }
+        if (!launched) {
+          launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 8, 16, 32, 64, 128, 256, 512>(
+              args, l.team, grid, block, stream);
+        }
       } else {
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, 512>(args, l.team, grid, block, stream);
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 512>(args, l.team, grid, block, stream);
       }
       TORCH_CHECK(launched, "ir_cuda: no aligned row kernel for a team of ", l.team, " x ", VPT);
       return;
@@ -547,7 +564,7 @@ void launch_rows(const RowTensors& t) {
     args.scale_out = t.scale_out != nullptr ? t.scale_out->data_ptr<float>() : nullptr;
     args.scale_token_stride = t.scale_token_stride;
     args.scale_group_stride = t.scale_group_stride;
-    args.prefetch_scale = t.scale != nullptr && tokens <= kPrefetchRows;
+    args.prefetch_scale = t.scale != nullptr && tokens <= kFewRows;
     args.rows = static_cast<int>(tokens * t.groups);
     args.groups = static_cast<int>(t.groups);
     args.groups_shift = (t.groups & (t.groups - 1)) == 0 ? log2_of(static_cast<int>(t.groups)) : -1;
@@ -566,19 +583,31 @@ void launch_rows(const RowTensors& t) {
       aligned = aligned && rows_aligned(*t.residual, 16) && rows_aligned(*t.residual_out, 16);
     }
     const RowLaunch l = row_launch(width, V, ADD && aligned);
+    // The weight's load after the row's first shuffles (LATE), where an H100 A/B run of the
+    // grid found it faster (cuda-kernels-notes-H100.md, round 14): plain rms_norm up to 256 rows
+    // (1 x 8192: 1.85 to 1.76 µs, 128 x 8192: 2.60 to 2.40) and streaming from DRAM, but not
+    // in between (4096 x 4096: 21.3 to 22.0); the static norm + quant past decode sizes (1024 x
+    // 8192: 6.57 to 6.34). The same arithmetic either way, so it may follow the batch.
+    bool late_weight = false;
+    if constexpr (!ADD && QUANT == kNone) {
+      late_weight = tokens <= kFewRows ||
+                    2 * x.numel() * static_cast<int64_t>(x.element_size()) > 2 * l2_cache_bytes();
+    } else if constexpr (!ADD && QUANT == kStatic) {
+      late_weight = tokens > 16;
+    }
     if (l.stream) {
-      launch_typed<T, ADD, NORM, QUANT, 4, true>(args, l, aligned, stream);
+      launch_typed<T, ADD, NORM, QUANT, 4, true>(args, l, aligned, late_weight, stream);
     } else if (l.vpt == 1) {
       // only the fused add's aligned rows are launched one vector a thread
       if constexpr (ADD) {
-        launch_typed<T, ADD, NORM, QUANT, 1, false>(args, l, aligned, stream);
+        launch_typed<T, ADD, NORM, QUANT, 1, false>(args, l, aligned, late_weight, stream);
       } else {
         TORCH_INTERNAL_ASSERT(false, "ir_cuda: one vector a thread outside the fused add");
       }
     } else if (l.vpt == 2) {
-      launch_typed<T, ADD, NORM, QUANT, 2, false>(args, l, aligned, stream);
+      launch_typed<T, ADD, NORM, QUANT, 2, false>(args, l, aligned, late_weight, stream);
     } else {
-      launch_typed<T, ADD, NORM, QUANT, 4, false>(args, l, aligned, stream);
+      launch_typed<T, ADD, NORM, QUANT, 4, false>(args, l, aligned, late_weight, stream);
     }
   });
 }
