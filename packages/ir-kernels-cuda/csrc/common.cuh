@@ -231,9 +231,10 @@ __device__ __forceinline__ WordsN<N> pack_words(const float* f) {
   return v;
 }
 
-// A load of N words that stays where it is written. The compiler otherwise sinks a load next
+// A load of N words that stays where it is written in the PTX. NVVM otherwise sinks a load next
 // to its first use to save registers: after the gate's erf in gelu_and_mul, the up half's load
-// waited for that math and cost a second memory round trip.
+// waited for that math and cost a second memory round trip. ptxas still schedules it: it too
+// issues a load shortly before its first use (see the row kernels' x * w).
 template <int N>
 __device__ __forceinline__ WordsN<N> load_now(const WordsN<N>* p) {
 #if defined(__CUDA_ARCH__)
@@ -254,7 +255,9 @@ __device__ __forceinline__ WordsN<N> load_now(const WordsN<N>* p) {
 #endif
 }
 
-// A float loaded where it is written (`load_now`): a scale the row's end needs.
+// A float loaded where it is written (`load_now`): a scale the row's end needs. Its own asm
+// rather than a one-word `load_now`: the kernels measured on the GPU were compiled with this
+// one, and the other allocates registers differently in some of them.
 __device__ __forceinline__ float load_now(const float* p) {
 #if defined(__CUDA_ARCH__)
   float v;
