@@ -385,7 +385,6 @@ __global__ void __launch_bounds__(row_block_threads(TEAM))
   // (x * inv_rms) * w within a float32 rounding), x otherwise
   auto normed_raw = [&](int k, float* y) {
     if constexpr (NORM) {
-#pragma unroll
       if (LATE && weight != nullptr) {
         float w[V];
         unpack_words<T>(ws[k], w);
