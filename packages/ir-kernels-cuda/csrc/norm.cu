@@ -584,13 +584,16 @@ void launch_rows(const RowTensors& t) {
     const RowLaunch l = row_launch(width, V, ADD && aligned);
     // The weight's load after the row's first shuffles (LATE), where an H100 A/B run of the
     // grid found it faster (cuda-kernels-notes-H100.md, round 14): plain rms_norm up to 256 rows
-    // (1 x 8192: 1.85 to 1.76 µs, 128 x 8192: 2.60 to 2.40) and streaming from DRAM, but not
-    // in between (4096 x 4096: 21.3 to 22.0); the static norm + quant past decode sizes (1024 x
-    // 8192: 6.57 to 6.34). The same arithmetic either way, so it may follow the batch.
+    // (1 x 8192: 1.85 to 1.76 µs, 128 x 8192: 2.60 to 2.40) and once its bytes (x and out) are
+    // over twice the L2 size, but not in between (4096 x 4096, 64 MB: 21.3 to 22.0); the static
+    // norm + quant past decode sizes (1024 x 8192: 6.57 to 6.34). The same arithmetic either
+    // way, so it may follow the batch.
     bool late_weight = false;
     if constexpr (!ADD && QUANT == kNone) {
+      // x and out are the same size: both over twice the L2 is x alone over it (the L2 is
+      // asked only past small batches: a device call)
       late_weight = tokens <= kFewRows ||
-                    2 * x.numel() * static_cast<int64_t>(x.element_size()) > 2 * l2_cache_bytes();
+                    x.numel() * static_cast<int64_t>(x.element_size()) > l2_cache_bytes();
     } else if constexpr (!ADD && QUANT == kStatic) {
       late_weight = tokens > 16;
     }
