@@ -8,6 +8,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -61,6 +62,45 @@ template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
   kernel<<<grid, block, 0, stream>>>(static_cast<Params>(args)...);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// kernel<<<grid, block>>>(args...) in thread block clusters of `cluster` blocks along x (compute
+// capability 9.0 and later: see `cluster_sms`).
+template <typename... Params, typename... Args>
+void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster,
+                    cudaStream_t stream, Args... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = cluster;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+}
+
+// The current device's SM count where it runs thread block clusters (compute capability 9.0 and
+// later), else 0. Asked of the driver once per device.
+inline int cluster_sms() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices];  // SMs + 1 once asked; 0 before
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= kDevices) return 0;
+  int value = known[device].load(std::memory_order_relaxed);
+  if (value == 0) {
+    int major = 0, sms = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    value = (major >= 9 ? sms : 0) + 1;
+    known[device].store(value, std::memory_order_relaxed);
+  }
+  return value - 1;
 }
 #endif
 

@@ -3,8 +3,10 @@
 //
 // Built with -DIR_CUDA_HOST_EMULATION by a host compiler: every CUDA thread of a block is a
 // std::thread; blocks run one after another, so function-local statics stand in for shared
-// memory; __syncthreads and __shfl_xor_sync are barriers over the block and the warp. Only what
-// the kernels use is here: 1-D blocks, 2-D grids, float shuffles, full-warp masks.
+// memory; __syncthreads and __shfl_xor_sync are barriers over the block and the warp. The blocks
+// of a thread block cluster run together as one pool of threads, whose __syncthreads is then a
+// barrier over the cluster (`cluster.cuh`). Only what the kernels use is here: 1-D blocks and
+// clusters, 2-D grids, float shuffles, full-warp masks.
 #pragma once
 
 #include <barrier>
@@ -46,7 +48,8 @@ struct Block {
 };
 
 inline thread_local dim3 thread_idx, block_idx, block_dim, grid_dim;
-inline thread_local Block* block = nullptr;
+inline thread_local Block* block = nullptr;  // the block, or the cluster's pool of blocks
+inline thread_local int pool_thread = 0;     // the thread's index in that pool
 
 }  // namespace ir_cuda::emu
 
@@ -63,7 +66,7 @@ inline float __fdividef(float a, float b) { return a / b; }
 inline void __syncthreads() { ::ir_cuda::emu::block->sync.arrive_and_wait(); }
 
 inline float __shfl_xor_sync(unsigned /*mask: always the full warp*/, float v, int offset) {
-  auto& warp = *::ir_cuda::emu::block->warps[threadIdx.x / 32];
+  auto& warp = *::ir_cuda::emu::block->warps[::ir_cuda::emu::pool_thread / 32];
   const unsigned lane = threadIdx.x % 32;
   warp.values[lane] = v;
   warp.sync.arrive_and_wait();
@@ -74,26 +77,32 @@ inline float __shfl_xor_sync(unsigned /*mask: always the full warp*/, float v, i
 
 namespace ir_cuda {
 
-// Runs kernel<<<grid, block>>>(args...) on host threads, one block at a time.
+// Runs kernel<<<grid, block>>>(args...) in clusters of `cluster` blocks along x on host threads,
+// one cluster at a time, the blocks of a cluster together.
 template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t /*stream*/,
-            Args... args) {
+void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster,
+                    cudaStream_t /*stream*/, Args... args) {
   const int threads = static_cast<int>(block.x);
+  const int warps = (threads + 31) / 32;  // a block's last warp may be partial
+  const int pool_threads = threads * static_cast<int>(cluster);
   for (unsigned by = 0; by < grid.y; ++by) {
-    for (unsigned bx = 0; bx < grid.x; ++bx) {
-      emu::Block state(threads);
-      for (int w = 0; w < (threads + 31) / 32; ++w) {
-        state.warps.push_back(std::make_unique<emu::Warp>(threads - 32 * w < 32 ? threads - 32 * w : 32));
+    for (unsigned first = 0; first < grid.x; first += cluster) {
+      emu::Block state(pool_threads);
+      for (unsigned b = 0; b < cluster; ++b) {
+        for (int w = 0; w < warps; ++w) {
+          state.warps.push_back(std::make_unique<emu::Warp>(threads - 32 * w < 32 ? threads - 32 * w : 32));
+        }
       }
       std::vector<std::thread> pool;
-      pool.reserve(threads);
-      for (int t = 0; t < threads; ++t) {
+      pool.reserve(pool_threads);
+      for (int t = 0; t < pool_threads; ++t) {
         pool.emplace_back([&, t] {
-          emu::thread_idx = dim3(static_cast<unsigned>(t));
-          emu::block_idx = dim3(bx, by);
+          emu::thread_idx = dim3(static_cast<unsigned>(t % threads));
+          emu::block_idx = dim3(first + static_cast<unsigned>(t / threads), by);
           emu::block_dim = block;
           emu::grid_dim = grid;
           emu::block = &state;
+          emu::pool_thread = t / threads * warps * 32 + t % threads;  // warps numbered block by block
           kernel(static_cast<Params>(args)...);
         });
       }
@@ -101,5 +110,15 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t /*str
     }
   }
 }
+
+// Runs kernel<<<grid, block>>>(args...) on host threads, one block at a time.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  launch_cluster(kernel, grid, block, 1u, stream, args...);
+}
+
+// SMs that run thread block clusters: an H100's count, so that emulated launches take the
+// paths an H100 would.
+inline int cluster_sms() { return 132; }
 
 }  // namespace ir_cuda

@@ -10,7 +10,9 @@
 
 #include <limits>
 #include <optional>
+#include <type_traits>
 
+#include "cluster.cuh"
 #include "common.cuh"
 
 namespace ir_cuda {
@@ -106,14 +108,16 @@ __device__ __forceinline__ RowSlot row_slot(const RowArgs<T>& a, int team, int t
 // `row_slot` for the aligned kernel, whose rows are never grouped (the host sends group
 // quantization there as one row per group) and whose team is a constant. With one row a block
 // (teams of 128 and more) the row is the block's index: a uniform value, and never past the last
-// row (the grid has a block a row), so no thread tests it.
-template <int TEAM, typename T>
+// row (the grid has a block a row), so no thread tests it. A row spread over a cluster of
+// CLUSTER blocks is the cluster's index, and block k of it holds lanes k * TEAM / CLUSTER on.
+template <int TEAM, int CLUSTER, typename T>
 __device__ __forceinline__ RowSlot aligned_row_slot(const RowArgs<T>& a) {
   constexpr int rows_per_block = row_block_threads(TEAM) / TEAM;
+  static_assert(CLUSTER == 1 || rows_per_block == 1, "aligned_row_slot: a cluster holds one row");
   RowSlot r;
   if constexpr (rows_per_block == 1) {
-    r.lane = static_cast<int>(threadIdx.x);
-    r.token = static_cast<int>(blockIdx.x);
+    r.lane = static_cast<int>(cluster_rank<CLUSTER>() * (TEAM / CLUSTER) + threadIdx.x);
+    r.token = static_cast<int>(blockIdx.x / CLUSTER);
     r.active = true;
   } else {
     r.lane = static_cast<int>(threadIdx.x) & (TEAM - 1);
@@ -130,12 +134,9 @@ __device__ __forceinline__ int64_t row_offset(int row, int stride) {
   return static_cast<int64_t>(row) * static_cast<int64_t>(stride);
 }
 
-// The dynamic scale of a row from its threads' absmax values (every thread of the block
-// calls it).
+// The dynamic scale of a row from its absmax (reduced over the row).
 template <typename T>
-__device__ __forceinline__ float dynamic_scale(const RowArgs<T>& a, float absmax, float scale_ub,
-                                               int team) {
-  float amax = team_reduce(absmax, team, MaxOp{});
+__device__ __forceinline__ float dynamic_scale(const RowArgs<T>& a, float amax, float scale_ub) {
   if (a.scale_ub != nullptr) amax = fminf(amax, scale_ub);
   return scale_of_absmax(amax);
 }
@@ -245,7 +246,7 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 
   float scale = static_scale;
   if constexpr (QUANT == kDynamic) {
-    scale = dynamic_scale(a, acc, scale_ub, team);
+    scale = dynamic_scale(a, team_reduce(acc, team, MaxOp{}), scale_ub);
     write_scale(a, slot, scale);
   }
   if (!active) return;  // no reductions follow
@@ -281,12 +282,29 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 // unpacked to floats only where an element is used. The arithmetic is `row_kernel`'s, except
 // that each thread sums its squares in four chains (`row_kernel` in one), so the two may differ
 // in the last bits of the variance; which kernel a row takes depends on its width and layout,
-// never on the batch.
-template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LATE>
-__global__ void __launch_bounds__(row_block_threads(TEAM))
+// never on the batch. CLUSTER > 1 spreads each row over a thread block cluster (`cluster.cuh`):
+// the same lanes and the same reduction tree, so the same bits, as one block.
+template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LATE, int CLUSTER>
+__global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     aligned_row_kernel(RowArgs<T> a) {
   constexpr int team = TEAM;
-  const RowSlot slot = aligned_row_slot<TEAM>(a);
+  const RowSlot slot = aligned_row_slot<TEAM, CLUSTER>(a);
+  // Reductions over the row's team: the sum of squares or absmax, then the dynamic norm's
+  // absmax. Teams that may be spread over a cluster reduce through `RowExchange` whether spread
+  // or not.
+  struct NoExchange {
+    __device__ void begin() {}
+  };
+  std::conditional_t<(cluster_for_team(TEAM) > 1), RowExchange<TEAM, CLUSTER, NORM && QUANT == kDynamic ? 2 : 1>,
+                     NoExchange>
+      exchange;
+  auto reduce = [&exchange](float v, auto op, int k) {
+    if constexpr (cluster_for_team(TEAM) > 1) {
+      return exchange.reduce(v, op, k);
+    } else {
+      return team_reduce(v, TEAM, op);
+    }
+  };
   using W = Words<T>;
   constexpr int V = 4 * W::kPerWord;  // elements per 16-byte vector
   using FP8Pairs = VecN<uint16_t, V / 2>;  // V fp8 values, converted two at a time
@@ -329,6 +347,8 @@ __global__ void __launch_bounds__(row_block_threads(TEAM))
     if constexpr (QUANT == kDynamic) {
       if (a.scale_ub != nullptr) scale_ub = load_now(a.scale_ub);
     }
+    // with the loads in flight (every thread is active where the row may be spread)
+    exchange.begin();
     if constexpr (ADD) {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
@@ -379,7 +399,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM))
 
   float inv_rms = 1.f;
   if constexpr (NORM) {
-    inv_rms = rsqrtf(team_reduce(acc, team, SumOp{}) * a.inv_var_size + a.eps);
+    inv_rms = rsqrtf(reduce(acc, SumOp{}, 0) * a.inv_var_size + a.eps);
   }
   // y of vector k before rounding to T: (x * w) * inv_rms for the norms (the reference's
   // (x * inv_rms) * w within a float32 rounding), x otherwise
@@ -417,7 +437,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM))
       }
       acc = tree_reduce<4>(chain, MaxOp{});
     }
-    scale = dynamic_scale(a, acc, scale_ub, team);
+    scale = dynamic_scale(a, reduce(acc, MaxOp{}, NORM ? 1 : 0), scale_ub);
     inv_scale = fast_reciprocal(scale);
   }
   if (!active) return;  // no reductions follow
@@ -466,39 +486,61 @@ struct RowTensors {
   double epsilon = 0.0;
 };
 
+// Launches `aligned_row_kernel` for a team of TEAM, each row spread over a cluster of
+// `cluster_for_team(TEAM)` blocks where SPREAD.
+template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool LATE, int TEAM>
+void launch_team(const RowArgs<T>& args, bool spread, cudaStream_t stream) {
+  constexpr int kCluster = cluster_for_team(TEAM);
+  const auto rows = static_cast<unsigned>(args.rows);
+  const unsigned threads = row_block_threads(TEAM);
+  if constexpr (kCluster > 1) {
+    if (spread) {
+      launch_cluster(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, kCluster>,
+                     dim3(rows * kCluster), dim3(threads / kCluster), kCluster, stream, args);
+      return;
+    }
+  }
+  const unsigned rows_per_block = threads / TEAM;
+  launch(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1>,
+         dim3((rows + rows_per_block - 1) / rows_per_block), dim3(threads), stream, args);
+}
+
 // Launches `aligned_row_kernel` for the one of TEAMS equal to `team`; false if none is.
 template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool LATE, int... TEAMS>
-bool launch_aligned(const RowArgs<T>& args, int team, dim3 grid, dim3 block, cudaStream_t stream) {
-  return ((team == TEAMS &&
-           (launch(aligned_row_kernel<T, TEAMS, VPT, ADD, NORM, QUANT, LATE>, grid, block, stream, args), true)) ||
-          ...);
+bool launch_aligned(const RowArgs<T>& args, int team, bool spread, cudaStream_t stream) {
+  return ((team == TEAMS && (launch_team<T, ADD, NORM, QUANT, VPT, LATE, TEAMS>(args, spread, stream), true)) || ...);
+}
+
+// A decode-size batch of wide rows is bound by each row's SM: spread each row over a cluster
+// of blocks while the batch's blocks still fit the chip once (no SM then holds two).
+inline bool spread_rows(int64_t rows, int team) {
+  const int cluster = cluster_for_team(team);
+  return cluster > 1 && rows * cluster <= cluster_sms();
 }
 
 template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool STREAM>
 void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows, bool late_weight,
                   cudaStream_t stream) {
-  const int64_t rows_per_block = l.threads / l.team;
-  const dim3 grid(static_cast<unsigned>((args.rows + rows_per_block - 1) / rows_per_block));
-  const dim3 block(static_cast<unsigned>(l.threads));
   if constexpr (!STREAM) {
     // the teams `row_launch` gives each tile size, as compile-time constants
     if (aligned_rows) {
+      const bool spread = spread_rows(args.rows, l.team);
       bool launched = false;
       if constexpr (VPT == 1) {
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(args, l.team, grid, block, stream);
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(args, l.team, spread, stream);
       } else if constexpr (VPT == 2) {
         if constexpr (!ADD && NORM && QUANT != kDynamic) {
           if (late_weight) {
             launched = launch_aligned<T, ADD, NORM, QUANT, VPT, true, 8, 16, 32, 64, 128, 256, 512>(
-                args, l.team, grid, block, stream);
+                args, l.team, spread, stream);
           }
         }
         if (!launched) {
           launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 8, 16, 32, 64, 128, 256, 512>(
-              args, l.team, grid, block, stream);
+              args, l.team, spread, stream);
         }
       } else {
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 512>(args, l.team, grid, block, stream);
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 512>(args, l.team, spread, stream);
       }
       TORCH_CHECK(launched, "ir_cuda: no aligned row kernel for a team of ", l.team, " x ", VPT);
       return;
@@ -507,7 +549,10 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
   if constexpr (VPT == 1) {
     TORCH_CHECK(false, "ir_cuda: one vector a thread is for aligned rows only");
   } else {
-    launch(row_kernel<T, VPT, STREAM, ADD, NORM, QUANT>, grid, block, stream, args, l.team);
+    const int64_t rows_per_block = l.threads / l.team;
+    const dim3 grid(static_cast<unsigned>((args.rows + rows_per_block - 1) / rows_per_block));
+    launch(row_kernel<T, VPT, STREAM, ADD, NORM, QUANT>, grid, dim3(static_cast<unsigned>(l.threads)), stream, args,
+           l.team);
   }
 }
 

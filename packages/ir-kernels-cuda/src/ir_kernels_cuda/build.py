@@ -25,7 +25,7 @@ import torch
 
 logger = logging.getLogger("ir_kernels_cuda")
 SOURCES = ("ops.cpp", "norm.cu", "activation.cu", "rotary.cu")
-HEADERS = ("common.cuh", "emulation.h")
+HEADERS = ("cluster.cuh", "common.cuh", "emulation.h")
 CACHE_ENV = "IR_KERNELS_CUDA_CACHE"
 
 
