@@ -14,10 +14,12 @@
 namespace ir_cuda {
 
 // Blocks a row of a team of `team` threads may be spread over: the teams of 512 (bf16 rows of
-// 8192, or of 4096 with a residual) over 8 blocks of 64 threads, the portable cluster limit.
-// Narrower rows stay in one block: spreading teams of 256 over 4 blocks was no faster on an H100
-// (bf16 rms_norm 1 x 4096: 1.53 to 1.57 µs, the fused add 1 x 2048: 1.48 to 1.52).
-__host__ __device__ constexpr int cluster_for_team(int team) { return team >= 512 ? 8 : 1; }
+// 8192, or of 4096 with a residual) over 4 blocks of 128 threads. On an H100 (same-run probe of
+// 2, 4 and 8 blocks at 1, 4 and 16 rows): 8 blocks were at most 0.03 µs faster at 1-4 rows and
+// up to 0.17 µs slower at 16 (the fused add + fp8 at 16 x 4096: 1.72 µs with 4, 1.89 with 8,
+// 1.91 unspread); 2 blocks kept half the gain. Narrower rows stay in one block: spreading teams
+// of 256 over 4 blocks was no faster (bf16 rms_norm 1 x 4096: 1.53 to 1.57 µs).
+__host__ __device__ constexpr int cluster_for_team(int team) { return team >= 512 ? 4 : 1; }
 
 // The rank of this block in its cluster of CLUSTER blocks (a 1-D grid of 1-D clusters).
 template <int CLUSTER>
