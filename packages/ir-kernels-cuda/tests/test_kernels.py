@@ -203,9 +203,12 @@ def test_opcheck_every_ir_cuda_op() -> None:
 
 
 @on_gpu
-def test_kernels_capture_in_a_cuda_graph() -> None:
-    x = torch.randn(16, 4096, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(4096, device="cuda", dtype=torch.bfloat16)
+@pytest.mark.parametrize("hidden", [4096, 8192])
+def test_kernels_capture_in_a_cuda_graph(hidden: int) -> None:
+    """A launch replays from a CUDA graph; at 8192 wide the rows of a batch of 16 are spread
+    over thread block clusters on Hopper (a launch with a cluster attribute)."""
+    x = torch.randn(16, hidden, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16)
     impl = ops.rms_norm.impls["cuda"]
     expected = impl.fn(x, w, 1e-6, None)
     stream = torch.cuda.Stream()
