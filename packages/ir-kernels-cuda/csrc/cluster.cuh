@@ -18,7 +18,8 @@ namespace ir_cuda {
 // 2, 4 and 8 blocks at 1, 4 and 16 rows): 8 blocks were at most 0.03 µs faster at 1-4 rows and
 // up to 0.17 µs slower at 16 (the fused add + fp8 at 16 x 4096: 1.72 µs with 4, 1.89 with 8,
 // 1.91 unspread); 2 blocks kept half the gain. Narrower rows stay in one block: spreading teams
-// of 256 over 4 blocks was no faster (bf16 rms_norm 1 x 4096: 1.53 to 1.57 µs).
+// of 256 was slower over 4 blocks of 64 threads (bf16 rms_norm 1 x 4096: 1.53 to 1.57 µs) and
+// over 2 of 128 (4 x 4096: 1.56 to 1.62; benchmarks/results/kernels-cuda-cluster-256-probe-H100.md).
 __host__ __device__ constexpr int cluster_for_team(int team) { return team >= 512 ? 4 : 1; }
 
 // The rank of this block in its cluster of CLUSTER blocks (a 1-D grid of 1-D clusters).
