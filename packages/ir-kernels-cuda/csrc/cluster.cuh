@@ -52,15 +52,20 @@ __device__ __forceinline__ bool mbarrier_done(uint32_t barrier) {
 }
 #endif
 
-// The exchange of a row's warp partials: up to REDUCTIONS reductions over a row's team of TEAM
-// threads (whole warps) held by CLUSTER blocks of TEAM / CLUSTER threads. Every thread of the
-// cluster calls `begin` once the row's loads are issued (with CLUSTER > 1 it sets up the
-// mbarriers and arrives at the cluster barrier that publishes them, so that barrier completes
-// while the loads are in flight), then each reduction in the same order.
+// The reductions over a row's team of TEAM threads, up to REDUCTIONS of them, where the team is
+// held by CLUSTER blocks of TEAM / CLUSTER threads. Teams that may be spread
+// (`cluster_for_team`) exchange their warps' partials as below; the others reduce by
+// `team_reduce`. Every thread of the cluster calls `begin` once the row's loads are issued (with
+// CLUSTER > 1 it sets up the mbarriers and arrives at the cluster barrier that publishes them,
+// so that barrier completes while the loads are in flight), then each reduction in the same
+// order.
 template <int TEAM, int CLUSTER, int REDUCTIONS>
 struct RowExchange {
-  static_assert(TEAM % (32 * CLUSTER) == 0 && TEAM <= 1024, "RowExchange: whole warps in each block");
-  static constexpr int kWarps = TEAM / 32;
+  static constexpr bool kSpreadable = cluster_for_team(TEAM) > 1;
+  static_assert(!kSpreadable || (TEAM % (32 * CLUSTER) == 0 && TEAM <= 1024),
+                "RowExchange: whole warps in each block");
+  static_assert(kSpreadable || CLUSTER == 1, "RowExchange: this team is never spread");
+  static constexpr int kWarps = kSpreadable ? TEAM / 32 : 1;
 
   __device__ static float* partials(int k) {
     alignas(16) __shared__ float partial[REDUCTIONS][kWarps];
@@ -97,6 +102,16 @@ struct RowExchange {
   // result does not depend on whether it was spread (which follows the batch size).
   template <typename Op>
   __device__ __forceinline__ float reduce(float v, Op op, int k) {
+    if constexpr (!kSpreadable) {
+      return team_reduce(v, TEAM, op);
+    } else {
+      return exchange(v, op, k);
+    }
+  }
+
+ private:
+  template <typename Op>
+  __device__ __forceinline__ float exchange(float v, Op op, int k) {
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
     float* partial = partials(k);

@@ -290,21 +290,8 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
   constexpr int team = TEAM;
   const RowSlot slot = aligned_row_slot<TEAM, CLUSTER>(a);
   // Reductions over the row's team: the sum of squares or absmax, then the dynamic norm's
-  // absmax. Teams that may be spread over a cluster reduce through `RowExchange` whether spread
-  // or not.
-  struct NoExchange {
-    __device__ void begin() {}
-  };
-  std::conditional_t<(cluster_for_team(TEAM) > 1), RowExchange<TEAM, CLUSTER, NORM && QUANT == kDynamic ? 2 : 1>,
-                     NoExchange>
-      exchange;
-  auto reduce = [&exchange](float v, auto op, int k) {
-    if constexpr (cluster_for_team(TEAM) > 1) {
-      return exchange.reduce(v, op, k);
-    } else {
-      return team_reduce(v, TEAM, op);
-    }
-  };
+  // absmax.
+  RowExchange<TEAM, CLUSTER, NORM && QUANT == kDynamic ? 2 : 1> exchange;
   using W = Words<T>;
   constexpr int V = 4 * W::kPerWord;  // elements per 16-byte vector
   using FP8Pairs = VecN<uint16_t, V / 2>;  // V fp8 values, converted two at a time
@@ -399,7 +386,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
 
   float inv_rms = 1.f;
   if constexpr (NORM) {
-    inv_rms = rsqrtf(reduce(acc, SumOp{}, 0) * a.inv_var_size + a.eps);
+    inv_rms = rsqrtf(exchange.reduce(acc, SumOp{}, 0) * a.inv_var_size + a.eps);
   }
   // y of vector k before rounding to T: (x * w) * inv_rms for the norms (the reference's
   // (x * inv_rms) * w within a float32 rounding), x otherwise
@@ -437,7 +424,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
       }
       acc = tree_reduce<4>(chain, MaxOp{});
     }
-    scale = dynamic_scale(a, reduce(acc, MaxOp{}, NORM ? 1 : 0), scale_ub);
+    scale = dynamic_scale(a, exchange.reduce(acc, MaxOp{}, NORM ? 1 : 0), scale_ub);
     inv_scale = fast_reciprocal(scale);
   }
   if (!active) return;  // no reductions follow
