@@ -44,6 +44,8 @@ def test_evict_first_window() -> None:
     assert not nk.evict_first_for(0.9)
     assert nk.evict_first_for(1.1)
     assert not nk.evict_first_for(nk.EVICT_FIRST_L2_MULTIPLE + 0.01)
+    assert nk.evict_first_for(nk.EVICT_FIRST_L2_MULTIPLE + 0.01, residual=True)
+    assert not nk.evict_first_for(nk.EVICT_FIRST_L2_MULTIPLE_RESIDUAL + 0.01, residual=True)
 
 
 def test_norm_warps_follow_the_row_block_only() -> None:
@@ -53,3 +55,27 @@ def test_norm_warps_follow_the_row_block_only() -> None:
             for residual in (False, True):
                 warps = nk.norm_warps(block, quant, residual)
                 assert warps in (1, 2, 4, 8, 16)
+
+
+def test_rows_split_only_at_decode_sizes_and_never_in_place() -> None:
+    sms, plain = 132, nk.QUANT_NONE
+    assert nk.split_for(1, 8192, plain, True, False, sms) == nk.ROW_SPLIT
+    assert nk.split_for(16, 16384, plain, True, False, sms) == nk.ROW_SPLIT
+    assert nk.split_for(17, 8192, plain, True, False, sms) == 1
+    assert nk.split_for(4, 4096, plain, True, False, sms) == nk.ROW_SPLIT
+    assert nk.split_for(5, 4096, plain, True, False, sms) == 1
+    assert nk.split_for(1, 2048, plain, True, False, sms) == 1
+    # quantized, in place, looped rows, off the GPU, or more programs than SMs: one a row
+    assert nk.split_for(1, 8192, nk.QUANT_STATIC, True, False, sms) == 1
+    assert nk.split_for(1, 8192, plain, True, True, sms) == 1
+    assert nk.split_for(1, 32768, plain, False, False, sms) == 1
+    assert nk.split_for(1, 8192, plain, True, False, None) == 1
+    assert nk.split_for(16, 8192, plain, True, False, 60) == 1
+
+
+def test_launch_rejects_a_bad_split() -> None:
+    import torch
+
+    x = torch.randn(2, 64)
+    with pytest.raises(ValueError, match="split=3"):
+        nk.launch_norm(x, None, 1e-6, None, torch.empty_like(x), split=3)

@@ -5,6 +5,15 @@ A program handles one row. Rows up to `MAX_SINGLE_PASS` elements are read once a
 registers; longer rows are processed in chunks (the row is read again from L2 for the
 normalization pass). Each row's arithmetic is the same whatever the batch, so results are
 batch-invariant.
+
+At decode sizes a wide row is bound by what one SM moves. There `SPLIT` programs share a row
+(`split_for`): each runs the whole single-pass computation, but loads the weight and stores the
+outputs of its own slice only. The code differs from one program a row only in those masks, so
+Triton lays the row out the same way and the sum runs in the same order: the bits do not depend
+on the split. (Reading the row a second time for the slice, so that each program computes only
+its part, would leave the row to the sum alone, which Triton may then lay out differently.)
+Every program still computes the whole row, so the split pays where the row's traffic rather
+than its arithmetic bounds the time: the norms without fp8 output.
 """
 
 import torch
@@ -19,6 +28,7 @@ from .platform import (
     next_power_of_2,
     num_rows,
     rows,
+    sm_count,
     tensor_bytes,
     warps_for,
 )
@@ -81,6 +91,7 @@ def norm_kernel(
     EXACT_FP8: tl.constexpr,
     EARLY_WEIGHT: tl.constexpr,
     EVICT_FIRST: tl.constexpr,
+    SPLIT: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     act_dtype = x_ptr.dtype.element_ty
@@ -91,14 +102,18 @@ def norm_kernel(
     if SINGLE_PASS:
         offs = tl.arange(0, BLOCK)
         mask = offs < hidden
+        # this program's slice of the outputs
+        out_mask = mask & (offs // (BLOCK // SPLIT) == tl.program_id(1)) if SPLIT > 1 else mask
+        # the dynamic scale needs the whole row's maximum, hence all of the weight
+        w_mask = mask if QUANT == 2 else out_mask
         x = _load_row(x_row + offs, mask, EVICT_FIRST)
         if HAS_WEIGHT and EARLY_WEIGHT:
             # issued before the reduction so that its latency overlaps it
-            w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + offs, mask=w_mask, other=0.0).to(tl.float32)
         if HAS_RESIDUAL:
             r = _load_row(r_row + offs, mask, EVICT_FIRST)
             s = (x + r).to(act_dtype)
-            tl.store(res_row + offs, s, mask=mask)
+            tl.store(res_row + offs, s, mask=out_mask)
             x = s.to(tl.float32)
         sq = tl.where(offs < variance_size, x * x, 0.0)
         inv_rms = tl.rsqrt(tl.sum(sq, axis=0) / variance_size + eps)
@@ -107,9 +122,9 @@ def norm_kernel(
             if HAS_WEIGHT:
                 y = y * w
         else:
-            y = _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT)
+            y = _normalize(x, w_ptr, offs, w_mask, inv_rms, HAS_WEIGHT)
         if QUANT == 0:
-            tl.store(out_row + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+            tl.store(out_row + offs, y.to(out_ptr.dtype.element_ty), mask=out_mask)
         else:
             y = y.to(act_dtype).to(tl.float32)
             if QUANT == 1:
@@ -119,9 +134,12 @@ def norm_kernel(
                 if HAS_UB:
                     amax = tl.minimum(amax, tl.load(scale_ub_ptr))
                 scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
-                tl.store(scale_out_ptr + row, scale)
+                if SPLIT > 1:
+                    tl.store(scale_out_ptr + row, scale, mask=tl.program_id(1) == 0)
+                else:
+                    tl.store(scale_out_ptr + row, scale)
             q = _quantize(y, scale, EXACT_FP8)
-            tl.store(out_row + offs, q.to(out_ptr.dtype.element_ty), mask=mask)
+            tl.store(out_row + offs, q.to(out_ptr.dtype.element_ty), mask=out_mask)
     else:
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, hidden, BLOCK):
@@ -235,18 +253,53 @@ def max_registers_for(
 
 
 #: Footprints (bytes the op reads and writes) up to this multiple of the L2 size take the
-#: evict-first hint, from just above the L2 size.
+#: evict-first hint, from just above the L2 size; `EVICT_FIRST_L2_MULTIPLE_RESIDUAL` with a
+#: residual.
 EVICT_FIRST_L2_MULTIPLE = 1.2
+EVICT_FIRST_L2_MULTIPLE_RESIDUAL = 1.3
 
 
-def evict_first_for(l2_share: float | None) -> bool:
+def evict_first_for(l2_share: float | None, residual: bool = False) -> bool:
     """Mark the activations first out of L2 when the op's footprint, `l2_share` of the L2
     cache, just exceeds it. H100 grid (50 MB L2): fused add + norm + fp8 at 4096 x 2048 and
     1024 x 8192 (56 MB) ran 5-11 % faster with the hint, ahead of Inductor's kernel; ops that
     fit in L2 (1024 x 4096 with a residual, 32 MB) ran up to 34 % slower, as replays no longer
-    found their inputs there, and ops streaming from DRAM (16384 rows) 2 % slower. A hint
-    only: the results do not change, so it may depend on the batch."""
-    return l2_share is not None and 1.0 < l2_share <= EVICT_FIRST_L2_MULTIPLE
+    found their inputs there, and ops streaming from DRAM (16384 rows) 2 % slower. The plain
+    fused add of the same shapes (64 MB, 1.28 of the L2) ran 1-3 % faster with it, rms_norm
+    at 4096 x 4096 (64 MB) 1.4 % slower (`triton-tuning-H100.log` section 11). A hint only:
+    the results do not change, so it may depend on the batch."""
+    top = EVICT_FIRST_L2_MULTIPLE_RESIDUAL if residual else EVICT_FIRST_L2_MULTIPLE
+    return l2_share is not None and 1.0 < l2_share <= top
+
+
+#: Programs sharing a decode-size row.
+ROW_SPLIT = 4
+
+
+def split_for(
+    rows_: int, block: int, quant: int, single_pass: bool, in_place: bool, sms: int | None
+) -> int:
+    """Programs per row: `ROW_SPLIT` for the unquantized single-pass rows of 4096-element blocks
+    up to 4 rows and of 8192 or more up to 16 rows, while every row's programs fit the `sms` SMs
+    at once; else 1. H100, bf16 (`triton-tuning-H100.log` section 11): fused add 1 x 8192 2.25
+    to 2.00 µs, 16 rows 2.40 to 2.27, rms_norm 1 x 8192 1.95 to 1.80; from 32 rows, or 16 of
+    4096, one program a row is as fast or faster. Each program still quantizes the whole row
+    (see the module docstring), so the fp8 variants gain at most 2 % and are not split. Never in
+    place: a program reads the whole row after others may have written their slices. The split
+    does not change the arithmetic, so it may depend on the batch."""
+    if quant != QUANT_NONE or not single_pass or in_place or sms is None:
+        return 1
+    if rows_ * ROW_SPLIT > sms:
+        return 1
+    most_rows = 16 if block >= 8192 else 4 if block >= 4096 else 0
+    return ROW_SPLIT if rows_ <= most_rows else 1
+
+
+def _shares_memory(a: torch.Tensor | None, *others: torch.Tensor | None) -> bool:
+    return a is not None and any(
+        b is not None and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+        for b in others
+    )
 
 
 def launch_norm(
@@ -268,12 +321,14 @@ def launch_norm(
     early_weight: bool | None = None,
     evict_first: bool | None = None,
     max_registers: int | None = None,
+    split: int | None = None,
 ) -> None:
     """Run `norm_kernel` over the rows of `x` (all tensors already validated).
 
-    `single_pass`, `block`, `num_warps`, `early_weight`, `evict_first` and `max_registers`
-    (a cap per thread) override the configuration (for tuning); the default of the first three
-    depends on the row width only."""
+    `single_pass`, `block`, `num_warps`, `early_weight`, `evict_first`, `max_registers`
+    (a cap per thread) and `split` (programs per single-pass row, a power of two up to the
+    block) override the configuration (for tuning); the default of the first three depends on
+    the row width only."""
     hidden = x.shape[-1]
     n = num_rows(x)
     if n == 0:
@@ -290,7 +345,17 @@ def launch_norm(
     has_residual = residual is not None
     if max_registers is None:
         max_registers = max_registers_for(n, quant, block, has_residual, share, x.element_size())
-    norm_kernel[(n,)](
+    if split is None:
+        in_place = _shares_memory(x, out, residual_out) or _shares_memory(
+            residual, out, residual_out
+        )
+        split = split_for(n, block, quant, single, in_place, sm_count(x))
+    elif split < 1 or split & (split - 1) or split > block or (split > 1 and not single):
+        raise ValueError(
+            f"split={split}: expected a power of two up to the row block ({block}), "
+            "and 1 for rows wider than MAX_SINGLE_PASS"
+        )
+    norm_kernel[(n, split)](
         x2,
         x2.stride(0),
         r2,
@@ -319,6 +384,7 @@ def launch_norm(
             else early_weight
         ),
         num_warps=(norm_warps(block, quant, has_residual) if num_warps is None else num_warps),
-        EVICT_FIRST=(evict_first_for(share) if evict_first is None else evict_first),
+        EVICT_FIRST=(evict_first_for(share, has_residual) if evict_first is None else evict_first),
+        SPLIT=split,
         **({} if max_registers is None else {"maxnreg": max_registers}),
     )

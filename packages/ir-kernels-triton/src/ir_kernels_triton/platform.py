@@ -47,6 +47,18 @@ def l2_cache_bytes(t: torch.Tensor) -> int | None:
     return _l2_bytes(t.device.index if t.device.index is not None else 0)
 
 
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
+
+
+def sm_count(t: torch.Tensor) -> int | None:
+    """Number of SMs of the GPU holding `t` (None off the GPU)."""
+    if not t.is_cuda:
+        return None
+    return _sm_count(t.device.index if t.device.index is not None else 0)
+
+
 def tensor_bytes(*tensors: torch.Tensor | None) -> int:
     """Bytes of the given tensors (None counts nothing): an op's footprint when each is read or
     written once; pass a tensor twice for one read and one write in place."""

@@ -1,0 +1,88 @@
+"""Without a GPU: compile `norm_kernel` for sm_90 with one and with four programs a row and
+compare the layout Triton gives every reduction's operand (the layout fixes the order of the
+sum, so equal layouts mean the split keeps the bits). Configurations: fp32/fp16/bf16, with and
+without a residual, no/static/dynamic fp8, row blocks 1024/4096/8192, weight early or late,
+plus fp32 rows with a bf16 weight; arguments specialized as at run time on aligned rows, or
+with `--unaligned` as on rows whose width and strides are not multiples of 16.
+
+Use the Triton the GPU machine runs, e.g. `pip download --no-deps triton==3.6.0` and
+`pip install --no-deps --target /tmp/t36 <wheel>`, then from the repository root:
+`PYTHONPATH=/tmp/t36:packages/ir-spec/src:packages/ir-kernels-triton/src python
+benchmarks/cpu/triton_layouts.py` (`triton-tuning-H100.log` section 11).
+"""
+
+import itertools
+import re
+import sys
+
+import triton
+from triton.backends.compiler import GPUTarget
+
+from ir_kernels_triton import norm_kernels as nk
+
+INTS = ("x_stride", "r_stride", "out_stride", "res_stride", "hidden", "variance_size")
+
+
+def ttgir(
+    dtype: str, weight: str, residual: bool, quant: int, block: int, split: int, early: bool
+) -> str:
+    out = "fp8e4nv" if quant else dtype
+    signature = {
+        "x_ptr": f"*{dtype}", "x_stride": "i32", "r_ptr": f"*{dtype}", "r_stride": "i32",
+        "w_ptr": f"*{weight}", "out_ptr": f"*{out}", "out_stride": "i32",
+        "res_ptr": f"*{dtype}", "res_stride": "i32", "scale_ptr": "*fp32",
+        "scale_out_ptr": "*fp32", "scale_ub_ptr": "*fp32", "hidden": "i32",
+        "variance_size": "i32", "eps": "fp32",
+    }  # fmt: skip
+    constants = dict(
+        HAS_RESIDUAL=residual, HAS_WEIGHT=True, QUANT=quant, HAS_UB=False, BLOCK=block,
+        SINGLE_PASS=True, EXACT_FP8=False, EARLY_WEIGHT=early, EVICT_FIRST=False, SPLIT=split,
+    )  # fmt: skip
+    aligned = [k for k, v in signature.items() if v.startswith("*")]
+    if "--unaligned" not in sys.argv:
+        aligned += INTS
+    signature.update(dict.fromkeys(constants, "constexpr"))
+    names = list(signature)
+    source = triton.compiler.ASTSource(
+        fn=nk.norm_kernel,
+        signature=signature,
+        constexprs=constants,
+        attrs={(names.index(k),): [["tt.divisibility", 16]] for k in aligned},
+    )
+    warps = nk.norm_warps(block, quant, residual)
+    compiled = triton.compile(
+        source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
+    )
+    return str(compiled.asm["ttgir"])
+
+
+def reduction_layouts(ir: str) -> list[str]:
+    layouts = dict(re.findall(r"^(#\w+) = (.*)$", ir, re.M))
+    operands = re.findall(r'"tt.reduce"\(.*?\}\) : \(tensor<[^,]*, (#\w+)>', ir, re.S)
+    return [layouts[name] for name in operands]
+
+
+def main() -> int:
+    cases = [
+        (dtype, dtype, residual, quant, block, early)
+        for dtype, residual, quant, block, early in itertools.product(
+            ("fp32", "fp16", "bf16"), (False, True), (0, 1, 2), (1024, 4096, 8192), (False, True)
+        )
+    ] + [
+        ("fp32", "bf16", False, quant, block, True) for quant in (0, 1, 2) for block in (1024, 8192)
+    ]
+    different = 0
+    for case in cases:
+        one, four = (reduction_layouts(ttgir(*case[:5], split, case[5])) for split in (1, 4))
+        if one != four:
+            different += 1
+            print("different:", case, one, four)
+    print(
+        f"{len(cases)} configurations, {different} with other reduction layouts when split "
+        f"(triton {triton.__version__})"
+    )
+    return 1 if different else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

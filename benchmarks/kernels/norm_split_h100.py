@@ -1,0 +1,90 @@
+"""H100 probe: programs per decode-size norm row (`norm_kernels.split_for`) and the evict-first
+hint at footprints of 1.28 x the L2 size (`benchmarks/results/triton-tuning-H100.log`,
+section 11). Each configuration is checked bitwise against one program a row, then timed by
+CUDA-graph replay, three rounds in turn. Run from the repository root with the packages on
+`PYTHONPATH` (`source benchmarks/gpu/env.sh`).
+"""
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+from ir_kernels_triton import norm_kernels as nk
+from ir_stack.bench.kernels import empty_kernel_us
+
+FP8 = torch.float8_e4m3fn
+VARIANTS = {
+    "rms_norm": (False, nk.QUANT_NONE),
+    "fused_add": (True, nk.QUANT_NONE),
+    "static_fp8": (False, nk.QUANT_STATIC),
+    "fused_add_static_fp8": (True, nk.QUANT_STATIC),
+    "dynamic_fp8": (False, nk.QUANT_DYNAMIC),
+}
+
+
+def make_case(
+    rows: int, hidden: int, residual: bool, quant: int
+) -> tuple[Callable[..., None], Callable[[], list[torch.Tensor]]]:
+    """A launcher taking `launch_norm`'s knobs, and a snapshot of its outputs."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+    r = torch.randn_like(x) if residual else None
+    w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+    out = torch.empty(rows, hidden, device="cuda", dtype=FP8 if quant else x.dtype)
+    res_out = torch.empty_like(x) if residual else None
+    scale = torch.full((1,), 0.02, device="cuda")
+    scales = torch.empty(rows, device="cuda")
+
+    def run(**knobs: Any) -> None:
+        nk.launch_norm(
+            x, w, 1e-6, None, out, residual=r, residual_out=res_out, quant=quant,
+            scale=scale if quant == nk.QUANT_STATIC else None,
+            scale_out=scales if quant == nk.QUANT_DYNAMIC else None, **knobs,
+        )  # fmt: skip
+
+    def outputs() -> list[torch.Tensor]:
+        return [t.clone().view(torch.uint8) for t in (out, res_out, scales) if t is not None]
+
+    return run, outputs
+
+
+def fastest_of_rounds(
+    fns: dict[object, Callable[[], None]], rounds: int = 3
+) -> dict[object, float]:
+    times: dict[object, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for key, fn in fns.items():
+            times[key].append(do_bench_cudagraph(fn, rep=20) * 1e3)
+    return {k: min(v) for k, v in times.items()}
+
+
+def main() -> None:
+    print(f"empty triton kernel: {empty_kernel_us():.2f} us")
+    for name, (residual, quant) in VARIANTS.items():
+        for hidden in (4096, 8192):
+            for rows in (1, 4, 16, 32):
+                run, outputs = make_case(rows, hidden, residual, quant)
+                run(split=1)
+                expected = outputs()
+                bitwise = True
+                for split in (2, 4):
+                    run(split=split)
+                    bitwise &= all(map(torch.equal, outputs(), expected))
+                best = fastest_of_rounds({s: partial(run, split=s) for s in (1, 2, 4)})
+                cells = " ".join(f"s{s}={t:.2f}" for s, t in best.items())
+                print(f"   {name} {rows}x{hidden}: {cells} bitwise={bitwise}")
+    for name, rows, hidden in (
+        ("rms_norm", 4096, 4096),
+        ("fused_add", 4096, 2048),
+        ("fused_add", 1024, 8192),
+    ):
+        run, _ = make_case(rows, hidden, *VARIANTS[name])
+        best = fastest_of_rounds({e: partial(run, evict_first=e) for e in (False, True)})
+        print(f"   {name} {rows}x{hidden}: evict_first off {best[False]:.2f} on {best[True]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
