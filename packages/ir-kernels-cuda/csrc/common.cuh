@@ -84,6 +84,36 @@ void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned c
   C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
 }
 
+// Whether KERNEL, in clusters of `cluster` blocks of `block` threads, can have a cluster resident
+// on the current device: a partition of the GPU (MIG) may leave fewer SMs to a GPC than a cluster
+// needs, and the launch would then fail. Asked of the runtime once per device and kernel.
+template <auto KERNEL>
+bool cluster_fits(unsigned block, unsigned cluster) {
+  constexpr int kDevices = 64;
+  static std::atomic<int> known[kDevices];  // 2 fits, 1 does not, 0 not asked yet
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= kDevices) return false;
+  int value = known[device].load(std::memory_order_relaxed);
+  if (value == 0) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = cluster;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(cluster);
+    config.blockDim = dim3(block);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    int clusters = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, KERNEL, &config));
+    value = clusters > 0 ? 2 : 1;
+    known[device].store(value, std::memory_order_relaxed);
+  }
+  return value == 2;
+}
+
 // The current device's SM count where it runs thread block clusters (compute capability 9.0 and
 // later), else 0. Asked of the driver once per device.
 inline int cluster_sms() {

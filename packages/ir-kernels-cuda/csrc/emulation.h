@@ -121,4 +121,10 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t strea
 // paths an H100 would.
 inline int cluster_sms() { return 132; }
 
+// Every cluster fits: the host runs a cluster's blocks as one pool of threads.
+template <auto KERNEL>
+bool cluster_fits(unsigned /*block*/, unsigned /*cluster*/) {
+  return true;
+}
+
 }  // namespace ir_cuda

@@ -481,9 +481,11 @@ void launch_team(const RowArgs<T>& args, bool spread, cudaStream_t stream) {
   const auto rows = static_cast<unsigned>(args.rows);
   const unsigned threads = row_block_threads(TEAM);
   if constexpr (kCluster > 1) {
-    if (spread) {
-      launch_cluster(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, kCluster>,
-                     dim3(rows * kCluster), dim3(threads / kCluster), kCluster, stream, args);
+    constexpr auto kSpread = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, kCluster>;
+    // where no cluster fits, one block a row: the same bits, only slower
+    if (spread && cluster_fits<kSpread>(threads / kCluster, kCluster)) {
+      launch_cluster(kSpread, dim3(rows * kCluster), dim3(threads / kCluster), kCluster, stream,
+                     args);
       return;
     }
   }
