@@ -57,20 +57,32 @@ def test_norm_warps_follow_the_row_block_only() -> None:
                 assert warps in (1, 2, 4, 8, 16)
 
 
-def test_rows_split_only_at_decode_sizes_and_never_in_place() -> None:
+def test_rows_split_only_at_decode_sizes() -> None:
     sms, plain = 132, nk.QUANT_NONE
-    assert nk.split_for(1, 8192, plain, True, False, sms) == nk.ROW_SPLIT
-    assert nk.split_for(16, 16384, plain, True, False, sms) == nk.ROW_SPLIT
-    assert nk.split_for(17, 8192, plain, True, False, sms) == 1
-    assert nk.split_for(4, 4096, plain, True, False, sms) == nk.ROW_SPLIT
-    assert nk.split_for(5, 4096, plain, True, False, sms) == 1
-    assert nk.split_for(1, 2048, plain, True, False, sms) == 1
-    # quantized, in place, looped rows, off the GPU, or more programs than SMs: one a row
-    assert nk.split_for(1, 8192, nk.QUANT_STATIC, True, False, sms) == 1
-    assert nk.split_for(1, 8192, plain, True, True, sms) == 1
-    assert nk.split_for(1, 32768, plain, False, False, sms) == 1
-    assert nk.split_for(1, 8192, plain, True, False, None) == 1
-    assert nk.split_for(16, 8192, plain, True, False, 60) == 1
+    assert nk.split_for(1, 8192, plain, True, sms) == nk.ROW_SPLIT
+    assert nk.split_for(16, 16384, plain, True, sms) == nk.ROW_SPLIT
+    assert nk.split_for(17, 8192, plain, True, sms) == 1
+    assert nk.split_for(4, 4096, plain, True, sms) == nk.ROW_SPLIT
+    assert nk.split_for(5, 4096, plain, True, sms) == 1
+    assert nk.split_for(1, 2048, plain, True, sms) == 1
+    # quantized, looped rows, off the GPU, or more programs than SMs: one program a row
+    assert nk.split_for(1, 8192, nk.QUANT_STATIC, True, sms) == 1
+    assert nk.split_for(1, 32768, plain, False, sms) == 1
+    assert nk.split_for(1, 8192, plain, True, None) == 1
+    assert nk.split_for(16, 8192, plain, True, 60) == 1
+
+
+def test_in_place_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A program sharing a row reads all of it: in place, it could read a slice another program
+    has already overwritten."""
+    import torch
+
+    monkeypatch.setattr(nk, "sm_count", lambda t: 132)
+    x, r = torch.randn(2, 8192), torch.randn(2, 8192)
+    out, res = torch.empty_like(x), torch.empty_like(x)
+    assert nk.row_split(x, out, r, res, 8192, nk.QUANT_NONE, True) == nk.ROW_SPLIT
+    assert nk.row_split(x, x, r, r, 8192, nk.QUANT_NONE, True) == 1
+    assert nk.row_split(x, x[:1], None, None, 8192, nk.QUANT_NONE, True) == 1
 
 
 def test_launch_rejects_a_bad_split() -> None:

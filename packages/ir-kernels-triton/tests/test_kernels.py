@@ -117,29 +117,6 @@ def test_norm_tuning_knobs_keep_results(residual: bool, quant: int) -> None:
                         assert torch.equal(got, want), knobs
 
 
-def test_in_place_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Programs sharing a row each read all of it: in place, one could read a slice another has
-    already overwritten, so the in-place fused add tells `split_for` it is in place."""
-    from ir_kernels_triton import norm_kernels as nk
-
-    told: list[bool] = []
-    split_for = nk.split_for
-
-    def spy(
-        rows: int, block: int, quant: int, single: bool, in_place: bool, sms: int | None
-    ) -> int:
-        told.append(in_place)
-        return split_for(rows, block, quant, single, in_place, sms)
-
-    monkeypatch.setattr(nk, "split_for", spy)
-    x = torch.randn(2, 64, device=DEVICE)
-    r = torch.randn_like(x)
-    w = torch.randn(64, device=DEVICE)
-    ops.fused_add_rms_norm.impls["triton_inplace"].fn(x.clone(), r.clone(), w, 1e-6, None)
-    ops.fused_add_rms_norm.impls["triton"].fn(x, r, w, 1e-6, None)
-    assert told == [True, False]
-
-
 # on the GPU, 8192-wide norm rows are shared by several programs in batches of 1 and 7
 BATCH_INVARIANCE_HIDDEN = [2048, 8192] if GPU else [64]
 # the interpreter runs one program at a time: on CPU the largest batch is smaller

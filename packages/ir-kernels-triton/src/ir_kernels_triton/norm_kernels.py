@@ -276,18 +276,15 @@ def evict_first_for(l2_share: float | None, residual: bool = False) -> bool:
 ROW_SPLIT = 4
 
 
-def split_for(
-    rows_: int, block: int, quant: int, single_pass: bool, in_place: bool, sms: int | None
-) -> int:
+def split_for(rows_: int, block: int, quant: int, single_pass: bool, sms: int | None) -> int:
     """Programs per row: `ROW_SPLIT` for the unquantized single-pass rows of 4096-element blocks
     up to 4 rows and of 8192 or more up to 16 rows, while every row's programs fit the `sms` SMs
     at once; else 1. H100, bf16 (`triton-tuning-H100.log` section 11): fused add 1 x 8192 2.25
     to 2.00 µs, 16 rows 2.40 to 2.27, rms_norm 1 x 8192 1.95 to 1.80; from 32 rows, or 16 of
     4096, one program a row is as fast or faster. Each program still quantizes the whole row
-    (see the module docstring), so the fp8 variants gain at most 2 % and are not split. Never in
-    place: a program reads the whole row after others may have written their slices. The split
-    does not change the arithmetic, so it may depend on the batch."""
-    if quant != QUANT_NONE or not single_pass or in_place or sms is None:
+    (see the module docstring), so the fp8 variants gain at most 2 % and are not split. The
+    split does not change the arithmetic, so it may depend on the batch."""
+    if quant != QUANT_NONE or not single_pass or sms is None:
         return 1
     if rows_ * ROW_SPLIT > sms:
         return 1
@@ -300,6 +297,26 @@ def _shares_memory(a: torch.Tensor | None, *others: torch.Tensor | None) -> bool
         b is not None and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
         for b in others
     )
+
+
+def row_split(
+    x: torch.Tensor,
+    out: torch.Tensor,
+    residual: torch.Tensor | None,
+    residual_out: torch.Tensor | None,
+    block: int,
+    quant: int,
+    single_pass: bool,
+) -> int:
+    """`split_for` of this launch, but 1 where an output shares memory with an input (in place):
+    a program sharing a row reads all of it, possibly after others wrote their slices. The
+    memory check runs only where the rule would split (it costs about a microsecond a launch)."""
+    split = split_for(num_rows(x), block, quant, single_pass, sm_count(x))
+    if split > 1 and (
+        _shares_memory(x, out, residual_out) or _shares_memory(residual, out, residual_out)
+    ):
+        return 1
+    return split
 
 
 def launch_norm(
@@ -346,10 +363,7 @@ def launch_norm(
     if max_registers is None:
         max_registers = max_registers_for(n, quant, block, has_residual, share, x.element_size())
     if split is None:
-        in_place = _shares_memory(x, out, residual_out) or _shares_memory(
-            residual, out, residual_out
-        )
-        split = split_for(n, block, quant, single, in_place, sm_count(x))
+        split = row_split(x, out, residual, residual_out, block, quant, single)
     elif split < 1 or split & (split - 1) or split > block or (split > 1 and not single):
         raise ValueError(
             f"split={split}: expected a power of two up to the row block ({block}), "
