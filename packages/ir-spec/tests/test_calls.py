@@ -292,6 +292,15 @@ def test_cheap_fakes_match_native_layouts_for_permuted_inputs() -> None:
     torch.library.opcheck(ops.rotary_embedding.torch_op.default, args)
 
 
+def test_shares_memory_compares_storages() -> None:
+    from ir_spec import shares_memory
+
+    x = torch.randn(4, 8)
+    assert shares_memory(x, x)
+    assert shares_memory(x[1:], x[:1])  # other views of one buffer
+    assert not shares_memory(x, x.clone())
+
+
 def test_row_view_addresses_rows_by_one_stride() -> None:
     from ir_spec import row_view
 

@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ir_spec import shares_memory
+
 from .fp8 import exact_rounding, saturate_fp8
 from .platform import (
     LOOP_BLOCK,
@@ -292,13 +294,6 @@ def split_for(rows_: int, block: int, quant: int, single_pass: bool, sms: int | 
     return ROW_SPLIT if rows_ <= most_rows else 1
 
 
-def _shares_memory(a: torch.Tensor | None, *others: torch.Tensor | None) -> bool:
-    return a is not None and any(
-        b is not None and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-        for b in others
-    )
-
-
 def row_split(
     x: torch.Tensor,
     out: torch.Tensor,
@@ -312,9 +307,9 @@ def row_split(
     a program sharing a row reads all of it, possibly after others wrote their slices. The
     memory check runs only where the rule would split (it costs about a microsecond a launch)."""
     split = split_for(num_rows(x), block, quant, single_pass, sm_count(x))
-    if split > 1 and (
-        _shares_memory(x, out, residual_out) or _shares_memory(residual, out, residual_out)
-    ):
+    inputs = [t for t in (x, residual) if t is not None]
+    outputs = [t for t in (out, residual_out) if t is not None]
+    if split > 1 and any(shares_memory(o, i) for o in outputs for i in inputs):
         return 1
     return split
 

@@ -2,6 +2,7 @@
 
 import functools
 import os
+from typing import Any
 
 import torch
 
@@ -36,27 +37,27 @@ def triton_supported() -> bool:
 
 
 @functools.cache
-def _l2_bytes(device_index: int) -> int:
-    return int(torch.cuda.get_device_properties(device_index).L2_cache_size)
+def _device_properties(device_index: int) -> Any:
+    return torch.cuda.get_device_properties(device_index)
+
+
+def _gpu_properties(t: torch.Tensor) -> Any | None:
+    """The properties of the GPU holding `t`, asked once per device (None off the GPU)."""
+    if not t.is_cuda:
+        return None
+    return _device_properties(t.device.index if t.device.index is not None else 0)
 
 
 def l2_cache_bytes(t: torch.Tensor) -> int | None:
     """Size of the L2 cache of the GPU holding `t` (None off the GPU)."""
-    if not t.is_cuda:
-        return None
-    return _l2_bytes(t.device.index if t.device.index is not None else 0)
-
-
-@functools.cache
-def _sm_count(device_index: int) -> int:
-    return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
+    properties = _gpu_properties(t)
+    return None if properties is None else int(properties.L2_cache_size)
 
 
 def sm_count(t: torch.Tensor) -> int | None:
     """Number of SMs of the GPU holding `t` (None off the GPU)."""
-    if not t.is_cuda:
-        return None
-    return _sm_count(t.device.index if t.device.index is not None else 0)
+    properties = _gpu_properties(t)
+    return None if properties is None else int(properties.multi_processor_count)
 
 
 def tensor_bytes(*tensors: torch.Tensor | None) -> int:

@@ -16,7 +16,7 @@ from .dispatcher import (
     use_op_choice_caches,
 )
 from .impl import Impl
-from .layout import empty_rows, row_view
+from .layout import empty_rows, row_view, shares_memory
 from .op import NAMESPACE, RESERVED_PROVIDERS, IrOp, register_op
 from .registry import OpNamespace, ops
 from .sampling import SampleSpec
@@ -41,5 +41,6 @@ __all__ = [
     "register_op",
     "row_view",
     "set_dispatcher",
+    "shares_memory",
     "use_op_choice_caches",
 ]

@@ -1,5 +1,6 @@
 """Row layouts shared by the kernel providers: `row_view` (the rows a row-wise kernel
-addresses) and `empty_rows` (an output with the input's rows)."""
+addresses), `empty_rows` (an output with the input's rows) and `shares_memory` (whether an
+output is written over an input)."""
 
 import torch
 from torch import Tensor
@@ -24,3 +25,11 @@ def empty_rows(x: Tensor, width: int | None = None, dtype: torch.dtype | None = 
     (default: `x`'s) of `dtype` (default: `x`'s)."""
     shape = (*x.shape[:-1], x.shape[-1] if width is None else width)
     return torch.empty(shape, dtype=dtype or x.dtype, device=x.device)
+
+
+def shares_memory(a: Tensor, b: Tensor) -> bool:
+    """Whether `a` and `b` are views of the same storage on the same device (an output written
+    in place over an input, or any two views of one buffer)."""
+    return a.device == b.device and (
+        a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    )

@@ -15,6 +15,7 @@ from . import fast_path, last_choice, registry
 from .dispatch_key import DispatchKey
 from .dispatcher import _Hook
 from .impl import Impl
+from .layout import shares_memory
 from .signature import (
     RESERVED_OP_NAMES,
     check_identifier,
@@ -41,12 +42,6 @@ InputGenerator = Callable[..., tuple[Any, ...]]
 
 #: A choice cache holding more entries than this is emptied (keys should not grow with tokens).
 MAX_CACHED_CHOICES = 4096
-
-
-def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.device == b.device and (
-        a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-    )
 
 
 class IrOp:
@@ -225,7 +220,7 @@ class IrOp:
         result = self._execute(args, {}, inplace_ok=True)
         inputs = [args[i] for i in self.activation_indices]
         outs = result if isinstance(result, tuple) else (result,)
-        fixed = tuple(o.clone() if any(_shares_memory(o, a) for a in inputs) else o for o in outs)
+        fixed = tuple(o.clone() if any(shares_memory(o, a) for a in inputs) else o for o in outs)
         return fixed if isinstance(result, tuple) else fixed[0]
 
     def _fake_kernel(self, *args: Any, **kwargs: Any) -> Any:
