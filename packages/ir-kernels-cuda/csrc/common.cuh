@@ -64,24 +64,51 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t strea
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// A launch configuration in thread block clusters of `cluster` blocks along x. It holds the
+// attribute the configuration points to, so it is neither copied nor moved.
+struct ClusterConfig {
+  ClusterConfig(dim3 grid, dim3 block, unsigned cluster, cudaStream_t stream) {
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = cluster;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = 0;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  ClusterConfig(const ClusterConfig&) = delete;
+  ClusterConfig& operator=(const ClusterConfig&) = delete;
+  cudaLaunchAttribute attribute{};
+  cudaLaunchConfig_t config{};
+};
+
 // kernel<<<grid, block>>>(args...) in thread block clusters of `cluster` blocks along x (compute
 // capability 9.0 and later: see `cluster_sms`).
 template <typename... Params, typename... Args>
 void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster,
                     cudaStream_t stream, Args... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = cluster;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  C10_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...));
+  ClusterConfig c(grid, block, cluster, stream);
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&c.config, kernel, static_cast<Params>(args)...));
+}
+
+constexpr int kMaxDevices = 64;
+
+// `ask(device)` (a value of at least 0) for the current device, asked once per device and kept
+// in `known` (0 until asked, then the value + 1); `beyond` on devices past kMaxDevices.
+template <typename Ask>
+int once_per_device(std::atomic<int> (&known)[kMaxDevices], int beyond, Ask ask) {
+  int device = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= kMaxDevices) return beyond;
+  int value = known[device].load(std::memory_order_relaxed);
+  if (value == 0) {
+    value = ask(device) + 1;
+    known[device].store(value, std::memory_order_relaxed);
+  }
+  return value - 1;
 }
 
 // Whether KERNEL, in clusters of `cluster` blocks of `block` threads, can have a cluster resident
@@ -89,48 +116,25 @@ void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned c
 // needs, and the launch would then fail. Asked of the runtime once per device and kernel.
 template <auto KERNEL>
 bool cluster_fits(unsigned block, unsigned cluster) {
-  constexpr int kDevices = 64;
-  static std::atomic<int> known[kDevices];  // 2 fits, 1 does not, 0 not asked yet
-  int device = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  if (device >= kDevices) return false;
-  int value = known[device].load(std::memory_order_relaxed);
-  if (value == 0) {
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = cluster;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(cluster);
-    config.blockDim = dim3(block);
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    int clusters = 0;
-    C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, KERNEL, &config));
-    value = clusters > 0 ? 2 : 1;
-    known[device].store(value, std::memory_order_relaxed);
-  }
-  return value == 2;
+  static std::atomic<int> known[kMaxDevices];
+  return once_per_device(known, 0, [&](int /*device*/) {
+           ClusterConfig c(dim3(cluster), dim3(block), cluster, nullptr);
+           int clusters = 0;
+           C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, KERNEL, &c.config));
+           return clusters > 0 ? 1 : 0;
+         }) == 1;
 }
 
 // The current device's SM count where it runs thread block clusters (compute capability 9.0 and
 // later), else 0. Asked of the driver once per device.
 inline int cluster_sms() {
-  constexpr int kDevices = 64;
-  static std::atomic<int> known[kDevices];  // SMs + 1 once asked; 0 before
-  int device = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  if (device >= kDevices) return 0;
-  int value = known[device].load(std::memory_order_relaxed);
-  if (value == 0) {
+  static std::atomic<int> known[kMaxDevices];
+  return once_per_device(known, 0, [](int device) {
     int major = 0, sms = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    value = (major >= 9 ? sms : 0) + 1;
-    known[device].store(value, std::memory_order_relaxed);
-  }
-  return value - 1;
+    return major >= 9 ? sms : 0;
+  });
 }
 #endif
 
