@@ -307,11 +307,11 @@ def row_split(
     a program sharing a row reads all of it, possibly after others wrote their slices. The
     memory check runs only where the rule would split (it costs about a microsecond a launch)."""
     split = split_for(num_rows(x), block, quant, single_pass, sm_count(x))
+    if split == 1:
+        return 1
     inputs = [t for t in (x, residual) if t is not None]
     outputs = [t for t in (out, residual_out) if t is not None]
-    if split > 1 and any(shares_memory(o, i) for o in outputs for i in inputs):
-        return 1
-    return split
+    return 1 if any(shares_memory(o, i) for o in outputs for i in inputs) else split
 
 
 def launch_norm(
