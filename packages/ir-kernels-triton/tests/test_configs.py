@@ -58,18 +58,25 @@ def test_norm_warps_follow_the_row_block_only() -> None:
 
 
 def test_rows_split_only_at_decode_sizes() -> None:
-    sms, plain = 132, nk.QUANT_NONE
+    sms, plain, static = 132, nk.QUANT_NONE, nk.QUANT_STATIC
     assert nk.split_for(1, 8192, plain, True, sms) == nk.ROW_SPLIT
     assert nk.split_for(16, 16384, plain, True, sms) == nk.ROW_SPLIT
-    assert nk.split_for(17, 8192, plain, True, sms) == 1
-    assert nk.split_for(4, 4096, plain, True, sms) == nk.ROW_SPLIT
-    assert nk.split_for(5, 4096, plain, True, sms) == 1
+    assert nk.split_for(16, 8192, static, True, sms) == nk.ROW_SPLIT
+    assert nk.split_for(17, 8192, plain, True, sms) == 2
+    assert nk.split_for(32, 8192, static, True, sms) == 2
+    assert nk.split_for(33, 8192, plain, True, sms) == 1
+    assert nk.split_for(8, 4096, plain, True, sms) == nk.ROW_SPLIT
+    assert nk.split_for(9, 4096, plain, True, sms) == 1
+    assert nk.split_for(4, 4096, static, True, sms) == nk.ROW_SPLIT
+    assert nk.split_for(5, 4096, static, True, sms) == 1
     assert nk.split_for(1, 2048, plain, True, sms) == 1
-    # quantized, looped rows, off the GPU, or more programs than SMs: one program a row
-    assert nk.split_for(1, 8192, nk.QUANT_STATIC, True, sms) == 1
+    # fewer SMs than programs: fewer programs a row
+    assert nk.split_for(16, 8192, plain, True, 60) == 2
+    assert nk.split_for(16, 8192, plain, True, 20) == 1
+    # a dynamic scale, looped rows or off the GPU: one program a row
+    assert nk.split_for(1, 8192, nk.QUANT_DYNAMIC, True, sms) == 1
     assert nk.split_for(1, 32768, plain, False, sms) == 1
     assert nk.split_for(1, 8192, plain, True, None) == 1
-    assert nk.split_for(16, 8192, plain, True, 60) == 1
 
 
 def test_in_place_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -83,6 +90,22 @@ def test_in_place_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None
     assert nk.row_split(x, out, r, res, 8192, nk.QUANT_NONE, True) == nk.ROW_SPLIT
     assert nk.row_split(x, x, r, r, 8192, nk.QUANT_NONE, True) == 1
     assert nk.row_split(x, x[:1], None, None, 8192, nk.QUANT_NONE, True) == 1
+
+
+def test_unaligned_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton lays a row out by its alignment, so a split of unaligned rows could sum them in
+    another order than one program a row does."""
+    import torch
+
+    monkeypatch.setattr(nk, "sm_count", lambda t: 132)
+    base = torch.randn(2 * 8200)
+    out = torch.empty(2, 8192)
+    aligned = base[: 2 * 8192].view(2, 8192)
+    rows_8200_apart = base.as_strided((2, 8192), (8200, 1))
+    one_element_in = base[1 : 1 + 2 * 8192].view(2, 8192)
+    assert nk.row_split(aligned, out, None, None, 8192, nk.QUANT_NONE, True) == nk.ROW_SPLIT
+    assert nk.row_split(rows_8200_apart, out, None, None, 8192, nk.QUANT_NONE, True) == 1
+    assert nk.row_split(one_element_in, out, None, None, 8192, nk.QUANT_NONE, True) == 1
 
 
 def test_launch_rejects_a_bad_split() -> None:

@@ -6,14 +6,15 @@ registers; longer rows are processed in chunks (the row is read again from L2 fo
 normalization pass). Each row's arithmetic is the same whatever the batch, so results are
 batch-invariant.
 
-At decode sizes a wide row is bound by what one SM moves. There `SPLIT` programs share a row
-(`split_for`): each runs the whole single-pass computation, but loads the weight and stores the
-outputs of its own slice only. The code differs from one program a row only in those masks, so
-Triton lays the row out the same way and the sum runs in the same order: the bits do not depend
-on the split. (Reading the row a second time for the slice, so that each program computes only
-its part, would leave the row to the sum alone, which Triton may then lay out differently.)
-Every program still computes the whole row, so the split pays where the row's traffic rather
-than its arithmetic bounds the time: the norms without fp8 output.
+At decode sizes a wide row is bound by what one SM moves and issues. There `SPLIT` programs
+share a row (`split_for`): each loads the whole row for its sum, then reads its own slice
+again (from L1) and normalizes, quantizes and stores only that. The sum must run in the same
+order as in a program that has the row to itself, and Triton orders it by the row's layout,
+which it picks from the widest access the row feeds: the outputs are therefore stored, and the
+weight loaded, no wider a thread than the row is loaded (`_as_loaded`), and only rows whose
+own loads are 16-byte aligned are split (`benchmarks/cpu/triton_layouts.py` compiles both
+forms and compares the layouts). The dynamic scale needs the whole row's maximum, so those
+rows are not split.
 """
 
 import torch
@@ -22,7 +23,7 @@ import triton.language as tl
 
 from ir_spec import shares_memory
 
-from .fp8 import exact_rounding, saturate_fp8
+from .fp8 import exact_rounding, round_to_dtype, saturate_fp8
 from .platform import (
     LOOP_BLOCK,
     MAX_SINGLE_PASS,
@@ -63,8 +64,22 @@ def _load_row(ptr, mask, EVICT_FIRST: tl.constexpr):
 
 
 @triton.jit
-def _quantize(y, scale, EXACT_FP8: tl.constexpr):
-    return saturate_fp8(y / scale, EXACT_FP8)
+def _as_loaded(start, SIZE: tl.constexpr, VEC: tl.constexpr):
+    """Offsets `start` to `start + SIZE` for an access of at most `VEC` elements a thread, a
+    row's 16-byte load of activations (a range of its own: the hint marks the op that made
+    it). Triton lays a row out by the widest access it feeds (a bf16 weight beside
+    fp32 rows, 16 fp8 values a store); held to the load's, the row gets the same layout whether
+    a program computes all of its outputs or, sharing it, a slice, so its sum runs in the same
+    order (`split_for`)."""
+    return start + tl.max_contiguous(tl.arange(0, SIZE), VEC)
+
+
+@triton.jit
+def _quantize(y, inv_scale, EXACT_FP8: tl.constexpr):
+    # a multiplication by the scale's reciprocal, taken once: `y / scale` costs a few
+    # instructions an element (a reciprocal and range fix-ups), and at one token the
+    # quantizing tail is what bounds the kernel; either is within an ulp of the quotient
+    return saturate_fp8(y * inv_scale, EXACT_FP8)
 
 
 @triton.jit
@@ -104,44 +119,70 @@ def norm_kernel(
     if SINGLE_PASS:
         offs = tl.arange(0, BLOCK)
         mask = offs < hidden
-        # this program's slice of the outputs
-        out_mask = mask & (offs // (BLOCK // SPLIT) == tl.program_id(1)) if SPLIT > 1 else mask
-        # the dynamic scale needs the whole row's maximum, hence all of the weight
-        w_mask = mask if QUANT == 2 else out_mask
+        TAIL: tl.constexpr = BLOCK // SPLIT
+        VEC: tl.constexpr = 128 // act_dtype.primitive_bitwidth
+        if SPLIT > 1:
+            # this program's slice of the outputs, read again below for its own arithmetic
+            tail_start = tl.program_id(1) * TAIL
+            tail = tail_start + tl.arange(0, TAIL)
+            tail_mask = tail < hidden
+        else:
+            tail_start = 0
+            tail = offs
+            tail_mask = mask
         x = _load_row(x_row + offs, mask, EVICT_FIRST)
         if HAS_WEIGHT and EARLY_WEIGHT:
             # issued before the reduction so that its latency overlaps it
-            w = tl.load(w_ptr + offs, mask=w_mask, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + _as_loaded(tail_start, TAIL, VEC), mask=tail_mask, other=0.0).to(
+                tl.float32
+            )
         if HAS_RESIDUAL:
             r = _load_row(r_row + offs, mask, EVICT_FIRST)
             s = (x + r).to(act_dtype)
-            tl.store(res_row + offs, s, mask=out_mask)
             x = s.to(tl.float32)
+        if SPLIT > 1:
+            # from L1: the whole row was just loaded; the same arithmetic gives the same bits
+            x_tail = tl.load(x_row + tail, mask=tail_mask, other=0.0).to(tl.float32)
+            if HAS_RESIDUAL:
+                r_tail = tl.load(r_row + tail, mask=tail_mask, other=0.0).to(tl.float32)
+                s_tail = (x_tail + r_tail).to(act_dtype)
+                x_tail = s_tail.to(tl.float32)
+        else:
+            x_tail = x
+            if HAS_RESIDUAL:
+                s_tail = s
+        if HAS_RESIDUAL:
+            tl.store(res_row + tail, s_tail, mask=tail_mask)
         sq = tl.where(offs < variance_size, x * x, 0.0)
         inv_rms = tl.rsqrt(tl.sum(sq, axis=0) / variance_size + eps)
         if EARLY_WEIGHT:
-            y = x * inv_rms
+            y = x_tail * inv_rms
             if HAS_WEIGHT:
                 y = y * w
         else:
-            y = _normalize(x, w_ptr, offs, w_mask, inv_rms, HAS_WEIGHT)
+            y = _normalize(
+                x_tail, w_ptr, _as_loaded(tail_start, TAIL, VEC), tail_mask, inv_rms, HAS_WEIGHT
+            )
         if QUANT == 0:
-            tl.store(out_row + offs, y.to(out_ptr.dtype.element_ty), mask=out_mask)
+            tl.store(out_row + tail, y.to(out_ptr.dtype.element_ty), mask=tail_mask)
         else:
-            y = y.to(act_dtype).to(tl.float32)
+            y = round_to_dtype(y, act_dtype, EXACT_FP8)
             if QUANT == 1:
                 scale = tl.load(scale_ptr)
             else:
-                amax = tl.max(tl.where(mask, tl.abs(y), 0.0), axis=0)
+                tl.static_assert(SPLIT == 1, "the dynamic scale needs the whole row")
+                # lanes past the row loaded zeros, so they hold zeros here
+                amax = tl.max(tl.abs(y), axis=0)
                 if HAS_UB:
                     amax = tl.minimum(amax, tl.load(scale_ub_ptr))
                 scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
-                if SPLIT > 1:
-                    tl.store(scale_out_ptr + row, scale, mask=tl.program_id(1) == 0)
-                else:
-                    tl.store(scale_out_ptr + row, scale)
-            q = _quantize(y, scale, EXACT_FP8)
-            tl.store(out_row + offs, q.to(out_ptr.dtype.element_ty), mask=out_mask)
+                tl.store(scale_out_ptr + row, scale)
+            q = _quantize(y, 1.0 / scale, EXACT_FP8)
+            tl.store(
+                out_row + _as_loaded(tail_start, TAIL, VEC),
+                q.to(out_ptr.dtype.element_ty),
+                mask=tail_mask,
+            )
     else:
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, hidden, BLOCK):
@@ -167,13 +208,14 @@ def norm_kernel(
                 mask = offs < hidden
                 x = tl.load(src_row + offs, mask=mask, other=0.0).to(tl.float32)
                 y = _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT)
-                y = y.to(act_dtype).to(tl.float32)
+                y = round_to_dtype(y, act_dtype, EXACT_FP8)
                 amax_acc = tl.maximum(amax_acc, tl.where(mask, tl.abs(y), 0.0))
             amax = tl.max(amax_acc, axis=0)
             if HAS_UB:
                 amax = tl.minimum(amax, tl.load(scale_ub_ptr))
             scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
             tl.store(scale_out_ptr + row, scale)
+        inv_scale = 1.0 / scale
         for start in range(0, hidden, BLOCK):
             offs = start + tl.arange(0, BLOCK)
             mask = offs < hidden
@@ -182,8 +224,8 @@ def norm_kernel(
             if QUANT == 0:
                 tl.store(out_row + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
             else:
-                y = y.to(act_dtype).to(tl.float32)
-                q = _quantize(y, scale, EXACT_FP8)
+                y = round_to_dtype(y, act_dtype, EXACT_FP8)
+                q = _quantize(y, inv_scale, EXACT_FP8)
                 tl.store(out_row + offs, q.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -279,19 +321,33 @@ ROW_SPLIT = 4
 
 
 def split_for(rows_: int, block: int, quant: int, single_pass: bool, sms: int | None) -> int:
-    """Programs per row: `ROW_SPLIT` for the unquantized single-pass rows of 4096-element blocks
-    up to 4 rows and of 8192 or more up to 16 rows, while every row's programs fit the `sms` SMs
-    at once; else 1. H100, bf16 (`triton-tuning-H100.log` section 11): fused add 1 x 8192 2.25
-    to 2.00 µs, 16 rows 2.40 to 2.27, rms_norm 1 x 8192 1.95 to 1.80; from 32 rows, or 16 of
-    4096, one program a row is as fast or faster. Each program still quantizes the whole row
-    (see the module docstring), so the fp8 variants gain at most 2 % and are not split. The
-    split does not change the arithmetic, so it may depend on the batch."""
-    if quant != QUANT_NONE or not single_pass or sms is None:
+    """Programs per row: for the single-pass rows without a dynamic scale, `ROW_SPLIT` for
+    blocks of 8192 or more up to 16 rows and 2 up to 32, and for 4096-element blocks
+    `ROW_SPLIT` up to 4 rows (8 without fp8 output); halved until every row's programs fit the
+    `sms` SMs at once; else 1. H100, bf16, one program a row against the split
+    (`triton-tuning-H100.log` section 13): static fp8 1 x 8192 2.06 to 1.80 µs, 16 rows 2.16 to
+    2.00; fused add + static fp8 1 x 8192 2.24 to 1.99; fused add 16 x 8192 2.41 to 2.15, 32
+    rows 2.52 to 2.37 (2 programs); rms_norm 8 x 4096 1.73 to 1.65. From 16 rows of 4096 (8
+    with fp8 output) one program a row is as fast or faster. The split does not change the
+    arithmetic, so it may depend on the batch."""
+    if quant == QUANT_DYNAMIC or not single_pass or sms is None:
         return 1
-    if rows_ * ROW_SPLIT > sms:
-        return 1
-    most_rows = 16 if block >= 8192 else 4 if block >= 4096 else 0
-    return ROW_SPLIT if rows_ <= most_rows else 1
+    if block >= 8192:
+        split = ROW_SPLIT if rows_ <= 16 else 2 if rows_ <= 32 else 1
+    elif block >= 4096:
+        split = ROW_SPLIT if rows_ <= (8 if quant == QUANT_NONE else 4) else 1
+    else:
+        split = 1
+    while split > 1 and rows_ * split > sms:
+        split //= 2
+    return split
+
+
+def _rows_aligned(x: torch.Tensor) -> bool:
+    """Whether Triton specializes the rows of `x` as 16-byte aligned (its address and row
+    stride, in elements, multiples of 16): only such rows may be shared (`row_split`)."""
+    x2 = rows(x)
+    return x2.data_ptr() % 16 == 0 and x2.stride(0) % 16 == 0
 
 
 def row_split(
@@ -303,11 +359,15 @@ def row_split(
     quant: int,
     single_pass: bool,
 ) -> int:
-    """`split_for` of this launch, but 1 where an output shares memory with an input (in place):
-    a program sharing a row reads all of it, possibly after others wrote their slices. The
-    memory check runs only where the rule would split (it costs about a microsecond a launch)."""
+    """`split_for` of this launch, but 1 where the rows of `x` are not 16-byte aligned as Triton
+    specializes them (address and row stride multiples of 16; the row's layout follows its
+    alignment) or where an output shares memory with an input (in place: a program sharing a
+    row reads all of it, possibly after others wrote their slices). The memory check runs only
+    where the rule would split (it costs about a microsecond a launch)."""
     split = split_for(num_rows(x), block, quant, single_pass, sm_count(x))
     if split == 1:
+        return 1
+    if not _rows_aligned(x):
         return 1
     inputs = [t for t in (x, residual) if t is not None]
     outputs = [t for t in (out, residual_out) if t is not None]
@@ -359,10 +419,16 @@ def launch_norm(
         max_registers = max_registers_for(n, quant, block, has_residual, share, x.element_size())
     if split is None:
         split = row_split(x, out, residual, residual_out, block, quant, single)
-    elif split < 1 or split & (split - 1) or split > block or (split > 1 and not single):
+    elif (
+        split < 1
+        or split & (split - 1)
+        or split > block
+        or (split > 1 and (not single or quant == QUANT_DYNAMIC or not _rows_aligned(x)))
+    ):
         raise ValueError(
-            f"split={split}: expected a power of two up to the row block ({block}), "
-            "and 1 for rows wider than MAX_SINGLE_PASS"
+            f"split={split}: expected a power of two up to the row block ({block}), and 1 "
+            "for rows wider than MAX_SINGLE_PASS, with a dynamic scale, or not 16-byte aligned "
+            f"(x: address {x.data_ptr():#x}, row stride {x2.stride(0)})"
         )
     norm_kernel[(n, split)](
         x2,

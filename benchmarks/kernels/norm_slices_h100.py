@@ -1,0 +1,102 @@
+"""H100 probe (`benchmarks/results/triton-tuning-H100.log`, section 13): the Triton norms with
+a shorter quantizing tail (a multiplication by the scale's reciprocal instead of a division, no
+clamp before the saturating conversion, bf16 rounding two values an instruction) and decode
+rows shared by programs that each normalize only their slice.
+
+Part 1 times every variant at its default configuration against the kernels of an earlier
+tree, in one process, and counts the output bytes that differ. Put that tree's package where
+Python finds it as `ir_kernels_triton_old`, with an empty `__init__.py` so that it registers
+nothing, e.g. from the repository root: `mkdir -p .scratch/old && git archive 9168c4e
+packages/ir-kernels-triton/src/ir_kernels_triton | tar -x -C .scratch/old`, move that
+directory to `.scratch/old/ir_kernels_triton_old` and empty its `__init__.py`; then
+`PYTHONPATH=$PYTHONPATH:.scratch/old python3 benchmarks/kernels/norm_slices_h100.py`.
+Part 2 times 1, 2 and 4 programs a row at decode sizes and checks each bitwise against one.
+Times are the fastest of three rounds of CUDA-graph replays, in µs.
+"""
+
+from collections.abc import Callable
+from functools import partial
+from types import ModuleType
+
+import torch
+from ir_kernels_triton_old import norm_kernels as old  # type: ignore[import-not-found]
+from norm_split_h100 import VARIANTS, fastest_of_rounds
+
+from ir_kernels_triton import norm_kernels as new
+from ir_stack.bench.kernels import empty_kernel_us
+
+FP8 = torch.float8_e4m3fn
+MODULES = {"old": old, "new": new}
+
+
+def case(
+    module: ModuleType, rows: int, hidden: int, residual: bool, quant: int
+) -> tuple[Callable[..., None], Callable[[], list[torch.Tensor]]]:
+    """The same inputs for either module's `launch_norm` (a launcher taking its knobs), and a
+    snapshot of the outputs."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+    r = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+    w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+    out = torch.empty(rows, hidden, device="cuda", dtype=FP8 if quant else x.dtype)
+    res_out = torch.empty_like(x) if residual else None
+    scale = torch.full((1,), 0.02, device="cuda")
+    scales = torch.empty(rows, device="cuda")
+
+    def run(**knobs: int) -> None:
+        module.launch_norm(
+            x, w, 1e-6, None, out, residual=r if residual else None, residual_out=res_out,
+            quant=quant, scale=scale if quant == module.QUANT_STATIC else None,
+            scale_out=scales if quant == module.QUANT_DYNAMIC else None, **knobs,
+        )  # fmt: skip
+
+    def outputs() -> list[torch.Tensor]:
+        kept = [out, res_out, scales if quant == module.QUANT_DYNAMIC else None]
+        return [t.clone().view(torch.uint8) for t in kept if t is not None]
+
+    return run, outputs
+
+
+def against_old() -> None:
+    for name, (residual, quant) in VARIANTS.items():
+        for hidden in (2048, 4096, 8192):
+            for rows in (1, 16, 128, 1024, 4096, 16384):
+                if hidden != 8192 and rows in (128, 4096):
+                    continue
+                runs = {k: case(m, rows, hidden, residual, quant) for k, m in MODULES.items()}
+                snapshots = []
+                for run, outputs in runs.values():
+                    run()
+                    snapshots.append(outputs())
+                differ = sum(int((a != b).sum()) for a, b in zip(*snapshots, strict=True))
+                best = fastest_of_rounds({k: run for k, (run, _) in runs.items()})
+                cells = " ".join(f"{k}={t:.2f}" for k, t in best.items())
+                print(f"   {name} {rows}x{hidden}: {cells} bytes_differ={differ}", flush=True)
+
+
+def splits() -> None:
+    for name, (residual, quant) in VARIANTS.items():
+        if quant == new.QUANT_DYNAMIC:
+            continue
+        for hidden in (4096, 8192):
+            for rows in (1, 4, 8, 16, 32):
+                run, outputs = case(new, rows, hidden, residual, quant)
+                run(split=1)
+                expected = outputs()
+                bitwise = True
+                for split in (2, 4):
+                    run(split=split)
+                    bitwise &= all(map(torch.equal, outputs(), expected))
+                best = fastest_of_rounds({s: partial(run, split=s) for s in (1, 2, 4)})
+                cells = " ".join(f"s{s}={t:.2f}" for s, t in best.items())
+                print(f"   {name} {rows}x{hidden}: {cells} bitwise={bitwise}", flush=True)
+
+
+def main() -> None:
+    print(f"empty triton kernel: {empty_kernel_us():.2f} us")
+    against_old()
+    splits()
+
+
+if __name__ == "__main__":
+    main()
