@@ -11,9 +11,12 @@ packages/ir-kernels-triton/src/ir_kernels_triton | tar -x -C .scratch/old`, move
 directory to `.scratch/old/ir_kernels_triton_old` and empty its `__init__.py`; then
 `PYTHONPATH=$PYTHONPATH:.scratch/old python3 benchmarks/kernels/norm_slices_h100.py`.
 Part 2 times 1, 2 and 4 programs a row at decode sizes and checks each bitwise against one.
-Times are the fastest of three rounds of CUDA-graph replays, in µs.
+Part 3 (`--part 3`, alone) times the dynamic norms with more warps a row, and 8 programs
+sharing the 8192-wide decode rows. Times are the fastest of three rounds of CUDA-graph
+replays, in µs.
 """
 
+import sys
 from collections.abc import Callable
 from functools import partial
 from types import ModuleType
@@ -92,8 +95,33 @@ def splits() -> None:
                 print(f"   {name} {rows}x{hidden}: {cells} bitwise={bitwise}", flush=True)
 
 
+def wider() -> None:
+    residual, quant = VARIANTS["dynamic_fp8"]
+    for hidden, warps in ((4096, (4, 8)), (8192, (8, 16))):
+        for rows in (1, 16, 1024, 16384):
+            run, _ = case(new, rows, hidden, residual, quant)
+            best = fastest_of_rounds({w: partial(run, num_warps=w) for w in warps})
+            cells = " ".join(f"w{w}={t:.2f}" for w, t in best.items())
+            print(f"   dynamic_fp8 {rows}x{hidden}: {cells}", flush=True)
+    for name, (residual, quant) in VARIANTS.items():
+        if quant == new.QUANT_DYNAMIC:
+            continue
+        for rows in (1, 16):
+            run, outputs = case(new, rows, 8192, residual, quant)
+            run(split=1)
+            expected = outputs()
+            run(split=8)
+            bitwise = all(map(torch.equal, outputs(), expected))
+            best = fastest_of_rounds({s: partial(run, split=s) for s in (4, 8)})
+            cells = " ".join(f"s{s}={t:.2f}" for s, t in best.items())
+            print(f"   {name} {rows}x8192: {cells} bitwise={bitwise}", flush=True)
+
+
 def main() -> None:
     print(f"empty triton kernel: {empty_kernel_us():.2f} us")
+    if "--part" in sys.argv and sys.argv[sys.argv.index("--part") + 1] == "3":
+        wider()
+        return
     against_old()
     splits()
 
