@@ -71,9 +71,7 @@ def main() -> int:
         for dtype, residual, quant, block, early in itertools.product(
             ("fp32", "fp16", "bf16"), (False, True), (0, 1), (1024, 4096, 8192), (False, True)
         )
-    ] + [
-        ("fp32", "bf16", False, quant, block, True) for quant in (0, 1) for block in (1024, 8192)
-    ]
+    ] + [("fp32", "bf16", False, quant, block, True) for quant in (0, 1) for block in (1024, 8192)]
     different = 0
     for case in cases:
         one, *split = (reduction_layouts(ttgir(*case[:5], n, case[5])) for n in (1, 2, 4))

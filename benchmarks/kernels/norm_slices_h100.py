@@ -17,47 +17,16 @@ replays, in µs.
 """
 
 import sys
-from collections.abc import Callable
 from functools import partial
-from types import ModuleType
 
 import torch
 from ir_kernels_triton_old import norm_kernels as old  # type: ignore[import-not-found]
-from norm_split_h100 import VARIANTS, fastest_of_rounds
+from norm_split_h100 import VARIANTS, fastest_of_rounds, make_case
 
 from ir_kernels_triton import norm_kernels as new
 from ir_stack.bench.kernels import empty_kernel_us
 
-FP8 = torch.float8_e4m3fn
 MODULES = {"old": old, "new": new}
-
-
-def case(
-    module: ModuleType, rows: int, hidden: int, residual: bool, quant: int
-) -> tuple[Callable[..., None], Callable[[], list[torch.Tensor]]]:
-    """The same inputs for either module's `launch_norm` (a launcher taking its knobs), and a
-    snapshot of the outputs."""
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
-    r = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
-    w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
-    out = torch.empty(rows, hidden, device="cuda", dtype=FP8 if quant else x.dtype)
-    res_out = torch.empty_like(x) if residual else None
-    scale = torch.full((1,), 0.02, device="cuda")
-    scales = torch.empty(rows, device="cuda")
-
-    def run(**knobs: int) -> None:
-        module.launch_norm(
-            x, w, 1e-6, None, out, residual=r if residual else None, residual_out=res_out,
-            quant=quant, scale=scale if quant == module.QUANT_STATIC else None,
-            scale_out=scales if quant == module.QUANT_DYNAMIC else None, **knobs,
-        )  # fmt: skip
-
-    def outputs() -> list[torch.Tensor]:
-        kept = [out, res_out, scales if quant == module.QUANT_DYNAMIC else None]
-        return [t.clone().view(torch.uint8) for t in kept if t is not None]
-
-    return run, outputs
 
 
 def against_old() -> None:
@@ -66,7 +35,7 @@ def against_old() -> None:
             for rows in (1, 16, 128, 1024, 4096, 16384):
                 if hidden != 8192 and rows in (128, 4096):
                     continue
-                runs = {k: case(m, rows, hidden, residual, quant) for k, m in MODULES.items()}
+                runs = {k: make_case(rows, hidden, residual, quant, m) for k, m in MODULES.items()}
                 snapshots = []
                 for run, outputs in runs.values():
                     run()
@@ -83,7 +52,7 @@ def splits() -> None:
             continue
         for hidden in (4096, 8192):
             for rows in (1, 4, 8, 16, 32):
-                run, outputs = case(new, rows, hidden, residual, quant)
+                run, outputs = make_case(rows, hidden, residual, quant)
                 run(split=1)
                 expected = outputs()
                 bitwise = True
@@ -99,7 +68,7 @@ def wider() -> None:
     residual, quant = VARIANTS["dynamic_fp8"]
     for hidden, warps in ((4096, (4, 8)), (8192, (8, 16))):
         for rows in (1, 16, 1024, 16384):
-            run, _ = case(new, rows, hidden, residual, quant)
+            run, _ = make_case(rows, hidden, residual, quant)
             best = fastest_of_rounds({w: partial(run, num_warps=w) for w in warps})
             cells = " ".join(f"w{w}={t:.2f}" for w, t in best.items())
             print(f"   dynamic_fp8 {rows}x{hidden}: {cells}", flush=True)
@@ -107,7 +76,7 @@ def wider() -> None:
         if quant == new.QUANT_DYNAMIC:
             continue
         for rows in (1, 16):
-            run, outputs = case(new, rows, 8192, residual, quant)
+            run, outputs = make_case(rows, 8192, residual, quant)
             run(split=1)
             expected = outputs()
             run(split=8)

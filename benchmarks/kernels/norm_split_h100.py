@@ -7,6 +7,7 @@ CUDA-graph replay, three rounds in turn. Run from the repository root with the p
 
 from collections.abc import Callable
 from functools import partial
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -26,23 +27,24 @@ VARIANTS = {
 
 
 def make_case(
-    rows: int, hidden: int, residual: bool, quant: int
+    rows: int, hidden: int, residual: bool, quant: int, module: ModuleType = nk
 ) -> tuple[Callable[..., None], Callable[[], list[torch.Tensor]]]:
-    """A launcher taking `launch_norm`'s knobs, and a snapshot of its outputs."""
+    """A launcher taking `launch_norm`'s knobs, and a snapshot of its outputs (`module`: a
+    copy of `norm_kernels` from another tree, for a comparison; the inputs are the same)."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     x = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
-    r = torch.randn_like(x) if residual else None
+    r = torch.randn(rows, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
     w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
     out = torch.empty(rows, hidden, device="cuda", dtype=FP8 if quant else x.dtype)
     res_out = torch.empty_like(x) if residual else None
     scale = torch.full((1,), 0.02, device="cuda")
-    scales = torch.empty(rows, device="cuda")
+    scales = torch.empty(rows, device="cuda") if quant == nk.QUANT_DYNAMIC else None
 
     def run(**knobs: Any) -> None:
-        nk.launch_norm(
-            x, w, 1e-6, None, out, residual=r, residual_out=res_out, quant=quant,
-            scale=scale if quant == nk.QUANT_STATIC else None,
-            scale_out=scales if quant == nk.QUANT_DYNAMIC else None, **knobs,
+        module.launch_norm(
+            x, w, 1e-6, None, out, residual=r if residual else None, residual_out=res_out,
+            quant=quant, scale=scale if quant == nk.QUANT_STATIC else None, scale_out=scales,
+            **knobs,
         )  # fmt: skip
 
     def outputs() -> list[torch.Tensor]:
