@@ -138,14 +138,11 @@ __global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, 
     if constexpr (QUANT) {
       using Pairs = VecN<uint16_t, V / 2>;
       Pairs q;
+      // a gated result rounded to T first, as the unfused ops would pass it on (x alone is
+      // already a T value)
+      if constexpr (E::kGated) round_pairs<T, V>(y);
 #pragma unroll
-      for (int e = 0; e < V; e += 2) {
-        // a gated result rounded to T first, as the unfused ops would pass it on (x alone is
-        // already a T value)
-        const float lo = E::kGated ? W::round(y[e]) : y[e];
-        const float hi = E::kGated ? W::round(y[e + 1]) : y[e + 1];
-        q.v[e / 2] = to_fp8x2(lo * inv_scale, hi * inv_scale);
-      }
+      for (int e = 0; e < V; e += 2) q.v[e / 2] = to_fp8x2(y[e] * inv_scale, y[e + 1] * inv_scale);
       reinterpret_cast<Pairs*>(static_cast<uint8_t*>(out) + static_cast<int64_t>(row) * out_stride)[j] = q;
     } else {
       reinterpret_cast<Vec*>(static_cast<T*>(out) + static_cast<int64_t>(row) * out_stride)[j] =

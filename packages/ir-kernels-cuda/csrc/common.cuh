@@ -305,6 +305,17 @@ __device__ __forceinline__ WordsN<N> pack_words(const float* f) {
   return v;
 }
 
+// N floats rounded to T and widened again, as `Words<T>::round` each, two to a conversion: the
+// scalar bf16 conversion is an F2F on the slow conversion pipe, which bounds a quantizing tail
+// at decode sizes (Triton's round 5, `triton-tuning-H100.log` section 13).
+template <typename T, int N>
+__device__ __forceinline__ void round_pairs(float* f) {
+  if constexpr (Words<T>::kPerWord == 2) {
+#pragma unroll
+    for (int e = 0; e < N; e += 2) Words<T>::unpack(Words<T>::pack(f + e), f + e);
+  }
+}
+
 // A load of N words that stays where it is written in the PTX. NVVM otherwise sinks a load next
 // to its first use to save registers: after the gate's erf in gelu_and_mul, the up half's load
 // waited for that math and cost a second memory round trip. ptxas still schedules it: it too

@@ -443,8 +443,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
         unpack_words<T>(xs[k], y);
       } else {
         normed_raw(k, y);
-#pragma unroll
-        for (int e = 0; e < V; ++e) y[e] = W::round(y[e]);
+        round_pairs<T, V>(y);
       }
       FP8Pairs q;
 #pragma unroll
