@@ -399,8 +399,9 @@ def launch_norm(
 
     `single_pass`, `block`, `num_warps`, `early_weight`, `evict_first`, `max_registers`
     (a cap per thread) and `split` (programs per single-pass row, a power of two up to the
-    block) override the configuration (for tuning); the default of the first three depends on
-    the row width only."""
+    block; more than 1 only for 16-byte aligned rows of `x` without a dynamic scale, else a
+    ValueError) override the configuration (for tuning); the default of the first three
+    depends on the row width only."""
     hidden = x.shape[-1]
     n = num_rows(x)
     if n == 0:
