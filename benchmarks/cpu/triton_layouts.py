@@ -10,7 +10,7 @@ alignment of `x`, which Triton knows from its specialization and the kernel cann
 Use the Triton the GPU machine runs, e.g. `pip download --no-deps triton==3.6.0` and
 `pip install --no-deps --target /tmp/t36 <wheel>`, then from the repository root:
 `PYTHONPATH=/tmp/t36:packages/ir-spec/src:packages/ir-kernels-triton/src python
-benchmarks/cpu/triton_layouts.py` (`triton-tuning-H100.log` section 11).
+benchmarks/cpu/triton_layouts.py` (`triton-tuning-H100.log` sections 11 and 13).
 """
 
 import itertools
