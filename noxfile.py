@@ -50,7 +50,15 @@ TEST_EXTRAS: dict[str, list[str]] = {
 #: Environment per package's test session.
 TEST_ENV: dict[str, dict[str, str]] = {"ir-kernels-triton": {"TRITON_INTERPRET": "1"}}
 
-nox.options.sessions = ["tests", "integration", "lint", "typecheck", "docs", "workflows"]
+nox.options.sessions = [
+    "tests",
+    "integration",
+    "layouts",
+    "lint",
+    "typecheck",
+    "docs",
+    "workflows",
+]
 #: Lowest torch the packages allow (the minimums session), and where to find its CPU build.
 TORCH_MIN = shlex.split(
     os.environ.get(
@@ -142,6 +150,17 @@ def integration(session: nox.Session) -> None:
     install_packages(session, PACKAGES)
     session.install(*TEST_TOOLS, "numpy", "tests-integration/oot_provider")
     session.run("pytest", "tests-integration", *session.posargs, env={"TRITON_INTERPRET": "1"})
+
+
+@nox.session(tags=["checks"])
+@frees_its_environment
+def layouts(session: nox.Session) -> None:
+    """Without a GPU: the Triton norms compiled for sm_90 give a decode row the same reduction
+    layout, hence the same bits, whether one program or several share it (batch invariance of
+    `norm_kernels.split_for`; `benchmarks/cpu/triton_layouts.py`), for the installed Triton."""
+    install_packages(session, ["ir-kernels-triton"])
+    session.run("python", "benchmarks/cpu/triton_layouts.py")
+    session.run("python", "benchmarks/cpu/triton_layouts.py", "--unaligned")
 
 
 @nox.session(tags=["checks"])

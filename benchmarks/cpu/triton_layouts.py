@@ -7,7 +7,8 @@ bf16 weight; arguments specialized as at run time on aligned rows, or with `--un
 where only the rows of `x` are (`row_split` splits no other rows: the layout follows the
 alignment of `x`, which Triton knows from its specialization and the kernel cannot read).
 
-Use the Triton the GPU machine runs, e.g. `pip download --no-deps triton==3.6.0` and
+CI runs both modes with the installed Triton (`nox -s layouts`). To check the Triton the GPU
+machine runs, use it, e.g. `pip download --no-deps triton==3.6.0` and
 `pip install --no-deps --target /tmp/t36 <wheel>`, then from the repository root:
 `PYTHONPATH=/tmp/t36:packages/ir-spec/src:packages/ir-kernels-triton/src python
 benchmarks/cpu/triton_layouts.py` (`triton-tuning-H100.log` sections 11 and 13).
