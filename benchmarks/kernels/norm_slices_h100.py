@@ -21,7 +21,7 @@ from functools import partial
 
 import torch
 from ir_kernels_triton_old import norm_kernels as old  # type: ignore[import-not-found]
-from norm_split_h100 import VARIANTS, fastest_of_rounds, make_case
+from norm_split_h100 import VARIANTS, fastest_of_rounds, make_case, split_sweep
 
 from ir_kernels_triton import norm_kernels as new
 from ir_stack.bench.kernels import empty_kernel_us
@@ -44,24 +44,6 @@ def against_old() -> None:
                 best = fastest_of_rounds({k: run for k, (run, _) in runs.items()})
                 cells = " ".join(f"{k}={t:.2f}" for k, t in best.items())
                 print(f"   {name} {rows}x{hidden}: {cells} bytes_differ={differ}", flush=True)
-
-
-def splits() -> None:
-    for name, (residual, quant) in VARIANTS.items():
-        if quant == new.QUANT_DYNAMIC:
-            continue
-        for hidden in (4096, 8192):
-            for rows in (1, 4, 8, 16, 32):
-                run, outputs = make_case(rows, hidden, residual, quant)
-                run(split=1)
-                expected = outputs()
-                bitwise = True
-                for split in (2, 4):
-                    run(split=split)
-                    bitwise &= all(map(torch.equal, outputs(), expected))
-                best = fastest_of_rounds({s: partial(run, split=s) for s in (1, 2, 4)})
-                cells = " ".join(f"s{s}={t:.2f}" for s, t in best.items())
-                print(f"   {name} {rows}x{hidden}: {cells} bitwise={bitwise}", flush=True)
 
 
 def wider() -> None:
@@ -92,7 +74,7 @@ def main() -> None:
         wider()
         return
     against_old()
-    splits()
+    split_sweep((1, 4, 8, 16, 32))
 
 
 if __name__ == "__main__":
