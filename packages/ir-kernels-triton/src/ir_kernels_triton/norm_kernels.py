@@ -23,7 +23,7 @@ import triton.language as tl
 
 from ir_spec import shares_memory
 
-from .fp8 import exact_rounding, round_to_dtype, saturate_fp8
+from .fp8 import exact_rounding, quantize, round_to_dtype
 from .platform import (
     LOOP_BLOCK,
     MAX_SINGLE_PASS,
@@ -75,14 +75,6 @@ def _as_loaded(start, SIZE: tl.constexpr, VEC: tl.constexpr):
 
 
 @triton.jit
-def _quantize(y, inv_scale, EXACT_FP8: tl.constexpr):
-    # a multiplication by the scale's reciprocal, taken once: `y / scale` costs a few
-    # instructions an element (a reciprocal and range fix-ups), and at one token the
-    # quantizing tail is what bounds the kernel; either is within an ulp of the quotient
-    return saturate_fp8(y * inv_scale, EXACT_FP8)
-
-
-@triton.jit
 def norm_kernel(
     x_ptr,
     x_stride,
@@ -130,12 +122,12 @@ def norm_kernel(
             tail_start = 0
             tail = offs
             tail_mask = mask
+        # the slice's offsets for the weight and the fp8 outputs
+        narrow = _as_loaded(tail_start, TAIL, VEC)
         x = _load_row(x_row + offs, mask, EVICT_FIRST)
         if HAS_WEIGHT and EARLY_WEIGHT:
             # issued before the reduction so that its latency overlaps it
-            w = tl.load(w_ptr + _as_loaded(tail_start, TAIL, VEC), mask=tail_mask, other=0.0).to(
-                tl.float32
-            )
+            w = tl.load(w_ptr + narrow, mask=tail_mask, other=0.0).to(tl.float32)
         if HAS_RESIDUAL:
             r = _load_row(r_row + offs, mask, EVICT_FIRST)
             s = (x + r).to(act_dtype)
@@ -160,9 +152,7 @@ def norm_kernel(
             if HAS_WEIGHT:
                 y = y * w
         else:
-            y = _normalize(
-                x_tail, w_ptr, _as_loaded(tail_start, TAIL, VEC), tail_mask, inv_rms, HAS_WEIGHT
-            )
+            y = _normalize(x_tail, w_ptr, narrow, tail_mask, inv_rms, HAS_WEIGHT)
         if QUANT == 0:
             tl.store(out_row + tail, y.to(out_ptr.dtype.element_ty), mask=tail_mask)
         else:
@@ -177,9 +167,9 @@ def norm_kernel(
                     amax = tl.minimum(amax, tl.load(scale_ub_ptr))
                 scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
                 tl.store(scale_out_ptr + row, scale)
-            q = _quantize(y, 1.0 / scale, EXACT_FP8)
+            q = quantize(y, 1.0 / scale, EXACT_FP8)
             tl.store(
-                out_row + _as_loaded(tail_start, TAIL, VEC),
+                out_row + narrow,
                 q.to(out_ptr.dtype.element_ty),
                 mask=tail_mask,
             )
@@ -225,7 +215,7 @@ def norm_kernel(
                 tl.store(out_row + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
             else:
                 y = round_to_dtype(y, act_dtype, EXACT_FP8)
-                q = _quantize(y, inv_scale, EXACT_FP8)
+                q = quantize(y, inv_scale, EXACT_FP8)
                 tl.store(out_row + offs, q.to(out_ptr.dtype.element_ty), mask=mask)
 
 

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .fp8 import exact_rounding, round_to_dtype, saturate_fp8
+from .fp8 import exact_rounding, quantize, round_to_dtype
 from .platform import (
     LOOP_BLOCK,
     MAX_SINGLE_PASS,
@@ -71,7 +71,7 @@ def gated_kernel(
     y = _gate(a, ACT) * b
     if QUANT:
         y = round_to_dtype(y, x_ptr.dtype.element_ty, EXACT_FP8)
-        y = saturate_fp8(y * (1.0 / tl.load(scale_ptr)), EXACT_FP8)
+        y = quantize(y, 1.0 / tl.load(scale_ptr), EXACT_FP8)
     tl.store(out_ptr + row * out_stride + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -103,7 +103,7 @@ def flat_gated_kernel(
     y = _gate(a, ACT) * b
     if QUANT:
         y = round_to_dtype(y, x_ptr.dtype.element_ty, EXACT_FP8)
-        y = saturate_fp8(y * (1.0 / tl.load(scale_ptr)), EXACT_FP8)
+        y = quantize(y, 1.0 / tl.load(scale_ptr), EXACT_FP8)
     if EVEN:
         tl.store(out_ptr + i, y.to(out_ptr.dtype.element_ty))
     else:
@@ -231,7 +231,7 @@ def static_quant_kernel(
 ):
     row, offs, mask = _row_block(hidden, BLOCK)
     x = tl.load(x_ptr + row * x_stride + offs, mask=mask, other=0.0).to(tl.float32)
-    q = saturate_fp8(x * (1.0 / tl.load(scale_ptr)), EXACT_FP8)
+    q = quantize(x, 1.0 / tl.load(scale_ptr), EXACT_FP8)
     tl.store(q_ptr + row * q_stride + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
 
 
@@ -246,7 +246,7 @@ def flat_static_quant_kernel(
         x = tl.load(x_ptr + i).to(tl.float32)
     else:
         x = tl.load(x_ptr + i, mask=i < total, other=0.0).to(tl.float32)
-    q = saturate_fp8(x * (1.0 / tl.load(scale_ptr)), EXACT_FP8).to(q_ptr.dtype.element_ty)
+    q = quantize(x, 1.0 / tl.load(scale_ptr), EXACT_FP8).to(q_ptr.dtype.element_ty)
     if EVEN:
         tl.store(q_ptr + i, q)
     else:
@@ -329,14 +329,14 @@ def dynamic_quant_kernel(
     tl.store(scale_ptr + row, scale)
     if SINGLE_PASS:
         offs = tl.arange(0, BLOCK)
-        q = saturate_fp8(x * (1.0 / scale), EXACT_FP8)
+        q = quantize(x, 1.0 / scale, EXACT_FP8)
         tl.store(q_row + offs, q.to(q_ptr.dtype.element_ty), mask=offs < hidden)
     else:
         for start in range(0, hidden, BLOCK):
             offs = start + tl.arange(0, BLOCK)
             mask = offs < hidden
             x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
-            q = saturate_fp8(x * (1.0 / scale), EXACT_FP8)
+            q = quantize(x, 1.0 / scale, EXACT_FP8)
             tl.store(q_row + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
 
 
@@ -396,7 +396,7 @@ def group_quant_kernel(
     amax = tl.max(tl.abs(x), axis=1)
     scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
     tl.store(scale_ptr + row * scale_row_stride + g * scale_group_stride, scale, mask=g < groups)
-    q = saturate_fp8(x * (1.0 / scale)[:, None], EXACT_FP8)
+    q = quantize(x, (1.0 / scale)[:, None], EXACT_FP8)
     tl.store(q_ptr + row * q_stride + col, q.to(q_ptr.dtype.element_ty), mask=mask)
 
 
