@@ -1,11 +1,11 @@
 """Without a GPU: compile `norm_kernel` for sm_90 with one, two and four programs a row and
 compare the layout Triton gives every reduction's operand (the layout fixes the order of the
 sum, so equal layouts mean the split keeps the bits). Configurations: fp32/fp16/bf16, with and
-without a residual, no or static fp8 output (the dynamic scale needs the whole row, so those
-rows are never split), row blocks 1024/4096/8192, weight early or late, plus fp32 rows with a
-bf16 weight; arguments specialized as at run time on aligned rows, or with `--unaligned` as
-where only the rows of `x` are (`row_split` splits no other rows: the layout follows the
-alignment of `x`, which Triton knows from its specialization and the kernel cannot read).
+without a residual, no, static or dynamic fp8 output, row blocks 1024/4096/8192, weight early
+or late, plus fp32 rows with a bf16 weight; arguments specialized as at run time on aligned
+rows, or with `--unaligned` as where only the rows of `x` are (`row_split` splits no other
+rows: the layout follows the alignment of `x`, which Triton knows from its specialization and
+the kernel cannot read).
 
 CI runs both modes with the installed Triton (`nox -s layouts`). To check the Triton the GPU
 machine runs, use it, e.g. `pip download --no-deps triton==3.6.0` and
@@ -70,9 +70,11 @@ def main() -> int:
     cases = [
         (dtype, dtype, residual, quant, block, early)
         for dtype, residual, quant, block, early in itertools.product(
-            ("fp32", "fp16", "bf16"), (False, True), (0, 1), (1024, 4096, 8192), (False, True)
+            ("fp32", "fp16", "bf16"), (False, True), (0, 1, 2), (1024, 4096, 8192), (False, True)
         )
-    ] + [("fp32", "bf16", False, quant, block, True) for quant in (0, 1) for block in (1024, 8192)]
+    ] + [
+        ("fp32", "bf16", False, quant, block, True) for quant in (0, 1, 2) for block in (1024, 8192)
+    ]
     different = 0
     for case in cases:
         one, *split = (reduction_layouts(ttgir(*case[:5], n, case[5])) for n in (1, 2, 4))

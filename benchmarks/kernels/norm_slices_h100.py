@@ -1,12 +1,14 @@
-"""H100 probe (`benchmarks/results/triton-tuning-H100.log`, section 13): the Triton norms with
-a shorter quantizing tail (a multiplication by the scale's reciprocal instead of a division, no
-clamp before the saturating conversion, bf16 rounding two values an instruction) and decode
-rows shared by programs that each normalize only their slice.
+"""H100 probe (`benchmarks/results/triton-tuning-H100.log`, sections 13 and 14): the Triton
+norms against an earlier tree's, and decode rows shared by programs that each normalize only
+their slice. Section 13 compared against `9168c4e` (before a shorter quantizing tail: a
+multiplication by the scale's reciprocal instead of a division, no clamp before the saturating
+conversion, bf16 rounding two values an instruction); section 14 against `2a06969` (before the
+static scale was loaded ahead of the row's reduction and dynamic-scale rows were split).
 
 Part 1 times every variant at its default configuration against the kernels of an earlier
 tree, in one process, and counts the output bytes that differ. Put that tree's package where
 Python finds it as `ir_kernels_triton_old`, with an empty `__init__.py` so that it registers
-nothing, e.g. from the repository root: `mkdir -p .scratch/old && git archive 9168c4e
+nothing, e.g. from the repository root: `mkdir -p .scratch/old && git archive 2a06969
 packages/ir-kernels-triton/src/ir_kernels_triton | tar -x -C .scratch/old`, move that
 directory to `.scratch/old/ir_kernels_triton_old` and empty its `__init__.py`; then
 `PYTHONPATH=$PYTHONPATH:.scratch/old python3 benchmarks/kernels/norm_slices_h100.py`.

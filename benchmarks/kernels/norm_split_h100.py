@@ -64,12 +64,9 @@ def fastest_of_rounds(
 
 
 def split_sweep(batches: tuple[int, ...]) -> None:
-    """Every variant that may split (not the dynamic scale, since section 13), 4096 and 8192
-    wide: the time of 1, 2 and 4 programs a row, and whether 2 and 4 give bitwise the outputs
-    of 1."""
+    """Every variant (the dynamic scale too, since section 14), 4096 and 8192 wide: the time of
+    1, 2 and 4 programs a row, and whether 2 and 4 give bitwise the outputs of 1."""
     for name, (residual, quant) in VARIANTS.items():
-        if quant == nk.QUANT_DYNAMIC:
-            continue
         for hidden in (4096, 8192):
             for rows in batches:
                 run, outputs = make_case(rows, hidden, residual, quant)

@@ -66,15 +66,24 @@ def test_rows_split_only_at_decode_sizes() -> None:
     assert nk.split_for(32, 8192, static, True, sms) == 2
     assert nk.split_for(33, 8192, plain, True, sms) == 1
     assert nk.split_for(8, 4096, plain, True, sms) == nk.ROW_SPLIT
-    assert nk.split_for(9, 4096, plain, True, sms) == 1
-    assert nk.split_for(4, 4096, static, True, sms) == nk.ROW_SPLIT
-    assert nk.split_for(5, 4096, static, True, sms) == 1
+    assert nk.split_for(9, 4096, plain, True, sms) == 2
+    assert nk.split_for(16, 4096, plain, True, sms) == 2
+    assert nk.split_for(17, 4096, plain, True, sms) == 1
+    assert nk.split_for(4, 4096, static, True, sms, residual=True) == nk.ROW_SPLIT
+    assert nk.split_for(5, 4096, static, True, sms, residual=True) == 2
+    # the static-fp8 norm alone: two programs a 4096 row
+    assert nk.split_for(1, 4096, static, True, sms) == 2
+    assert nk.split_for(16, 4096, static, True, sms) == 2
+    assert nk.split_for(17, 4096, static, True, sms) == 1
     assert nk.split_for(1, 2048, plain, True, sms) == 1
     # fewer SMs than programs: fewer programs a row
     assert nk.split_for(16, 8192, plain, True, 60) == 2
     assert nk.split_for(16, 8192, plain, True, 20) == 1
-    # a dynamic scale, looped rows or off the GPU: one program a row
-    assert nk.split_for(1, 8192, nk.QUANT_DYNAMIC, True, sms) == 1
+    # a dynamic scale splits as a static one: every program takes the whole row's maximum
+    assert nk.split_for(16, 8192, nk.QUANT_DYNAMIC, True, sms) == nk.ROW_SPLIT
+    assert nk.split_for(4, 4096, nk.QUANT_DYNAMIC, True, sms) == nk.ROW_SPLIT
+    assert nk.split_for(8, 4096, nk.QUANT_DYNAMIC, True, sms) == 2
+    # looped rows or off the GPU: one program a row
     assert nk.split_for(1, 32768, plain, False, sms) == 1
     assert nk.split_for(1, 8192, plain, True, None) == 1
 

@@ -94,7 +94,7 @@ def test_norm_tuning_knobs_keep_results(residual: bool, quant: int, hidden: int)
     w = torch.randn(hidden, device=DEVICE, generator=gen).to(torch.bfloat16)
     scale = torch.full((1,), 0.02, device=DEVICE)
     out_dtype = torch.float8_e4m3fn if quant else x.dtype
-    splits = (1, 4) if hidden % 16 == 0 and quant != nk.QUANT_DYNAMIC else (1,)
+    splits = (1, 4) if hidden % 16 == 0 else (1,)
 
     def run(**knobs: Any) -> list[torch.Tensor]:
         out = torch.empty(5, hidden, device=DEVICE, dtype=out_dtype)
@@ -124,9 +124,9 @@ def test_norm_tuning_knobs_keep_results(residual: bool, quant: int, hidden: int)
             run(split=4)
 
 
-# on the GPU, norm rows 8192 wide are shared by several programs in batches of 1 and 7, and
-# rows in a 4096 block in batches of 1 (4080 wide: the test tells batch-shaped tensors by
-# their 4096 rows, so no width may be 4096)
+# on the GPU, norm rows 8192 wide and rows in a 4096 block are shared by several programs in
+# batches of 1 and 7, not 4096 (4080 wide: the test tells batch-shaped tensors by their 4096
+# rows, so no width may be 4096)
 BATCH_INVARIANCE_HIDDEN = [2048, 4080, 8192] if GPU else [64]
 # the interpreter runs one program at a time: on CPU the largest batch is smaller
 LARGEST_BATCH = 4096 if GPU else 256

@@ -8,13 +8,13 @@ batch-invariant.
 
 At decode sizes a wide row is bound by what one SM moves and issues. There `SPLIT` programs
 share a row (`split_for`): each loads the whole row for its sum, then reads its own slice
-again (from L1) and normalizes, quantizes and stores only that. The sum must run in the same
-order as in a program that has the row to itself, and Triton orders it by the row's layout,
-which it picks from the widest access the row feeds: the outputs are therefore stored, and the
-weight loaded, no wider a thread than the row is loaded (`_as_loaded`), and only rows whose
-own loads are 16-byte aligned are split (`benchmarks/cpu/triton_layouts.py` compiles both
-forms and compares the layouts). The dynamic scale needs the whole row's maximum, so those
-rows are not split.
+again (from L1) and normalizes, quantizes and stores only that; with a dynamic scale it also
+normalizes the whole row for the maximum (cheap beside the quantizing tail, which runs on the
+slice alone). The sum must run in the same order as in a program that has the row to itself,
+and Triton orders it by the row's layout, which it picks from the widest access the row feeds:
+the outputs are therefore stored, and the weight loaded, no wider a thread than the row is
+loaded (`_as_loaded`), and only rows whose own loads are 16-byte aligned are split
+(`benchmarks/cpu/triton_layouts.py` compiles both forms and compares the layouts).
 """
 
 import torch
@@ -125,9 +125,15 @@ def norm_kernel(
         # the slice's offsets for the weight and the fp8 outputs
         narrow = _as_loaded(tail_start, TAIL, VEC)
         x = _load_row(x_row + offs, mask, EVICT_FIRST)
+        if QUANT == 1:
+            # issued first: nothing moves a load past the reduction's barriers, and after them
+            # its latency would be the row's
+            scale = tl.load(scale_ptr)
         if HAS_WEIGHT and EARLY_WEIGHT:
             # issued before the reduction so that its latency overlaps it
             w = tl.load(w_ptr + narrow, mask=tail_mask, other=0.0).to(tl.float32)
+            if QUANT == 2 and SPLIT > 1:
+                w_row = tl.load(w_ptr + _as_loaded(0, BLOCK, VEC), mask=mask, other=0.0)
         if HAS_RESIDUAL:
             r = _load_row(r_row + offs, mask, EVICT_FIRST)
             s = (x + r).to(act_dtype)
@@ -157,16 +163,24 @@ def norm_kernel(
             tl.store(out_row + tail, y.to(out_ptr.dtype.element_ty), mask=tail_mask)
         else:
             y = round_to_dtype(y, act_dtype, EXACT_FP8)
-            if QUANT == 1:
-                scale = tl.load(scale_ptr)
-            else:
-                tl.static_assert(SPLIT == 1, "the dynamic scale needs the whole row")
+            if QUANT == 2:
                 # lanes past the row loaded zeros, so they hold zeros here
-                amax = tl.max(tl.abs(y), axis=0)
+                if SPLIT > 1:
+                    # the scale needs the whole row's maximum: every program normalizes all
+                    # of the row, with the arithmetic that gives the slice its bits, and rounds
+                    # the maximum only (rounding is monotonic: the maximum of the rounded)
+                    if HAS_WEIGHT and EARLY_WEIGHT:
+                        y_row = x * inv_rms * w_row.to(tl.float32)
+                    else:
+                        whole = _as_loaded(0, BLOCK, VEC)
+                        y_row = _normalize(x, w_ptr, whole, mask, inv_rms, HAS_WEIGHT)
+                    amax = tl.max(tl.abs(y_row), axis=0).to(act_dtype).to(tl.float32)
+                else:
+                    amax = tl.max(tl.abs(y), axis=0)
                 if HAS_UB:
                     amax = tl.minimum(amax, tl.load(scale_ub_ptr))
                 scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
-                tl.store(scale_out_ptr + row, scale)
+                tl.store(scale_out_ptr + row, scale, mask=tl.program_id(1) == 0)
             q = quantize(y, 1.0 / scale, EXACT_FP8)
             tl.store(
                 out_row + narrow,
@@ -174,6 +188,8 @@ def norm_kernel(
                 mask=tail_mask,
             )
     else:
+        if QUANT == 1:
+            scale = tl.load(scale_ptr)
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, hidden, BLOCK):
             offs = start + tl.arange(0, BLOCK)
@@ -188,9 +204,8 @@ def norm_kernel(
         inv_rms = tl.rsqrt(tl.sum(acc, axis=0) / variance_size + eps)
         tl.debug_barrier()  # the residual written above is read back below
         src_row = res_row if HAS_RESIDUAL else x_row
-        scale = 1.0
-        if QUANT == 1:
-            scale = tl.load(scale_ptr)
+        if QUANT == 0:
+            scale = 1.0
         if QUANT == 2:
             amax_acc = tl.zeros([BLOCK], dtype=tl.float32)
             for start in range(0, hidden, BLOCK):
@@ -310,22 +325,35 @@ def evict_first_for(l2_share: float | None, residual: bool = False) -> bool:
 ROW_SPLIT = 4
 
 
-def split_for(rows_: int, block: int, quant: int, single_pass: bool, sms: int | None) -> int:
-    """Programs per row: for the single-pass rows without a dynamic scale, `ROW_SPLIT` for
-    blocks of 8192 or more up to 16 rows and 2 up to 32, and for 4096-element blocks
-    `ROW_SPLIT` up to 4 rows (8 without fp8 output); halved until every row's programs fit the
-    `sms` SMs at once; else 1. H100, bf16, one program a row against the split
-    (`triton-tuning-H100.log` section 13): static fp8 1 x 8192 2.06 to 1.80 µs, 16 rows 2.16 to
-    2.00; fused add + static fp8 1 x 8192 2.24 to 1.99; fused add 16 x 8192 2.41 to 2.15, 32
-    rows 2.52 to 2.37 (2 programs); rms_norm 8 x 4096 1.73 to 1.65. From 16 rows of 4096 (8
-    with fp8 output) one program a row is as fast or faster. The split does not change the
-    arithmetic, so it may depend on the batch."""
-    if quant == QUANT_DYNAMIC or not single_pass or sms is None:
+def split_for(
+    rows_: int,
+    block: int,
+    quant: int,
+    single_pass: bool,
+    sms: int | None,
+    residual: bool = False,
+) -> int:
+    """Programs per single-pass row: for blocks of 8192 or more, `ROW_SPLIT` up to 16 rows and
+    2 up to 32; for 4096-element blocks `ROW_SPLIT` up to 4 rows (8 without fp8 output) and 2
+    up to 16, except the static-fp8 norm without a residual, which takes 2 throughout; halved
+    until every row's programs fit the `sms` SMs at once; else 1. H100, bf16
+    (`triton-tuning-H100.log` sections 13 and 14), one program a row against the split:
+    static fp8 1 x 8192 2.06 to 1.80 µs, 16 rows 2.16 to 2.00; fused add + static fp8 1 x 8192
+    2.24 to 1.99; fused add 16 x 8192 2.41 to 2.15, 32 rows 2.52 to 2.37 (2 programs); dynamic
+    fp8 1 x 8192 2.23 to 2.08, 8 x 4096 1.96 to 1.87 (2); static fp8 1 x 4096 1.69 to 1.63
+    (2; 4 gave 1.71). From 32 rows of 4096 one program a row is as fast or faster. The split
+    does not change the arithmetic, so it may depend on the batch."""
+    if not single_pass or sms is None:
         return 1
     if block >= 8192:
         split = ROW_SPLIT if rows_ <= 16 else 2 if rows_ <= 32 else 1
     elif block >= 4096:
-        split = ROW_SPLIT if rows_ <= (8 if quant == QUANT_NONE else 4) else 1
+        if rows_ > 16:
+            split = 1
+        elif quant == QUANT_STATIC and not residual:
+            split = 2
+        else:
+            split = ROW_SPLIT if rows_ <= (8 if quant == QUANT_NONE else 4) else 2
     else:
         split = 1
     while split > 1 and rows_ * split > sms:
@@ -354,7 +382,9 @@ def row_split(
     alignment) or where an output shares memory with an input (in place: a program sharing a
     row reads all of it, possibly after others wrote their slices). The memory check runs only
     where the rule would split (it costs about a microsecond a launch)."""
-    split = split_for(num_rows(x), block, quant, single_pass, sm_count(x))
+    split = split_for(
+        num_rows(x), block, quant, single_pass, sm_count(x), residual=residual is not None
+    )
     if split == 1:
         return 1
     if not _rows_aligned(x):
@@ -389,9 +419,9 @@ def launch_norm(
 
     `single_pass`, `block`, `num_warps`, `early_weight`, `evict_first`, `max_registers`
     (a cap per thread) and `split` (programs per single-pass row, a power of two up to the
-    block; more than 1 only for 16-byte aligned rows of `x` without a dynamic scale, else a
-    ValueError) override the configuration (for tuning); the default of the first three
-    depends on the row width only."""
+    block; more than 1 only for 16-byte aligned single-pass rows of `x`, else a ValueError)
+    override the configuration (for tuning); the default of the first three depends on the row
+    width only."""
     hidden = x.shape[-1]
     n = num_rows(x)
     if n == 0:
@@ -414,11 +444,11 @@ def launch_norm(
         split < 1
         or split & (split - 1)
         or split > block
-        or (split > 1 and (not single or quant == QUANT_DYNAMIC or not _rows_aligned(x)))
+        or (split > 1 and (not single or not _rows_aligned(x)))
     ):
         raise ValueError(
             f"split={split}: expected a power of two up to the row block ({block}), and 1 "
-            "for rows wider than MAX_SINGLE_PASS, with a dynamic scale, or not 16-byte aligned "
+            "for rows wider than MAX_SINGLE_PASS or not 16-byte aligned "
             f"(x: address {x.data_ptr():#x}, row stride {x2.stride(0)})"
         )
     norm_kernel[(n, split)](
