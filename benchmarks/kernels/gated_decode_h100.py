@@ -1,0 +1,56 @@
+"""H100 probe (`benchmarks/results/triton-tuning-H100.log`, section 15): the flat gated kernels
+at the decode shapes where Inductor's kernel led in the grids of rounds 5 and 6, by block and
+warps, beside Inductor's kernel in the same process. Times are the fastest of three rounds of
+CUDA-graph replays, in µs; every configuration's output is checked bitwise against the default
+(elementwise: the configuration cannot change it). Run from the repository root with the
+packages on `PYTHONPATH` (`source benchmarks/gpu/env.sh`).
+"""
+
+from functools import partial
+
+import torch
+from norm_split_h100 import fastest_of_rounds
+
+from ir_kernels_triton import pointwise_kernels as pk
+from ir_spec import ops
+from ir_stack.bench.kernels import anchors, empty_kernel_us, lift_recompile_limits
+
+CASES = [
+    ("gelu_and_mul", pk.ACT_GELU, 1, 14336),
+    ("gelu_and_mul", pk.ACT_GELU, 1, 28672),
+    ("gelu_and_mul", pk.ACT_GELU, 16, 14336),
+    ("silu_and_mul", pk.ACT_SILU, 16, 5632),
+    ("silu_and_mul", pk.ACT_SILU, 16, 14336),
+]
+CONFIGS = [(b, w) for b in (128, 256, 512, 1024) for w in (1, 2, 4, 8) if b // (32 * w) >= 1]
+
+
+def main() -> None:
+    lift_recompile_limits()
+    print(f"empty triton kernel: {empty_kernel_us():.2f} us")
+    for name, act, tokens, d in CASES:
+        x = torch.randn(tokens, 2 * d, device="cuda", dtype=torch.bfloat16)
+        out = torch.empty(tokens, d, device="cuda", dtype=torch.bfloat16)
+        op = getattr(ops, name)
+        inductor = anchors(op, (x,))["inductor"]
+        inductor()
+        pk.launch_gated(x, out, act)
+        expected = out.clone()
+        runs = {"inductor": inductor, "default": partial(pk.launch_gated, x, out, act)}
+        for block, warps in CONFIGS:
+            pk.launch_gated(x, out, act, flat=(block, warps))
+            assert torch.equal(out, expected), (block, warps)
+            runs[f"{block}x{warps}"] = partial(pk.launch_gated, x, out, act, flat=(block, warps))
+        best = fastest_of_rounds(runs)
+        default = pk.flat_config(tokens * d, False, act)
+        ranked = sorted(best.items(), key=lambda kv: kv[1])[:6]
+        cells = " ".join(f"{k}={t:.2f}" for k, t in ranked)
+        print(
+            f"   {name} {tokens}x{d}: default {default} {best['default']:.2f} "
+            f"inductor {best['inductor']:.2f} | fastest {cells}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
