@@ -64,7 +64,7 @@ def unavailable_reason() -> str:
 def _ninja_missing() -> str:
     if shutil.which("ninja") is None:
         try:
-            import ninja  # type: ignore[import-not-found]  # noqa: F401
+            import ninja  # type: ignore[import-not-found, unused-ignore]  # noqa: F401
         except ImportError:
             return "ninja is not installed (pip install ninja)"
     return ""
