@@ -76,21 +76,25 @@ def test_large_hidden_takes_the_looped_kernel() -> None:
             assert_impl_matches_native(op, provider, args)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("hidden", [769, 1008])
 @pytest.mark.parametrize("quant", [0, 1, 2], ids=["plain", "static", "dynamic"])
 @pytest.mark.parametrize("residual", [False, True], ids=["norm", "add"])
-def test_norm_tuning_knobs_keep_results(residual: bool, quant: int, hidden: int) -> None:
+def test_norm_tuning_knobs_keep_results(
+    residual: bool, quant: int, hidden: int, dtype: torch.dtype
+) -> None:
     """The knobs that may follow the batch (early weight load, evict-first hint, register cap,
     programs per row) only reorder loads, move values between registers and memory or share
     out the rows: every setting gives bitwise the default's result. fp32 rows (a bf16 weight
     beside them) are where Triton's layout of the row, hence the order of its sum, first
-    followed the accesses a split changes. Rows of 769 are not 16-byte aligned: they are never
-    split, and asking for it is an error."""
+    followed the accesses a split changes; 16-bit rows are rounded before quantizing, which a
+    split dynamic scale does to the row's maximum alone. Rows of 769 are not 16-byte aligned:
+    they are never split, and asking for it is an error."""
     from ir_kernels_triton import norm_kernels as nk
 
     gen = torch.Generator(device=DEVICE).manual_seed(3)
-    x = torch.randn(5, hidden, device=DEVICE, generator=gen)
-    r = torch.randn(5, hidden, device=DEVICE, generator=gen) if residual else None
+    x = torch.randn(5, hidden, device=DEVICE, generator=gen).to(dtype)
+    r = torch.randn(5, hidden, device=DEVICE, generator=gen).to(dtype) if residual else None
     w = torch.randn(hidden, device=DEVICE, generator=gen).to(torch.bfloat16)
     scale = torch.full((1,), 0.02, device=DEVICE)
     out_dtype = torch.float8_e4m3fn if quant else x.dtype
