@@ -141,8 +141,7 @@ __global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, 
       // a gated result rounded to T first, as the unfused ops would pass it on (x alone is
       // already a T value)
       if constexpr (E::kGated) round_pairs<T, V>(y);
-#pragma unroll
-      for (int e = 0; e < V; e += 2) q.v[e / 2] = to_fp8x2(y[e] * inv_scale, y[e + 1] * inv_scale);
+      to_fp8_pairs<V>(y, inv_scale, q.v);
       reinterpret_cast<Pairs*>(static_cast<uint8_t*>(out) + static_cast<int64_t>(row) * out_stride)[j] = q;
     } else {
       reinterpret_cast<Vec*>(static_cast<T*>(out) + static_cast<int64_t>(row) * out_stride)[j] =

@@ -188,6 +188,13 @@ __device__ __forceinline__ uint16_t to_fp8x2(float lo, float hi) {
   return static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3));
 }
 
+// N values times `inv_scale` (a scale's reciprocal) as N / 2 fp8 pairs into `pairs`.
+template <int N>
+__device__ __forceinline__ void to_fp8_pairs(const float* y, float inv_scale, uint16_t* pairs) {
+#pragma unroll
+  for (int e = 0; e < N; e += 2) pairs[e / 2] = to_fp8x2(y[e] * inv_scale, y[e + 1] * inv_scale);
+}
+
 // Bits of a float and back (`__uint_as_float` on the GPU).
 __device__ __forceinline__ float bits_to_float(uint32_t w) {
 #if defined(__CUDA_ARCH__)

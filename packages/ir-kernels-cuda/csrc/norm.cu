@@ -439,7 +439,9 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
 
   if constexpr (kAdjacent && QUANT != kNone) {
     // the thread's VPT vectors as one run of fp8 values where the run is in the row and its
-    // address aligned to its size (16 bytes for two bf16 vectors); else vector by vector
+    // address aligned to its size (16 bytes for two bf16 vectors); else vector by vector (the
+    // loop below does the same, but written here ptxas keeps the run's store on the straight
+    // path instead of behind a taken branch)
     using FP8Run = VecN<uint16_t, VPT * V / 2>;
     auto* out_row = static_cast<uint8_t*>(a.out) + row_offset(token, a.out_stride);
     const int first = lane * VPT;
@@ -449,8 +451,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
       for (int k = 0; k < VPT; ++k) {
         float y[V];
         unpack_words<T>(xs[k], y);
-#pragma unroll
-        for (int e = 0; e < V; e += 2) q.v[(k * V + e) / 2] = to_fp8x2(y[e] * inv_scale, y[e + 1] * inv_scale);
+        to_fp8_pairs<V>(y, inv_scale, q.v + k * V / 2);
       }
       reinterpret_cast<FP8Run*>(out_row)[lane] = q;
     } else {
@@ -460,8 +461,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
         float y[V];
         unpack_words<T>(xs[k], y);
         FP8Pairs q;
-#pragma unroll
-        for (int e = 0; e < V; e += 2) q.v[e / 2] = to_fp8x2(y[e] * inv_scale, y[e + 1] * inv_scale);
+        to_fp8_pairs<V>(y, inv_scale, q.v);
         reinterpret_cast<FP8Pairs*>(out_row)[first + k] = q;
       }
     }
@@ -485,8 +485,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
         round_pairs<T, V>(y);
       }
       FP8Pairs q;
-#pragma unroll
-      for (int e = 0; e < V; e += 2) q.v[e / 2] = to_fp8x2(y[e] * inv_scale, y[e + 1] * inv_scale);
+      to_fp8_pairs<V>(y, inv_scale, q.v);
       reinterpret_cast<FP8Pairs*>(static_cast<uint8_t*>(a.out) + row_offset(token, a.out_stride))[j] = q;
     }
   }
