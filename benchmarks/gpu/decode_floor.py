@@ -52,7 +52,7 @@ def main(grid_json: str, out_md: str) -> None:
         cell = best.setdefault(key, {})
         cell[r["provider"]] = min(cell.get(r["provider"], float("inf")), r["us_graph"])
     empty_now = empty_kernel_us()
-    copy_us(1 << 20)  # warm-up: the first timing in a process ran up to 0.25 µs slow
+    copy_us(1 << 20)  # warm-up, so that no size pays for the first launch of the process
     copies = {n: copy_us(max(1, n // 2)) for n in sorted(set(traffic.values()))}
     lines = [
         f"# Decode sizes against a copy of the same bytes — {meta['card']}",
