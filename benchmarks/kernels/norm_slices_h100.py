@@ -13,12 +13,14 @@ packages/ir-kernels-triton/src/ir_kernels_triton | tar -x -C .scratch/old`, move
 directory to `.scratch/old/ir_kernels_triton_old` and empty its `__init__.py`; then
 `PYTHONPATH=$PYTHONPATH:.scratch/old python3 benchmarks/kernels/norm_slices_h100.py`.
 Part 2 times 1, 2 and 4 programs a row at decode sizes and checks each bitwise against one.
-Part 3 (`--part 3`, alone) times the dynamic norms with more warps a row, and 8 programs
+`--variants a,b` limits parts 1 and 2 to those variants (`norm_split_h100.VARIANTS`). Part 3
+(`--part 3`, alone) times the dynamic norms with more warps a row, and 8 programs
 sharing the 8192-wide decode rows. Times are the fastest of three rounds of CUDA-graph
 replays, in µs.
 """
 
 import sys
+from collections.abc import Sequence
 from functools import partial
 
 import torch
@@ -31,8 +33,9 @@ from ir_stack.bench.kernels import empty_kernel_us
 MODULES = {"old": old, "new": new}
 
 
-def against_old() -> None:
-    for name, (residual, quant) in VARIANTS.items():
+def against_old(names: Sequence[str]) -> None:
+    for name in names:
+        residual, quant = VARIANTS[name]
         for hidden in (2048, 4096, 8192):
             for rows in (1, 16, 128, 1024, 4096, 16384):
                 if hidden != 8192 and rows in (128, 4096):
@@ -75,8 +78,11 @@ def main() -> None:
     if "--part" in sys.argv and sys.argv[sys.argv.index("--part") + 1] == "3":
         wider()
         return
-    against_old()
-    split_sweep((1, 4, 8, 16, 32))
+    names = list(VARIANTS)
+    if "--variants" in sys.argv:
+        names = sys.argv[sys.argv.index("--variants") + 1].split(",")
+    against_old(names)
+    split_sweep((1, 4, 8, 16, 32), names)
 
 
 if __name__ == "__main__":

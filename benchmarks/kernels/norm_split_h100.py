@@ -5,7 +5,7 @@ CUDA-graph replay, three rounds in turn. Run from the repository root with the p
 `PYTHONPATH` (`source benchmarks/gpu/env.sh`).
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from types import ModuleType
 from typing import Any
@@ -63,10 +63,11 @@ def fastest_of_rounds(
     return {k: min(v) for k, v in times.items()}
 
 
-def split_sweep(batches: tuple[int, ...]) -> None:
-    """Every variant (the dynamic scale too, since section 14), 4096 and 8192 wide: the time of
-    1, 2 and 4 programs a row, and whether 2 and 4 give bitwise the outputs of 1."""
-    for name, (residual, quant) in VARIANTS.items():
+def split_sweep(batches: tuple[int, ...], names: Sequence[str] = tuple(VARIANTS)) -> None:
+    """The variants `names` (the dynamic scale too, since section 14), 4096 and 8192 wide: the
+    time of 1, 2 and 4 programs a row, and whether 2 and 4 give bitwise the outputs of 1."""
+    for name in names:
+        residual, quant = VARIANTS[name]
         for hidden in (4096, 8192):
             for rows in batches:
                 run, outputs = make_case(rows, hidden, residual, quant)
