@@ -109,7 +109,77 @@ struct RowExchange {
     }
   }
 
+  // Reductions ka of `a` by `op_a` and kb of `b` by `op_b` at once (each `reduce`'s bits): their
+  // shuffles interleave and one exchange, one wait, serves both.
+  template <typename OpA, typename OpB>
+  __device__ __forceinline__ void reduce_pair(float& a, OpA op_a, int ka, float& b, OpB op_b, int kb) {
+    if constexpr (!kSpreadable) {
+      team_reduce_pair(a, op_a, b, op_b, TEAM);
+    } else {
+      exchange_pair(a, op_a, ka, b, op_b, kb);
+    }
+  }
+
  private:
+  template <typename OpA, typename OpB>
+  __device__ __forceinline__ void exchange_pair(float& a, OpA op_a, int ka, float& b, OpB op_b, int kb) {
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      a = op_a(a, __shfl_xor_sync(0xffffffffu, a, offset));
+      b = op_b(b, __shfl_xor_sync(0xffffffffu, b, offset));
+    }
+    float* partial_a = partials(ka);
+    float* partial_b = partials(kb);
+    const unsigned warp = cluster_rank<CLUSTER>() * (kWarps / CLUSTER) + (threadIdx.x >> 5);
+#if defined(IR_CUDA_CLUSTERS)
+    if constexpr (CLUSTER > 1) {
+      // both partials count down reduction ka's mbarrier
+      const uint32_t barrier = shared_address(barriers() + ka);
+      if (ka == 0) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+      if (threadIdx.x == 0) {
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier),
+                     "r"(static_cast<uint32_t>(2 * kWarps * sizeof(float)))
+                     : "memory");
+      }
+      const unsigned rank = threadIdx.x & 31;
+      if (rank < CLUSTER) {
+        const uint32_t peer_barrier = peer_address(barrier, rank);
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                         peer_address(shared_address(partial_a + warp), rank)),
+                     "r"(__float_as_uint(a)), "r"(peer_barrier)
+                     : "memory");
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                         peer_address(shared_address(partial_b + warp), rank)),
+                     "r"(__float_as_uint(b)), "r"(peer_barrier)
+                     : "memory");
+      }
+      while (!mbarrier_done(barrier)) {
+      }
+      float wa[kWarps], wb[kWarps];
+#pragma unroll
+      for (int i = 0; i < kWarps; ++i) {
+        wa[i] = partial_a[i];
+        wb[i] = partial_b[i];
+      }
+      a = tree_reduce<kWarps>(wa, op_a);
+      b = tree_reduce<kWarps>(wb, op_b);
+      return;
+    }
+#endif
+    if ((threadIdx.x & 31) == 0) {
+      partial_a[warp] = a;
+      partial_b[warp] = b;
+    }
+    __syncthreads();
+    a = partial_a[threadIdx.x & (kWarps - 1)];
+    b = partial_b[threadIdx.x & (kWarps - 1)];
+#pragma unroll
+    for (int offset = 1; offset < kWarps; offset <<= 1) {
+      a = op_a(a, __shfl_xor_sync(0xffffffffu, a, offset));
+      b = op_b(b, __shfl_xor_sync(0xffffffffu, b, offset));
+    }
+  }
+
   template <typename Op>
   __device__ __forceinline__ float exchange(float v, Op op, int k) {
 #pragma unroll

@@ -561,6 +561,38 @@ __device__ __forceinline__ float team_reduce(float v, int team, Op op) {
   return r;
 }
 
+// `team_reduce` of `a` by `op_a` and `b` by `op_b` at once: the two shuffle trees interleave and
+// one barrier serves both. Each result is what `team_reduce` gives it (the same steps).
+template <typename OpA, typename OpB>
+__device__ __forceinline__ void team_reduce_pair(float& a, OpA op_a, float& b, OpB op_b, int team) {
+  __shared__ float partial[2][32];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (offset < team) {
+      a = op_a(a, __shfl_xor_sync(0xffffffffu, a, offset));
+      b = op_b(b, __shfl_xor_sync(0xffffffffu, b, offset));
+    }
+  }
+  if (team <= 32) return;
+  if ((threadIdx.x & 31) == 0) {
+    partial[0][threadIdx.x >> 5] = a;
+    partial[1][threadIdx.x >> 5] = b;
+  }
+  __syncthreads();
+  const int warps = team >> 5;
+  const int first = static_cast<int>(threadIdx.x & ~(team - 1)) >> 5;
+  const int i = first + (static_cast<int>(threadIdx.x) & (warps - 1));
+  a = partial[0][i];
+  b = partial[1][i];
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    if (offset < warps) {
+      a = op_a(a, __shfl_xor_sync(0xffffffffu, a, offset));
+      b = op_b(b, __shfl_xor_sync(0xffffffffu, b, offset));
+    }
+  }
+}
+
 // The launch of a row kernel: `team` threads per row, each holding VPT vectors per chunk.
 // Depends on the row width only, so a row's result does not depend on the batch.
 constexpr int kMaxTeam = 512;  // 128 registers per thread, so a tile of 4 vectors does not spill

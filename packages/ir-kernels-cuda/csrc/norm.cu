@@ -290,7 +290,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
   constexpr int team = TEAM;
   const RowSlot slot = aligned_row_slot<TEAM, CLUSTER>(a);
   // Reductions over the row's team: the sum of squares or absmax, then the dynamic norm's
-  // absmax.
+  // absmax (of x * w or of the outputs, `kEarlyMax`).
   RowExchange<TEAM, CLUSTER, NORM && QUANT == kDynamic ? 2 : 1> exchange;
   using W = Words<T>;
   constexpr int V = 4 * W::kPerWord;  // elements per 16-byte vector
@@ -319,10 +319,17 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     if (a.prefetch_scale && threadIdx.x == 0) prefetch_l1(a.scale);
   }
 
+  // The dynamic norm's outputs are (x * w) * inv_rms, inv_rms > 0 being the row's, and every
+  // rounding is monotonic: the largest |output| is the largest |x * w| times inv_rms, rounded to
+  // T, bitwise the maximum of the rounded outputs. Where x * w is formed before the row's sum
+  // (not LATE) that maximum is reduced with the sum (one exchange) instead of after normalizing
+  // the row.
+  constexpr bool kEarlyMax = NORM && QUANT == kDynamic && !LATE;
   Words4 xs[VPT];  // x, or x + residual rounded to T; zeros past the row
   Words4 ws[VPT];  // the weight (where there is one: only then read)
   float xw[NORM ? VPT * V : 1];  // the norms: x * w, element by element
   float acc = 0.f;
+  float xw_absmax = 0.f;  // kEarlyMax: the thread's largest |x * w|
   if (active) {
     // Every load of the row is issued before the first store. A store may alias a later load
     // (the in-place fused add writes over x and the residual), so the compiler keeps them in
@@ -389,11 +396,20 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
 #pragma unroll
         for (int e = 0; e < V; ++e) f[e] = !LATE && weight != nullptr ? f[e] * w[e] : f[e];
       }
+      if constexpr (kEarlyMax) {
+        float chain[4] = {0.f, 0.f, 0.f, 0.f};  // four independent chains, as for the sum
+#pragma unroll
+        for (int i = 0; i < VPT * V; ++i) chain[i % 4] = fmaxf(chain[i % 4], fabsf(xw[i]));
+        xw_absmax = tree_reduce<4>(chain, MaxOp{});
+      }
     }
   }
 
   float inv_rms = 1.f;
-  if constexpr (NORM) {
+  if constexpr (kEarlyMax) {
+    exchange.reduce_pair(acc, SumOp{}, 0, xw_absmax, MaxOp{}, 1);
+    inv_rms = rsqrtf(acc * a.inv_var_size + a.eps);
+  } else if constexpr (NORM) {
     inv_rms = rsqrtf(exchange.reduce(acc, SumOp{}, 0) * a.inv_var_size + a.eps);
   }
   // y of vector k before rounding to T: (x * w) * inv_rms for the norms (the reference's
@@ -418,21 +434,24 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
   float scale = 1.f;  // the dynamic one
   if constexpr (QUANT == kDynamic) {
     if constexpr (NORM) {
-      // the normalized row, rounded to T, replaces x in registers: computed once for both the
-      // absmax and the output
+      // the normalized row, rounded to T, replaces x in registers: computed once for the
+      // output (and, where LATE, the absmax)
       float chain[4] = {0.f, 0.f, 0.f, 0.f};  // as for the sum of squares
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         float y[V];
         normed_raw(k, y);
         xs[k] = pack_words<T>(y);
-        unpack_words<T>(xs[k], y);
+        if constexpr (!kEarlyMax) {
+          unpack_words<T>(xs[k], y);
 #pragma unroll
-        for (int e = 0; e < V; ++e) chain[e / W::kPerWord] = fmaxf(chain[e / W::kPerWord], fabsf(y[e]));
+          for (int e = 0; e < V; ++e) chain[e / W::kPerWord] = fmaxf(chain[e / W::kPerWord], fabsf(y[e]));
+        }
       }
-      acc = tree_reduce<4>(chain, MaxOp{});
+      if constexpr (!kEarlyMax) acc = tree_reduce<4>(chain, MaxOp{});
     }
-    scale = dynamic_scale(a, exchange.reduce(acc, MaxOp{}, NORM ? 1 : 0), scale_ub);
+    const float amax = kEarlyMax ? W::round(xw_absmax * inv_rms) : exchange.reduce(acc, MaxOp{}, NORM ? 1 : 0);
+    scale = dynamic_scale(a, amax, scale_ub);
     inv_scale = fast_reciprocal(scale);
   }
   if (!active) return;  // no reductions follow
