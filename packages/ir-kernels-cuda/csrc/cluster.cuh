@@ -96,133 +96,88 @@ struct RowExchange {
 #endif
   }
 
-  // Reduction k of v over the row; every thread gets the result. Each warp reduces by shuffles,
-  // then every block receives every warp's partial and combines them in one tree over the warp
-  // index (neighbours first): the same additions in the same order for any CLUSTER, so a row's
-  // result does not depend on whether it was spread (which follows the batch size).
-  template <typename Op>
-  __device__ __forceinline__ float reduce(float v, Op op, int k) {
+  // Reductions k, k + 1, ... of the values over the row, at once (their shuffles interleave and
+  // one exchange, one wait, serves them all); every thread gets the results. Each warp reduces
+  // by shuffles, then every block receives every warp's partial and combines them in one tree
+  // over the warp index (neighbours first): the same operations in the same order for any
+  // CLUSTER, so a row's result does not depend on whether it was spread (which follows the batch
+  // size), nor on which values were reduced with it.
+  template <typename... Op>
+  __device__ __forceinline__ void reduce(int k, Reducing<Op>... r) {
     if constexpr (!kSpreadable) {
-      return team_reduce(v, TEAM, op);
+      team_reduce(TEAM, r...);
     } else {
-      return exchange(v, op, k);
+      exchange(k, r...);
     }
   }
 
-  // Reductions ka of `a` by `op_a` and kb of `b` by `op_b` at once (each `reduce`'s bits): their
-  // shuffles interleave and one exchange, one wait, serves both.
-  template <typename OpA, typename OpB>
-  __device__ __forceinline__ void reduce_pair(float& a, OpA op_a, int ka, float& b, OpB op_b, int kb) {
-    if constexpr (!kSpreadable) {
-      team_reduce_pair(a, op_a, b, op_b, TEAM);
-    } else {
-      exchange_pair(a, op_a, ka, b, op_b, kb);
-    }
+  // Reduction k of `v` by `op`, as above.
+  template <typename Op>
+  __device__ __forceinline__ float reduce(float v, Op op, int k) {
+    reduce(k, reducing(v, op));
+    return v;
   }
 
  private:
-  template <typename OpA, typename OpB>
-  __device__ __forceinline__ void exchange_pair(float& a, OpA op_a, int ka, float& b, OpB op_b, int kb) {
+  template <typename... Op>
+  __device__ __forceinline__ void exchange(int k, Reducing<Op>... r) {
+    constexpr int kCount = sizeof...(Op);
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      a = op_a(a, __shfl_xor_sync(0xffffffffu, a, offset));
-      b = op_b(b, __shfl_xor_sync(0xffffffffu, b, offset));
-    }
-    float* partial_a = partials(ka);
-    float* partial_b = partials(kb);
+    for (int offset = 16; offset > 0; offset >>= 1) (r.with_lane(offset), ...);
     const unsigned warp = cluster_rank<CLUSTER>() * (kWarps / CLUSTER) + (threadIdx.x >> 5);
 #if defined(IR_CUDA_CLUSTERS)
     if constexpr (CLUSTER > 1) {
-      // both partials count down reduction ka's mbarrier
-      const uint32_t barrier = shared_address(barriers() + ka);
-      if (ka == 0) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-      if (threadIdx.x == 0) {
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier),
-                     "r"(static_cast<uint32_t>(2 * kWarps * sizeof(float)))
-                     : "memory");
-      }
-      const unsigned rank = threadIdx.x & 31;
-      if (rank < CLUSTER) {
-        const uint32_t peer_barrier = peer_address(barrier, rank);
-        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
-                         peer_address(shared_address(partial_a + warp), rank)),
-                     "r"(__float_as_uint(a)), "r"(peer_barrier)
-                     : "memory");
-        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
-                         peer_address(shared_address(partial_b + warp), rank)),
-                     "r"(__float_as_uint(b)), "r"(peer_barrier)
-                     : "memory");
-      }
-      while (!mbarrier_done(barrier)) {
-      }
-      float wa[kWarps], wb[kWarps];
-#pragma unroll
-      for (int i = 0; i < kWarps; ++i) {
-        wa[i] = partial_a[i];
-        wb[i] = partial_b[i];
-      }
-      a = tree_reduce<kWarps>(wa, op_a);
-      b = tree_reduce<kWarps>(wb, op_b);
-      return;
-    }
-#endif
-    if ((threadIdx.x & 31) == 0) {
-      partial_a[warp] = a;
-      partial_b[warp] = b;
-    }
-    __syncthreads();
-    a = partial_a[threadIdx.x & (kWarps - 1)];
-    b = partial_b[threadIdx.x & (kWarps - 1)];
-#pragma unroll
-    for (int offset = 1; offset < kWarps; offset <<= 1) {
-      a = op_a(a, __shfl_xor_sync(0xffffffffu, a, offset));
-      b = op_b(b, __shfl_xor_sync(0xffffffffu, b, offset));
-    }
-  }
-
-  template <typename Op>
-  __device__ __forceinline__ float exchange(float v, Op op, int k) {
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    float* partial = partials(k);
-    const unsigned warp = cluster_rank<CLUSTER>() * (kWarps / CLUSTER) + (threadIdx.x >> 5);
-#if defined(IR_CUDA_CLUSTERS)
-    if constexpr (CLUSTER > 1) {
+      // all the partials count down reduction k's mbarrier
       const uint32_t barrier = shared_address(barriers() + k);
       // the first exchange waits until every block's mbarriers are set up
       if (k == 0) asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
       if (threadIdx.x == 0) {
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier),
-                     "r"(static_cast<uint32_t>(kWarps * sizeof(float)))
+                     "r"(static_cast<uint32_t>(kCount * kWarps * sizeof(float)))
                      : "memory");
       }
-      // every lane holds the warp's partial: lane r sends it to block r
+      // every lane holds the warp's partials: lane r sends them to block r
       const unsigned rank = threadIdx.x & 31;
       if (rank < CLUSTER) {
-        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
-                         peer_address(shared_address(partial + warp), rank)),
-                     "r"(__float_as_uint(v)), "r"(peer_address(barrier, rank))
-                     : "memory");
+        const uint32_t peer_barrier = peer_address(barrier, rank);
+        int j = k;
+        (send_async(peer_address(shared_address(partials(j++) + warp), rank), r.value, peer_barrier), ...);
       }
       while (!mbarrier_done(barrier)) {
       }
-      // the tree from shared memory: a few wide loads, shorter than a chain of shuffles
-      float w[kWarps];
+      // the trees from shared memory: a few wide loads, shorter than a chain of shuffles
+      float w[kCount][kWarps];
 #pragma unroll
-      for (int i = 0; i < kWarps; ++i) w[i] = partial[i];
-      return tree_reduce<kWarps>(w, op);
+      for (int i = 0; i < kWarps; ++i) {
+#pragma unroll
+        for (int c = 0; c < kCount; ++c) w[c][i] = partials(k + c)[i];
+      }
+      int c = 0;
+      ((r.value = tree_reduce<kWarps>(w[c++], r.op)), ...);
+      return;
     }
 #endif
-    // One block (an emulated cluster's blocks are one pool of threads sharing `partial`): the
-    // same tree by shuffles, lane i starting from warp i's partial. Each thread reading every
+    // One block (an emulated cluster's blocks are one pool of threads sharing the partials): the
+    // same trees by shuffles, lane i starting from warp i's partial. Each thread reading every
     // partial instead cost a row of 8192 up to 12 % at large batches (shared-memory bandwidth).
-    if ((threadIdx.x & 31) == 0) partial[warp] = v;
+    if ((threadIdx.x & 31) == 0) {
+      int j = k;
+      ((partials(j++)[warp] = r.value), ...);
+    }
     __syncthreads();
-    float r = partial[threadIdx.x & (kWarps - 1)];
+    int j = k;
+    ((r.value = partials(j++)[threadIdx.x & (kWarps - 1)]), ...);
 #pragma unroll
-    for (int offset = 1; offset < kWarps; offset <<= 1) r = op(r, __shfl_xor_sync(0xffffffffu, r, offset));
-    return r;
+    for (int offset = 1; offset < kWarps; offset <<= 1) (r.with_lane(offset), ...);
   }
+
+#if defined(IR_CUDA_CLUSTERS)
+  __device__ static __forceinline__ void send_async(uint32_t peer, float v, uint32_t peer_barrier) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(peer),
+                 "r"(__float_as_uint(v)), "r"(peer_barrier)
+                 : "memory");
+  }
+#endif
 };
 
 }  // namespace ir_cuda

@@ -534,63 +534,60 @@ __device__ __forceinline__ float tree_reduce(float* v, Op op) {
 // log2 of a power of two, at compile time where `v` is a constant.
 __host__ __device__ constexpr int log2_of(int v) { return v <= 1 ? 0 : 1 + log2_of(v / 2); }
 
-// Reduces `v` over a team of `team` consecutive threads (a power of two up to kMaxTeam, dividing
-// the block; a compile-time constant where the caller has one, so the steps' tests fold away);
-// every member gets the result. Every thread of the block must call it. Each `Op` has its own
-// shared array, and a kernel reduces with each `Op` once, so no barrier is needed before the
-// partials are written.
+// One value of a reduction and the operation that combines it: `reducing(acc, SumOp{})`. The
+// reductions below take several of these at once, so their shuffle trees interleave and one
+// barrier or exchange serves them all; each value gets the same steps, so the same bits, as
+// when reduced alone.
 template <typename Op>
-__device__ __forceinline__ float team_reduce(float v, int team, Op op) {
-  __shared__ float partial[32];
+struct Reducing {
+  float& value;
+  Op op;
+  // combines the value with that of the lane `offset` away
+  __device__ __forceinline__ void with_lane(int offset) {
+    value = op(value, __shfl_xor_sync(0xffffffffu, value, offset));
+  }
+};
+template <typename Op>
+__device__ __forceinline__ Reducing<Op> reducing(float& value, Op op) {
+  return Reducing<Op>{value, op};
+}
+
+// Reduces each value over a team of `team` consecutive threads (a power of two up to kMaxTeam,
+// dividing the block; a compile-time constant where the caller has one, so the steps' tests
+// fold away); every member gets the results. Every thread of the block must call it. Each list
+// of `Op`s has its own shared array, and a kernel reduces with each list once, so no barrier is
+// needed before the partials are written.
+template <typename... Op>
+__device__ __forceinline__ void team_reduce(int team, Reducing<Op>... r) {
+  __shared__ float partial[sizeof...(Op)][32];
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    if (offset < team) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    if (offset < team) (r.with_lane(offset), ...);
   }
-  if (team <= 32) return v;
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.x >> 5] = v;
+  if (team <= 32) return;
+  if ((threadIdx.x & 31) == 0) {
+    int k = 0;
+    ((partial[k++][threadIdx.x >> 5] = r.value), ...);
+  }
   __syncthreads();
   // the team's warp partials, one per lane (repeated across the warp), reduced by shuffles:
   // five steps at most instead of a chain of shared-memory reads
   const int warps = team >> 5;
   const int first = static_cast<int>(threadIdx.x & ~(team - 1)) >> 5;
-  float r = partial[first + (static_cast<int>(threadIdx.x) & (warps - 1))];
+  const int i = first + (static_cast<int>(threadIdx.x) & (warps - 1));
+  int k = 0;
+  ((r.value = partial[k++][i]), ...);
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
-    if (offset < warps) r = op(r, __shfl_xor_sync(0xffffffffu, r, offset));
+    if (offset < warps) (r.with_lane(offset), ...);
   }
-  return r;
 }
 
-// `team_reduce` of `a` by `op_a` and `b` by `op_b` at once: the two shuffle trees interleave and
-// one barrier serves both. Each result is what `team_reduce` gives it (the same steps).
-template <typename OpA, typename OpB>
-__device__ __forceinline__ void team_reduce_pair(float& a, OpA op_a, float& b, OpB op_b, int team) {
-  __shared__ float partial[2][32];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    if (offset < team) {
-      a = op_a(a, __shfl_xor_sync(0xffffffffu, a, offset));
-      b = op_b(b, __shfl_xor_sync(0xffffffffu, b, offset));
-    }
-  }
-  if (team <= 32) return;
-  if ((threadIdx.x & 31) == 0) {
-    partial[0][threadIdx.x >> 5] = a;
-    partial[1][threadIdx.x >> 5] = b;
-  }
-  __syncthreads();
-  const int warps = team >> 5;
-  const int first = static_cast<int>(threadIdx.x & ~(team - 1)) >> 5;
-  const int i = first + (static_cast<int>(threadIdx.x) & (warps - 1));
-  a = partial[0][i];
-  b = partial[1][i];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    if (offset < warps) {
-      a = op_a(a, __shfl_xor_sync(0xffffffffu, a, offset));
-      b = op_b(b, __shfl_xor_sync(0xffffffffu, b, offset));
-    }
-  }
+// `v` reduced by `op` over the team, as above.
+template <typename Op>
+__device__ __forceinline__ float team_reduce(float v, int team, Op op) {
+  team_reduce(team, reducing(v, op));
+  return v;
 }
 
 // The launch of a row kernel: `team` threads per row, each holding VPT vectors per chunk.

@@ -407,7 +407,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
 
   float inv_rms = 1.f;
   if constexpr (kEarlyMax) {
-    exchange.reduce_pair(acc, SumOp{}, 0, xw_absmax, MaxOp{}, 1);
+    exchange.reduce(0, reducing(acc, SumOp{}), reducing(xw_absmax, MaxOp{}));
     inv_rms = rsqrtf(acc * a.inv_var_size + a.eps);
   } else if constexpr (NORM) {
     inv_rms = rsqrtf(exchange.reduce(acc, SumOp{}, 0) * a.inv_var_size + a.eps);
