@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ir_stack.bench import kernel_report
 
 META = {
@@ -75,3 +77,50 @@ def test_cuda_is_judged_against_an_empty_cuda_kernel_where_timed(tmp_path: Path)
     cuda = summary(path, "cuda")
     assert "0.5 µs of the empty kernel at 1 of 1 (empty cuda kernel: 2.20 µs)" in cuda
     assert "(empty triton kernel: 2.00 µs)" in summary(path, "triton")
+
+
+def write_part(tmp_path: Path, name: str, op: str, empty_us: float, cuda_us: float) -> Path:
+    meta = {
+        **META,
+        "empty_triton_kernel_us_graph": empty_us,
+        "empty_cuda_kernel_us_graph": empty_us,
+    }
+    records = [
+        record(op, "cuda", 1, 4096, cuda_us, 0.01),
+        record(op, "inductor", 1, 4096, 9.0, 0.01),
+    ]
+    path = tmp_path / name
+    path.write_text(json.dumps({"meta": meta, "records": records}))
+    return path
+
+
+def test_parts_of_a_grid_merge_and_judge_each_op_by_its_own_run(tmp_path: Path) -> None:
+    # 2.4 us is within 0.5 us of part a's empty kernel (2.0), not of part b's (1.8)
+    a = write_part(tmp_path, "a.json", "rms_norm", 2.0, 2.4)
+    b = write_part(tmp_path, "b.json", "silu_and_mul", 1.8, 2.4)
+    merged = tmp_path / "kernels-Test-GPU.json"
+    kernel_report.main([str(a), str(b), "--ours", "cuda", "--out", str(merged)])
+    data = json.loads(merged.read_text())
+    assert [p["ops"] for p in data["meta"]["parts"]] == [["rms_norm"], ["silu_and_mul"]]
+    assert {r["part"] for r in data["records"]} == {0, 1}
+    report = merged.with_suffix(".md").read_text()
+    assert "0.5 µs of the empty kernel at 1 of 2 (empty cuda kernel: 2.00 / 1.80 µs)" in report
+    assert "the grid ran in 2 parts, part 1 (rms_norm" in report
+    # the merged result reads back as one
+    assert summary(merged, "cuda") == report.split("\n")[2]
+
+
+def test_parts_sharing_an_op_are_refused(tmp_path: Path) -> None:
+    a = write_part(tmp_path, "a.json", "rms_norm", 2.0, 2.4)
+    b = write_part(tmp_path, "b.json", "rms_norm", 1.8, 2.4)
+    with pytest.raises(SystemExit):
+        kernel_report.main([str(a), str(b), "--out", str(tmp_path / "m.json")])
+    with pytest.raises(ValueError, match="op 'rms_norm' is also in"):
+        kernel_report.merge([a, b])
+
+
+def test_merging_parts_needs_an_output(tmp_path: Path) -> None:
+    a = write_part(tmp_path, "a.json", "rms_norm", 2.0, 2.4)
+    b = write_part(tmp_path, "b.json", "silu_and_mul", 1.8, 2.4)
+    with pytest.raises(SystemExit):
+        kernel_report.main([str(a), str(b)])

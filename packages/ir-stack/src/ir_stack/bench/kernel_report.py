@@ -1,7 +1,11 @@
 """Turn a kernel benchmark JSON (`ir_stack.bench.kernels`) into a markdown table and a plot.
 
-Usage: python -m ir_stack.bench.kernel_report RESULT.json [--ours triton|cuda]
-Writes <stem>.md and <stem>.png beside the JSON. `--ours` names the provider judged against
+Usage: python -m ir_stack.bench.kernel_report RESULT.json [PART.json ...] [--ours triton|cuda]
+    [--out MERGED.json]
+Writes <stem>.md and <stem>.png beside the JSON. A grid too long for one device call may run
+in parts split by `--ops` (each op, its shapes and anchors within one part): given several
+JSONs, the report merges them into `--out` first, and judges each op against the empty
+kernel timed in its own part. `--ours` names the provider judged against
 its targets; every other column (the other provider included) counts as an anchor. For each
 shape the fastest of the repeated runs is reported; the spread is the largest relative
 difference between runs of our provider or of the best anchor (the benchmark rotates the
@@ -41,6 +45,43 @@ def bandwidth_target(ours: str, op: str) -> float | None:
     return quant if op in QUANT_OPS else single
 
 
+def merge(paths: Sequence[Path]) -> dict[str, Any]:
+    """One result from the parts of a grid split by op: the records of every part, each tagged
+    with its part's index, and ``meta["parts"]`` (each part's meta and ops). Raises ValueError
+    where the parts come from different cards or software, or share an op."""
+    parts = [json.loads(p.read_text()) for p in paths]
+    first = parts[0]["meta"]
+    seen: dict[str, Path] = {}
+    records: list[dict[str, Any]] = []
+    part_metas: list[dict[str, Any]] = []
+    for index, (path, part) in enumerate(zip(paths, parts, strict=True)):
+        meta = part["meta"]
+        for field in ("card", "torch", "triton"):
+            if meta[field] != first[field]:
+                raise ValueError(
+                    f"{path}: {field} is {meta[field]!r}, expected {first[field]!r} as in "
+                    f"{paths[0]}: parts of one grid must come from one machine and software"
+                )
+        ops = sorted({r["op"] for r in part["records"]})
+        for op in ops:
+            if op in seen:
+                raise ValueError(
+                    f"{path}: op {op!r} is also in {seen[op]}: each op must be timed in one part"
+                )
+            seen[op] = path
+        part_metas.append({**meta, "ops": ops, "source": path.name})
+        records += [{**r, "part": index} for r in part["records"]]
+    return {"meta": {**first, "parts": part_metas}, "records": records}
+
+
+def part_meta(meta: dict[str, Any], op: str) -> dict[str, Any]:
+    """The meta of the run that timed `op`: its part's where the result was merged."""
+    for part in meta.get("parts", []):
+        if op in part["ops"]:
+            return dict(part)
+    return meta
+
+
 def load(path: Path) -> tuple[dict[str, Any], dict[tuple[str, int, int], dict[str, list[Any]]]]:
     data = json.loads(path.read_text())
     data["meta"].setdefault("runs", 1 + max((r.get("run", 0) for r in data["records"]), default=0))
@@ -63,24 +104,50 @@ def spread(runs: list[dict[str, Any]]) -> float:
     return max(times) / min(times) - 1
 
 
+def empty_kernel_kind(meta: dict[str, Any], ours: str) -> str:
+    """Each provider is judged against an empty kernel of its own kind, where the run timed one."""
+    metas = meta.get("parts") or [meta]
+    timed_cuda = all(m.get("empty_cuda_kernel_us_graph") for m in metas)
+    return "cuda" if ours == "cuda" and timed_cuda else "triton"
+
+
+def empty_kernels(meta: dict[str, Any], kind: str) -> str:
+    """The empty kernel's replayed time, one value a part ("1.09 / 1.10")."""
+    metas = meta.get("parts") or [meta]
+    return " / ".join(f"{m[f'empty_{kind}_kernel_us_graph']:.2f}" for m in metas)
+
+
+def run_facts(meta: dict[str, Any]) -> str:
+    """The copy bandwidth and empty Triton kernel of the run, or of each part (bold values)."""
+
+    def facts(m: dict[str, Any]) -> str:
+        return (
+            f"**{m['copy_gbps']:.0f} GB/s** (1 GiB device-to-device copy, read + write); empty "
+            f"Triton kernel replayed: **{m['empty_triton_kernel_us_graph']:.2f} µs**"
+        )
+
+    parts = meta.get("parts")
+    if not parts:
+        return facts(meta)
+    return f"the grid ran in {len(parts)} parts, " + "; ".join(
+        f"part {i + 1} ({', '.join(p['ops'])}, {p['date']}): {facts(p)}"
+        for i, p in enumerate(parts)
+    )
+
+
 def markdown(
     meta: dict[str, Any], grouped: dict[Any, dict[str, list[Any]]], ours: str = "triton"
 ) -> str:
     """The report: a summary of `ours` against its targets, then one table per op."""
     margin = TARGETS[ours][2]
-    # each provider against an empty kernel of its own kind, where the run timed one
-    empty_kind = "cuda" if ours == "cuda" and meta.get("empty_cuda_kernel_us_graph") else "triton"
-    empty_us = meta[f"empty_{empty_kind}_kernel_us_graph"]
-    decode_floor = empty_us + margin
+    empty_kind = empty_kernel_kind(meta, ours)
     lines = [
         f"# Kernel benchmark — {meta['card']}",
         "",
         f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. bf16. Times are "
         "CUDA-graph replays (`do_bench_cudagraph`, median); `plain` is `do_bench`. GB/s counts "
         "the minimum traffic (inputs read once + outputs written); `frac` is that over the "
-        f"device copy bandwidth measured in the same run: **{meta['copy_gbps']:.0f} GB/s** "
-        "(1 GiB device-to-device copy, read + write). Empty Triton kernel replayed: "
-        f"**{meta['empty_triton_kernel_us_graph']:.2f} µs**. Each shape ran "
+        f"device copy bandwidth measured in the same run: {run_facts(meta)}. Each shape ran "
         f"{meta.get('runs', 2)} time(s), each run starting at a different candidate; the "
         "fastest run is shown, `spread` is the larger run-to-run difference of our kernel and "
         "of the best anchor.",
@@ -89,6 +156,7 @@ def markdown(
     summary = {"shapes": 0, "lost": 0, "targets_met": 0, "targets": 0, "decode_met": 0, "decode": 0}
     ops = sorted({k[0] for k in grouped})
     for op in ops:
+        decode_floor = part_meta(meta, op)[f"empty_{empty_kind}_kernel_us_graph"] + margin
         keys = sorted(k for k in grouped if k[0] == op)
         providers = sorted({p for k in keys for p in grouped[k]}, key=lambda p: (p != ours, p))
         lines += [
@@ -138,7 +206,7 @@ def markdown(
         f"{TARGETS[ours][1]} for the quant ops) met at {summary['targets_met']} of "
         f"{summary['targets']}; decode sizes (tokens <= 16) within {margin:g} µs of the empty "
         f"kernel at {summary['decode_met']} of {summary['decode']} (empty {empty_kind} kernel: "
-        f"{empty_us:.2f} µs).",
+        f"{empty_kernels(meta, empty_kind)} µs).",
         "",
     ]
     return "\n".join(lines)
@@ -167,7 +235,11 @@ def plot(meta: dict[str, Any], grouped: dict[Any, dict[str, list[Any]]], out: Pa
             style = "-o" if p in OURS else "--."
             ax.plot([t for t, _ in pts], [g for _, g in pts], style, label=p)
         ax.axhline(
-            meta["copy_gbps"], color="black", linewidth=0.8, linestyle=":", label="copy bandwidth"
+            part_meta(meta, op)["copy_gbps"],
+            color="black",
+            linewidth=0.8,
+            linestyle=":",
+            label="copy bandwidth",
         )
         ax.set_xscale("log", base=2)
         ax.set_title(f"{op} (hidden {width})")
@@ -188,13 +260,25 @@ def write_report(path: Path, ours: str = "triton") -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ir_stack.bench.kernel_report RESULT.json [--ours PROVIDER]``."""
+    """``python -m ir_stack.bench.kernel_report RESULT.json [PART.json ...] [--ours PROVIDER]
+    [--out MERGED.json]``."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("result", type=Path)
+    parser.add_argument("result", type=Path, nargs="+", help="a result, or the parts of one")
     parser.add_argument("--ours", default="triton", choices=sorted(TARGETS))
+    parser.add_argument("--out", type=Path, help="where the parts' merged JSON goes")
     a = parser.parse_args(argv)
-    write_report(a.result, a.ours)
-    print(a.result.with_suffix(".md").read_text().split("\n")[2])
+    path = a.result[0]
+    if len(a.result) > 1:
+        if a.out is None:
+            parser.error(f"--out is required to merge {len(a.result)} results")
+        try:
+            merged = merge(a.result)
+        except ValueError as err:
+            parser.error(str(err))
+        a.out.write_text(json.dumps(merged, indent=1))
+        path = a.out
+    write_report(path, a.ours)
+    print(path.with_suffix(".md").read_text().split("\n")[2])
     return 0
 
 
