@@ -74,12 +74,14 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
     return {"meta": {**first, "parts": part_metas}, "records": records}
 
 
+def run_metas(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """The meta of each run behind a result: its parts' where it was merged, else its own."""
+    return meta.get("parts") or [meta]
+
+
 def part_meta(meta: dict[str, Any], op: str) -> dict[str, Any]:
     """The meta of the run that timed `op`: its part's where the result was merged."""
-    for part in meta.get("parts", []):
-        if op in part["ops"]:
-            return dict(part)
-    return meta
+    return next((m for m in run_metas(meta) if op in m.get("ops", [op])), meta)
 
 
 def load(path: Path) -> tuple[dict[str, Any], dict[tuple[str, int, int], dict[str, list[Any]]]]:
@@ -106,15 +108,13 @@ def spread(runs: list[dict[str, Any]]) -> float:
 
 def empty_kernel_kind(meta: dict[str, Any], ours: str) -> str:
     """Each provider is judged against an empty kernel of its own kind, where the run timed one."""
-    metas = meta.get("parts") or [meta]
-    timed_cuda = all(m.get("empty_cuda_kernel_us_graph") for m in metas)
+    timed_cuda = all(m.get("empty_cuda_kernel_us_graph") for m in run_metas(meta))
     return "cuda" if ours == "cuda" and timed_cuda else "triton"
 
 
 def empty_kernels(meta: dict[str, Any], kind: str) -> str:
     """The empty kernel's replayed time, one value a part ("1.09 / 1.10")."""
-    metas = meta.get("parts") or [meta]
-    return " / ".join(f"{m[f'empty_{kind}_kernel_us_graph']:.2f}" for m in metas)
+    return " / ".join(f"{m[f'empty_{kind}_kernel_us_graph']:.2f}" for m in run_metas(meta))
 
 
 def run_facts(meta: dict[str, Any]) -> str:
