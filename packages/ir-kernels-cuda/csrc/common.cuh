@@ -571,14 +571,15 @@ __device__ __forceinline__ void team_reduce(int team, Reducing<Op>... r) {
   }
   __syncthreads();
   // the team's warp partials, one per lane (repeated across the warp), reduced by shuffles:
-  // five steps at most instead of a chain of shared-memory reads
+  // five steps at most instead of a chain of shared-memory reads; neighbours first, as
+  // `RowExchange` combines a spread row's warps, so a team's sum is its two halves' sums added
   const int warps = team >> 5;
   const int first = static_cast<int>(threadIdx.x & ~(team - 1)) >> 5;
   const int i = first + (static_cast<int>(threadIdx.x) & (warps - 1));
   int k = 0;
   ((r.value = partial[k++][i]), ...);
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
+  for (int offset = 1; offset < 32; offset <<= 1) {
     if (offset < warps) (r.with_lane(offset), ...);
   }
 }
@@ -610,7 +611,9 @@ struct RowLaunch {
 // Rows of more than 128 and at most 512 vectors take one vector a thread where `one_vector`
 // (the fused add's aligned kernels: a residual doubles a thread's loads, and the wider team
 // halves each thread's chain of adds and stores; Triton's tuned norms take 8 and 16 warps for
-// 2048 and 4096 bf16 elements with a residual, `ir_kernels_triton.norm_kernels.norm_warps`).
+// 2048 and 4096 bf16 elements with a residual and fp8 output,
+// `ir_kernels_triton.norm_kernels.norm_warps`). The plain fused add's teams of 512 take two
+// vectors a thread where their rows are not spread over a cluster (`kHalves`, norm.cu).
 inline RowLaunch row_launch(int64_t width, int vec, bool one_vector = false) {
   const int64_t units = (width + vec - 1) / vec;
   const int vpt = one_vector && units > 128 && units <= kMaxTeam ? 1 : units <= 1024 ? 2 : 4;

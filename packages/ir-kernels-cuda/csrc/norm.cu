@@ -325,6 +325,14 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
   // (not LATE) that maximum is reduced with the sum (one exchange) instead of after normalizing
   // the row.
   constexpr bool kEarlyMax = NORM && QUANT == kDynamic && !LATE;
+  // The fused add's two-vector rows of 256 threads stand in for its one-vector rows of 512
+  // past decode sizes (`launch_typed`) and must sum as those do: thread t holds vectors t and
+  // t + 256, the 512-thread team's threads t and t + 256, and that team's tree over its 16
+  // warps (neighbours first) adds the sums of its two halves last. So each vector's partial is
+  // kept apart, both are reduced over the 256 threads at once and then added: the same bits.
+  constexpr bool kHalves = ADD && NORM && QUANT == kNone && VPT == 2 && TEAM == 256 && CLUSTER == 1;
+  constexpr int kParts = kHalves ? 2 : 1;
+  float parts[kParts] = {};  // the thread's partial reductions (kHalves: one per vector)
   Words4 xs[VPT];  // x, or x + residual rounded to T; zeros past the row
   Words4 ws[VPT];  // the weight (where there is one: only then read)
   float xw[NORM ? VPT * V : 1];  // the norms: x * w, element by element
@@ -370,18 +378,23 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     // joined at the end: a quarter of one running accumulator's dependent steps (at decode sizes
     // the chain between a row's loads and its first store is its time). A tree over each
     // vector held its unpacked elements at once: 38 registers against 32 for bf16 rms_norm.
-    float chain[4] = {0.f, 0.f, 0.f, 0.f};
+    // kHalves: each vector's own chains, its partial kept apart.
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      float f[V];
-      unpack_words<T>(xs[k], f);
+    for (int half = 0; half < kParts; ++half) {
+      float chain[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int e = 0; e < V; ++e) {
-        float& c = chain[e / W::kPerWord];
-        c = NORM ? fmaf(f[e], f[e], c) : fmaxf(c, fabsf(f[e]));
+      for (int k = kHalves ? half : 0; k < (kHalves ? half + 1 : VPT); ++k) {
+        float f[V];
+        unpack_words<T>(xs[k], f);
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          float& c = chain[e / W::kPerWord];
+          c = NORM ? fmaf(f[e], f[e], c) : fmaxf(c, fabsf(f[e]));
+        }
       }
+      parts[half] = tree_reduce<4>(chain, std::conditional_t<NORM, SumOp, MaxOp>{});
     }
-    acc = tree_reduce<4>(chain, std::conditional_t<NORM, SumOp, MaxOp>{});
+    acc = parts[0];
     if constexpr (NORM) {
       // x * w before the reduction unless LATE: ptxas issues a load just before its first use
       // (see `late_weight` for when that helps); the arithmetic is the same either way
@@ -406,7 +419,11 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
   }
 
   float inv_rms = 1.f;
-  if constexpr (kEarlyMax) {
+  if constexpr (kHalves) {
+    float upper = parts[1];
+    exchange.reduce(0, reducing(acc, SumOp{}), reducing(upper, SumOp{}));
+    inv_rms = rsqrtf((acc + upper) * a.inv_var_size + a.eps);
+  } else if constexpr (kEarlyMax) {
     exchange.reduce(0, reducing(acc, SumOp{}), reducing(xw_absmax, MaxOp{}));
     inv_rms = rsqrtf(acc * a.inv_var_size + a.eps);
   } else if constexpr (NORM) {
@@ -572,6 +589,17 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
       const bool spread = spread_rows(args.rows, l.team);
       bool launched = false;
       if constexpr (VPT == 1) {
+        if constexpr (ADD && QUANT == kNone) {
+          // Rows that are not spread: 256 threads of two vectors that sum as the 512 do
+          // (`kHalves`), as Triton's plain fused add holds its rows. H100, two vectors a
+          // thread summed together (one tree, not this kernel's two) against one: 1024 x 4096
+          // 7.98 to 7.01 µs (Triton 6.90), but decode rows lost 0.09-0.14 µs without their
+          // cluster, which these keep (cuda-kernels-notes-H100.md, round 20).
+          if (l.team == 512 && !spread) {
+            launch_team<T, ADD, NORM, QUANT, 2, false, 256>(args, false, stream);
+            return;
+          }
+        }
         launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(args, l.team, spread, stream);
       } else if constexpr (VPT == 2) {
         if constexpr (!ADD && NORM && QUANT != kDynamic) {

@@ -13,7 +13,13 @@ import torch
 
 from ir_kernels_cuda import impls
 from ir_kernels_cuda.build import BuildUnavailable, build_emulated
-from ir_kernels_cuda.testing import assert_same_bits, bits, opcheck_arguments, opcheck_utils
+from ir_kernels_cuda.testing import (
+    assert_fused_add_sums_as_one_team,
+    assert_same_bits,
+    bits,
+    opcheck_arguments,
+    opcheck_utils,
+)
 from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
     OPTION_VARIANT_IDS,
@@ -108,7 +114,8 @@ def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout
 def test_rows_are_batch_invariant(op: IrOp, provider: str, dtype: torch.dtype, width: int) -> None:
     """The first rows give bitwise the same result alone as inside a larger batch. At these
     widths (512 vectors), 1 and 4 rows are spread over clusters of blocks and 40 are not
-    (`cluster.cuh`); float32 outputs show a sum's last bit, which bf16 outputs round away."""
+    (`cluster.cuh`), and the fused add's 40 rows take two vectors a thread where the spread rows
+    take one (`kHalves`); float32 outputs show a sum's last bit, which bf16 rounds away."""
     rows = 40
     big = sample_inputs(op, spec(dtype, width, rows, "contiguous", max_position=64))
     full = op.impls[provider].fn(*clone_args(big))
@@ -121,6 +128,18 @@ def test_rows_are_batch_invariant(op: IrOp, provider: str, dtype: torch.dtype, w
         out = op.impls[provider].fn(*clone_args(part))
         out = out[0] if isinstance(out, tuple) else out
         assert torch.equal(bits(out), bits(full)[:batch])
+
+
+@pytest.mark.parametrize(("dtype", "width"), [(torch.float32, 2048), (torch.bfloat16, 4096)])
+@pytest.mark.parametrize("provider", ["cuda", "cuda_inplace"])
+def test_fused_add_sums_as_one_team_in_either_layout(
+    provider: str, dtype: torch.dtype, width: int
+) -> None:
+    """1 and 32 rows are spread over clusters, 40 are not (4 blocks a row, 132 SMs). With
+    float32 rows, 7 of the 32 differed where the two-vector kernel chained its vectors
+    together, and 3 where the team's warps were combined farthest first."""
+    fn = ops.fused_add_rms_norm.impls[provider].fn
+    assert_fused_add_sums_as_one_team(fn, dtype, width, "cpu", batches=(1, 32))
 
 
 def test_opcheck_every_op() -> None:

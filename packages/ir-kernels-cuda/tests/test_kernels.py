@@ -13,7 +13,13 @@ import torch
 
 from ir_kernels_cuda import impls
 from ir_kernels_cuda.build import HEADERS, SOURCES, csrc_dir
-from ir_kernels_cuda.testing import assert_same_bits, bits, opcheck_arguments, opcheck_utils
+from ir_kernels_cuda.testing import (
+    assert_fused_add_sums_as_one_team,
+    assert_same_bits,
+    bits,
+    opcheck_arguments,
+    opcheck_utils,
+)
 from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
     OPTION_VARIANT_IDS,
@@ -169,6 +175,18 @@ def test_rows_are_batch_invariant(op: IrOp, provider: str, hidden: int) -> None:
         out = op.impls[provider].fn(*clone_args(part))
         out = out[0] if isinstance(out, tuple) else out
         assert torch.equal(bits(out), bits(full)[:batch])
+
+
+@on_gpu
+@pytest.mark.parametrize(("dtype", "width"), [(torch.float32, 2048), (torch.bfloat16, 4096)])
+@pytest.mark.parametrize("provider", ["cuda", "cuda_inplace"])
+def test_fused_add_sums_as_one_team_in_either_layout(
+    provider: str, dtype: torch.dtype, width: int
+) -> None:
+    """On Hopper 1 and 16 rows of 512 vectors are spread over clusters (one vector a thread)
+    and 40 are not (two vectors a thread): one sum order in both."""
+    fn = ops.fused_add_rms_norm.impls[provider].fn
+    assert_fused_add_sums_as_one_team(fn, dtype, width, "cuda", batches=(1, 16))
 
 
 @on_gpu

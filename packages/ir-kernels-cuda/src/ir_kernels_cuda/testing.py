@@ -1,6 +1,7 @@
 """Test helpers: arguments for every ``torch.ops.ir_cuda`` op, for ``torch.library.opcheck``
 on the GPU build and on the host-emulation build alike."""
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -30,6 +31,26 @@ def assert_same_bits(first: Any, second: Any) -> None:
     pairs = zip(first, second, strict=True) if isinstance(first, tuple) else [(first, second)]
     for a, b in pairs:
         assert torch.equal(bits(a), bits(b))
+
+
+def assert_fused_add_sums_as_one_team(
+    fn: Callable[..., Any], dtype: torch.dtype, width: int, device: str, batches: Sequence[int]
+) -> None:
+    """`fn` (a ``fused_add_rms_norm`` implementation) gives the first rows of 40 the same bits
+    inside each batch of `batches` as inside all 40. For rows of 512 vectors: batches whose rows
+    are spread over clusters take one vector a thread, the others two (`kHalves` in
+    ``norm.cu``), so a row's sum must have one order in both. float32 rows with magnitudes over
+    two decades, where that order shows in the last bits (bf16 outputs round it away)."""
+    g = torch.Generator().manual_seed(0)
+    rows = 40
+    decades = torch.empty(rows, width).uniform_(-1, 1, generator=g)
+    x = (torch.randn(rows, width, generator=g) * torch.pow(10.0, decades)).to(device, dtype)
+    residual = torch.randn(rows, width, generator=g).to(device, dtype)
+    weight = (torch.rand(width, generator=g) + 0.5).to(device, dtype)
+    full = fn(x.clone(), residual.clone(), weight, 1e-6, None)[0]
+    for batch in batches:
+        out = fn(x[:batch].clone(), residual[:batch].clone(), weight, 1e-6, None)[0]
+        assert torch.equal(out, full[:batch]), f"rows of a batch of {batch} differ"
 
 
 def opcheck_utils(args: tuple[Any, ...]) -> tuple[str, ...]:
