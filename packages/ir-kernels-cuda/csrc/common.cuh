@@ -136,6 +136,19 @@ inline int cluster_sms() {
     return major >= 9 ? sms : 0;
   });
 }
+
+// How many blocks of KERNEL, `block` threads each, the current device holds at once over all
+// its SMs. Asked of the runtime once per device and kernel.
+template <auto KERNEL>
+int resident_blocks(unsigned block) {
+  static std::atomic<int> known[kMaxDevices];
+  return once_per_device(known, 0, [&](int device) {
+    int per_sm = 0, sms = 0;
+    C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, static_cast<int>(block), 0));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return per_sm * sms;
+  });
+}
 #endif
 
 constexpr float kFp8Max = 448.f;
@@ -368,6 +381,29 @@ __device__ __forceinline__ void prefetch_l1(const void* p) {
   asm volatile("prefetch.global.L1 [%0];" : : "l"(p));
 #else
   (void)p;
+#endif
+}
+
+// A 16-byte load where `in_row` (else zeros) whose lines go first out of L2 (an evict-first
+// policy on the access, and evict-first in L1), as Triton's `eviction_policy="evict_first"`:
+// for rows read once by an op whose bytes just exceed the L2, so that they do not push out the
+// lines the next call reads. Predicated inside the asm, as the compiler predicates a plain
+// load (it branches around an asm). The "memory" clobber keeps it ahead of the stores that
+// follow it in the program (an in-place op writes over what it loaded).
+__device__ __forceinline__ Words4 load_evict_first(const Words4* p, bool in_row) {
+#if defined(__CUDA_ARCH__)
+  Words4 v{};
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
+      "@p ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n\t}"
+      : "+r"(v.v[0]), "+r"(v.v[1]), "+r"(v.v[2]), "+r"(v.v[3])
+      : "l"(p), "l"(policy), "r"(static_cast<int>(in_row))
+      : "memory");
+  return v;
+#else
+  return in_row ? *p : Words4{};
 #endif
 }
 

@@ -127,4 +127,11 @@ bool cluster_fits(unsigned /*block*/, unsigned /*cluster*/) {
   return true;
 }
 
+// An H100's residency: 132 SMs of 2048 threads (threads bind first there for kernels of at most
+// 32 registers, as the ones that ask are).
+template <auto KERNEL>
+int resident_blocks(unsigned block) {
+  return 132 * static_cast<int>(2048 / block);
+}
+
 }  // namespace ir_cuda

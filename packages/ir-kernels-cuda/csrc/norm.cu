@@ -8,9 +8,12 @@
 // 512, four vectors each) are streamed in chunks and read again from L2 for the output.
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "cluster.cuh"
 #include "common.cuh"
@@ -283,8 +286,10 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 // that each thread sums its squares in four chains (`row_kernel` in one), so the two may differ
 // in the last bits of the variance; which kernel a row takes depends on its width and layout,
 // never on the batch. CLUSTER > 1 spreads each row over a thread block cluster (`cluster.cuh`):
-// the same lanes and the same reduction tree, so the same bits, as one block.
-template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LATE, int CLUSTER>
+// the same lanes and the same reduction tree, so the same bits, as one block. EVICT marks the
+// rows' loads (x and the residual) evict-first (`load_evict_first`): a hint, the same bits.
+template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LATE, int CLUSTER,
+          bool EVICT = false>
 __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     aligned_row_kernel(RowArgs<T> a) {
   constexpr int team = TEAM;
@@ -343,12 +348,16 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     // (the in-place fused add writes over x and the residual), so the compiler keeps them in
     // program order: a store between two loads costs a whole memory round trip.
     Words4 rs[ADD ? VPT : 1];
+    auto load_row = [](const Words4* p, bool in_row) {
+      if constexpr (EVICT) return load_evict_first(p, in_row);
+      return in_row ? *p : fill4(0u);
+    };
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const int j = vector_at(k);
       const bool in_row = j < nvec;
-      xs[k] = in_row ? x[j] : fill4(0u);
-      if constexpr (ADD) rs[k] = in_row ? res[j] : fill4(0u);
+      xs[k] = load_row(x + j, in_row);
+      if constexpr (ADD) rs[k] = load_row(res + j, in_row);
       // pinned (`load_now`) unless LATE: then ptxas issues it after the row's first shuffles
       if (!LATE && in_row && weight != nullptr) ws[k] = load_now(weight + j);
       if (LATE && in_row && weight != nullptr) ws[k] = weight[j];
@@ -546,10 +555,17 @@ struct RowTensors {
   double epsilon = 0.0;
 };
 
+// How a call's rows are loaded, chosen per call from its batch: hints, the same arithmetic.
+struct RowLoads {
+  bool late_weight = false;  // the weight after the row's first shuffles (`LATE`; plain norms)
+  bool evict_first = false;  // x and the residual evict-first (`EVICT`; the fused add)
+};
+
 // Launches `aligned_row_kernel` for a team of TEAM, each row spread over a cluster of
-// `cluster_for_team(TEAM)` blocks where SPREAD.
+// `cluster_for_team(TEAM)` blocks where `spread`, else its rows marked evict-first where
+// `evict_first` (the fused add's kernels only: `evicts_first`).
 template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool LATE, int TEAM>
-void launch_team(const RowArgs<T>& args, bool spread, cudaStream_t stream) {
+void launch_team(const RowArgs<T>& args, bool spread, bool evict_first, cudaStream_t stream) {
   constexpr int kCluster = cluster_for_team(TEAM);
   const auto rows = static_cast<unsigned>(args.rows);
   const unsigned threads = row_block_threads(TEAM);
@@ -563,14 +579,24 @@ void launch_team(const RowArgs<T>& args, bool spread, cudaStream_t stream) {
     }
   }
   const unsigned rows_per_block = threads / TEAM;
-  launch(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1>,
-         dim3((rows + rows_per_block - 1) / rows_per_block), dim3(threads), stream, args);
+  const dim3 grid((rows + rows_per_block - 1) / rows_per_block);
+  if constexpr (ADD) {
+    if (evict_first) {
+      launch(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, true>, grid, dim3(threads),
+             stream, args);
+      return;
+    }
+  }
+  launch(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1>, grid, dim3(threads), stream,
+         args);
 }
 
 // Launches `aligned_row_kernel` for the one of TEAMS equal to `team`; false if none is.
 template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool LATE, int... TEAMS>
-bool launch_aligned(const RowArgs<T>& args, int team, bool spread, cudaStream_t stream) {
-  return ((team == TEAMS && (launch_team<T, ADD, NORM, QUANT, VPT, LATE, TEAMS>(args, spread, stream), true)) || ...);
+bool launch_aligned(const RowArgs<T>& args, int team, bool spread, bool evict_first, cudaStream_t stream) {
+  return ((team == TEAMS &&
+           (launch_team<T, ADD, NORM, QUANT, VPT, LATE, TEAMS>(args, spread, evict_first, stream), true)) ||
+          ...);
 }
 
 // A decode-size batch of wide rows is bound by each row's SM: spread each row over a cluster
@@ -581,7 +607,7 @@ inline bool spread_rows(int64_t rows, int team) {
 }
 
 template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool STREAM>
-void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows, bool late_weight,
+void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows, const RowLoads& loads,
                   cudaStream_t stream) {
   if constexpr (!STREAM) {
     // the teams `row_launch` gives each tile size, as compile-time constants
@@ -590,30 +616,32 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
       bool launched = false;
       if constexpr (VPT == 1) {
         if constexpr (ADD && QUANT == kNone) {
-          // Rows that are not spread: 256 threads of two vectors that sum as the 512 do
-          // (`kHalves`), as Triton's plain fused add holds its rows. H100, two vectors a
-          // thread summed together (one tree, not this kernel's two) against one: 1024 x 4096
-          // 7.98 to 7.01 µs (Triton 6.90), but decode rows lost 0.09-0.14 µs without their
-          // cluster, which these keep (cuda-kernels-notes-H100.md, round 20).
-          if (l.team == 512 && !spread) {
-            launch_team<T, ADD, NORM, QUANT, 2, false, 256>(args, false, stream);
+          // Rows not spread that the chip holds at once in blocks of 256 threads of two
+          // vectors, summed as the 512 do (`kHalves`): one wave where blocks of 512 need two.
+          // H100, 1024 x 4096: 7.98 to 6.84-7.10 µs (Triton 7.06); past one wave the one-vector
+          // kernel stays ahead (4096 x 4096 47.35 against 48.2 µs), and decode rows keep their
+          // cluster (cuda-kernels-notes-H100.md, round 21).
+          constexpr auto kHalvesKernel = aligned_row_kernel<T, 256, 2, ADD, NORM, QUANT, false, 1>;
+          if (l.team == 512 && !spread && args.rows <= resident_blocks<kHalvesKernel>(256)) {
+            launch_team<T, ADD, NORM, QUANT, 2, false, 256>(args, false, loads.evict_first, stream);
             return;
           }
         }
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(args, l.team, spread, stream);
+        launched =
+            launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(args, l.team, spread, loads.evict_first, stream);
       } else if constexpr (VPT == 2) {
         if constexpr (!ADD && NORM && QUANT != kDynamic) {
-          if (late_weight) {
+          if (loads.late_weight) {
             launched = launch_aligned<T, ADD, NORM, QUANT, VPT, true, 8, 16, 32, 64, 128, 256, 512>(
-                args, l.team, spread, stream);
+                args, l.team, spread, false, stream);
           }
         }
         if (!launched) {
           launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 8, 16, 32, 64, 128, 256, 512>(
-              args, l.team, spread, stream);
+              args, l.team, spread, loads.evict_first, stream);
         }
       } else {
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 512>(args, l.team, spread, stream);
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 512>(args, l.team, spread, loads.evict_first, stream);
       }
       TORCH_CHECK(launched, "ir_cuda: no aligned row kernel for a team of ", l.team, " x ", VPT);
       return;
@@ -627,6 +655,29 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
     launch(row_kernel<T, VPT, STREAM, ADD, NORM, QUANT>, grid, dim3(static_cast<unsigned>(l.threads)), stream, args,
            l.team);
   }
+}
+
+// Bytes of the distinct tensors among `tensors` (one written in place over another counts once).
+int64_t distinct_bytes(std::initializer_list<const at::Tensor*> tensors) {
+  int64_t bytes = 0;
+  std::vector<const void*> seen;
+  for (const at::Tensor* t : tensors) {
+    if (std::find(seen.begin(), seen.end(), t->data_ptr()) != seen.end()) continue;
+    seen.push_back(t->data_ptr());
+    bytes += t->numel() * static_cast<int64_t>(t->element_size());
+  }
+  return bytes;
+}
+
+// An op touching `bytes` overflows the L2 by at most 30 %: its rows read once are better marked
+// evict-first, so that the lines the next call reads stay (Triton's hint,
+// `ir_kernels_triton.norm_kernels.evict_first_for`: on an H100 the fused add + static fp8 at
+// 4096 x 2048 and 1024 x 8192, 56 MB against 50, ran 5-11 % faster with it, the plain fused
+// add, 64 MB, 1-3 %; ops within the L2 lost their inputs' lines between calls, ops far over it
+// gained nothing).
+bool just_over_l2(int64_t bytes) {
+  const auto l2 = static_cast<double>(l2_cache_bytes());
+  return static_cast<double>(bytes) > l2 && static_cast<double>(bytes) <= 1.3 * l2;
 }
 
 template <bool ADD, bool NORM, int QUANT>
@@ -706,28 +757,34 @@ void launch_rows(const RowTensors& t) {
     // over twice the L2 size, but not in between (4096 x 4096, 64 MB: 21.3 to 22.0); the static
     // norm + quant past decode sizes (1024 x 8192: 6.57 to 6.34). The same arithmetic either
     // way, so it may follow the batch.
-    bool late_weight = false;
+    RowLoads loads;
     if constexpr (!ADD && QUANT == kNone) {
       // x and out are the same size: both over twice the L2 is x alone over it (the L2 is
       // asked only past small batches: a device call)
-      late_weight = tokens <= kFewRows ||
-                    x.numel() * static_cast<int64_t>(x.element_size()) > l2_cache_bytes();
+      loads.late_weight = tokens <= kFewRows ||
+                          x.numel() * static_cast<int64_t>(x.element_size()) > l2_cache_bytes();
     } else if constexpr (!ADD && QUANT == kStatic) {
-      late_weight = tokens > 16;
+      loads.late_weight = tokens > 16;
+    }
+    if constexpr (ADD) {
+      // (the L2 is asked only past kFewRows: as many rows of one tile, 33 MB at most, fit an
+      // H100's; streamed rows take `row_kernel`, which has no hint)
+      loads.evict_first = tokens > kFewRows &&
+                          just_over_l2(distinct_bytes({&x, t.residual, t.residual_out, t.out}));
     }
     if (l.stream) {
-      launch_typed<T, ADD, NORM, QUANT, 4, true>(args, l, aligned, late_weight, stream);
+      launch_typed<T, ADD, NORM, QUANT, 4, true>(args, l, aligned, loads, stream);
     } else if (l.vpt == 1) {
       // only the fused add's aligned rows are launched one vector a thread
       if constexpr (ADD) {
-        launch_typed<T, ADD, NORM, QUANT, 1, false>(args, l, aligned, late_weight, stream);
+        launch_typed<T, ADD, NORM, QUANT, 1, false>(args, l, aligned, loads, stream);
       } else {
         TORCH_INTERNAL_ASSERT(false, "ir_cuda: one vector a thread outside the fused add");
       }
     } else if (l.vpt == 2) {
-      launch_typed<T, ADD, NORM, QUANT, 2, false>(args, l, aligned, late_weight, stream);
+      launch_typed<T, ADD, NORM, QUANT, 2, false>(args, l, aligned, loads, stream);
     } else {
-      launch_typed<T, ADD, NORM, QUANT, 4, false>(args, l, aligned, late_weight, stream);
+      launch_typed<T, ADD, NORM, QUANT, 4, false>(args, l, aligned, loads, stream);
     }
   });
 }

@@ -160,7 +160,8 @@ def test_rotary_takes_int32_positions(dtype: torch.dtype, hidden: int) -> None:
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
 def test_rows_are_batch_invariant(op: IrOp, provider: str, hidden: int) -> None:
     """The first rows give bitwise the same result inside batches of 1, 7 and 4096 (on Hopper,
-    wide rows of the small batches are spread over thread block clusters, `cluster.cuh`)."""
+    wide rows of the small batches are spread over thread block clusters, `cluster.cuh`, and
+    the fused adds' 4096 x 2048, 56-64 MB, load their rows evict-first, `just_over_l2`)."""
     # a rotary cache of 5000 positions, so that only batch-shaped tensors have 4096 rows
     big = sample_inputs(
         op, spec_for(torch.bfloat16, hidden, 4096, "contiguous", seed=3, max_position=5000)
@@ -180,13 +181,13 @@ def test_rows_are_batch_invariant(op: IrOp, provider: str, hidden: int) -> None:
 @on_gpu
 @pytest.mark.parametrize(("dtype", "width"), [(torch.float32, 2048), (torch.bfloat16, 4096)])
 @pytest.mark.parametrize("provider", ["cuda", "cuda_inplace"])
-def test_fused_add_sums_as_one_team_in_either_layout(
+def test_fused_add_sums_as_one_team_in_every_layout(
     provider: str, dtype: torch.dtype, width: int
 ) -> None:
-    """On Hopper 1 and 16 rows of 512 vectors are spread over clusters (one vector a thread)
-    and 40 are not (two vectors a thread): one sum order in both."""
+    """On an H100, 1 and 16 rows of 512 vectors are spread over clusters (one vector a thread),
+    40 and 1024 take two vectors a thread, all 1200 one: one sum order in all three."""
     fn = ops.fused_add_rms_norm.impls[provider].fn
-    assert_fused_add_sums_as_one_team(fn, dtype, width, "cuda", batches=(1, 16))
+    assert_fused_add_sums_as_one_team(fn, dtype, width, "cuda", batches=(1, 16, 40, 1024))
 
 
 @on_gpu

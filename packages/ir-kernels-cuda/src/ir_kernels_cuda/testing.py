@@ -34,15 +34,21 @@ def assert_same_bits(first: Any, second: Any) -> None:
 
 
 def assert_fused_add_sums_as_one_team(
-    fn: Callable[..., Any], dtype: torch.dtype, width: int, device: str, batches: Sequence[int]
+    fn: Callable[..., Any],
+    dtype: torch.dtype,
+    width: int,
+    device: str,
+    batches: Sequence[int],
+    rows: int = 1200,
 ) -> None:
-    """`fn` (a ``fused_add_rms_norm`` implementation) gives the first rows of 40 the same bits
-    inside each batch of `batches` as inside all 40. For rows of 512 vectors: batches whose rows
-    are spread over clusters take one vector a thread, the others two (`kHalves` in
-    ``norm.cu``), so a row's sum must have one order in both. float32 rows with magnitudes over
-    two decades, where that order shows in the last bits (bf16 outputs round it away)."""
+    """`fn` (a ``fused_add_rms_norm`` implementation) gives the first rows of `rows` the same
+    bits inside each batch of `batches` as inside all `rows`. Rows of 512 vectors take one of
+    three layouts by batch size: spread over clusters at decode sizes, 256 threads of two
+    vectors while the chip holds the batch at once (`kHalves` in ``norm.cu``; 1056 rows on an
+    H100), one vector a thread past that; a row's sum must have one order in all three.
+    float32 rows with magnitudes over two decades, where that order shows in the last bits
+    (bf16 outputs round it away)."""
     g = torch.Generator().manual_seed(0)
-    rows = 40
     decades = torch.empty(rows, width).uniform_(-1, 1, generator=g)
     x = (torch.randn(rows, width, generator=g) * torch.pow(10.0, decades)).to(device, dtype)
     residual = torch.randn(rows, width, generator=g).to(device, dtype)
