@@ -566,7 +566,7 @@ struct RowLoads {
 
 // Launches `aligned_row_kernel` for a team of TEAM, each row spread over a cluster of
 // `cluster_for_team(TEAM)` blocks where `spread`, else its rows marked evict-first where
-// `evict_first` (the fused add's kernels only: `evicts_first`).
+// `evict_first` (the fused adds only: `just_over_l2`).
 template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool LATE, int TEAM>
 void launch_team(const RowArgs<T>& args, bool spread, bool evict_first, cudaStream_t stream) {
   constexpr int kCluster = cluster_for_team(TEAM);
@@ -582,16 +582,11 @@ void launch_team(const RowArgs<T>& args, bool spread, bool evict_first, cudaStre
     }
   }
   const unsigned rows_per_block = threads / TEAM;
-  const dim3 grid((rows + rows_per_block - 1) / rows_per_block);
+  auto kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1>;
   if constexpr (ADD) {
-    if (evict_first) {
-      launch(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, true>, grid, dim3(threads),
-             stream, args);
-      return;
-    }
+    if (evict_first) kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, true>;
   }
-  launch(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1>, grid, dim3(threads), stream,
-         args);
+  launch(kernel, dim3((rows + rows_per_block - 1) / rows_per_block), dim3(threads), stream, args);
 }
 
 // Launches `aligned_row_kernel` for the one of TEAMS equal to `team`; false if none is.
@@ -630,8 +625,8 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
             return;
           }
         }
-        launched =
-            launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(args, l.team, spread, loads.evict_first, stream);
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(args, l.team, spread,
+                                                                             loads.evict_first, stream);
       } else if constexpr (VPT == 2) {
         if constexpr (!ADD && NORM && QUANT != kDynamic) {
           if (loads.late_weight) {
@@ -644,7 +639,8 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
               args, l.team, spread, loads.evict_first, stream);
         }
       } else {
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 512>(args, l.team, spread, loads.evict_first, stream);
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 512>(args, l.team, spread,
+                                                                       loads.evict_first, stream);
       }
       TORCH_CHECK(launched, "ir_cuda: no aligned row kernel for a team of ", l.team, " x ", VPT);
       return;
