@@ -124,3 +124,18 @@ def test_merging_parts_needs_an_output(tmp_path: Path) -> None:
     b = write_part(tmp_path, "b.json", "silu_and_mul", 1.8, 2.4)
     with pytest.raises(SystemExit):
         kernel_report.main([str(a), str(b)])
+
+
+def test_the_shapes_lost_are_listed_largest_gap_first(tmp_path: Path) -> None:
+    path = write(tmp_path)
+    kernel_report.main([str(path), "--ours", "triton"])
+    text = path.with_suffix(".md").read_text()
+    table = text[text.index("Shapes `triton` loses") : text.index("## rms_norm")]
+    rows = [line for line in table.splitlines() if line.startswith("| rms_norm")]
+    # inductor's 90 us against 100 (1.111), then cuda's 2.6 against 2.7 at decode (1.038)
+    assert rows == [
+        "| rms_norm | 16384 | 8192 | 100.00 | inductor | 90.00 | 1.111 | 0.000 |",
+        "| rms_norm | 1 | 4096 | 2.70 | cuda | 2.60 | 1.038 | 0.000 |",
+    ]
+    kernel_report.main([str(path), "--ours", "cuda"])
+    assert "Shapes `cuda` loses" in path.with_suffix(".md").read_text()

@@ -17,7 +17,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 OURS = ("triton", "cuda")
 #: Ops held to the lower ("quant") bandwidth target: a reduction feeds the quantization, or
@@ -135,15 +135,26 @@ def run_facts(meta: dict[str, Any]) -> str:
     )
 
 
+class Loss(NamedTuple):
+    """A shape that `ours` loses by more than the run-to-run spread (sorts by `ratio`)."""
+
+    ratio: float
+    op: str
+    tokens: int
+    hidden: int
+    ours_us: float
+    anchor: str
+    anchor_us: float
+    spread: float
+
+
 def markdown(
     meta: dict[str, Any], grouped: dict[Any, dict[str, list[Any]]], ours: str = "triton"
 ) -> str:
     """The report: a summary of `ours` against its targets, then one table per op."""
     margin = TARGETS[ours][2]
     empty_kind = empty_kernel_kind(meta, ours)
-    lines = [
-        f"# Kernel benchmark — {meta['card']}",
-        "",
+    method = [
         f"torch {meta['torch']}, Triton {meta['triton']}, {meta['date']}. bf16. Times are "
         "CUDA-graph replays (`do_bench_cudagraph`, median); `plain` is `do_bench`. GB/s counts "
         "the minimum traffic (inputs read once + outputs written); `frac` is that over the "
@@ -153,7 +164,9 @@ def markdown(
         "of the best anchor.",
         "",
     ]
-    summary = {"shapes": 0, "lost": 0, "targets_met": 0, "targets": 0, "decode_met": 0, "decode": 0}
+    lines: list[str] = []  # the ops' tables
+    summary = {"shapes": 0, "targets_met": 0, "targets": 0, "decode_met": 0, "decode": 0}
+    lost: list[Loss] = []
     ops = sorted({k[0] for k in grouped})
     for op in ops:
         decode_floor = part_meta(meta, op)[f"empty_{empty_kind}_kernel_us_graph"] + margin
@@ -177,7 +190,19 @@ def markdown(
             ratio = mine["us_graph"] / anchor["us_graph"]
             noise = max(spread(row[ours]), spread(row[anchor_name]))
             summary["shapes"] += 1
-            summary["lost"] += ratio > 1 + noise
+            if ratio > 1 + noise:
+                lost.append(
+                    Loss(
+                        ratio,
+                        op,
+                        key[1],
+                        key[2],
+                        mine["us_graph"],
+                        anchor_name,
+                        anchor["us_graph"],
+                        noise,
+                    )
+                )
             cells = []
             for p in providers:
                 r = best(row[p]) if p in row else None
@@ -199,9 +224,9 @@ def markdown(
                 f"| {ratio:.3f} |"
             )
         lines.append("")
-    lines[2:2] = [
+    verdict = [
         f"Summary for `{ours}`: at least as fast as the best other column (within the "
-        f"run-to-run spread) at {summary['shapes'] - summary['lost']} of {summary['shapes']} "
+        f"run-to-run spread) at {summary['shapes'] - len(lost)} of {summary['shapes']} "
         f"shapes; bandwidth targets (tokens x hidden >= 64M: {TARGETS[ours][0]} of copy, "
         f"{TARGETS[ours][1]} for the quant ops) met at {summary['targets_met']} of "
         f"{summary['targets']}; decode sizes (tokens <= 16) within {margin:g} µs of the empty "
@@ -209,7 +234,26 @@ def markdown(
         f"{empty_kernels(meta, empty_kind)} µs).",
         "",
     ]
-    return "\n".join(lines)
+    title = [f"# Kernel benchmark — {meta['card']}", ""]
+    return "\n".join(title + verdict + method + lost_table(ours, lost) + lines)
+
+
+def lost_table(ours: str, lost: list[Loss]) -> list[str]:
+    """The shapes `ours` loses by more than the run-to-run spread, largest gap first."""
+    if not lost:
+        return []
+    lines = [
+        f"Shapes `{ours}` loses by more than the run-to-run spread, largest gap first:",
+        "",
+        f"| op | tokens | hidden | {ours} µs | best other | its µs | {ours} vs best | spread |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for loss in sorted(lost, reverse=True):
+        lines.append(
+            f"| {loss.op} | {loss.tokens} | {loss.hidden} | {loss.ours_us:.2f} | {loss.anchor} "
+            f"| {loss.anchor_us:.2f} | {loss.ratio:.3f} | {loss.spread:.3f} |"
+        )
+    return [*lines, ""]
 
 
 def plot(meta: dict[str, Any], grouped: dict[Any, dict[str, list[Any]]], out: Path) -> None:
