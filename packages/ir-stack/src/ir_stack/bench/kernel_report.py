@@ -151,7 +151,8 @@ class Loss(NamedTuple):
 def markdown(
     meta: dict[str, Any], grouped: dict[Any, dict[str, list[Any]]], ours: str = "triton"
 ) -> str:
-    """The report: a summary of `ours` against its targets, then one table per op."""
+    """The report: a summary of `ours` against its targets, the shapes it loses, then one
+    table per op."""
     margin = TARGETS[ours][2]
     empty_kind = empty_kernel_kind(meta, ours)
     method = [
@@ -190,17 +191,18 @@ def markdown(
             ratio = mine["us_graph"] / anchor["us_graph"]
             noise = max(spread(row[ours]), spread(row[anchor_name]))
             summary["shapes"] += 1
+            _, tokens, hidden = key
             if ratio > 1 + noise:
                 lost.append(
                     Loss(
-                        ratio,
-                        op,
-                        key[1],
-                        key[2],
-                        mine["us_graph"],
-                        anchor_name,
-                        anchor["us_graph"],
-                        noise,
+                        ratio=ratio,
+                        op=op,
+                        tokens=tokens,
+                        hidden=hidden,
+                        ours_us=mine["us_graph"],
+                        anchor=anchor_name,
+                        anchor_us=anchor["us_graph"],
+                        spread=noise,
                     )
                 )
             cells = []
@@ -209,7 +211,6 @@ def markdown(
                 cells.append(
                     "-" if r is None else f"{r['us_graph']:.2f} ({r['fraction_of_copy']:.2f})"
                 )
-            _, tokens, hidden = key
             target = bandwidth_target(ours, op)
             if tokens * hidden >= BIG and target is not None:
                 summary["targets"] += 1
