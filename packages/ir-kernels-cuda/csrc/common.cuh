@@ -125,15 +125,24 @@ bool cluster_fits(unsigned block, unsigned cluster) {
          }) == 1;
 }
 
+// The current device's SM count. Asked of the driver once per device.
+inline int sm_count() {
+  static std::atomic<int> known[kMaxDevices];
+  return once_per_device(known, 0, [](int device) {
+    int sms = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+  });
+}
+
 // The current device's SM count where it runs thread block clusters (compute capability 9.0 and
 // later), else 0. Asked of the driver once per device.
 inline int cluster_sms() {
   static std::atomic<int> known[kMaxDevices];
   return once_per_device(known, 0, [](int device) {
-    int major = 0, sms = 0;
+    int major = 0;
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return major >= 9 ? sms : 0;
+    return major >= 9 ? sm_count() : 0;
   });
 }
 
@@ -142,11 +151,10 @@ inline int cluster_sms() {
 template <auto KERNEL>
 int resident_blocks(unsigned block) {
   static std::atomic<int> known[kMaxDevices];
-  return once_per_device(known, 0, [&](int device) {
-    int per_sm = 0, sms = 0;
+  return once_per_device(known, 0, [&](int /*device*/) {
+    int per_sm = 0;
     C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, KERNEL, static_cast<int>(block), 0));
-    C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    return per_sm * sms;
+    return per_sm * sm_count();
   });
 }
 #endif
@@ -649,7 +657,8 @@ struct RowLaunch {
 // halves each thread's chain of adds and stores; Triton's tuned norms take 8 and 16 warps for
 // 2048 and 4096 bf16 elements with a residual and fp8 output,
 // `ir_kernels_triton.norm_kernels.norm_warps`). The plain fused add's teams of 512 take two
-// vectors a thread where their rows are not spread over a cluster (`kHalves`, norm.cu).
+// vectors a thread where their rows are not spread over a cluster and the chip holds the batch
+// at once (`kHalves`, `launch_typed` in norm.cu).
 inline RowLaunch row_launch(int64_t width, int vec, bool one_vector = false) {
   const int64_t units = (width + vec - 1) / vec;
   const int vpt = one_vector && units > 128 && units <= kMaxTeam ? 1 : units <= 1024 ? 2 : 4;

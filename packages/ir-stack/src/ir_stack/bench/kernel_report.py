@@ -2,7 +2,8 @@
 
 Usage: python -m ir_stack.bench.kernel_report RESULT.json [PART.json ...] [--ours triton|cuda]
     [--out MERGED.json]
-Writes <stem>.md and <stem>.png beside the JSON. A grid too long for one device call may run
+Writes <stem>.md (a summary against the targets, the shapes lost largest gap first, a table
+per op) and <stem>.png beside the JSON. A grid too long for one device call may run
 in parts split by `--ops` (each op, its shapes and anchors within one part): given several
 JSONs, the report merges them into `--out` first, and judges each op against the empty
 kernel timed in its own part. `--ours` names the provider judged against
