@@ -1,0 +1,222 @@
+"""The fp8 quantizers without a norm in several layouts and parameter forms, beside Triton.
+
+`quant_layout_probe.cu` holds one templated kernel on raw pointers (bf16 rows in, fp8 and a
+float32 scale a row out) in several layouts: lanes a row, vectors a lane (adjacent or a team
+apart), rows a thread, threads a block. Each variant is checked bitwise against the first (the
+layout `ir_cuda` uses) and timed by CUDA-graph replay (`do_bench_cudagraph`, median; fastest of
+`--rounds`, each round in a rotated order), beside Triton's kernel and, where the package
+builds, the `ir_cuda` op itself. Prints one table; `--json` also writes the numbers.
+
+Usage (GPU machine): python benchmarks/gpu/quant_layout_probe.py [--rounds 3] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from triton.testing import do_bench_cudagraph
+
+from ir_kernels_triton.pointwise_kernels import launch_dynamic_quant, launch_group_quant
+
+SOURCE = Path(__file__).with_name("quant_layout_probe.cu")
+FP8 = torch.float8_e4m3fn
+
+#: (name, variant id) per kind of row; the first of each is ir_cuda's layout.
+GROUP_VARIANTS = [
+    ("t8v2 g1 b128 (ir_cuda)", 0),
+    ("t8v2 g2 b64 (triton)", 1),
+    ("t8v2 g1 b64", 2),
+    ("t8v2 g2 b128", 3),
+    ("t4v4 g1 b128", 4),
+    ("t8v2 g4 b64", 5),
+    ("t8v2 g2 b32", 6),
+    ("t8v2 plain-ld", 7),
+    ("t8v2 rowargs", 8),
+    ("t8v2 rowargs plain-ld", 9),
+]
+TOKEN_VARIANTS = {
+    2048: [
+        ("t128v2 apart (ir_cuda)", 10),
+        ("t128v2 adj (triton)", 11),
+        ("t64v4 adj", 12),
+        ("t256v1", 13),
+        ("t128v2 apart plain-ld", 14),
+        ("t128v2 apart rowargs", 15),
+        ("t128v2 apart rowargs plain-ld", 16),
+    ],
+    4096: [
+        ("t256v2 apart (ir_cuda)", 20),
+        ("t256v2 adj (triton)", 21),
+        ("t128v4 adj", 22),
+        ("t256v2 apart plain-ld", 24),
+        ("t256v2 apart rowargs", 25),
+        ("t256v2 apart rowargs plain-ld", 26),
+    ],
+}
+GROUP_SHAPES = [
+    (16, 4096),
+    (128, 8192),
+    (1024, 2048),
+    (1024, 4096),
+    (1024, 8192),
+    (4096, 2048),
+    (4096, 8192),
+]
+TOKEN_SHAPES = [
+    (1, 2048),
+    (16, 2048),
+    (128, 2048),
+    (1024, 2048),
+    (4096, 2048),
+    (1, 4096),
+    (128, 4096),
+    (1024, 4096),
+]
+
+
+def build(out_dir: Path) -> ctypes.CDLL:
+    library = out_dir / "quant_layout_probe.so"
+    subprocess.run(
+        [
+            "nvcc",
+            "-O3",
+            "-arch=sm_90a",
+            "-shared",
+            "-Xcompiler",
+            "-fPIC",
+            str(SOURCE),
+            "-o",
+            str(library),
+        ],
+        check=True,
+    )
+    lib = ctypes.CDLL(str(library))
+    lib.probe_launch.restype = ctypes.c_int
+    lib.probe_launch.argtypes = (
+        [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_void_p]
+    )
+    return lib
+
+
+def ir_cuda_kernels() -> Any:
+    """`torch.ops.ir_cuda` where the package builds here, else None."""
+    try:
+        from ir_kernels_cuda import impls  # noqa: F401  (builds the extension on first use)
+        from ir_kernels_cuda.impls import KERNELS
+
+        KERNELS.group_quant_fp8_out  # noqa: B018  (raises where the build failed)
+        return KERNELS
+    except Exception as error:  # the probe runs without the package's column
+        print(f"ir_cuda unavailable: {error}")
+        return None
+
+
+def time_candidates(
+    candidates: dict[str, Callable[[], None]], rounds: int
+) -> dict[str, list[float]]:
+    names = list(candidates)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names) :] + names[: r % len(names)]:
+            times[n].append(float(do_bench_cudagraph(candidates[n], rep=25)) * 1e3)
+    return times
+
+
+def check_equal(outs: dict[str, tuple[torch.Tensor, torch.Tensor]], kept: str) -> None:
+    """Every variant's fp8 bits and scales equal the kept layout's."""
+    kept_q, kept_s = outs[kept]
+    for name, (q, s) in outs.items():
+        assert torch.equal(q.view(torch.uint8), kept_q.view(torch.uint8)), f"{name}: outputs"
+        assert torch.equal(s.view(-1), kept_s.view(-1)), f"{name}: scales"
+
+
+def run_case(
+    lib: ctypes.CDLL,
+    kernels: Any,
+    op: str,
+    shape: tuple[int, int],
+    width: int,
+    variants: list[tuple[str, int]],
+    rounds: int,
+) -> dict[str, list[float]]:
+    """Times every variant of one op and shape, with Triton's kernel and the ir_cuda op."""
+    tokens, hidden = shape
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 3
+    rows, nvec = tokens * hidden // width, width // 8
+    outs = {
+        name: (
+            torch.empty(tokens, hidden, device="cuda", dtype=FP8),
+            torch.empty(rows, device="cuda", dtype=torch.float32),
+        )
+        for name, _ in variants
+    }
+
+    def probe(variant: int, q: torch.Tensor, s: torch.Tensor) -> Callable[[], None]:
+        def run() -> None:
+            # the current stream, read at each call: a graph capture runs on its own
+            stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+            rc = lib.probe_launch(
+                variant, x.data_ptr(), q.data_ptr(), s.data_ptr(), rows, nvec, stream
+            )
+            assert rc == 0, f"probe variant {variant}: launch error {rc}"
+
+        return run
+
+    candidates = {name: probe(v, *outs[name]) for name, v in variants}
+    tq = torch.empty(tokens, hidden, device="cuda", dtype=FP8)
+    ts = torch.empty(tokens, hidden // width, device="cuda", dtype=torch.float32)
+    grouped = op == "group_quant_fp8"
+    if grouped:
+        candidates["triton"] = lambda: launch_group_quant(x, width, tq, ts)
+    else:
+        candidates["triton"] = lambda: launch_dynamic_quant(x, None, tq, ts.view(-1))
+    if kernels is not None:
+        outs["ir_cuda op"] = (
+            torch.empty(tokens, hidden, device="cuda", dtype=FP8),
+            torch.empty(tokens, hidden // width, device="cuda", dtype=torch.float32),
+        )
+        cq, cs = outs["ir_cuda op"]
+        if grouped:
+            candidates["ir_cuda op"] = lambda: kernels.group_quant_fp8_out(cq, cs, x, width)
+        else:
+            candidates["ir_cuda op"] = lambda: kernels.dynamic_quant_fp8_out(cq, cs, x, None)
+    for run in candidates.values():
+        run()
+    torch.cuda.synchronize()
+    check_equal(outs, variants[0][0])
+    return time_candidates(candidates, rounds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--without-ir-cuda", action="store_true", help="skip the op's column")
+    args = parser.parse_args()
+    lib = build(Path(tempfile.mkdtemp()))
+    kernels = None if args.without_ir_cuda else ir_cuda_kernels()
+    torch.manual_seed(0)
+    cases = [("group_quant_fp8", shape, 128, GROUP_VARIANTS) for shape in GROUP_SHAPES]
+    cases += [("dynamic_quant_fp8", s, s[1], TOKEN_VARIANTS[s[1]]) for s in TOKEN_SHAPES]
+    results = []
+    for op, shape, width, variants in cases:
+        times = run_case(lib, kernels, op, shape, width, variants, args.rounds)
+        results.append({"op": op, "tokens": shape[0], "hidden": shape[1], "times_us": times})
+        best = {n: min(v) for n, v in times.items()}
+        line = "  ".join(f"{n}={best[n]:.2f}" for n in sorted(best, key=best.__getitem__))
+        print(f"{op} {shape[0]}x{shape[1]}: {line}", flush=True)
+    if args.json:
+        device = torch.cuda.get_device_name()
+        args.json.write_text(json.dumps({"device": device, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
