@@ -28,15 +28,22 @@ enum Quant : int { kNone = 0, kStatic = 1, kDynamic = 2 };
 // (`late_weight` in `launch_rows`).
 constexpr int64_t kFewRows = 256;
 
-// The fields every row kernel reads come first: kernel parameters live in a constant bank,
-// and each 64-byte line of it a block first touches is a miss on that SM (ncu on an H100:
-// constant-cache misses were the second stall reason of rms_norm at 128 x 4096).
+// Kernel parameters live in a constant bank, and each 64-byte line of it an SM first touches
+// is a miss there. These start 16 bytes into a line (at 0x210 on sm_90), so the first 112
+// bytes span two lines, which every row kernel reads before its first load. The dynamic
+// quantizers' fields lay in a third line, read between a row's loads or after its reduction,
+// where its miss stalled the row: a standalone probe (`benchmarks/gpu/quant_layout_probe.py`,
+// H100) ran dynamic quant 0.05-0.15 µs faster with five parameters than with this struct (128 x
+// 2048: 1.73 against 1.88 µs). They now fill the gaps and share the fused add's bytes (no op
+// has both), and every other field keeps its offset, so the other kernels are unchanged.
 template <typename T>
 struct RowArgs {
   const T* x;
-  int x_stride;  // row strides are 32-bit (the host checks): one multiply to a row
-  void* out;  // T, or fp8 bits (uint8_t) when quantizing
+  int x_stride;            // row strides are 32-bit (the host checks): one multiply to a row
+  int scale_token_stride;  // dynamic: of scale_out, 32-bit (the host checks)
+  void* out;               // T, or fp8 bits (uint8_t) when quantizing
   int out_stride;
+  int scale_group_stride;
   const T* weight;
   int rows;    // tokens * groups; the host checks both fit 31 bits
   int groups;  // per token (1 except for group quantization)
@@ -45,21 +52,30 @@ struct RowArgs {
   int var_size;
   float inv_var_size;  // 1 / var_size: a multiplication where a division would branch
   float eps;
-  // the fused add
-  const T* residual;
+  union {
+    const T* residual;  // the fused add
+    float* scale_out;   // dynamic quantization: one scale per row (per group)
+  };
   int residual_stride;
-  T* residual_out;
+  union {
+    T* residual_out;
+    const float* scale_ub;  // dynamic: the optional upper bound of the absmax
+  };
   int residual_out_stride;
-  // quantization
-  const float* scale;     // static: the one scale
-  const float* scale_ub;  // dynamic: optional upper bound of the absmax
-  float* scale_out;       // dynamic: one scale per row (per group)
-  int64_t scale_token_stride;
-  int64_t scale_group_stride;
+  const float* scale;  // static quantization: the one scale
+  // nvcc (CUDA 13) loads every field of a parameter struct of up to 128 bytes at a kernel's
+  // entry, and those of a larger one where they are used; the row kernels were tuned in the
+  // second form (in the first the norms took 44-46 registers a thread instead of 32, and
+  // rms_norm at 1024 x 8192 ran 18 % slower on an H100). So the struct keeps its size, and
+  // this flag its offset.
+  char keep_over_128_bytes[32];
   // static: prefetch the scale into L1 first (small batches; a prefetch costs each block
   // hundreds of cycles of its SM's throughput: 3.5x the time at 16384 rows on an H100)
   bool prefetch_scale;
 };
+static_assert(sizeof(RowArgs<float>) > 128, "RowArgs: fields loaded where used (see above)");
+static_assert(offsetof(RowArgs<float>, scale_ub) + sizeof(float*) <= 112,
+              "RowArgs: the dynamic quantizers' fields in the first two lines of the bank");
 
 // The weight's slots of a tile; ones where there is no weight, so y * w needs no branch.
 template <typename T, int V, int VPT>
@@ -148,7 +164,8 @@ __device__ __forceinline__ float dynamic_scale(const RowArgs<T>& a, float amax, 
 template <typename T>
 __device__ __forceinline__ void write_scale(const RowArgs<T>& a, const RowSlot& r, float scale) {
   if (r.active && r.lane == 0) {
-    a.scale_out[static_cast<int64_t>(r.token) * a.scale_token_stride + r.group * a.scale_group_stride] = scale;
+    a.scale_out[static_cast<int64_t>(r.token) * a.scale_token_stride +
+                static_cast<int64_t>(r.group) * a.scale_group_stride] = scale;
   }
 }
 
@@ -679,6 +696,13 @@ bool just_over_l2(int64_t bytes) {
   return static_cast<double>(bytes) > l2 && static_cast<double>(bytes) <= 1.3 * l2;
 }
 
+// A stride of scale_out as the kernels take it: 32-bit.
+int scale_stride(int64_t stride) {
+  TORCH_CHECK(stride >= 0 && stride <= std::numeric_limits<int>::max(),
+              "ir_cuda: scale_out strides must fit 31 bits, got ", stride);
+  return static_cast<int>(stride);
+}
+
 template <bool ADD, bool NORM, int QUANT>
 void launch_rows(const RowTensors& t) {
   const at::Tensor& x = *t.x;
@@ -726,11 +750,16 @@ void launch_rows(const RowTensors& t) {
       args.residual_stride = row_stride(*t.residual, "x_residual");
     }
     args.weight = t.weight != nullptr ? t.weight->const_data_ptr<T>() : nullptr;
-    args.scale = t.scale != nullptr ? t.scale->const_data_ptr<float>() : nullptr;
-    args.scale_ub = t.scale_ub != nullptr ? t.scale_ub->const_data_ptr<float>() : nullptr;
-    args.scale_out = t.scale_out != nullptr ? t.scale_out->data_ptr<float>() : nullptr;
-    args.scale_token_stride = t.scale_token_stride;
-    args.scale_group_stride = t.scale_group_stride;
+    // the dynamic quantizers' fields share the fused add's (the unions in RowArgs)
+    static_assert(!(ADD && QUANT == kDynamic), "RowArgs: no fused add with dynamic scales");
+    if constexpr (QUANT == kStatic) {
+      args.scale = t.scale->const_data_ptr<float>();
+    } else if constexpr (QUANT == kDynamic) {
+      args.scale_ub = t.scale_ub != nullptr ? t.scale_ub->const_data_ptr<float>() : nullptr;
+      args.scale_out = t.scale_out->data_ptr<float>();
+      args.scale_token_stride = scale_stride(t.scale_token_stride);
+      args.scale_group_stride = scale_stride(t.scale_group_stride);
+    }
     args.prefetch_scale = t.scale != nullptr && tokens <= kFewRows;
     args.rows = static_cast<int>(tokens * t.groups);
     args.groups = static_cast<int>(t.groups);
