@@ -30,12 +30,13 @@ constexpr int64_t kFewRows = 256;
 
 // Kernel parameters live in a constant bank, and each 64-byte line of it an SM first touches
 // is a miss there. These start 16 bytes into a line (at 0x210 on sm_90), so the first 112
-// bytes span two lines, which every row kernel reads before its first load. The dynamic
-// quantizers' fields lay in a third line, read between a row's loads or after its reduction,
-// where its miss stalled the row: a standalone probe (`benchmarks/gpu/quant_layout_probe.py`,
-// H100) ran dynamic quant 0.05-0.15 µs faster with five parameters than with this struct (128 x
-// 2048: 1.73 against 1.88 µs). They now fill the gaps and share the fused add's bytes (no op
-// has both), and every other field keeps its offset, so the other kernels are unchanged.
+// bytes span two lines, which every row kernel reads before its first load. The quantizers'
+// fields lay in a third line, read between a row's loads, after its reduction, or (the static
+// scale's prefetch flag) before its first load, where its miss stalled the row: a standalone
+// probe (`benchmarks/gpu/quant_layout_probe.py`, H100) ran dynamic quant 0.05-0.15 µs faster
+// with five parameters than with this struct (128 x 2048: 1.73 against 1.88 µs). They now fill
+// the gaps and share the fused add's bytes (no op has both); the norms' fields keep their
+// offsets.
 template <typename T>
 struct RowArgs {
   const T* x;
@@ -52,6 +53,9 @@ struct RowArgs {
   int var_size;
   float inv_var_size;  // 1 / var_size: a multiplication where a division would branch
   float eps;
+  // static: prefetch the scale into L1 first (small batches; a prefetch costs each block
+  // hundreds of cycles of its SM's throughput: 3.5x the time at 16384 rows on an H100)
+  bool prefetch_scale;
   union {
     const T* residual;  // the fused add
     float* scale_out;   // dynamic quantization: one scale per row (per group)
@@ -66,16 +70,13 @@ struct RowArgs {
   // nvcc (CUDA 13) loads every field of a parameter struct of up to 128 bytes at a kernel's
   // entry, and those of a larger one where they are used; the row kernels were tuned in the
   // second form (in the first the norms took 44-46 registers a thread instead of 32, and
-  // rms_norm at 1024 x 8192 ran 18 % slower on an H100). So the struct keeps its size, and
-  // this flag its offset.
-  char keep_over_128_bytes[32];
-  // static: prefetch the scale into L1 first (small batches; a prefetch costs each block
-  // hundreds of cycles of its SM's throughput: 3.5x the time at 16384 rows on an H100)
-  bool prefetch_scale;
+  // rms_norm at 1024 x 8192 ran 18 % slower on an H100). So the struct keeps its 152 bytes
+  // (and `row_kernel`'s next parameter, `team`, its offset).
+  char keep_over_128_bytes[40];
 };
-static_assert(sizeof(RowArgs<float>) > 128, "RowArgs: fields loaded where used (see above)");
-static_assert(offsetof(RowArgs<float>, scale_ub) + sizeof(float*) <= 112,
-              "RowArgs: the dynamic quantizers' fields in the first two lines of the bank");
+static_assert(sizeof(RowArgs<float>) == 152, "RowArgs: fields loaded where used (see above)");
+static_assert(offsetof(RowArgs<float>, scale) + sizeof(float*) <= 112,
+              "RowArgs: every field a kernel reads in the first two lines of the bank");
 
 // The weight's slots of a tile; ones where there is no weight, so y * w needs no branch.
 template <typename T, int V, int VPT>
