@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from triton.testing import do_bench_cudagraph
+from probe_tools import time_rotated
 
 from ir_kernels_cuda import build as cuda_build
 from ir_spec import SampleSpec, ops
@@ -125,12 +125,7 @@ def time_shape(
     }
     if not same(outputs(candidates["new"]()), outputs(run_old()), close):
         raise SystemExit(f"{name} {tokens}x{width}: the two builds' outputs differ")
-    names = list(candidates)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names) :] + names[: r % len(names)]:
-            times[n].append(float(do_bench_cudagraph(candidates[n], rep=20)) * 1e3)
-    return times
+    return time_rotated(candidates, rounds)
 
 
 def main() -> None:

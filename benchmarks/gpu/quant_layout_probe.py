@@ -14,15 +14,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
-import subprocess
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import probe_tools as tools
 import torch
-from triton.testing import do_bench_cudagraph
 
 from ir_kernels_triton.pointwise_kernels import launch_dynamic_quant, launch_group_quant
 
@@ -82,54 +79,6 @@ TOKEN_SHAPES = [
 ]
 
 
-def build(out_dir: Path) -> ctypes.CDLL:
-    library = out_dir / "quant_layout_probe.so"
-    subprocess.run(
-        [
-            "nvcc",
-            "-O3",
-            "-arch=sm_90a",
-            "-shared",
-            "-Xcompiler",
-            "-fPIC",
-            str(SOURCE),
-            "-o",
-            str(library),
-        ],
-        check=True,
-    )
-    lib = ctypes.CDLL(str(library))
-    lib.probe_launch.restype = ctypes.c_int
-    lib.probe_launch.argtypes = (
-        [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_void_p]
-    )
-    return lib
-
-
-def ir_cuda_kernels() -> Any:
-    """`torch.ops.ir_cuda` where the package builds here, else None."""
-    try:
-        from ir_kernels_cuda import impls  # noqa: F401  (builds the extension on first use)
-        from ir_kernels_cuda.impls import KERNELS
-
-        KERNELS.group_quant_fp8_out  # noqa: B018  (raises where the build failed)
-        return KERNELS
-    except Exception as error:  # the probe runs without the package's column
-        print(f"ir_cuda unavailable: {error}")
-        return None
-
-
-def time_candidates(
-    candidates: dict[str, Callable[[], None]], rounds: int
-) -> dict[str, list[float]]:
-    names = list(candidates)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        for n in names[r % len(names) :] + names[: r % len(names)]:
-            times[n].append(float(do_bench_cudagraph(candidates[n], rep=25)) * 1e3)
-    return times
-
-
 def check_equal(outs: dict[str, tuple[torch.Tensor, torch.Tensor]], kept: str) -> None:
     """Every variant's fp8 bits and scales equal the kept layout's."""
     kept_q, kept_s = outs[kept]
@@ -159,18 +108,7 @@ def run_case(
         for name, _ in variants
     }
 
-    def probe(variant: int, q: torch.Tensor, s: torch.Tensor) -> Callable[[], None]:
-        def run() -> None:
-            # the current stream, read at each call: a graph capture runs on its own
-            stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-            rc = lib.probe_launch(
-                variant, x.data_ptr(), q.data_ptr(), s.data_ptr(), rows, nvec, stream
-            )
-            assert rc == 0, f"probe variant {variant}: launch error {rc}"
-
-        return run
-
-    candidates = {name: probe(v, *outs[name]) for name, v in variants}
+    candidates = {n: tools.probe_call(lib, v, x, *outs[n], rows, nvec) for n, v in variants}
     tq = torch.empty(tokens, hidden, device="cuda", dtype=FP8)
     ts = torch.empty(tokens, hidden // width, device="cuda", dtype=torch.float32)
     grouped = op == "group_quant_fp8"
@@ -192,7 +130,7 @@ def run_case(
         run()
     torch.cuda.synchronize()
     check_equal(outs, variants[0][0])
-    return time_candidates(candidates, rounds)
+    return tools.time_rotated(candidates, rounds, rep_ms=25)
 
 
 def main() -> None:
@@ -201,8 +139,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--without-ir-cuda", action="store_true", help="skip the op's column")
     args = parser.parse_args()
-    lib = build(Path(tempfile.mkdtemp()))
-    kernels = None if args.without_ir_cuda else ir_cuda_kernels()
+    lib = tools.build_probe(SOURCE, Path(tempfile.mkdtemp()))
+    kernels = None if args.without_ir_cuda else tools.ir_cuda_kernels()
     torch.manual_seed(0)
     cases = [("group_quant_fp8", shape, 128, GROUP_VARIANTS) for shape in GROUP_SHAPES]
     cases += [("dynamic_quant_fp8", s, s[1], TOKEN_VARIANTS[s[1]]) for s in TOKEN_SHAPES]
@@ -210,12 +148,8 @@ def main() -> None:
     for op, shape, width, variants in cases:
         times = run_case(lib, kernels, op, shape, width, variants, args.rounds)
         results.append({"op": op, "tokens": shape[0], "hidden": shape[1], "times_us": times})
-        best = {n: min(v) for n, v in times.items()}
-        line = "  ".join(f"{n}={best[n]:.2f}" for n in sorted(best, key=best.__getitem__))
-        print(f"{op} {shape[0]}x{shape[1]}: {line}", flush=True)
-    if args.json:
-        device = torch.cuda.get_device_name()
-        args.json.write_text(json.dumps({"device": device, "results": results}, indent=1))
+        print(f"{op} {shape[0]}x{shape[1]}: {tools.fastest_line(times)}", flush=True)
+    tools.write_results(args.json, results)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,89 @@
+"""What the GPU probes share: building a standalone CUDA source with nvcc, the `ir_cuda` ops
+where the package builds, and timing candidates side by side in rotated rounds.
+
+The probes (`quant_layout_probe.py`, `static_quant_probe.py`) and `cuda_ab.py` import it as a
+sibling module (they run as scripts from this directory).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from triton.testing import do_bench_cudagraph
+
+
+def build_probe(source: Path, out_dir: Path) -> ctypes.CDLL:
+    """`source` compiled by nvcc for sm_90a into a shared library and loaded. It exports
+    ``int probe_launch(int variant, const void* x, void* out, const float* scale, int rows,
+    int width, void* stream)``: 0, or the launch's CUDA error, or -1 for an unknown variant."""
+    library = out_dir / f"{source.stem}.so"
+    command = ["nvcc", "-O3", "-arch=sm_90a", "-shared", "-Xcompiler", "-fPIC"]
+    subprocess.run([*command, str(source), "-o", str(library)], check=True)
+    lib = ctypes.CDLL(str(library))
+    lib.probe_launch.restype = ctypes.c_int
+    lib.probe_launch.argtypes = (
+        [ctypes.c_int] + [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_void_p]
+    )
+    return lib
+
+
+def probe_call(
+    lib: ctypes.CDLL, variant: int, x: Any, out: Any, scale: Any, rows: int, width: int
+) -> Callable[[], None]:
+    """A call of `lib`'s ``probe_launch`` for these tensors, on the stream current at each call
+    (a CUDA-graph capture runs on a stream of its own)."""
+    import torch
+
+    def run() -> None:
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        args = (x.data_ptr(), out.data_ptr(), scale.data_ptr(), rows, width, stream)
+        rc = lib.probe_launch(variant, *args)
+        assert rc == 0, f"probe variant {variant}: launch error {rc}"
+
+    return run
+
+
+def ir_cuda_kernels() -> Any:
+    """`torch.ops.ir_cuda` where the package builds here, else None (the probes then run
+    without the op's column)."""
+    try:
+        from ir_kernels_cuda.impls import KERNELS, SUPPORTED
+    except Exception as error:
+        print(f"ir_cuda unavailable: {error}")
+        return None
+    return KERNELS if SUPPORTED else None
+
+
+def time_rotated(
+    candidates: dict[str, Callable[[], Any]], rounds: int, rep_ms: int = 20
+) -> dict[str, list[float]]:
+    """Each candidate's CUDA-graph replay time (`do_bench_cudagraph`, median, µs) in every
+    round; round r starts at the r-th candidate, so none always runs first."""
+    names = list(candidates)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for n in names[r % len(names) :] + names[: r % len(names)]:
+            times[n].append(float(do_bench_cudagraph(candidates[n], rep=rep_ms)) * 1e3)
+    return times
+
+
+def fastest_line(times: dict[str, list[float]], digits: int = 2) -> str:
+    """Each candidate's fastest round, fastest first: ``name=µs  name=µs ...``."""
+    best = {n: min(v) for n, v in times.items()}
+    return "  ".join(f"{n}={best[n]:.{digits}f}" for n in sorted(best, key=best.__getitem__))
+
+
+def write_results(path: Path | None, results: list[dict[str, Any]]) -> None:
+    """The probe's records as JSON at `path` (none: nothing), naming the device."""
+    if path is None:
+        return
+    import json
+
+    import torch
+
+    device = torch.cuda.get_device_name()
+    path.write_text(json.dumps({"device": device, "results": results}, indent=1))
