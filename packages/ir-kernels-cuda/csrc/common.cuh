@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <string>
 
 #if defined(IR_CUDA_HOST_EMULATION)
 #include "emulation.h"
@@ -710,13 +711,20 @@ inline void check_rows(const at::Tensor& t, const char* name) {
               " on ", t.device());
 }
 
-// Host side: the row stride of the 2-D tensor `t` as the kernels take it, in 32 bits (a row's
-// address is then one 32 x 32 -> 64-bit multiply). A single row's stride is never used.
+// Host side: a stride as the kernels take it, in 32 bits (an address is then one
+// 32 x 32 -> 64-bit multiply); `what` names it in the error.
+inline int stride_32(int64_t stride, const char* what) {
+  TORCH_CHECK(stride >= 0 && stride <= std::numeric_limits<int>::max(), "ir_cuda: ", what,
+              " is ", stride, " elements; the kernels take strides of 0 to 2^31 - 1");
+  return static_cast<int>(stride);
+}
+
+// Host side: the row stride of the 2-D tensor `t` in 32 bits. A single row's stride is never
+// used.
 inline int row_stride(const at::Tensor& t, const char* name) {
   if (t.size(0) <= 1) return 0;
-  TORCH_CHECK(t.stride(0) <= std::numeric_limits<int>::max(), "ir_cuda: ", name,
-              " has a row stride of ", t.stride(0), " elements; the kernels take at most 2^31 - 1");
-  return static_cast<int>(t.stride(0));
+  const std::string what = std::string(name) + "'s row stride";
+  return stride_32(t.stride(0), what.c_str());
 }
 
 inline void check_same(const at::Tensor& t, const char* name, const at::Tensor& x) {

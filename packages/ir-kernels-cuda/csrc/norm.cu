@@ -697,13 +697,6 @@ bool just_over_l2(int64_t bytes) {
   return static_cast<double>(bytes) > l2 && static_cast<double>(bytes) <= 1.3 * l2;
 }
 
-// A stride of scale_out as the kernels take it: 32-bit.
-int scale_stride(int64_t stride) {
-  TORCH_CHECK(stride >= 0 && stride <= std::numeric_limits<int>::max(),
-              "ir_cuda: scale_out strides must fit 31 bits, got ", stride);
-  return static_cast<int>(stride);
-}
-
 template <bool ADD, bool NORM, int QUANT>
 void launch_rows(const RowTensors& t) {
   const at::Tensor& x = *t.x;
@@ -758,8 +751,8 @@ void launch_rows(const RowTensors& t) {
     } else if constexpr (QUANT == kDynamic) {
       args.scale_ub = t.scale_ub != nullptr ? t.scale_ub->const_data_ptr<float>() : nullptr;
       args.scale_out = t.scale_out->data_ptr<float>();
-      args.scale_token_stride = scale_stride(t.scale_token_stride);
-      args.scale_group_stride = scale_stride(t.scale_group_stride);
+      args.scale_token_stride = stride_32(t.scale_token_stride, "scale_out's token stride");
+      args.scale_group_stride = stride_32(t.scale_group_stride, "scale_out's group stride");
     }
     args.prefetch_scale = t.scale != nullptr && tokens <= kFewRows;
     args.rows = static_cast<int>(tokens * t.groups);
