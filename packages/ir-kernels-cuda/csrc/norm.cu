@@ -78,6 +78,58 @@ static_assert(sizeof(RowArgs<float>) == 152, "RowArgs: fields loaded where used 
 static_assert(offsetof(RowArgs<float>, scale) + sizeof(float*) <= 112,
               "RowArgs: every field a kernel reads in the first two lines of the bank");
 
+// The aligned kernel's parameters for the quantizers without a norm (dynamic per-token and
+// group quantization): every field they read in the bank's first line (48 bytes from 0x210),
+// the optional upper bound of the absmax (rarely given) past it behind a flag.
+template <typename T>
+struct QuantArgs {
+  const T* x;
+  void* out;  // fp8 bits
+  float* scale_out;
+  int x_stride;
+  int out_stride;
+  int scale_token_stride;
+  int rows;
+  int width;
+  bool has_scale_ub;
+  const float* scale_ub;
+};
+static_assert(offsetof(QuantArgs<float>, scale_ub) == 48, "QuantArgs: the hot fields in one line");
+
+// Whether the dynamic quantizer was given an upper bound of the absmax.
+template <typename T>
+__device__ __forceinline__ bool has_scale_ub(const QuantArgs<T>& a) {
+  return a.has_scale_ub;
+}
+template <typename T>
+__device__ __forceinline__ bool has_scale_ub(const RowArgs<T>& a) {
+  return a.scale_ub != nullptr;
+}
+
+template <bool ADD, bool NORM, typename T>
+using AlignedArgs = std::conditional_t<!ADD && !NORM, QuantArgs<T>, RowArgs<T>>;
+
+// The aligned kernel's parameters from the row kernels' (a copy: the launch passes them by value).
+template <bool ADD, bool NORM, typename T>
+AlignedArgs<ADD, NORM, T> aligned_args(const RowArgs<T>& a) {
+  if constexpr (!ADD && !NORM) {
+    QuantArgs<T> q{};
+    q.x = a.x;
+    q.out = a.out;
+    q.scale_out = a.scale_out;
+    q.x_stride = a.x_stride;
+    q.out_stride = a.out_stride;
+    q.scale_token_stride = a.scale_token_stride;
+    q.rows = a.rows;
+    q.width = a.width;
+    q.has_scale_ub = a.scale_ub != nullptr;
+    q.scale_ub = a.scale_ub;
+    return q;
+  } else {
+    return a;
+  }
+}
+
 // The weight's slots of a tile; ones where there is no weight, so y * w needs no branch.
 template <typename T, int V, int VPT>
 __device__ __forceinline__ void load_weight(Tile<T, V, VPT>& w, const T* weight, const RowPlan& p,
@@ -130,8 +182,8 @@ __device__ __forceinline__ RowSlot row_slot(const RowArgs<T>& a, int team, int t
 // (teams of 128 and more) the row is the block's index: a uniform value, and never past the last
 // row (the grid has a block a row), so no thread tests it. A row spread over a cluster of
 // CLUSTER blocks is the cluster's index, and block k of it holds lanes k * TEAM / CLUSTER on.
-template <int TEAM, int CLUSTER, typename T>
-__device__ __forceinline__ RowSlot aligned_row_slot(const RowArgs<T>& a) {
+template <int TEAM, int CLUSTER, typename Args>
+__device__ __forceinline__ RowSlot aligned_row_slot(const Args& a) {
   constexpr int rows_per_block = row_block_threads(TEAM) / TEAM;
   static_assert(CLUSTER == 1 || rows_per_block == 1, "aligned_row_slot: a cluster holds one row");
   RowSlot r;
@@ -155,9 +207,9 @@ __device__ __forceinline__ int64_t row_offset(int row, int stride) {
 }
 
 // The dynamic scale of a row from its absmax (reduced over the row).
-template <typename T>
-__device__ __forceinline__ float dynamic_scale(const RowArgs<T>& a, float amax, float scale_ub) {
-  if (a.scale_ub != nullptr) amax = fminf(amax, scale_ub);
+template <typename Args>
+__device__ __forceinline__ float dynamic_scale(const Args& a, float amax, float scale_ub) {
+  if (has_scale_ub(a)) amax = fminf(amax, scale_ub);
   return scale_of_absmax(amax);
 }
 
@@ -168,6 +220,12 @@ __device__ __forceinline__ void write_scale(const RowArgs<T>& a, const RowSlot& 
     a.scale_out[static_cast<int64_t>(r.token) * a.scale_token_stride +
                 static_cast<int64_t>(r.group) * a.scale_group_stride] = scale;
   }
+}
+
+// The same for ungrouped rows (the aligned kernel's).
+template <typename T>
+__device__ __forceinline__ void write_scale(const QuantArgs<T>& a, const RowSlot& r, float scale) {
+  if (r.active && r.lane == 0) a.scale_out[static_cast<int64_t>(r.token) * a.scale_token_stride] = scale;
 }
 
 template <typename T, int VPT, bool STREAM, bool ADD, bool NORM, int QUANT>
@@ -309,7 +367,7 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LATE, int CLUSTER,
           bool EVICT = false>
 __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
-    aligned_row_kernel(RowArgs<T> a) {
+    aligned_row_kernel(AlignedArgs<ADD, NORM, T> a) {
   constexpr int team = TEAM;
   const RowSlot slot = aligned_row_slot<TEAM, CLUSTER>(a);
   // Reductions over the row's team: the sum of squares or absmax, then the dynamic norm's
@@ -332,9 +390,14 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
   auto vector_at = [&](int k) { return kAdjacent ? lane * VPT + k : lane + k * team; };
 
   const auto* x = reinterpret_cast<const Words4*>(a.x + row_offset(token, a.x_stride));
-  const auto* res = ADD ? reinterpret_cast<const Words4*>(a.residual + row_offset(token, a.residual_stride)) : nullptr;
-  auto* res_out = ADD ? reinterpret_cast<Words4*>(a.residual_out + row_offset(token, a.residual_out_stride)) : nullptr;
-  const auto* weight = NORM && a.weight != nullptr ? reinterpret_cast<const Words4*>(a.weight) : nullptr;
+  const Words4* res = nullptr;
+  Words4* res_out = nullptr;
+  if constexpr (ADD) {
+    res = reinterpret_cast<const Words4*>(a.residual + row_offset(token, a.residual_stride));
+    res_out = reinterpret_cast<Words4*>(a.residual_out + row_offset(token, a.residual_out_stride));
+  }
+  const Words4* weight = nullptr;
+  if constexpr (NORM) weight = a.weight != nullptr ? reinterpret_cast<const Words4*>(a.weight) : nullptr;
   float inv_static_scale = 1.f;  // the scalars the row's end needs, loaded after the row
   float scale_ub = 0.f;
   if constexpr (QUANT == kStatic) {
@@ -385,7 +448,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     }
     if constexpr (QUANT == kStatic) inv_static_scale = fast_reciprocal(load_now(a.scale));
     if constexpr (QUANT == kDynamic) {
-      if (a.scale_ub != nullptr) scale_ub = load_now(a.scale_ub);
+      if (has_scale_ub(a)) scale_ub = load_now(a.scale_ub);
     }
     // with the loads in flight (every thread is active where the row may be spread)
     exchange.begin();
@@ -586,7 +649,7 @@ struct RowLoads {
 // `cluster_for_team(TEAM)` blocks where `spread`, else its rows marked evict-first where
 // `evict_first` (the fused adds only: `just_over_l2`).
 template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool LATE, int TEAM>
-void launch_team(const RowArgs<T>& args, bool spread, bool evict_first, cudaStream_t stream) {
+void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, bool evict_first, cudaStream_t stream) {
   constexpr int kCluster = cluster_for_team(TEAM);
   const auto rows = static_cast<unsigned>(args.rows);
   const unsigned threads = row_block_threads(TEAM);
@@ -609,7 +672,8 @@ void launch_team(const RowArgs<T>& args, bool spread, bool evict_first, cudaStre
 
 // Launches `aligned_row_kernel` for the one of TEAMS equal to `team`; false if none is.
 template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool LATE, int... TEAMS>
-bool launch_aligned(const RowArgs<T>& args, int team, bool spread, bool evict_first, cudaStream_t stream) {
+bool launch_aligned(const AlignedArgs<ADD, NORM, T>& args, int team, bool spread, bool evict_first,
+                    cudaStream_t stream) {
   return ((team == TEAMS &&
            (launch_team<T, ADD, NORM, QUANT, VPT, LATE, TEAMS>(args, spread, evict_first, stream), true)) ||
           ...);
@@ -628,6 +692,7 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
   if constexpr (!STREAM) {
     // the teams `row_launch` gives each tile size, as compile-time constants
     if (aligned_rows) {
+      const AlignedArgs<ADD, NORM, T> params = aligned_args<ADD, NORM>(args);
       const bool spread = spread_rows(args.rows, l.team);
       bool launched = false;
       if constexpr (VPT == 1) {
@@ -639,25 +704,25 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
           // cluster (cuda-kernels-notes-H100.md, round 21).
           constexpr auto kHalvesKernel = aligned_row_kernel<T, 256, 2, ADD, NORM, QUANT, false, 1>;
           if (l.team == 512 && !spread && args.rows <= resident_blocks<kHalvesKernel>(256)) {
-            launch_team<T, ADD, NORM, QUANT, 2, false, 256>(args, false, loads.evict_first, stream);
+            launch_team<T, ADD, NORM, QUANT, 2, false, 256>(params, false, loads.evict_first, stream);
             return;
           }
         }
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(args, l.team, spread,
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(params, l.team, spread,
                                                                              loads.evict_first, stream);
       } else if constexpr (VPT == 2) {
         if constexpr (!ADD && NORM && QUANT != kDynamic) {
           if (loads.late_weight) {
             launched = launch_aligned<T, ADD, NORM, QUANT, VPT, true, 8, 16, 32, 64, 128, 256, 512>(
-                args, l.team, spread, false, stream);
+                params, l.team, spread, false, stream);
           }
         }
         if (!launched) {
           launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 8, 16, 32, 64, 128, 256, 512>(
-              args, l.team, spread, loads.evict_first, stream);
+              params, l.team, spread, loads.evict_first, stream);
         }
       } else {
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 512>(args, l.team, spread,
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 512>(params, l.team, spread,
                                                                        loads.evict_first, stream);
       }
       TORCH_CHECK(launched, "ir_cuda: no aligned row kernel for a team of ", l.team, " x ", VPT);
