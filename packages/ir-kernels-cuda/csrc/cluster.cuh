@@ -105,7 +105,7 @@ struct RowExchange {
   template <typename... Op>
   __device__ __forceinline__ void reduce(int k, Reducing<Op>... r) {
     if constexpr (!kSpreadable) {
-      team_reduce(TEAM, r...);
+      team_reduce<TEAM>(r...);
     } else {
       exchange(k, r...);
     }

@@ -597,11 +597,21 @@ __device__ __forceinline__ Reducing<Op> reducing(float& value, Op op) {
   return Reducing<Op>{value, op};
 }
 
-// Reduces each value over a team of `team` consecutive threads (a power of two up to kMaxTeam,
-// dividing the block; a compile-time constant where the caller has one, so the steps' tests
-// fold away); every member gets the results. Every thread of the block must call it. Each list
-// of `Op`s has its own shared array, and a kernel reduces with each list once, so no barrier is
-// needed before the partials are written.
+// The first N partials at `p` (shared memory) combined by `op` in one tree, neighbours first:
+// the order of a shuffle tree over N lanes, so the same bits.
+template <int N, typename Op>
+__device__ __forceinline__ float combine_partials(const float* p, Op op) {
+  float w[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) w[i] = p[i];
+  return tree_reduce<N>(w, op);
+}
+
+// Reduces each value over a team of `team` consecutive threads (a power of two up to 512,
+// dividing the block); every member gets the results. Every thread of the block must call it.
+// Each list of `Op`s has its own shared array, and a kernel reduces with each list once, so no
+// barrier is needed before the partials are written. `team_reduce<TEAM>` below is the same
+// reduction, to the bit, for a team known at compile time.
 template <typename... Op>
 __device__ __forceinline__ void team_reduce(int team, Reducing<Op>... r) {
   __shared__ float partial[sizeof...(Op)][32];
@@ -626,6 +636,29 @@ __device__ __forceinline__ void team_reduce(int team, Reducing<Op>... r) {
 #pragma unroll
   for (int offset = 1; offset < 32; offset <<= 1) {
     if (offset < warps) (r.with_lane(offset), ...);
+  }
+}
+
+// `team_reduce` for a team of TEAM threads: the same trees, but after the barrier every thread
+// reads its team's warp partials of a single reduction in wide loads (a warp's lanes the same
+// words, one broadcast a load) and combines them itself, instead of by shuffles, which wait on
+// each other. H100, against shuffles (cuda-kernels-notes-H100.md, round 24): rms_norm at
+// 1024 x 4096 4.68 to 4.26 µs, 16 x 4096 1.70 to 1.61; two reductions at once (the dynamic
+// norm's sum and absmax) lost 1-5 % at 4096 wide, and teams of 512 (`RowExchange`) lost up to
+// 8 %, so those keep the shuffles.
+template <int TEAM, typename... Op>
+__device__ __forceinline__ void team_reduce(Reducing<Op>... r) {
+  constexpr int kWarps = TEAM / 32;
+  if constexpr (kWarps <= 1 || sizeof...(Op) > 1) {
+    team_reduce(TEAM, r...);
+  } else {
+    alignas(16) __shared__ float partial[32];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) (r.with_lane(offset), ...);
+    if ((threadIdx.x & 31) == 0) ((partial[threadIdx.x >> 5] = r.value), ...);
+    __syncthreads();
+    const int first = static_cast<int>(threadIdx.x & ~(TEAM - 1)) >> 5;
+    ((r.value = combine_partials<kWarps>(partial + first, r.op)), ...);
   }
 }
 
