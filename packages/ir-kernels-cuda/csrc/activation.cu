@@ -248,18 +248,18 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
         return footprint > l2_cache_bytes();
       };
       if (outputs <= kDecodeOutputs) {
-        // outputs in one contiguous run take the flat kernel (`flat_elementwise_kernel`)
+        constexpr int kThreads = kLongChain ? 128 : 256;
+        // outputs in one contiguous run (a gated op's single row, or contiguous rows) take the
+        // flat kernel (`flat_elementwise_kernel`), two a thread
         const bool one_run = kGated ? rows == 1 : x.stride(0) == d && out.stride(0) == d;
         if (one_run) {
-          constexpr int kThreads = kLongChain ? 128 : 256;
-          const int64_t count = kGated ? d : rows * d;
           launch(flat_elementwise_kernel<T, ACT, QUANT, kThreads>,
-                 dim3(static_cast<unsigned>((count / 2 + kThreads - 1) / kThreads)), dim3(kThreads), stream,
-                 out.data_ptr(), x.const_data_ptr<T>(), static_cast<int>(count), static_cast<int>(d),
+                 dim3(static_cast<unsigned>((outputs / 2 + kThreads - 1) / kThreads)), dim3(kThreads), stream,
+                 out.data_ptr(), x.const_data_ptr<T>(), static_cast<int>(outputs), static_cast<int>(d),
                  QUANT ? scale->const_data_ptr<float>() : nullptr);
           return;
         }
-        run(aligned_elementwise_kernel<T, ACT, QUANT, 2 / P, 1>, 2, kLongChain ? 128 : 256);
+        run(aligned_elementwise_kernel<T, ACT, QUANT, 2 / P, 1>, 2, kThreads);
         return;
       }
       if constexpr (kLongChain) {
