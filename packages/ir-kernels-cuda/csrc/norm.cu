@@ -364,8 +364,10 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 // never on the batch. CLUSTER > 1 spreads each row over a thread block cluster (`cluster.cuh`):
 // the same lanes and the same reduction tree, so the same bits, as one block. EVICT marks the
 // rows' loads (x and the residual) evict-first (`load_evict_first`): a hint, the same bits.
+// The residual is added by the paired 16-bit add (`add_words`), or where FLOAT_ADD in float32
+// and rounded (`float_add_kernel`): the same bits.
 template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LATE, int CLUSTER,
-          bool EVICT = false>
+          bool EVICT = false, bool FLOAT_ADD = false>
 __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     aligned_row_kernel(AlignedArgs<ADD, NORM, T> a) {
   constexpr int team = TEAM;
@@ -457,12 +459,16 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
       for (int k = 0; k < VPT; ++k) {
         const int j = vector_at(k);
         if (j < nvec) {
-          float f[V], r[V];
-          unpack_words<T>(xs[k], f);
-          unpack_words<T>(rs[k], r);
+          if constexpr (FLOAT_ADD) {
+            float f[V], r[V];
+            unpack_words<T>(xs[k], f);
+            unpack_words<T>(rs[k], r);
 #pragma unroll
-          for (int e = 0; e < V; ++e) f[e] += r[e];
-          xs[k] = pack_words<T>(f);
+            for (int e = 0; e < V; ++e) f[e] += r[e];
+            xs[k] = pack_words<T>(f);
+          } else {
+            xs[k] = add_words<T>(xs[k], rs[k]);
+          }
           res_out[j] = xs[k];
         }
       }
@@ -643,13 +649,27 @@ struct RowTensors {
 struct RowLoads {
   bool late_weight = false;  // the weight after the row's first shuffles (`LATE`; plain norms)
   bool evict_first = false;  // x and the residual evict-first (`EVICT`; the fused add)
+  bool float_add = false;    // the residual added in float32 (`FLOAT_ADD`; `float_add_kernel`)
 };
+
+// Whether the fused add's kernel of a team of TEAM, VPT vectors a thread, has a FLOAT_ADD form:
+// the 16-bit rows' teams of 256, whose batches past kFewRows run as one wave of full SMs (one
+// vector a thread, 2048 wide; two, the 4096-wide `kHalves`). There the paired add lost on an
+// H100 (cuda-kernels-notes-H100.md, round 25): fused add 1024 x 2048 4.00 to 4.19 µs, where
+// ptxas also issues the residual's store after the row's shuffles rather than before, and 1024 x
+// 4096 7.15 to 7.62, its 37 registers against 32 fitting 6 blocks an SM instead of 8, so that
+// the batch no longer took one wave. Up to kFewRows rows it won (128 x 2048 1.86 to 1.79).
+template <typename T, bool ADD, int TEAM, int VPT>
+constexpr bool float_add_kernel() {
+  return ADD && sizeof(T) == 2 && TEAM == 256 && VPT <= 2;
+}
 
 // Launches `aligned_row_kernel` for a team of TEAM, each row spread over a cluster of
 // `cluster_for_team(TEAM)` blocks where `spread`, else its rows marked evict-first where
-// `evict_first` (the fused adds only: `just_over_l2`).
+// `loads.evict_first` (the fused adds only: `just_over_l2`), else added in float32 where
+// `loads.float_add` and the kernel has that form.
 template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool LATE, int TEAM>
-void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, bool evict_first, cudaStream_t stream) {
+void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLoads& loads, cudaStream_t stream) {
   constexpr int kCluster = cluster_for_team(TEAM);
   const auto rows = static_cast<unsigned>(args.rows);
   const unsigned threads = row_block_threads(TEAM);
@@ -665,17 +685,21 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, bool evict_
   const unsigned rows_per_block = threads / TEAM;
   auto kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1>;
   if constexpr (ADD) {
-    if (evict_first) kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, true>;
+    if (loads.evict_first) {
+      kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, true>;
+    } else if constexpr (float_add_kernel<T, ADD, TEAM, VPT>()) {
+      if (loads.float_add) kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, true>;
+    }
   }
   launch(kernel, dim3((rows + rows_per_block - 1) / rows_per_block), dim3(threads), stream, args);
 }
 
 // Launches `aligned_row_kernel` for the one of TEAMS equal to `team`; false if none is.
 template <typename T, bool ADD, bool NORM, int QUANT, int VPT, bool LATE, int... TEAMS>
-bool launch_aligned(const AlignedArgs<ADD, NORM, T>& args, int team, bool spread, bool evict_first,
+bool launch_aligned(const AlignedArgs<ADD, NORM, T>& args, int team, bool spread, const RowLoads& loads,
                     cudaStream_t stream) {
   return ((team == TEAMS &&
-           (launch_team<T, ADD, NORM, QUANT, VPT, LATE, TEAMS>(args, spread, evict_first, stream), true)) ||
+           (launch_team<T, ADD, NORM, QUANT, VPT, LATE, TEAMS>(args, spread, loads, stream), true)) ||
           ...);
 }
 
@@ -701,29 +725,32 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
           // vectors, summed as the 512 do (`kHalves`): one wave where blocks of 512 need two.
           // H100, 1024 x 4096: 7.98 to 6.84-7.10 µs (Triton 7.06); past one wave the one-vector
           // kernel stays ahead (4096 x 4096 47.35 against 48.2 µs), and decode rows keep their
-          // cluster (cuda-kernels-notes-H100.md, round 21).
-          constexpr auto kHalvesKernel = aligned_row_kernel<T, 256, 2, ADD, NORM, QUANT, false, 1>;
-          if (l.team == 512 && !spread && args.rows <= resident_blocks<kHalvesKernel>(256)) {
-            launch_team<T, ADD, NORM, QUANT, 2, false, 256>(params, false, loads.evict_first, stream);
+          // cluster (cuda-kernels-notes-H100.md, round 21). The chip's capacity is the launched
+          // form's (`float_add_kernel`).
+          constexpr bool kFloatAdd = float_add_kernel<T, ADD, 256, 2>();
+          constexpr auto kHalves = aligned_row_kernel<T, 256, 2, ADD, NORM, QUANT, false, 1>;
+          constexpr auto kHalvesFloatAdd = aligned_row_kernel<T, 256, 2, ADD, NORM, QUANT, false, 1, false, kFloatAdd>;
+          const int held = kFloatAdd && loads.float_add ? resident_blocks<kHalvesFloatAdd>(256)
+                                                        : resident_blocks<kHalves>(256);
+          if (l.team == 512 && !spread && args.rows <= held) {
+            launch_team<T, ADD, NORM, QUANT, 2, false, 256>(params, false, loads, stream);
             return;
           }
         }
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(params, l.team, spread,
-                                                                             loads.evict_first, stream);
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(params, l.team, spread, loads, stream);
       } else if constexpr (VPT == 2) {
         if constexpr (!ADD && NORM && QUANT != kDynamic) {
           if (loads.late_weight) {
             launched = launch_aligned<T, ADD, NORM, QUANT, VPT, true, 8, 16, 32, 64, 128, 256, 512>(
-                params, l.team, spread, false, stream);
+                params, l.team, spread, loads, stream);
           }
         }
         if (!launched) {
           launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 8, 16, 32, 64, 128, 256, 512>(
-              params, l.team, spread, loads.evict_first, stream);
+              params, l.team, spread, loads, stream);
         }
       } else {
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 512>(params, l.team, spread,
-                                                                       loads.evict_first, stream);
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 512>(params, l.team, spread, loads, stream);
       }
       TORCH_CHECK(launched, "ir_cuda: no aligned row kernel for a team of ", l.team, " x ", VPT);
       return;
@@ -858,6 +885,7 @@ void launch_rows(const RowTensors& t) {
       // H100's; streamed rows take `row_kernel`, which has no hint)
       loads.evict_first = tokens > kFewRows &&
                           just_over_l2(distinct_bytes({&x, t.residual, t.residual_out, t.out}));
+      loads.float_add = tokens > kFewRows;
     }
     if (l.stream) {
       launch_typed<T, ADD, NORM, QUANT, 4, true>(args, l, aligned, loads, stream);
