@@ -159,29 +159,35 @@ __global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, 
   }
 }
 
-// Decode-size launches whose outputs form one contiguous run: the rows of `static_quant_fp8`
-// when x and out are contiguous, or the one row of a gated op. As Triton's flat kernel: no row
-// index, a block size known at compile time, the scale's load first and the row's predicated,
-// so a thread's first load waits on no index arithmetic (H100, `static_quant_probe.py`: static
-// quant 1 x 2048 1.27 to 1.20 µs against the row kernel's form, Triton 1.23). One word a thread
-// (two elements; two words for float32); the arithmetic is `aligned_elementwise_kernel`'s.
-// `count`: outputs in the run; `d`: elements from a gate to its up value (a gated row's width).
-template <typename T, int ACT, bool QUANT, int THREADS>
+// Decode-size launches: as Triton's flat kernel, no exit before the loads, a block size known at
+// compile time, the scale's load first and the row's predicated, so a thread's first load waits
+// on no index arithmetic (H100, `static_quant_probe.py`: static quant 1 x 2048 1.27 to 1.20 µs
+// against `aligned_elementwise_kernel`'s form, Triton 1.23). One word a thread (two elements;
+// two words for float32); the arithmetic is `aligned_elementwise_kernel`'s. Without ROWS the
+// outputs form one contiguous run (the rows of `static_quant_fp8` when x and out are contiguous,
+// or the one row of a gated op) and the grid is 1-D; with ROWS each row is one of grid y, at
+// `x_stride` and `out_stride` (elements; x's offsets fit 32 bits, the host checks: one multiply
+// where 64-bit row offsets took four more instructions before the first load). `count`: outputs
+// in the run or row; `d`: elements from a gate to its up value (a gated row's width).
+template <typename T, int ACT, bool QUANT, int THREADS, bool ROWS>
 __global__ void __launch_bounds__(THREADS)
-    flat_elementwise_kernel(void* out, const T* x, int count, int d, const float* scale) {
+    flat_elementwise_kernel(void* out, int out_stride, const T* x, int x_stride, int count, int d,
+                            const float* scale) {
   using E = Elementwise<T, ACT, QUANT>;
   constexpr int N = 2 / Words<T>::kPerWord;
   using Vec = WordsN<N>;
   const float s = QUANT ? load_now(scale) : 1.f;
   const int j = static_cast<int>(blockIdx.x) * THREADS + static_cast<int>(threadIdx.x);
   const bool in_run = j * 2 < count;  // two elements a thread
+  const int row = ROWS ? static_cast<int>(blockIdx.y) : 0;
+  const int at = row * x_stride + 2 * j;  // x's element of the thread's gate (or value)
   Vec g{}, u{};
   if (in_run) {
-    g = load_now(reinterpret_cast<const Vec*>(x) + j);
-    if constexpr (E::kGated) u = load_now(reinterpret_cast<const Vec*>(x + d) + j);
+    g = load_now(reinterpret_cast<const Vec*>(x + at));
+    if constexpr (E::kGated) u = load_now(reinterpret_cast<const Vec*>(x + at + d));
   }
   const float inv_scale = QUANT ? fast_reciprocal(s) : 1.f;
-  if (in_run) E::template store<N>(out, 0, j, g, u, inv_scale);
+  if (in_run) E::template store<N>(out, static_cast<int64_t>(row) * out_stride, j, g, u, inv_scale);
 }
 
 template <int ACT, bool QUANT>
@@ -248,16 +254,30 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
         return footprint > l2_cache_bytes();
       };
       if (outputs <= kDecodeOutputs) {
-        constexpr int kThreads = kLongChain ? 128 : 256;
-        // outputs in one contiguous run (a gated op's single row, or contiguous rows) take the
-        // flat kernel (`flat_elementwise_kernel`), two a thread
+        // two outputs a thread in blocks of 256 (`flat_elementwise_kernel`): as one run where the
+        // outputs are contiguous (a gated op's single row, or contiguous rows), else, without
+        // quantization, a row a grid row (H100, `cuda_ab.py`, median of 7 against the aligned
+        // kernel's form and gelu's blocks of 128: gelu 16 x 5632 1.62 to 1.55 µs, 1 x 28672 1.47
+        // to 1.44; the quantizing silu's rows, 16 x 5632 1.48 to 1.52, keep the aligned form)
+        constexpr int kThreads = 256;
         const bool one_run = kGated ? rows == 1 : x.stride(0) == d && out.stride(0) == d;
+        const float* scale_ptr = QUANT ? scale->const_data_ptr<float>() : nullptr;
         if (one_run) {
-          launch(flat_elementwise_kernel<T, ACT, QUANT, kThreads>,
+          launch(flat_elementwise_kernel<T, ACT, QUANT, kThreads, false>,
                  dim3(static_cast<unsigned>((outputs / 2 + kThreads - 1) / kThreads)), dim3(kThreads), stream,
-                 out.data_ptr(), x.const_data_ptr<T>(), static_cast<int>(outputs), static_cast<int>(d),
-                 QUANT ? scale->const_data_ptr<float>() : nullptr);
+                 out.data_ptr(), 0, x.const_data_ptr<T>(), 0, static_cast<int>(outputs), static_cast<int>(d),
+                 scale_ptr);
           return;
+        }
+        if constexpr (!QUANT) {
+          // (the kernel takes x's offsets in 32 bits)
+          if ((rows - 1) * x.stride(0) + x.size(1) <= std::numeric_limits<int>::max()) {
+            launch(flat_elementwise_kernel<T, ACT, QUANT, kThreads, true>,
+                   dim3(static_cast<unsigned>((d / 2 + kThreads - 1) / kThreads), static_cast<unsigned>(rows)),
+                   dim3(kThreads), stream, out.data_ptr(), row_stride(out, "out"), x.const_data_ptr<T>(),
+                   row_stride(x, "x"), static_cast<int>(d), static_cast<int>(d), scale_ptr);
+            return;
+          }
         }
         run(aligned_elementwise_kernel<T, ACT, QUANT, 2 / P, 1>, 2, kThreads);
         return;
