@@ -246,15 +246,21 @@ __device__ __forceinline__ P from_bits(uint32_t w) {
   return p;
 }
 
-// Host builds: a word's two elements added in float32 and rounded back (`Words<T>::add`).
-template <typename W>
-inline uint32_t add_as_floats(uint32_t a, uint32_t b) {
+// The sum of two words of two 16-bit values each, element by element, rounded to their type
+// (`add_words`): the paired add of the vector type P (`__nv_bfloat162`, `__half2`) on the GPU;
+// in host builds the float32 sum rounded back by W (`Words<T>`), the same bits.
+template <typename P, typename W>
+__device__ __forceinline__ uint32_t paired_add(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return word_bits(__hadd2(from_bits<P>(a), from_bits<P>(b)));
+#else
   float f[2], g[2];
   W::unpack(a, f);
   W::unpack(b, g);
   f[0] += g[0];
   f[1] += g[1];
   return W::pack(f);
+#endif
 }
 
 // Host builds: two floats rounded to the 16-bit c10 type H, the first in the low half.
@@ -304,13 +310,8 @@ struct Words<c10::BFloat16> {
     return static_cast<float>(c10::BFloat16(v));
 #endif
   }
-  // the elementwise sum rounded to bfloat16 (see `add_words`)
   __device__ __forceinline__ static uint32_t add(uint32_t a, uint32_t b) {
-#if defined(__CUDA_ARCH__)
-    return word_bits(__hadd2(from_bits<__nv_bfloat162>(a), from_bits<__nv_bfloat162>(b)));
-#else
-    return add_as_floats<Words<c10::BFloat16>>(a, b);
-#endif
+    return paired_add<__nv_bfloat162, Words>(a, b);
   }
 };
 
@@ -344,13 +345,8 @@ struct Words<c10::Half> {
     return static_cast<float>(c10::Half(v));
 #endif
   }
-  // the elementwise sum rounded to half (see `add_words`)
   __device__ __forceinline__ static uint32_t add(uint32_t a, uint32_t b) {
-#if defined(__CUDA_ARCH__)
-    return word_bits(__hadd2(from_bits<__half2>(a), from_bits<__half2>(b)));
-#else
-    return add_as_floats<Words<c10::Half>>(a, b);
-#endif
+    return paired_add<__half2, Words>(a, b);
   }
 };
 
