@@ -21,10 +21,10 @@ from typing import Any
 
 import probe_tools as tools
 import torch
-import torch.nn.functional as F
 from torch._inductor.utils import run_and_get_code
 
 from ir_kernels_triton.pointwise_kernels import ACT_GELU, ACT_SILU, launch_gated
+from ir_spec import ops
 from ir_stack.bench.kernels import lift_recompile_limits
 
 SOURCE = Path(__file__).with_name("gated_decode_probe.cu")
@@ -46,18 +46,13 @@ ACTIVATIONS = {"silu_and_mul": (0, ACT_SILU), "gelu_and_mul": (1, ACT_GELU)}
 SHAPES = [(1, 5632), (1, 14336), (1, 28672), (16, 5632), (16, 14336), (16, 28672), (128, 5632)]
 
 
-def native(op: str, x: torch.Tensor) -> torch.Tensor:
-    """The catalog's reference for `op` (`ir_spec.catalog.activation`), for Inductor."""
-    d = x.shape[-1] // 2
-    gate = x[..., :d].float()
-    act = F.silu(gate) if op == "silu_and_mul" else F.gelu(gate)
-    return (act * x[..., d:].float()).to(x.dtype)
-
-
 def run_case(
     lib: Any, kernels: Any, op: str, tokens: int, d: int, rounds: int, code_dir: Path | None
 ) -> dict[str, list[float]]:
+    """Times every layout of `op` at `tokens` rows of gated width `d`, with the op, Triton's
+    kernel and Inductor's kernel for the catalog's reference (the grid's anchor)."""
     probe_act, triton_act = ACTIVATIONS[op]
+    native = getattr(ops, op).native
     x = torch.randn(tokens, 2 * d, device="cuda", dtype=torch.bfloat16) * 2
     outs = {name: torch.empty(tokens, d, device="cuda", dtype=x.dtype) for name, _ in LAYOUTS}
     candidates = {
@@ -66,7 +61,7 @@ def run_case(
     }
     to = torch.empty(tokens, d, device="cuda", dtype=x.dtype)
     candidates["triton"] = lambda: launch_gated(x, to, triton_act)
-    compiled = torch.compile(lambda t: native(op, t), dynamic=False, fullgraph=True)
+    compiled = torch.compile(native, dynamic=False, fullgraph=True)
     _, code = run_and_get_code(compiled, x)
     if code_dir is not None:
         (code_dir / f"{op}-{tokens}x{d}.py").write_text("\n\n".join(code))
@@ -84,7 +79,7 @@ def run_case(
     kept = outs.get("ir_cuda op", outs[LAYOUTS[0][0]])
     for name, o in outs.items():
         assert torch.equal(o, kept), f"{op} {tokens}x{d} {name}: outputs differ"
-    reference = native(op, x).float()
+    reference = native(x).float()
     err = (kept.float() - reference).abs().max().item()
     assert err <= 0.02 * reference.abs().max().item(), f"{op}: off the reference by {err}"
     return tools.time_rotated(candidates, rounds)
