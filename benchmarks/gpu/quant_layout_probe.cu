@@ -231,6 +231,13 @@ extern "C" int probe_launch(int variant, const void* x, void* out, float* scale,
     case 7: return launch<8, 2, true, 1, 128, false>(x, out, scale, rows, nvec, s);
     case 8: return launch<8, 2, true, 1, 128, true, true>(x, out, scale, rows, nvec, s);
     case 9: return launch<8, 2, true, 1, 128, false, true>(x, out, scale, rows, nvec, s);
+    // fp8 groups of 128 bf16 streamed from DRAM (`--streamed`)
+    case 30: return launch<16, 1, true, 1, 128>(x, out, scale, rows, nvec, s);  // Triton's at 2048 wide
+    case 31: return launch<4, 4, true, 1, 64>(x, out, scale, rows, nvec, s);
+    case 32: return launch<4, 4, true, 1, 256>(x, out, scale, rows, nvec, s);
+    case 33: return launch<2, 8, true, 1, 128>(x, out, scale, rows, nvec, s);
+    case 34: return launch<4, 4, true, 2, 128>(x, out, scale, rows, nvec, s);
+    case 35: return launch<16, 1, true, 2, 64>(x, out, scale, rows, nvec, s);
     // per-token rows of 2048 bf16 (256 vectors)
     case 10: return launch<128, 2, false, 1, 128>(x, out, scale, rows, nvec, s);  // kept: ir_cuda's
     case 11: return launch<128, 2, true, 1, 128>(x, out, scale, rows, nvec, s);   // Triton's

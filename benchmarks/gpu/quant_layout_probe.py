@@ -8,6 +8,7 @@ layout `ir_cuda` uses) and timed by CUDA-graph replay (`do_bench_cudagraph`, med
 builds, the `ir_cuda` op itself. Prints one table; `--json` also writes the numbers.
 
 Usage (GPU machine): python benchmarks/gpu/quant_layout_probe.py [--rounds 3] [--json OUT]
+  [--streamed]
 """
 
 from __future__ import annotations
@@ -39,6 +40,20 @@ GROUP_VARIANTS = [
     ("t8v2 rowargs", 8),
     ("t8v2 rowargs plain-ld", 9),
 ]
+#: Groups of 128 whose input is over the L2 (`--streamed`): the first is ir_cuda's layout there
+#: (`streamed_short_rows`), then its layout below the L2 and other shares of a row a thread.
+STREAMED_VARIANTS = [
+    ("t4v4 g1 b128 (ir_cuda streamed)", 4),
+    ("t8v2 g1 b128 (ir_cuda)", 0),
+    ("t16v1 g1 b128 (triton 2048)", 30),
+    ("t4v4 g1 b64", 31),
+    ("t4v4 g1 b256", 32),
+    ("t2v8 g1 b128", 33),
+    ("t4v4 g2 b128", 34),
+    ("t16v1 g2 b64", 35),
+    ("t8v2 g2 b128", 3),
+]
+STREAMED_SHAPES = [(4096, 8192), (16384, 2048), (16384, 4096), (16384, 8192)]
 TOKEN_VARIANTS = {
     2048: [
         ("t128v2 apart (ir_cuda)", 10),
@@ -138,12 +153,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--without-ir-cuda", action="store_true", help="skip the op's column")
+    parser.add_argument(
+        "--streamed", action="store_true", help="only group quant over the L2, in its own layouts"
+    )
     args = parser.parse_args()
     lib = tools.build_probe(SOURCE, Path(tempfile.mkdtemp()))
     kernels = None if args.without_ir_cuda else tools.ir_cuda_kernels()
     torch.manual_seed(0)
-    cases = [("group_quant_fp8", shape, 128, GROUP_VARIANTS) for shape in GROUP_SHAPES]
-    cases += [("dynamic_quant_fp8", s, s[1], TOKEN_VARIANTS[s[1]]) for s in TOKEN_SHAPES]
+    if args.streamed:
+        cases = [("group_quant_fp8", shape, 128, STREAMED_VARIANTS) for shape in STREAMED_SHAPES]
+    else:
+        cases = [("group_quant_fp8", shape, 128, GROUP_VARIANTS) for shape in GROUP_SHAPES]
+        cases += [("dynamic_quant_fp8", s, s[1], TOKEN_VARIANTS[s[1]]) for s in TOKEN_SHAPES]
     results = []
     for op, shape, width, variants in cases:
         times = run_case(lib, kernels, op, shape, width, variants, args.rounds)

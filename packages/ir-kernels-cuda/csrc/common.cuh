@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -37,8 +38,12 @@ struct DeviceScope {
   cudaStream_t stream = nullptr;
 };
 
-// An H100's L2 size, so that emulated launches take the paths an H100 would.
-inline int64_t l2_cache_bytes() { return int64_t{50} << 20; }
+// An H100's L2 size, so that emulated launches take the paths an H100 would; tests set
+// IR_CUDA_EMULATED_L2_BYTES to reach the paths of batches over the L2 with small tensors.
+inline int64_t l2_cache_bytes() {
+  const char* bytes = std::getenv("IR_CUDA_EMULATED_L2_BYTES");
+  return bytes != nullptr ? std::atoll(bytes) : int64_t{50} << 20;
+}
 #else
 constexpr const char* kDeviceName = "CUDA";
 inline bool on_kernel_device(const at::Tensor& t) { return t.is_cuda(); }
@@ -726,6 +731,7 @@ __host__ __device__ constexpr int row_block_threads(int team) { return team > 12
 
 struct RowLaunch {
   int team;     // at least 8, so a lane holds each scalar of a row's unaligned head or tail
+                // (4 for the streamed short rows of the aligned kernel, which has none)
   int vpt;      // vectors a thread: 2 or 4, or 1 for `one_vector` launches; at least two
                 // loads in flight per thread otherwise (fp8 groups of 128 with one vector a
                 // thread took up to 1.8x Triton's time on an H100)

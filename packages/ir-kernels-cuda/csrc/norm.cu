@@ -749,6 +749,9 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
           launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 8, 16, 32, 64, 128, 256, 512>(
               params, l.team, spread, loads, stream);
         }
+      } else if constexpr (!ADD && !NORM && QUANT == kDynamic) {
+        // teams of 4: short rows streamed from DRAM (`streamed_short_rows`)
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 4, 512>(params, l.team, spread, loads, stream);
       } else {
         launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 512>(params, l.team, spread, loads, stream);
       }
@@ -787,6 +790,18 @@ int64_t distinct_bytes(std::initializer_list<const at::Tensor*> tensors) {
 bool just_over_l2(int64_t bytes) {
   const auto l2 = static_cast<double>(l2_cache_bytes());
   return static_cast<double>(bytes) > l2 && static_cast<double>(bytes) <= 1.3 * l2;
+}
+
+// The launch of short rows without a norm (fp8 groups of 128 16-bit values: teams of 8, two
+// vectors a thread) where x is over the L2, so that every row streams from DRAM: teams of 4,
+// four vectors a thread, twice the bytes each thread has in flight. H100 layout probe
+// (`benchmarks/gpu/quant_layout_probe.py`, cuda-quant-layout-probe*-H100.json): group quant
+// 4096 x 8192 35.93 to 35.42-35.48 µs, but 1024 x 8192, within the L2, 4.66 to 7.36-7.68. A
+// maximum is exact in any order, so the launch may follow the batch.
+inline RowLaunch streamed_short_rows(const RowLaunch& l, const at::Tensor& x) {
+  const bool streamed = !l.stream && l.team == 8 && l.vpt == 2 && x.size(0) > kFewRows &&
+                        x.numel() * static_cast<int64_t>(x.element_size()) > l2_cache_bytes();
+  return streamed ? RowLaunch{4, 4, false, row_block_threads(4)} : l;
 }
 
 template <bool ADD, bool NORM, int QUANT>
@@ -864,7 +879,10 @@ void launch_rows(const RowTensors& t) {
     if constexpr (ADD) {
       aligned = aligned && rows_aligned(*t.residual, 16) && rows_aligned(*t.residual_out, 16);
     }
-    const RowLaunch l = row_launch(width, V, ADD && aligned);
+    RowLaunch l = row_launch(width, V, ADD && aligned);
+    if constexpr (!ADD && !NORM && QUANT == kDynamic) {
+      if (aligned) l = streamed_short_rows(l, x);
+    }
     // The weight's load after the row's first shuffles (LATE), where an H100 A/B run of the
     // grid found it faster (cuda-kernels-notes-H100.md, round 14): plain rms_norm up to 256 rows
     // (1 x 8192: 1.85 to 1.76 µs, 128 x 8192: 2.60 to 2.40) and once its bytes (x and out) are

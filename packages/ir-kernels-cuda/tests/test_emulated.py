@@ -109,6 +109,24 @@ def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout
         check(op, provider, sample_inputs(op, spec(dtype, 256, 5, layout, **options)))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(("name", "hidden"), [("group_quant_fp8", 512), ("dynamic_quant_fp8", 128)])
+def test_short_rows_over_the_l2(
+    monkeypatch: pytest.MonkeyPatch, name: str, hidden: int, dtype: torch.dtype
+) -> None:
+    """Rows of 16 vectors without a norm, over an L2 shrunk to 64 KiB, take teams of 4 with four
+    vectors a thread (`streamed_short_rows`): still the reference's result, and a row's bits
+    are those it gets alone (one token stays on teams of 8)."""
+    monkeypatch.setenv("IR_CUDA_EMULATED_L2_BYTES", str(64 << 10))
+    op = getattr(ops, name)
+    args = sample_inputs(op, spec(dtype, hidden, 300, "contiguous"))
+    check(op, "cuda", args)
+    whole = op.impls["cuda"].fn(*clone_args(args))
+    alone = op.impls["cuda"].fn(*clone_args((args[0][:1], *args[1:])))
+    for got, expected in zip(alone, whole, strict=True):
+        assert torch.equal(bits(got), bits(expected)[:1])
+
+
 @pytest.mark.parametrize(("dtype", "width"), [(torch.bfloat16, 4096), (torch.float32, 2048)])
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=IDS)
 def test_rows_are_batch_invariant(op: IrOp, provider: str, dtype: torch.dtype, width: int) -> None:
