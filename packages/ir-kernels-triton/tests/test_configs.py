@@ -13,7 +13,18 @@ ACTS = [None, pk.ACT_SILU, pk.ACT_GELU, pk.ACT_GELU_TANH]
 @pytest.mark.parametrize("streaming", [False, True])
 def test_flat_configs_are_launchable(act: int | None, quant: bool, streaming: bool) -> None:
     """Power-of-two blocks of at least one element per thread, for every size."""
-    for total in (1, 5632, 1 << 17, (1 << 17) + 1, 1 << 19, (1 << 19) + 1, 1 << 24, 1 << 30):
+    for total in (
+        1,
+        5632,
+        (1 << 13) + 1,
+        14336,
+        1 << 17,
+        (1 << 17) + 1,
+        1 << 19,
+        (1 << 19) + 1,
+        1 << 24,
+        1 << 30,
+    ):
         block, warps = pk.flat_config(total, streaming, act, quant)
         assert block & (block - 1) == 0
         assert block >= 32 * warps

@@ -118,6 +118,8 @@ FLAT_INDEX_LIMIT = 2**31
 
 #: Outputs up to which the flat kernels favour latency (decode sizes).
 FLAT_DECODE_OUTPUTS = 1 << 17
+#: Outputs up to which the gelu gates take 256-element blocks over 4 warps.
+GELU_NARROW_OUTPUTS = 1 << 13
 
 
 def flat_config(
@@ -132,13 +134,14 @@ def flat_config(
     over 4 warps) and 8 once it streams from memory; the gated kernels on 1024 over 4 warps,
     except streaming silu (1024 over 8, 1-1.5 % faster) and gelu (2048 over 8, up to 1 %).
     The gelu gates, heavier to compute, spread small sizes over more programs: 256-element
-    blocks over 4 warps up to 128K outputs (one token of 5632: 1.38 to 1.33 µs), 512 over 4 up
-    to 1M; above, while in L2, 512 over a single warp (16 outputs a thread: 128 x 28672 from
-    6.68 to 6.42 µs; sections 9 and 10)."""
+    blocks over 4 warps up to 8K outputs (one token of 5632: 1.38 to 1.33 µs), 512 over 8 up to
+    128K (one token of 14336 fastest so in four sweeps, 0.02-0.04 µs ahead; sections 1, 2, 9,
+    15), 512 over 4 up to 1M; above, while in L2, 512 over a single warp (16 outputs a thread:
+    128 x 28672 from 6.68 to 6.42 µs; sections 9 and 10)."""
     gelu = act is not None and act != ACT_SILU and not quant
     if gelu and not streaming:
         if total <= FLAT_DECODE_OUTPUTS:
-            return 256, 4
+            return (256, 4) if total <= GELU_NARROW_OUTPUTS else (512, 8)
         return (512, 4) if total <= 8 * FLAT_DECODE_OUTPUTS else (512, 1)
     if total <= FLAT_DECODE_OUTPUTS:
         return 512, 8
