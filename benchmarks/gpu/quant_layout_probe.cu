@@ -238,6 +238,9 @@ extern "C" int probe_launch(int variant, const void* x, void* out, float* scale,
     case 33: return launch<2, 8, true, 1, 128>(x, out, scale, rows, nvec, s);
     case 34: return launch<4, 4, true, 2, 128>(x, out, scale, rows, nvec, s);
     case 35: return launch<16, 1, true, 2, 64>(x, out, scale, rows, nvec, s);
+    case 36: return launch<4, 4, false, 1, 128>(x, out, scale, rows, nvec, s);  // a team apart
+    case 37: return launch<8, 2, false, 1, 128>(x, out, scale, rows, nvec, s);
+    case 38: return launch<4, 4, false, 1, 256>(x, out, scale, rows, nvec, s);
     // per-token rows of 2048 bf16 (256 vectors)
     case 10: return launch<128, 2, false, 1, 128>(x, out, scale, rows, nvec, s);  // kept: ir_cuda's
     case 11: return launch<128, 2, true, 1, 128>(x, out, scale, rows, nvec, s);   // Triton's

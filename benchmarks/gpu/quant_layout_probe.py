@@ -52,6 +52,9 @@ STREAMED_VARIANTS = [
     ("t4v4 g2 b128", 34),
     ("t16v1 g2 b64", 35),
     ("t8v2 g2 b128", 3),
+    ("t4v4 apart g1 b128", 36),
+    ("t8v2 apart g1 b128", 37),
+    ("t4v4 apart g1 b256", 38),
 ]
 STREAMED_SHAPES = [(4096, 8192), (16384, 2048), (16384, 4096), (16384, 8192)]
 TOKEN_VARIANTS = {
