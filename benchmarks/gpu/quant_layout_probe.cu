@@ -81,8 +81,11 @@ struct RowArgsLike {
 // vectors (ADJACENT: lane l holds vectors l * VPL ... l * VPL + VPL - 1, its fp8 outputs one
 // store; else vectors l, l + TEAM, ...), each thread G rows (the block's rows g * teams apart,
 // as Triton's group kernel holds groups g and g + 8), THREADS threads a block. NC: x read
-// through the non-coherent path (ld.global.nc); Args: SmallArgs or RowArgsLike.
-template <int TEAM, int VPL, bool ADJACENT, int G, int THREADS, bool NC, typename Args>
+// through the non-coherent path (ld.global.nc); Args: SmallArgs or RowArgsLike. As in Triton's
+// group kernel (its sm_90 SASS): SCALE_FIRST stores a row's scale before its fp8 values,
+// BARRIER syncs the block after the reduction.
+template <int TEAM, int VPL, bool ADJACENT, int G, int THREADS, bool NC, typename Args,
+          bool SCALE_FIRST = false, bool BARRIER = false>
 __global__ void __launch_bounds__(THREADS) quant_rows(Args a) {
   constexpr bool kRowArgs = sizeof(Args) > sizeof(SmallArgs);
   const int rows = a.rows;
@@ -150,6 +153,16 @@ __global__ void __launch_bounds__(THREADS) quant_rows(Args a) {
       for (int g = 0; g < G; ++g) amax[g] = fmaxf(amax[g], __shfl_xor_sync(0xffffffffu, amax[g], offset));
     }
   }
+  if constexpr (BARRIER) {
+    // through shared memory, as Triton moves the maximum to the store's layout (a bare
+    // __syncthreads would be hoisted above the loads)
+    __shared__ float staged[G][THREADS];
+#pragma unroll
+    for (int g = 0; g < G; ++g) staged[g][threadIdx.x] = amax[g];
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < G; ++g) amax[g] = staged[g][threadIdx.x];
+  }
 #pragma unroll
   for (int g = 0; g < G; ++g) {
     const int row = first + g * kTeams;
@@ -161,6 +174,15 @@ __global__ void __launch_bounds__(THREADS) quant_rows(Args a) {
     const float scale = fmaxf(m * (1.f / kFp8Max), kMinScale);
     const float inv = rcp(scale);
     uint8_t* orow = out + static_cast<int64_t>(row) * nvec * 8;
+    auto store_scale = [&] {
+      if (lane != 0) return;
+      if constexpr (kRowArgs) {
+        a.scale_out[static_cast<int64_t>(row) * a.scale_token_stride] = scale;
+      } else {
+        a.scale_out[row] = scale;
+      }
+    };
+    if constexpr (SCALE_FIRST) store_scale();
     if constexpr (ADJACENT) {
       if ((lane + 1) * VPL <= nvec) {
         uint2 q[VPL];
@@ -180,17 +202,12 @@ __global__ void __launch_bounds__(THREADS) quant_rows(Args a) {
         if (j < nvec) reinterpret_cast<uint2*>(orow)[j] = quant_words(v[g][k], inv);
       }
     }
-    if (lane == 0) {
-      if constexpr (kRowArgs) {
-        a.scale_out[static_cast<int64_t>(row) * a.scale_token_stride] = scale;
-      } else {
-        a.scale_out[row] = scale;
-      }
-    }
+    if constexpr (!SCALE_FIRST) store_scale();
   }
 }
 
-template <int TEAM, int VPL, bool ADJACENT, int G, int THREADS, bool NC = true, bool ROW_ARGS = false>
+template <int TEAM, int VPL, bool ADJACENT, int G, int THREADS, bool NC = true, bool ROW_ARGS = false,
+          bool SCALE_FIRST = false, bool BARRIER = false>
 int launch(const void* x, void* out, float* scale, int rows, int nvec, cudaStream_t stream) {
   constexpr int kRowsPerBlock = THREADS / TEAM * G;
   const int blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
@@ -205,10 +222,12 @@ int launch(const void* x, void* out, float* scale, int rows, int nvec, cudaStrea
     a.width = nvec * 8;
     a.scale_out = scale;
     a.scale_token_stride = 1;
-    quant_rows<TEAM, VPL, ADJACENT, G, THREADS, NC, RowArgsLike><<<blocks, THREADS, 0, stream>>>(a);
+    quant_rows<TEAM, VPL, ADJACENT, G, THREADS, NC, RowArgsLike, SCALE_FIRST, BARRIER>
+        <<<blocks, THREADS, 0, stream>>>(a);
   } else {
     const SmallArgs a{static_cast<const uint16_t*>(x), static_cast<uint8_t*>(out), scale, rows, nvec};
-    quant_rows<TEAM, VPL, ADJACENT, G, THREADS, NC, SmallArgs><<<blocks, THREADS, 0, stream>>>(a);
+    quant_rows<TEAM, VPL, ADJACENT, G, THREADS, NC, SmallArgs, SCALE_FIRST, BARRIER>
+        <<<blocks, THREADS, 0, stream>>>(a);
   }
   return static_cast<int>(cudaGetLastError());
 }
@@ -241,6 +260,11 @@ extern "C" int probe_launch(int variant, const void* x, void* out, float* scale,
     case 36: return launch<4, 4, false, 1, 128>(x, out, scale, rows, nvec, s);  // a team apart
     case 37: return launch<8, 2, false, 1, 128>(x, out, scale, rows, nvec, s);
     case 38: return launch<4, 4, false, 1, 256>(x, out, scale, rows, nvec, s);
+    // Triton's group kernel's order: the scale stored first, a block barrier after the reduction
+    case 39: return launch<16, 1, true, 1, 128, true, false, true, false>(x, out, scale, rows, nvec, s);
+    case 40: return launch<16, 1, true, 1, 128, true, false, false, true>(x, out, scale, rows, nvec, s);
+    case 41: return launch<16, 1, true, 1, 128, false, false, true, true>(x, out, scale, rows, nvec, s);
+    case 42: return launch<4, 4, true, 1, 128, true, false, true, true>(x, out, scale, rows, nvec, s);
     // per-token rows of 2048 bf16 (256 vectors)
     case 10: return launch<128, 2, false, 1, 128>(x, out, scale, rows, nvec, s);  // kept: ir_cuda's
     case 11: return launch<128, 2, true, 1, 128>(x, out, scale, rows, nvec, s);   // Triton's

@@ -55,6 +55,10 @@ STREAMED_VARIANTS = [
     ("t4v4 apart g1 b128", 36),
     ("t8v2 apart g1 b128", 37),
     ("t4v4 apart g1 b256", 38),
+    ("t16v1 g1 b128 scale-first", 39),
+    ("t16v1 g1 b128 barrier", 40),
+    ("t16v1 g1 b128 plain-ld scale-first barrier (as triton)", 41),
+    ("t4v4 g1 b128 scale-first barrier", 42),
 ]
 STREAMED_SHAPES = [(4096, 8192), (16384, 2048), (16384, 4096), (16384, 8192)]
 TOKEN_VARIANTS = {
