@@ -794,10 +794,11 @@ bool just_over_l2(int64_t bytes) {
 
 // The launch of short rows without a norm (fp8 groups of 128 16-bit values: teams of 8, two
 // vectors a thread) where x is over the L2, so that every row streams from DRAM: teams of 4,
-// four vectors a thread, twice the bytes each thread has in flight. H100 layout probe
-// (`benchmarks/gpu/quant_layout_probe.py`, cuda-quant-layout-probe*-H100.json): group quant
-// 4096 x 8192 35.93 to 35.42-35.48 µs, but 1024 x 8192, within the L2, 4.66 to 7.36-7.68. A
-// maximum is exact in any order, so the launch may follow the batch.
+// four vectors a thread, twice the bytes each thread has in flight. H100, same-process A/B
+// (cuda-kernels-notes-H100.md, round 26): group quant 16384 x 8192 135.64 to 134.63 µs, 4096 x
+// 8192 35.92 to 35.70; within the L2 the layout probe had it far slower (1024 x 8192 4.66 to
+// 7.36-7.68). On an H200 the probe's copy of it ran 0.5-0.9 % behind teams of 8. A maximum is
+// exact in any order, so the launch may follow the batch.
 inline RowLaunch streamed_short_rows(const RowLaunch& l, const at::Tensor& x) {
   const bool streamed = !l.stream && l.team == 8 && l.vpt == 2 && x.size(0) > kFewRows &&
                         x.numel() * static_cast<int64_t>(x.element_size()) > l2_cache_bytes();
