@@ -249,9 +249,7 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
       const int64_t outputs = rows * d;
       // whether the op's bytes stream from DRAM (asked only past decode sizes: a device query)
       auto streams = [&] {
-        const int64_t footprint = x.numel() * static_cast<int64_t>(x.element_size()) +
-                                  out.numel() * static_cast<int64_t>(out.element_size());
-        return footprint > l2_cache_bytes();
+        return tensor_bytes(x) + tensor_bytes(out) > l2_cache_bytes();
       };
       if (outputs <= kDecodeOutputs) {
         // two outputs a thread in blocks of 256 (`flat_elementwise_kernel`): as one run where the

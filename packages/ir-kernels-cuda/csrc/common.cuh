@@ -767,6 +767,9 @@ inline bool aligned_host(const void* p, int64_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(bytes) == 0;
 }
 
+// Host side: the bytes of `t`'s elements.
+inline int64_t tensor_bytes(const at::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
+
 // Host side: every row of the 2-D tensor `t` starts `bytes`-aligned (its base and its row stride).
 inline bool rows_aligned(const at::Tensor& t, int64_t bytes) {
   return aligned_host(t.data_ptr(), bytes) &&

@@ -776,7 +776,7 @@ int64_t distinct_bytes(std::initializer_list<const at::Tensor*> tensors) {
   for (const at::Tensor* t : tensors) {
     if (std::find(seen.begin(), seen.end(), t->data_ptr()) != seen.end()) continue;
     seen.push_back(t->data_ptr());
-    bytes += t->numel() * static_cast<int64_t>(t->element_size());
+    bytes += tensor_bytes(*t);
   }
   return bytes;
 }
@@ -800,8 +800,8 @@ bool just_over_l2(int64_t bytes) {
 // 7.36-7.68). On an H200 the probe's copy of it ran 0.5-0.9 % behind teams of 8. A maximum is
 // exact in any order, so the launch may follow the batch.
 inline RowLaunch streamed_short_rows(const RowLaunch& l, const at::Tensor& x) {
-  const bool streamed = !l.stream && l.team == 8 && l.vpt == 2 && x.size(0) > kFewRows &&
-                        x.numel() * static_cast<int64_t>(x.element_size()) > l2_cache_bytes();
+  // (a team of 8 is never streamed in chunks: `row_launch` widens the team first)
+  const bool streamed = l.team == 8 && l.vpt == 2 && x.size(0) > kFewRows && tensor_bytes(x) > l2_cache_bytes();
   return streamed ? RowLaunch{4, 4, false, row_block_threads(4)} : l;
 }
 
@@ -894,8 +894,7 @@ void launch_rows(const RowTensors& t) {
     if constexpr (!ADD && QUANT == kNone) {
       // x and out are the same size: both over twice the L2 is x alone over it (the L2 is
       // asked only past small batches: a device call)
-      loads.late_weight = tokens <= kFewRows ||
-                          x.numel() * static_cast<int64_t>(x.element_size()) > l2_cache_bytes();
+      loads.late_weight = tokens <= kFewRows || tensor_bytes(x) > l2_cache_bytes();
     } else if constexpr (!ADD && QUANT == kStatic) {
       loads.late_weight = tokens > 16;
     }
