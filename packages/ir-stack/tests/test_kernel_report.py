@@ -110,6 +110,20 @@ def test_parts_of_a_grid_merge_and_judge_each_op_by_its_own_run(tmp_path: Path) 
     assert summary(merged, "cuda") == report.split("\n")[2]
 
 
+def test_each_part_says_how_often_it_ran(tmp_path: Path) -> None:
+    a = write_part(tmp_path, "a.json", "rms_norm", 2.0, 2.4)
+    b = write_part(tmp_path, "b.json", "silu_and_mul", 1.8, 2.4)
+    data = json.loads(b.read_text())
+    data["records"] += [{**r, "run": 1} for r in data["records"]]
+    b.write_text(json.dumps(data))
+    merged = tmp_path / "kernels-Test-GPU.json"
+    kernel_report.main([str(a), str(b), "--ours", "cuda", "--out", str(merged)])
+    assert [p["runs"] for p in json.loads(merged.read_text())["meta"]["parts"]] == [1, 2]
+    assert "Each shape ran 1 to 2 times (by part: 1, 2)" in merged.with_suffix(".md").read_text()
+    kernel_report.main([str(a), "--ours", "cuda"])
+    assert "Each shape ran 1 time(s)" in a.with_suffix(".md").read_text()
+
+
 def test_parts_sharing_an_op_are_refused(tmp_path: Path) -> None:
     a = write_part(tmp_path, "a.json", "rms_norm", 2.0, 2.4)
     b = write_part(tmp_path, "b.json", "rms_norm", 1.8, 2.4)

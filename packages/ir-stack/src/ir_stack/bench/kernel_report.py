@@ -64,6 +64,7 @@ def merge(paths: Sequence[Path]) -> dict[str, Any]:
                     f"{paths[0]}: parts of one grid must come from one machine and software"
                 )
         ops = sorted({r["op"] for r in part["records"]})
+        meta = {**meta, "runs": meta.get("runs", runs_of(part["records"]))}
         for op in ops:
             if op in seen:
                 raise ValueError(
@@ -85,9 +86,25 @@ def part_meta(meta: dict[str, Any], op: str) -> dict[str, Any]:
     return next((m for m in run_metas(meta) if op in m.get("ops", [op])), meta)
 
 
+def runs_of(records: Sequence[dict[str, Any]]) -> int:
+    """How many times the benchmark ran each shape (its records number the runs from 0)."""
+    return 1 + max((int(r.get("run", 0)) for r in records), default=0)
+
+
+def runs_text(meta: dict[str, Any]) -> str:
+    """How many times each shape ran: one count, or one per part where the parts differ."""
+    counts = [int(m.get("runs", 2)) for m in run_metas(meta)]
+    if len(set(counts)) == 1:
+        return f"{counts[0]} time(s)"
+    by_part = ", ".join(str(c) for c in counts)
+    return f"{min(counts)} to {max(counts)} times (by part: {by_part})"
+
+
 def load(path: Path) -> tuple[dict[str, Any], dict[tuple[str, int, int], dict[str, list[Any]]]]:
     data = json.loads(path.read_text())
-    data["meta"].setdefault("runs", 1 + max((r.get("run", 0) for r in data["records"]), default=0))
+    data["meta"].setdefault("runs", runs_of(data["records"]))
+    for index, part in enumerate(data["meta"].get("parts", [])):
+        part.setdefault("runs", runs_of([r for r in data["records"] if r.get("part") == index]))
     grouped: dict[tuple[str, int, int], dict[str, list[Any]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -161,7 +178,7 @@ def markdown(
         "CUDA-graph replays (`do_bench_cudagraph`, median); `plain` is `do_bench`. GB/s counts "
         "the minimum traffic (inputs read once + outputs written); `frac` is that over the "
         f"device copy bandwidth measured in the same run: {run_facts(meta)}. Each shape ran "
-        f"{meta.get('runs', 2)} time(s), each run starting at a different candidate; the "
+        f"{runs_text(meta)}, each run starting at a different candidate; the "
         "fastest run is shown, `spread` is the larger run-to-run difference of our kernel and "
         "of the best anchor.",
         "",
