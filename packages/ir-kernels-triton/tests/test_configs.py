@@ -134,3 +134,50 @@ def test_launch_rejects_a_bad_split() -> None:
     x = torch.randn(2, 64)
     with pytest.raises(ValueError, match="split=3"):
         nk.launch_norm(x, None, 1e-6, None, torch.empty_like(x), split=3)
+
+
+H100_GBPS_PER_SM, H200_GBPS_PER_SM = 25.4, 37.2
+
+
+@pytest.mark.parametrize("hidden", [2048, 4096, 8192])
+def test_group_quant_streamed_rows_follow_the_cards_bandwidth(hidden: int) -> None:
+    """One vector a thread where an H100's bandwidth per SM is enough, whole rows a program
+    where more must be in flight; rows within the L2 and unknown cards keep the batch rule."""
+    groups = hidden // 128
+    on_h100 = pk.group_quant_config(16384, groups, 128, True, H100_GBPS_PER_SM)
+    on_h200 = pk.group_quant_config(16384, groups, 128, True, H200_GBPS_PER_SM)
+    assert on_h100 == (8, 4)
+    assert on_h200 == (groups, pk.warps_for(hidden))
+    for streamed, gbps in ((False, H200_GBPS_PER_SM), (False, H100_GBPS_PER_SM), (True, None)):
+        expected = (8, 4) if groups <= 16 else (32, 8)
+        assert pk.group_quant_config(16384, groups, 128, streamed, gbps) == expected
+    for few in (1, 16, 17, 1024):
+        assert pk.group_quant_config(few, groups, 128, True, H200_GBPS_PER_SM) == (
+            pk.group_quant_config(few, groups, 128)
+        )
+
+
+def test_group_quant_whole_rows_stop_at_8192_elements() -> None:
+    assert pk.group_quant_config(16384, 512, 128, True, H200_GBPS_PER_SM) == (64, 16)
+    assert pk.group_quant_config(16384, 3, 128, True, H200_GBPS_PER_SM) == (4, 1)
+
+
+def test_dram_bandwidth_per_sm_from_the_reported_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import torch
+
+    from ir_kernels_triton import platform
+
+    h100 = types.SimpleNamespace(
+        memory_clock_rate=2_619_000, memory_bus_width=5120, multi_processor_count=132
+    )
+    monkeypatch.setattr(platform, "_gpu_properties", lambda t: h100)
+    assert platform.dram_gbps_per_sm(torch.empty(1)) == pytest.approx(25.4, abs=0.1)
+    no_clock = types.SimpleNamespace(
+        memory_clock_rate=0, memory_bus_width=5120, multi_processor_count=132
+    )
+    monkeypatch.setattr(platform, "_gpu_properties", lambda t: no_clock)
+    assert platform.dram_gbps_per_sm(torch.empty(1)) is None
+    monkeypatch.setattr(platform, "_gpu_properties", lambda t: None)
+    assert platform.dram_gbps_per_sm(torch.empty(1)) is None

@@ -60,6 +60,20 @@ def sm_count(t: torch.Tensor) -> int | None:
     return None if properties is None else int(properties.multi_processor_count)
 
 
+def dram_gbps_per_sm(t: torch.Tensor) -> float | None:
+    """Peak DRAM bandwidth of the GPU holding `t` in GB/s per SM, from the memory clock and
+    bus width torch reports (None off the GPU, or where the driver reports no clock). An H100
+    SXM has about 25, an H200 about 37: the latter needs more loads in flight per SM to keep
+    its memory busy."""
+    properties = _gpu_properties(t)
+    memory_khz = getattr(properties, "memory_clock_rate", 0)
+    bus_bits = getattr(properties, "memory_bus_width", 0)
+    if properties is None or not (memory_khz and bus_bits):
+        return None
+    gbps = 2 * memory_khz * 1e3 * bus_bits / 8 / 1e9  # double data rate
+    return gbps / int(properties.multi_processor_count)
+
+
 def tensor_bytes(*tensors: torch.Tensor | None) -> int:
     """Bytes of the given tensors (None counts nothing): an op's footprint when each is read or
     written once; pass a tensor twice for one read and one write in place."""

@@ -14,6 +14,7 @@ from .fp8 import exact_rounding, quantize, round_to_dtype
 from .platform import (
     LOOP_BLOCK,
     MAX_SINGLE_PASS,
+    dram_gbps_per_sm,
     next_power_of_2,
     num_rows,
     rows,
@@ -421,7 +422,10 @@ def launch_group_quant(
     x2, q2 = rows(x), rows(q)
     scale2 = scale.reshape(n, groups) if scale.dim() != 2 else scale
     group_block = next_power_of_2(group_size)
-    default_per_program, default_warps = group_quant_config(n, groups, group_block)
+    streamed = streams_from_dram(x, tensor_bytes(x, q, scale))
+    default_per_program, default_warps = group_quant_config(
+        n, groups, group_block, streamed, dram_gbps_per_sm(x)
+    )
     per_program = per_program or default_per_program
     group_quant_kernel[(n * triton.cdiv(groups, per_program),)](
         x2,
@@ -441,17 +445,39 @@ def launch_group_quant(
     )
 
 
-def group_quant_config(rows_: int, groups: int, group_block: int) -> tuple[int, int]:
+#: DRAM bandwidth per SM (GB/s) from which group quant streamed from DRAM takes whole rows a
+#: program: between the H100 SXM's 25 and the H200's 37, the two cards measured.
+DEEP_LOADS_GBPS_PER_SM = 30.0
+
+
+def group_quant_config(
+    rows_: int,
+    groups: int,
+    group_block: int,
+    streamed: bool = False,
+    gbps_per_sm: float | None = None,
+) -> tuple[int, int]:
     """(groups per program, warps) of `group_quant_kernel`. A group's result is exact whatever
-    the configuration (max and one division), so it may follow the batch. An H100 sweep (groups
-    of 128, 2048-8192 wide rows, `benchmarks/results/triton-tuning-H100.log`) found 8 groups
-    over 4 warps best up to 16 rows, 16 over 2 warps up to 1024 (10 % faster than 32 over 8
-    at 1024 rows), and 4096-element programs over 8 warps at large batches, except for rows of
-    up to 16 groups, which keep 8 over 4 (16384 x 2048: 35.5 against 36.1 µs, section 11)."""
-    if rows_ <= 16 or (rows_ > 1024 and groups <= 16):
+    the configuration (max and one division), so it may follow the batch and the card.
+
+    Sweeps of groups of 128 over 2048-8192 wide rows (`benchmarks/results/triton-tuning-H100.log`
+    sections 11 and 18): 8 groups over 4 warps (one 16-byte vector a thread) are best up to 16
+    rows, 16 over 2 warps up to 1024 (10 % faster than 32 over 8 at 1024 rows). Past that,
+    rows within the L2 take 4096-element programs over 8 warps, except rows of up to 16 groups,
+    which keep 8 over 4 (16384 x 2048 on an H100: 35.5 against 36.1 µs). Rows streamed from
+    DRAM (`streamed`) depend on the card's bandwidth per SM, `gbps_per_sm`: an H100 is fastest
+    on 8 groups over 4 warps at every width (0.5-1 %), while an H200, with half as much again
+    to keep in flight, is 8-10 % slower so and fastest on one row a program (up to 8192
+    elements)."""
+    if rows_ <= 16:
         per_program, warps = 8, 4
     elif rows_ <= 1024:
         per_program, warps = 16, 2
+    elif streamed and gbps_per_sm is not None and gbps_per_sm >= DEEP_LOADS_GBPS_PER_SM:
+        per_program = max(1, min(next_power_of_2(groups), 8192 // group_block))
+        warps = warps_for(per_program * group_block)
+    elif (streamed and gbps_per_sm is not None) or groups <= 16:
+        per_program, warps = 8, 4
     else:
         per_program = max(1, 4096 // group_block)
         warps = warps_for(per_program * group_block)
