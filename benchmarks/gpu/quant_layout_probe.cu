@@ -265,6 +265,10 @@ extern "C" int probe_launch(int variant, const void* x, void* out, float* scale,
     case 40: return launch<16, 1, true, 1, 128, true, false, false, true>(x, out, scale, rows, nvec, s);
     case 41: return launch<16, 1, true, 1, 128, false, false, true, true>(x, out, scale, rows, nvec, s);
     case 42: return launch<4, 4, true, 1, 128, true, false, true, true>(x, out, scale, rows, nvec, s);
+    // the same barrier within the L2 (group shapes of the default run)
+    case 43: return launch<8, 2, true, 1, 128, true, false, false, true>(x, out, scale, rows, nvec, s);
+    case 44: return launch<4, 4, true, 1, 64, true, false, false, true>(x, out, scale, rows, nvec, s);
+    case 45: return launch<8, 2, true, 2, 64, true, false, false, true>(x, out, scale, rows, nvec, s);
     // per-token rows of 2048 bf16 (256 vectors)
     case 10: return launch<128, 2, false, 1, 128>(x, out, scale, rows, nvec, s);  // kept: ir_cuda's
     case 11: return launch<128, 2, true, 1, 128>(x, out, scale, rows, nvec, s);   // Triton's

@@ -8,7 +8,7 @@ layout `ir_cuda` uses) and timed by CUDA-graph replay (`do_bench_cudagraph`, med
 builds, the `ir_cuda` op itself. Prints one table; `--json` also writes the numbers.
 
 Usage (GPU machine): python benchmarks/gpu/quant_layout_probe.py [--rounds 3] [--json OUT]
-  [--streamed]
+  [--streamed | --groups-only]
 """
 
 from __future__ import annotations
@@ -39,6 +39,10 @@ GROUP_VARIANTS = [
     ("t8v2 plain-ld", 7),
     ("t8v2 rowargs", 8),
     ("t8v2 rowargs plain-ld", 9),
+    ("t8v2 g1 b128 barrier", 43),
+    ("t16v1 g1 b128 barrier", 40),
+    ("t4v4 g1 b64 barrier", 44),
+    ("t8v2 g2 b64 barrier (as triton)", 45),
 ]
 #: Groups of 128 whose input is over the L2 (`--streamed`): the first is ir_cuda's layout there
 #: (`streamed_short_rows`), then its layout below the L2 and other shares of a row a thread.
@@ -163,6 +167,7 @@ def main() -> None:
     parser.add_argument(
         "--streamed", action="store_true", help="only group quant over the L2, in its own layouts"
     )
+    parser.add_argument("--groups-only", action="store_true", help="group quant within the L2 only")
     args = parser.parse_args()
     lib = tools.build_probe(SOURCE, Path(tempfile.mkdtemp()))
     kernels = None if args.without_ir_cuda else tools.ir_cuda_kernels()
@@ -171,7 +176,8 @@ def main() -> None:
         cases = [("group_quant_fp8", shape, 128, STREAMED_VARIANTS) for shape in STREAMED_SHAPES]
     else:
         cases = [("group_quant_fp8", shape, 128, GROUP_VARIANTS) for shape in GROUP_SHAPES]
-        cases += [("dynamic_quant_fp8", s, s[1], TOKEN_VARIANTS[s[1]]) for s in TOKEN_SHAPES]
+        if not args.groups_only:
+            cases += [("dynamic_quant_fp8", s, s[1], TOKEN_VARIANTS[s[1]]) for s in TOKEN_SHAPES]
     results = []
     for op, shape, width, variants in cases:
         times = run_case(lib, kernels, op, shape, width, variants, args.rounds)
