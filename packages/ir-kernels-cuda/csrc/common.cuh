@@ -714,6 +714,18 @@ __device__ __forceinline__ void team_reduce(Reducing<Op>... r) {
   }
 }
 
+// `v` back after a barrier of the whole block, through shared memory so that the barrier
+// waits on it: no thread goes on before every thread of the block has computed its `v` (a bare
+// __syncthreads does not depend on the loads `v` comes from, and ptxas may issue it first).
+// Every thread of the block must call it, once per kernel.
+template <int THREADS>
+__device__ __forceinline__ float after_block_barrier(float v) {
+  __shared__ float staged[THREADS];
+  staged[threadIdx.x] = v;
+  __syncthreads();
+  return staged[threadIdx.x];
+}
+
 // `v` reduced by `op` over the team, as above.
 template <typename Op>
 __device__ __forceinline__ float team_reduce(float v, int team, Op op) {
@@ -731,10 +743,10 @@ __host__ __device__ constexpr int row_block_threads(int team) { return team > 12
 
 struct RowLaunch {
   int team;     // at least 8, so a lane holds each scalar of a row's unaligned head or tail
-                // (4 for the streamed short rows of the aligned kernel, which has none)
-  int vpt;      // vectors a thread: 2 or 4, or 1 for `one_vector` launches; at least two
-                // loads in flight per thread otherwise (fp8 groups of 128 with one vector a
-                // thread took up to 1.8x Triton's time on an H100)
+  int vpt;      // vectors a thread: 2 or 4, or 1 for `one_vector` launches and the streamed
+                // fp8 groups (`streamed_short_rows`); at least two loads in flight per thread
+                // otherwise (fp8 groups of 128 within the L2 with one vector a thread took up
+                // to 1.8x Triton's time on an H100)
   bool stream;  // the row does not fit one tile: it is read in chunks, twice
   int threads;  // per block: `row_block_threads(team)`
 };

@@ -365,11 +365,14 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 // the same lanes and the same reduction tree, so the same bits, as one block. EVICT marks the
 // rows' loads (x and the residual) evict-first (`load_evict_first`): a hint, the same bits.
 // The residual is added by the paired 16-bit add (`add_words`), or where FLOAT_ADD in float32
-// and rounded (`float_add_kernel`): the same bits.
+// and rounded (`float_add_kernel`): the same bits. TOGETHER puts a block barrier between the
+// reduction and the stores of short fp8 rows (`stores_together`): the same bits.
 template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LATE, int CLUSTER,
-          bool EVICT = false, bool FLOAT_ADD = false>
+          bool EVICT = false, bool FLOAT_ADD = false, bool TOGETHER = false>
 __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     aligned_row_kernel(AlignedArgs<ADD, NORM, T> a) {
+  static_assert(!TOGETHER || (!ADD && !NORM && QUANT == kDynamic && CLUSTER == 1),
+                "TOGETHER is for the fp8 rows without a norm (`stores_together`)");
   constexpr int team = TEAM;
   const RowSlot slot = aligned_row_slot<TEAM, CLUSTER>(a);
   // Reductions over the row's team: the sum of squares or absmax, then the dynamic norm's
@@ -566,7 +569,9 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
       }
       if constexpr (!kEarlyMax) acc = tree_reduce<4>(chain, MaxOp{});
     }
-    const float amax = kEarlyMax ? W::round(xw_absmax * inv_rms) : exchange.reduce(acc, MaxOp{}, NORM ? 1 : 0);
+    float amax = kEarlyMax ? W::round(xw_absmax * inv_rms) : exchange.reduce(acc, MaxOp{}, NORM ? 1 : 0);
+    // TOGETHER: the block's rows store only after all of them have their maximum
+    if constexpr (TOGETHER) amax = after_block_barrier<row_block_threads(TEAM)>(amax);
     scale = dynamic_scale(a, amax, scale_ub);
     inv_scale = fast_reciprocal(scale);
   }
@@ -664,6 +669,18 @@ constexpr bool float_add_kernel() {
   return ADD && sizeof(T) == 2 && TEAM == 256 && VPT <= 2;
 }
 
+// Whether rows of a team of TEAM, VPT vectors a thread, store together (`TOGETHER`): the fp8
+// groups streamed from DRAM (`streamed_short_rows`, the only launch of short rows without a norm
+// one vector a thread), as Triton's group kernel orders them (its block barrier after the
+// reduction). H100, same-process A/B against round 26's teams of 4 (cuda-kernels-notes-H100.md,
+// round 27): group quant 16384 x 8192 134.83 to 133.96 µs, 4096 x 8192 35.61 to 35.04. Teams
+// of 8 within the L2 storing together were level at best with storing row by row in the same
+// A/B (1024 x 8192 4.72 against 4.76), though the layout probe had them 4 % ahead.
+template <bool ADD, bool NORM, int QUANT, int TEAM, int VPT>
+constexpr bool stores_together() {
+  return !ADD && !NORM && QUANT == kDynamic && TEAM == 16 && VPT == 1;
+}
+
 // Launches `aligned_row_kernel` for a team of TEAM, each row spread over a cluster of
 // `cluster_for_team(TEAM)` blocks where `spread`, else its rows marked evict-first where
 // `loads.evict_first` (the fused adds only: `just_over_l2`), else added in float32 where
@@ -683,7 +700,9 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLo
     }
   }
   const unsigned rows_per_block = threads / TEAM;
-  auto kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1>;
+  const unsigned blocks = (rows + rows_per_block - 1) / rows_per_block;
+  constexpr bool kTogether = stores_together<ADD, NORM, QUANT, TEAM, VPT>();
+  auto kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, kTogether>;
   if constexpr (ADD) {
     if (loads.evict_first) {
       kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, true>;
@@ -691,7 +710,7 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLo
       if (loads.float_add) kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, true>;
     }
   }
-  launch(kernel, dim3((rows + rows_per_block - 1) / rows_per_block), dim3(threads), stream, args);
+  launch(kernel, dim3(blocks), dim3(threads), stream, args);
 }
 
 // Launches `aligned_row_kernel` for the one of TEAMS equal to `team`; false if none is.
@@ -737,7 +756,12 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
             return;
           }
         }
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(params, l.team, spread, loads, stream);
+        if constexpr (!ADD && !NORM && QUANT == kDynamic) {
+          // teams of 16: short rows streamed from DRAM (`streamed_short_rows`)
+          launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 16>(params, l.team, spread, loads, stream);
+        } else {
+          launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(params, l.team, spread, loads, stream);
+        }
       } else if constexpr (VPT == 2) {
         if constexpr (!ADD && NORM && QUANT != kDynamic) {
           if (loads.late_weight) {
@@ -749,9 +773,6 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
           launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 8, 16, 32, 64, 128, 256, 512>(
               params, l.team, spread, loads, stream);
         }
-      } else if constexpr (!ADD && !NORM && QUANT == kDynamic) {
-        // teams of 4: short rows streamed from DRAM (`streamed_short_rows`)
-        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 4, 512>(params, l.team, spread, loads, stream);
       } else {
         launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 512>(params, l.team, spread, loads, stream);
       }
@@ -793,16 +814,16 @@ bool just_over_l2(int64_t bytes) {
 }
 
 // The launch of short rows without a norm (fp8 groups of 128 16-bit values: teams of 8, two
-// vectors a thread) where x is over the L2, so that every row streams from DRAM: teams of 4,
-// four vectors a thread, twice the bytes each thread has in flight. H100, same-process A/B
-// (cuda-kernels-notes-H100.md, round 26): group quant 16384 x 8192 135.64 to 134.63 µs, 4096 x
-// 8192 35.92 to 35.70; within the L2 the layout probe had it far slower (1024 x 8192 4.66 to
-// 7.36-7.68). On an H200 the probe's copy of it ran 0.5-0.9 % behind teams of 8. A maximum is
-// exact in any order, so the launch may follow the batch.
+// vectors a thread) where x is over the L2, so that every row streams from DRAM: teams of 16,
+// one vector a thread, in blocks of 128 threads that store together (`stores_together`).
+// H100, layout probe (cuda-kernels-notes-H100.md, round 27): group quant 16384 x 8192 132.87
+// µs against 134.37 for round 26's teams of 4 (four vectors a thread) and 135.18 for the same
+// layout storing row by row; 4096 x 8192 34.94 against 35.55; teams of 8 storing together
+// 35.51. A maximum is exact in any order, so the launch may follow the batch.
 inline RowLaunch streamed_short_rows(const RowLaunch& l, const at::Tensor& x) {
   // (a team of 8 is never streamed in chunks: `row_launch` widens the team first)
   const bool streamed = l.team == 8 && l.vpt == 2 && x.size(0) > kFewRows && tensor_bytes(x) > l2_cache_bytes();
-  return streamed ? RowLaunch{4, 4, false, row_block_threads(4)} : l;
+  return streamed ? RowLaunch{16, 1, false, row_block_threads(16)} : l;
 }
 
 template <bool ADD, bool NORM, int QUANT>
@@ -908,11 +929,11 @@ void launch_rows(const RowTensors& t) {
     if (l.stream) {
       launch_typed<T, ADD, NORM, QUANT, 4, true>(args, l, aligned, loads, stream);
     } else if (l.vpt == 1) {
-      // only the fused add's aligned rows are launched one vector a thread
-      if constexpr (ADD) {
+      // one vector a thread: the fused add's aligned rows and the streamed fp8 groups
+      if constexpr (ADD || (!NORM && QUANT == kDynamic)) {
         launch_typed<T, ADD, NORM, QUANT, 1, false>(args, l, aligned, loads, stream);
       } else {
-        TORCH_INTERNAL_ASSERT(false, "ir_cuda: one vector a thread outside the fused add");
+        TORCH_INTERNAL_ASSERT(false, "ir_cuda: one vector a thread outside the fused add and fp8 groups");
       }
     } else if (l.vpt == 2) {
       launch_typed<T, ADD, NORM, QUANT, 2, false>(args, l, aligned, loads, stream);

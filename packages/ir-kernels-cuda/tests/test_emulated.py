@@ -114,9 +114,10 @@ def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout
 def test_short_rows_over_the_l2(
     monkeypatch: pytest.MonkeyPatch, name: str, hidden: int, dtype: torch.dtype
 ) -> None:
-    """Rows of 16 vectors without a norm, over an L2 shrunk to 64 KiB, take teams of 4 with four
-    vectors a thread (`streamed_short_rows`): still the reference's result, and a row's bits
-    are those it gets alone (one token stays on teams of 8)."""
+    """Rows of 16 vectors without a norm, over an L2 shrunk to 64 KiB, take teams of 16 with one
+    vector a thread that store after a block barrier (`streamed_short_rows`): still the
+    reference's result, and a row's bits are those it gets alone (one token stays on teams of
+    8)."""
     monkeypatch.setenv("IR_CUDA_EMULATED_L2_BYTES", str(64 << 10))
     op = getattr(ops, name)
     args = sample_inputs(op, spec(dtype, hidden, 300, "contiguous"))
