@@ -673,9 +673,9 @@ constexpr bool float_add_kernel() {
 // groups streamed from DRAM (`streamed_short_rows`, the only launch of short rows without a norm
 // one vector a thread), as Triton's group kernel orders them (its block barrier after the
 // reduction). H100, same-process A/B against round 26's teams of 4 (cuda-kernels-notes-H100.md,
-// round 27): group quant 16384 x 8192 134.83 to 133.96 µs, 4096 x 8192 35.61 to 35.04. Teams
-// of 8 within the L2 storing together were level at best with storing row by row in the same
-// A/B (1024 x 8192 4.72 against 4.76), though the layout probe had them 4 % ahead.
+// round 27): group quant 16384 x 8192 134.67 to 133.70 µs, 4096 x 8192 35.68 to 35.09. Teams
+// of 8 within the L2 storing together were level at best with storing row by row in the op's
+// A/B (1024 x 8192 4.72 to 4.76), though the layout probe had them 4 % ahead.
 template <bool ADD, bool NORM, int QUANT, int TEAM, int VPT>
 constexpr bool stores_together() {
   return !ADD && !NORM && QUANT == kDynamic && TEAM == 16 && VPT == 1;
@@ -700,7 +700,6 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLo
     }
   }
   const unsigned rows_per_block = threads / TEAM;
-  const unsigned blocks = (rows + rows_per_block - 1) / rows_per_block;
   constexpr bool kTogether = stores_together<ADD, NORM, QUANT, TEAM, VPT>();
   auto kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, kTogether>;
   if constexpr (ADD) {
@@ -710,7 +709,7 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLo
       if (loads.float_add) kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, true>;
     }
   }
-  launch(kernel, dim3(blocks), dim3(threads), stream, args);
+  launch(kernel, dim3((rows + rows_per_block - 1) / rows_per_block), dim3(threads), stream, args);
 }
 
 // Launches `aligned_row_kernel` for the one of TEAMS equal to `team`; false if none is.
