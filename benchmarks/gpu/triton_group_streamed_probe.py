@@ -21,8 +21,7 @@ from pathlib import Path
 import probe_tools as tools
 import torch
 
-from ir_kernels_triton.platform import dram_gbps_per_sm, streams_from_dram, tensor_bytes
-from ir_kernels_triton.pointwise_kernels import group_quant_config, launch_group_quant
+from ir_kernels_triton.pointwise_kernels import default_group_quant_config, launch_group_quant
 from ir_spec import ops
 from ir_stack.bench.kernels import anchors, lift_recompile_limits
 
@@ -51,8 +50,7 @@ def main() -> None:
         s = torch.empty(tokens, groups, device="cuda", dtype=torch.float32)
         launch_group_quant(x, GROUP, q, s)
         expected = (q.view(torch.uint8).clone(), s.clone())
-        streamed = streams_from_dram(x, tensor_bytes(x, q, s))
-        default = group_quant_config(tokens, groups, GROUP, streamed, dram_gbps_per_sm(x))
+        default = default_group_quant_config(x, GROUP, q, s)
         candidates = {"default": partial(launch_group_quant, x, GROUP, q, s)}
         for p, w in [c for c in CONFIGS if c[0] <= groups]:
             q.zero_()

@@ -669,6 +669,9 @@ constexpr bool float_add_kernel() {
   return ADD && sizeof(T) == 2 && TEAM == 256 && VPT <= 2;
 }
 
+// The team of the fp8 groups streamed from DRAM (`streamed_short_rows`), one vector a thread.
+constexpr int kStreamedGroupTeam = 16;
+
 // Whether rows of a team of TEAM, VPT vectors a thread, store together (`TOGETHER`): the fp8
 // groups streamed from DRAM (`streamed_short_rows`, the only launch of short rows without a norm
 // one vector a thread), as Triton's group kernel orders them (its block barrier after the
@@ -678,7 +681,7 @@ constexpr bool float_add_kernel() {
 // A/B (1024 x 8192 4.72 to 4.76), though the layout probe had them 4 % ahead.
 template <bool ADD, bool NORM, int QUANT, int TEAM, int VPT>
 constexpr bool stores_together() {
-  return !ADD && !NORM && QUANT == kDynamic && TEAM == 16 && VPT == 1;
+  return !ADD && !NORM && QUANT == kDynamic && TEAM == kStreamedGroupTeam && VPT == 1;
 }
 
 // Launches `aligned_row_kernel` for a team of TEAM, each row spread over a cluster of
@@ -756,8 +759,9 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
           }
         }
         if constexpr (!ADD && !NORM && QUANT == kDynamic) {
-          // teams of 16: short rows streamed from DRAM (`streamed_short_rows`)
-          launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 16>(params, l.team, spread, loads, stream);
+          // short rows streamed from DRAM (`streamed_short_rows`)
+          launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, kStreamedGroupTeam>(params, l.team, spread,
+                                                                                          loads, stream);
         } else {
           launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(params, l.team, spread, loads, stream);
         }
@@ -822,7 +826,7 @@ bool just_over_l2(int64_t bytes) {
 inline RowLaunch streamed_short_rows(const RowLaunch& l, const at::Tensor& x) {
   // (a team of 8 is never streamed in chunks: `row_launch` widens the team first)
   const bool streamed = l.team == 8 && l.vpt == 2 && x.size(0) > kFewRows && tensor_bytes(x) > l2_cache_bytes();
-  return streamed ? RowLaunch{16, 1, false, row_block_threads(16)} : l;
+  return streamed ? RowLaunch{kStreamedGroupTeam, 1, false, row_block_threads(kStreamedGroupTeam)} : l;
 }
 
 template <bool ADD, bool NORM, int QUANT>

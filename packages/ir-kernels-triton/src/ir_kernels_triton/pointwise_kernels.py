@@ -422,10 +422,7 @@ def launch_group_quant(
     x2, q2 = rows(x), rows(q)
     scale2 = scale.reshape(n, groups) if scale.dim() != 2 else scale
     group_block = next_power_of_2(group_size)
-    streamed = streams_from_dram(x, tensor_bytes(x, q, scale))
-    default_per_program, default_warps = group_quant_config(
-        n, groups, group_block, streamed, dram_gbps_per_sm(x)
-    )
+    default_per_program, default_warps = default_group_quant_config(x, group_size, q, scale)
     per_program = per_program or default_per_program
     group_quant_kernel[(n * triton.cdiv(groups, per_program),)](
         x2,
@@ -442,6 +439,22 @@ def launch_group_quant(
         GROUP_BLOCK=group_block,
         EXACT_FP8=exact_rounding(),
         num_warps=num_warps or default_warps,
+    )
+
+
+def default_group_quant_config(
+    x: torch.Tensor, group_size: int, q: torch.Tensor, scale: torch.Tensor
+) -> tuple[int, int]:
+    """The (groups per program, warps) `launch_group_quant` takes for these tensors unless
+    told otherwise: `group_quant_config` of their batch, their footprint against the L2 and the
+    card's bandwidth per SM."""
+    streamed = streams_from_dram(x, tensor_bytes(x, q, scale))
+    return group_quant_config(
+        num_rows(x),
+        x.shape[-1] // group_size,
+        next_power_of_2(group_size),
+        streamed,
+        dram_gbps_per_sm(x),
     )
 
 
