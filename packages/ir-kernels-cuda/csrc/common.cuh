@@ -44,6 +44,13 @@ inline int64_t l2_cache_bytes() {
   const char* bytes = std::getenv("IR_CUDA_EMULATED_L2_BYTES");
   return bytes != nullptr ? std::atoll(bytes) : int64_t{50} << 20;
 }
+
+// An H100 SXM's DRAM bandwidth per SM (`dram_gbps_per_sm`); tests set
+// IR_CUDA_EMULATED_DRAM_GBPS_PER_SM to take the launches of a card with more (an H200's 37).
+inline double dram_gbps_per_sm() {
+  const char* gbps = std::getenv("IR_CUDA_EMULATED_DRAM_GBPS_PER_SM");
+  return gbps != nullptr ? std::atof(gbps) : 25.4;
+}
 #else
 constexpr const char* kDeviceName = "CUDA";
 inline bool on_kernel_device(const at::Tensor& t) { return t.is_cuda(); }
@@ -62,6 +69,19 @@ inline int64_t l2_cache_bytes() {
   C10_CUDA_CHECK(cudaGetDevice(&device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device));
   return bytes;
+}
+
+// The current GPU's peak DRAM bandwidth per SM in GB/s, from its memory clock (double data
+// rate) and bus width; 0 where the driver reports no clock. An H100 SXM has about 25, an H200
+// about 37 (as `ir_kernels_triton.platform.dram_gbps_per_sm`).
+inline double dram_gbps_per_sm() {
+  int device = 0, memory_khz = 0, bus_bits = 0, sms = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  if (memory_khz <= 0 || bus_bits <= 0 || sms <= 0) return 0.0;
+  return 2.0 * memory_khz * 1e3 * bus_bits / 8 / 1e9 / sms;
 }
 
 template <typename... Params, typename... Args>

@@ -111,14 +111,16 @@ def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize(("name", "hidden"), [("group_quant_fp8", 512), ("dynamic_quant_fp8", 128)])
+@pytest.mark.parametrize("gbps_per_sm", ["25.4", "37"])
 def test_short_rows_over_the_l2(
-    monkeypatch: pytest.MonkeyPatch, name: str, hidden: int, dtype: torch.dtype
+    monkeypatch: pytest.MonkeyPatch, name: str, hidden: int, dtype: torch.dtype, gbps_per_sm: str
 ) -> None:
     """Rows of 16 vectors without a norm, over an L2 shrunk to 64 KiB, take teams of 16 with one
-    vector a thread that store after a block barrier (`streamed_short_rows`): still the
-    reference's result, and a row's bits are those it gets alone (one token stays on teams of
-    8)."""
+    vector a thread that store after a block barrier (`streamed_short_rows`) on a card of an
+    H100's DRAM bandwidth per SM, teams of 8 on one of an H200's: still the reference's result,
+    and a row's bits are those it gets alone (one token stays on teams of 8)."""
     monkeypatch.setenv("IR_CUDA_EMULATED_L2_BYTES", str(64 << 10))
+    monkeypatch.setenv("IR_CUDA_EMULATED_DRAM_GBPS_PER_SM", gbps_per_sm)
     op = getattr(ops, name)
     args = sample_inputs(op, spec(dtype, hidden, 300, "contiguous"))
     check(op, "cuda", args)
