@@ -71,19 +71,6 @@ inline int64_t l2_cache_bytes() {
   return bytes;
 }
 
-// The current GPU's peak DRAM bandwidth per SM in GB/s, from its memory clock (double data
-// rate) and bus width; 0 where the driver reports no clock. An H100 SXM has about 25, an H200
-// about 37 (as `ir_kernels_triton.platform.dram_gbps_per_sm`).
-inline double dram_gbps_per_sm() {
-  int device = 0, memory_khz = 0, bus_bits = 0, sms = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  if (memory_khz <= 0 || bus_bits <= 0 || sms <= 0) return 0.0;
-  return 2.0 * memory_khz * 1e3 * bus_bits / 8 / 1e9 / sms;
-}
-
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
   kernel<<<grid, block, 0, stream>>>(static_cast<Params>(args)...);
@@ -159,6 +146,22 @@ inline int sm_count() {
     C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     return sms;
   });
+}
+
+// The current GPU's peak DRAM bandwidth per SM in GB/s, from its memory clock (double data
+// rate) and bus width, asked of the driver once per device; 0 where it reports no clock. An
+// H100 SXM has about 25, an H200 about 37 (as `ir_kernels_triton.platform.dram_gbps_per_sm`).
+inline double dram_gbps_per_sm() {
+  static std::atomic<int> known[kMaxDevices];
+  const int mbps = once_per_device(known, 0, [](int device) {
+    int memory_khz = 0, bus_bits = 0;
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, device));
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device));
+    // MB/s: two transfers a clock of bus_bits / 8 bytes each
+    return memory_khz > 0 && bus_bits > 0 ? static_cast<int>(2.0 * memory_khz * bus_bits / 8 / 1e3) : 0;
+  });
+  const int sms = sm_count();
+  return mbps > 0 && sms > 0 ? mbps / 1e3 / sms : 0.0;
 }
 
 // The current device's SM count where it runs thread block clusters (compute capability 9.0 and
