@@ -11,8 +11,11 @@ ACTS = [None, pk.ACT_SILU, pk.ACT_GELU, pk.ACT_GELU_TANH]
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("quant", [False, True])
 @pytest.mark.parametrize("streaming", [False, True])
-def test_flat_configs_are_launchable(act: int | None, quant: bool, streaming: bool) -> None:
-    """Power-of-two blocks of at least one element per thread, for every size."""
+@pytest.mark.parametrize("gbps_per_sm", [None, 25.4, 36.5])
+def test_flat_configs_are_launchable(
+    act: int | None, quant: bool, streaming: bool, gbps_per_sm: float | None
+) -> None:
+    """Power-of-two blocks of at least one element per thread, for every size and card."""
     for total in (
         1,
         5632,
@@ -25,10 +28,27 @@ def test_flat_configs_are_launchable(act: int | None, quant: bool, streaming: bo
         1 << 24,
         1 << 30,
     ):
-        block, warps = pk.flat_config(total, streaming, act, quant)
-        assert block & (block - 1) == 0
-        assert block >= 32 * warps
-        assert warps in (1, 2, 4, 8, 16)
+        for width in (None, 5632, 14336):
+            block, warps = pk.flat_config(total, streaming, act, quant, gbps_per_sm, width)
+            assert block & (block - 1) == 0
+            assert block >= 32 * warps
+            assert warps in (1, 2, 4, 8, 16)
+
+
+def test_streamed_gates_follow_the_card_bandwidth() -> None:
+    """Wider threads for the streamed gates without fp8 output only on cards of at least
+    `DEEP_LOADS_GBPS_PER_SM` (an H200); an H100, or no bandwidth known, keeps its launch."""
+    big = 1 << 28
+    h100, h200 = 25.4, 36.5
+    for act in (pk.ACT_SILU, pk.ACT_GELU):
+        assert pk.flat_config(big, True, act, False, h100) == pk.flat_config(big, True, act)
+    assert pk.flat_config(big, True, pk.ACT_SILU, False, h200) == (1024, 4)
+    assert pk.flat_config(big, True, pk.ACT_GELU, False, h200, 14336) == (2048, 2)
+    assert pk.flat_config(big, True, pk.ACT_GELU, False, h200, 5632) == (512, 2)
+    # within the L2, and with fp8 output, the bandwidth does not enter
+    for act in (pk.ACT_SILU, pk.ACT_GELU):
+        assert pk.flat_config(big, False, act, False, h200) == pk.flat_config(big, False, act)
+        assert pk.flat_config(big, True, act, True, h200) == pk.flat_config(big, True, act, True)
 
 
 def test_register_cap_only_for_plain_16_bit_norms_beyond_few_rows() -> None:
@@ -181,3 +201,47 @@ def test_dram_bandwidth_per_sm_from_the_reported_clocks(monkeypatch: pytest.Monk
     assert platform.dram_gbps_per_sm(torch.empty(1)) is None
     monkeypatch.setattr(platform, "_gpu_properties", lambda t: None)
     assert platform.dram_gbps_per_sm(torch.empty(1)) is None
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_card_bandwidth_asked_only_for_streamed_launches(
+    monkeypatch: pytest.MonkeyPatch, streamed: bool
+) -> None:
+    """The gated and group-quant launches ask the card's bandwidth only where their rule reads
+    it (rows streamed from DRAM): asked at every launch, it cost an H200's decode-size gated
+    launches 0.1-0.2 µs of replayed time (`triton-tuning-H200.log`, round 2)."""
+    import torch
+
+    asked: list[torch.Tensor] = []
+
+    def bandwidth(t: torch.Tensor) -> float:
+        asked.append(t)
+        return H200_GBPS_PER_SM
+
+    monkeypatch.setattr(pk, "dram_gbps_per_sm", bandwidth)
+    monkeypatch.setattr(pk, "streams_from_dram", lambda t, footprint: streamed)
+    x = torch.randn(2, 256)
+    pk.launch_gated(x, torch.empty(2, 128), pk.ACT_SILU)
+    pk.launch_group_quant(x, 128, torch.empty(2, 256, dtype=torch.float8_e4m3fn), torch.empty(2, 2))
+    assert len(asked) == (2 if streamed else 0)
+
+
+@pytest.mark.parametrize(
+    ("act", "width"), [(pk.ACT_SILU, 1000), (pk.ACT_GELU, 1000), (pk.ACT_GELU, 8192)]
+)
+def test_streamed_gates_on_a_deep_card_match_the_reference(
+    monkeypatch: pytest.MonkeyPatch, act: int, width: int
+) -> None:
+    """The launches a card of `DEEP_LOADS_GBPS_PER_SM` or more takes for streamed gates (silu
+    1024 over 4 warps, gelu 512 or 2048 over 2) give the reference's results."""
+    import torch
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(pk, "dram_gbps_per_sm", lambda t: H200_GBPS_PER_SM)
+    monkeypatch.setattr(pk, "streams_from_dram", lambda t, footprint: True)
+    x = torch.randn(3, 2 * width)
+    out = torch.empty(3, width)
+    pk.launch_gated(x, out, act)
+    gate, up = x[:, :width], x[:, width:]
+    expected = (F.silu(gate) if act == pk.ACT_SILU else F.gelu(gate)) * up
+    torch.testing.assert_close(out, expected)

@@ -121,10 +121,21 @@ FLAT_INDEX_LIMIT = 2**31
 FLAT_DECODE_OUTPUTS = 1 << 17
 #: Outputs up to which the gelu gates take 256-element blocks over 4 warps.
 GELU_NARROW_OUTPUTS = 1 << 13
+#: DRAM bandwidth per SM (GB/s) from which the gated kernels streamed from DRAM take wider
+#: threads, and group quant so streamed whole rows a program: between the H100 SXM's 25 and
+#: the H200's 37, the two cards measured.
+DEEP_LOADS_GBPS_PER_SM = 30.0
+#: Rows from which streamed gelu gates on such cards take 2048-element blocks.
+GELU_WIDE_ROW = 8192
 
 
 def flat_config(
-    total: int, streaming: bool = False, act: int | None = None, quant: bool = False
+    total: int,
+    streaming: bool = False,
+    act: int | None = None,
+    quant: bool = False,
+    gbps_per_sm: float | None = None,
+    width: int | None = None,
 ) -> tuple[int, int]:
     """(block, warps) of the flat elementwise kernels over `total` outputs: the fp8
     quantization alone (`act` None) or a gated activation (`quant`: with fp8 output).
@@ -138,8 +149,18 @@ def flat_config(
     blocks over 4 warps up to 8K outputs (one token of 5632: 1.38 to 1.33 µs), 512 over 8 up to
     128K (one token of 14336 fastest so in four sweeps, 0.02-0.04 µs ahead; sections 1, 2, 9,
     15), 512 over 4 up to 1M; above, while in L2, 512 over a single warp (16 outputs a thread:
-    128 x 28672 from 6.68 to 6.42 µs; sections 9 and 10)."""
+    128 x 28672 from 6.68 to 6.42 µs; sections 9 and 10). Cards with `gbps_per_sm` of DRAM
+    bandwidth per SM from `DEEP_LOADS_GBPS_PER_SM` stream the gates without fp8 output on
+    wider threads: silu on 1024 over 4 warps, gelu over 2 warps, on 2048-element blocks for
+    rows (`width` outputs) of `GELU_WIDE_ROW` or more and 512 below (H200, 16384 x 28672: silu
+    668.8 to 643.2 µs, gelu 773.9 to 747.3; 16384 x 5632 gelu 157.0 to 149.6;
+    `triton-tuning-H200.log`, round 2)."""
     gelu = act is not None and act != ACT_SILU and not quant
+    deep = gbps_per_sm is not None and gbps_per_sm >= DEEP_LOADS_GBPS_PER_SM
+    if streaming and deep and act is not None and not quant:
+        if not gelu:
+            return 1024, 4
+        return (2048, 2) if width is None or width >= GELU_WIDE_ROW else (512, 2)
     if gelu and not streaming:
         if total <= FLAT_DECODE_OUTPUTS:
             return (256, 4) if total <= GELU_NARROW_OUTPUTS else (512, 8)
@@ -186,9 +207,11 @@ def launch_gated(
     x2, out2 = rows(x), rows(out)
     dense = x2.stride(0) == 2 * d and out2.stride(0) == d and 2 * n * d < FLAT_INDEX_LIMIT
     if dense and block is None and num_warps is None:
-        flat_block, warps = flat or flat_config(
-            n * d, streams_from_dram(x, tensor_bytes(x, out)), act, scale is not None
-        )
+        streaming = streams_from_dram(x, tensor_bytes(x, out))
+        # the bandwidth asked only where it is used: asked at every launch, it cost H200 decode
+        # launches 0.1-0.2 µs of replayed time (`triton-tuning-H200.log`, round 2)
+        gbps = dram_gbps_per_sm(x) if streaming else None
+        flat_block, warps = flat or flat_config(n * d, streaming, act, scale is not None, gbps, d)
         flat_gated_kernel[(triton.cdiv(n * d, flat_block),)](
             x2,
             out2,
@@ -454,13 +477,9 @@ def default_group_quant_config(
         x.shape[-1] // group_size,
         next_power_of_2(group_size),
         streamed,
-        dram_gbps_per_sm(x),
+        # only where the rule reads it (see `launch_gated`)
+        dram_gbps_per_sm(x) if streamed else None,
     )
-
-
-#: DRAM bandwidth per SM (GB/s) from which group quant streamed from DRAM takes whole rows a
-#: program: between the H100 SXM's 25 and the H200's 37, the two cards measured.
-DEEP_LOADS_GBPS_PER_SM = 30.0
 
 
 def group_quant_config(
