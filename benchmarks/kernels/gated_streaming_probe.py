@@ -46,11 +46,10 @@ def main() -> None:
             pk.launch_gated(x, out, act)
             expected = out.clone()
             runs["default"] = partial(pk.launch_gated, x, out, act)
-            for block, warps in CONFIGS:
-                pk.launch_gated(x, out, act, flat=(block, warps))
-                assert torch.equal(out, expected), (block, warps)
-                config = (block, warps)
-                runs[f"{block}x{warps}"] = partial(pk.launch_gated, x, out, act, flat=config)
+            for config in CONFIGS:
+                pk.launch_gated(x, out, act, flat=config)
+                assert torch.equal(out, expected), config
+                runs["{}x{}".format(*config)] = partial(pk.launch_gated, x, out, act, flat=config)
             best = fastest_of_rounds(runs, args.rounds)
             ranked = sorted(best.items(), key=lambda kv: kv[1])
             cells = " ".join(

@@ -6,12 +6,13 @@ from ir_kernels_triton import norm_kernels as nk
 from ir_kernels_triton import pointwise_kernels as pk
 
 ACTS = [None, pk.ACT_SILU, pk.ACT_GELU, pk.ACT_GELU_TANH]
+H100_GBPS_PER_SM, H200_GBPS_PER_SM = 25.4, 37.2
 
 
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("quant", [False, True])
 @pytest.mark.parametrize("streaming", [False, True])
-@pytest.mark.parametrize("gbps_per_sm", [None, 25.4, 36.5])
+@pytest.mark.parametrize("gbps_per_sm", [None, H100_GBPS_PER_SM, H200_GBPS_PER_SM])
 def test_flat_configs_are_launchable(
     act: int | None, quant: bool, streaming: bool, gbps_per_sm: float | None
 ) -> None:
@@ -39,7 +40,7 @@ def test_streamed_gates_follow_the_card_bandwidth() -> None:
     """Wider threads for the streamed gates without fp8 output only on cards of at least
     `DEEP_LOADS_GBPS_PER_SM` (an H200); an H100, or no bandwidth known, keeps its launch."""
     big = 1 << 28
-    h100, h200 = 25.4, 36.5
+    h100, h200 = H100_GBPS_PER_SM, H200_GBPS_PER_SM
     for act in (pk.ACT_SILU, pk.ACT_GELU):
         assert pk.flat_config(big, True, act, False, h100) == pk.flat_config(big, True, act)
     assert pk.flat_config(big, True, pk.ACT_SILU, False, h200) == (1024, 4)
@@ -156,9 +157,6 @@ def test_launch_rejects_a_bad_split() -> None:
         nk.launch_norm(x, None, 1e-6, None, torch.empty_like(x), split=3)
 
 
-H100_GBPS_PER_SM, H200_GBPS_PER_SM = 25.4, 37.2
-
-
 @pytest.mark.parametrize("hidden", [2048, 4096, 8192])
 def test_group_quant_streamed_rows_follow_the_cards_bandwidth(hidden: int) -> None:
     """One vector a thread where an H100's bandwidth per SM is enough, whole rows a program
@@ -223,6 +221,9 @@ def test_card_bandwidth_asked_only_for_streamed_launches(
     x = torch.randn(2, 256)
     pk.launch_gated(x, torch.empty(2, 128), pk.ACT_SILU)
     pk.launch_group_quant(x, 128, torch.empty(2, 256, dtype=torch.float8_e4m3fn), torch.empty(2, 2))
+    assert len(asked) == (2 if streamed else 0)
+    # a configuration passed in skips the rule and its query
+    pk.launch_gated(x, torch.empty(2, 128), pk.ACT_SILU, flat=(128, 1))
     assert len(asked) == (2 if streamed else 0)
 
 

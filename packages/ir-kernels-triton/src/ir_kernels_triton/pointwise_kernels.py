@@ -129,6 +129,11 @@ DEEP_LOADS_GBPS_PER_SM = 30.0
 GELU_WIDE_ROW = 8192
 
 
+def deep_loads(gbps_per_sm: float | None) -> bool:
+    """A card of `DEEP_LOADS_GBPS_PER_SM` or more of DRAM bandwidth per SM (None, unknown: no)."""
+    return gbps_per_sm is not None and gbps_per_sm >= DEEP_LOADS_GBPS_PER_SM
+
+
 def flat_config(
     total: int,
     streaming: bool = False,
@@ -156,8 +161,7 @@ def flat_config(
     668.8 to 643.2 µs, gelu 773.9 to 747.3; 16384 x 5632 gelu 157.0 to 149.6;
     `triton-tuning-H200.log`, round 2)."""
     gelu = act is not None and act != ACT_SILU and not quant
-    deep = gbps_per_sm is not None and gbps_per_sm >= DEEP_LOADS_GBPS_PER_SM
-    if streaming and deep and act is not None and not quant:
+    if streaming and deep_loads(gbps_per_sm) and act is not None and not quant:
         if not gelu:
             return 1024, 4
         return (2048, 2) if width is None or width >= GELU_WIDE_ROW else (512, 2)
@@ -207,11 +211,13 @@ def launch_gated(
     x2, out2 = rows(x), rows(out)
     dense = x2.stride(0) == 2 * d and out2.stride(0) == d and 2 * n * d < FLAT_INDEX_LIMIT
     if dense and block is None and num_warps is None:
-        streaming = streams_from_dram(x, tensor_bytes(x, out))
-        # the bandwidth asked only where it is used: asked at every launch, it cost H200 decode
-        # launches 0.1-0.2 µs of replayed time (`triton-tuning-H200.log`, round 2)
-        gbps = dram_gbps_per_sm(x) if streaming else None
-        flat_block, warps = flat or flat_config(n * d, streaming, act, scale is not None, gbps, d)
+        if flat is None:
+            streaming = streams_from_dram(x, tensor_bytes(x, out))
+            # the bandwidth asked only where it is used: asked at every launch, it cost H200
+            # decode launches 0.1-0.2 µs of replayed time (`triton-tuning-H200.log`, round 2)
+            gbps = dram_gbps_per_sm(x) if streaming else None
+            flat = flat_config(n * d, streaming, act, scale is not None, gbps, d)
+        flat_block, warps = flat
         flat_gated_kernel[(triton.cdiv(n * d, flat_block),)](
             x2,
             out2,
@@ -505,7 +511,7 @@ def group_quant_config(
         per_program, warps = 8, 4
     elif rows_ <= 1024:
         per_program, warps = 16, 2
-    elif streamed and gbps_per_sm is not None and gbps_per_sm >= DEEP_LOADS_GBPS_PER_SM:
+    elif streamed and deep_loads(gbps_per_sm):
         per_program = max(1, min(next_power_of_2(groups), 8192 // group_block))
         warps = warps_for(per_program * group_block)
     elif (streamed and gbps_per_sm is not None) or groups <= 16:
