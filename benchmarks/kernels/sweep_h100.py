@@ -66,7 +66,7 @@ def sweep_flat() -> None:
                     flat = time_us(
                         pk.flat_gated_kernel[(triton.cdiv(t * d, b),)],
                         x, out, ones, t * d, D=d, ACT=act, QUANT=quant, BLOCK=b,
-                        EVEN=t * d % b == 0, EXACT_FP8=exact, num_warps=w,
+                        EVEN=t * d % b == 0, INTERPRETED=exact, num_warps=w,
                     )  # fmt: skip
                     results.append((flat, f"flat b{b} w{w}"))
                 show(f"{name} t={t} d={d}", results)
