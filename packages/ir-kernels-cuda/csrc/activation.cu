@@ -16,6 +16,27 @@ enum Activation : int { kIdentity = 0, kSilu = 1, kGelu = 2, kGeluTanh = 3 };
 // Outputs up to which an elementwise launch counts as decode-sized (latency-bound).
 constexpr int64_t kDecodeOutputs = int64_t{1} << 17;
 
+// Phi(v), the standard normal distribution function, from its smaller tail
+// Phi(-|v|) = exp(-v^2 / 2) * t * P(t), t = 1 / (1 + 0.253 |v|), as Triton's
+// `pointwise_kernels._normal_cdf` (coefficients fitted by `benchmarks/kernels/gelu_tail_fit.py`):
+// relative error in float32 under 1e-6 for v >= -4, where the erf form cancels, in two
+// special-function instructions and seven multiply-adds with constant operands (erff selects
+// each of its coefficients per element).
+template <bool FAST>
+__device__ __forceinline__ float normal_cdf(float v) {
+  const float y = 1.f + 0.253f * fabsf(v);
+  const float t = FAST ? __fdividef(1.f, y) : 1.f / y;
+  float p = fmaf(-0.08910422795873038f, t, 0.3189987511370202f);
+  p = fmaf(p, t, -0.2372794613111226f);
+  p = fmaf(p, t, 0.2639313266235591f);
+  p = fmaf(p, t, 0.03027961429555079f);
+  p = fmaf(p, t, 0.11323821113610145f);
+  p = fmaf(p, t, 0.09993581694921742f);
+  // exp(-v^2 / 2) = 2^(-v^2 / (2 ln 2))
+  const float tail = t * p * exp2f(v * v * -0.7213475204444817f);
+  return v >= 0.f ? 1.f - tail : tail;
+}
+
 // FAST: the hardware's approximate exponential and division, for 16-bit inputs, whose rounding
 // (2^-8 or 2^-11 relative) is far coarser than the approximation's few float32 ulps.
 template <int ACT, bool FAST>
@@ -24,7 +45,7 @@ __device__ __forceinline__ float activate(float v) {
     if constexpr (FAST) return __fdividef(v, 1.f + __expf(-v));
     return v / (1.f + expf(-v));
   } else if constexpr (ACT == kGelu) {
-    return 0.5f * v * (1.f + erff(v * 0.70710678118654752f));
+    return v * normal_cdf<FAST>(v);
   } else if constexpr (ACT == kGeluTanh) {
     const float inner = 0.79788456080286536f * (v + 0.044715f * v * v * v);
     return 0.5f * v * (1.f + tanhf(inner));
@@ -237,13 +258,16 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
       // H100 grid (`benchmarks/results/cuda-kernels-notes-H100.md`, round 13). A launch of at
       // most 128K outputs is bound by each thread's chain of unpacking, math and conversion,
       // so short chains win: two elements a thread (static_quant_fp8 of 1 x 2048 with eight a
-      // thread: 1.28 µs; with two: 1.20, Triton's 1.15). gelu's erf makes its chain the
-      // longest: blocks of 128 up to 128K outputs, then four elements a thread up to 1M while
+      // thread: 1.28 µs; with two: 1.20, Triton's 1.15). gelu's distribution function makes
+      // its chain the longest: blocks of 128 up to 128K outputs, then four elements a thread up to 1M while
       // under 64 rows (at 128 x 5632, 2.29 to 2.39 µs). Past 2M outputs that stay in L2 the
       // quantization alone takes two vectors a thread in blocks of 128 (4096 x 4096: 17.72 to
       // 17.29 µs; at 1024 x 2048 it lost, 2.08 to 2.28); once the bytes stream from DRAM, silu
-      // takes four elements a thread (16384 x 14336: 460.9 to 455.5 µs). Any split gives the
-      // same values: each element is computed alone.
+      // takes four elements a thread (16384 x 14336: 460.9 to 455.5 µs). Cards with deep loads
+      // (`deep_loads`: an H200) stream silu at the default, a vector a thread, and 16-bit gelu
+      // at two vectors a thread in blocks of 64 (H200, `cuda_gated_streamed_probe.py`: silu
+      // 16384 x 28672 671.1 to 643.5 µs, gelu 669.4 to 639.5). Any split gives the same
+      // values: each element is computed alone.
       constexpr bool kLongChain = ACT == kGelu || ACT == kGeluTanh;
       constexpr int P = Words<T>::kPerWord;
       const int64_t outputs = rows * d;
@@ -292,10 +316,17 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
           return;
         }
       }
-      if constexpr (ACT == kSilu && !QUANT) {
+      if constexpr ((ACT == kSilu || ACT == kGelu) && !QUANT) {
         if (streams()) {
-          run(aligned_elementwise_kernel<T, ACT, QUANT, 4 / P, 1>, 4, 256);
-          return;
+          if (!deep_loads()) {
+            if constexpr (ACT == kSilu) {
+              run(aligned_elementwise_kernel<T, ACT, QUANT, 4 / P, 1>, 4, 256);
+              return;
+            }
+          } else if constexpr (ACT == kGelu && sizeof(T) == 2) {
+            run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 2>, 2 * V, 64);
+            return;
+          }
         }
       }
       run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 1>, V, rows < 64 ? 128 : 256);

@@ -188,6 +188,14 @@ int resident_blocks(unsigned block) {
 }
 #endif
 
+// DRAM bandwidth per SM (GB/s) from which a card takes the launches measured for deep loads:
+// between the H100 SXM's 25 and the H200's 37, the two cards measured (Triton draws its line
+// there too, `ir_kernels_triton.pointwise_kernels.DEEP_LOADS_GBPS_PER_SM`).
+constexpr double kDeepLoadsGbpsPerSm = 30.0;
+
+// Whether the current card has kDeepLoadsGbpsPerSm or more (a driver query once per device).
+inline bool deep_loads() { return dram_gbps_per_sm() >= kDeepLoadsGbpsPerSm; }
+
 constexpr float kFp8Max = 448.f;
 // Smallest scale the dynamic quantizers use, so an all-zero row does not divide by zero.
 constexpr float kMinScale = 1.f / (kFp8Max * 512.f);

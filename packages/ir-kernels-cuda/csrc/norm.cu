@@ -816,25 +816,20 @@ bool just_over_l2(int64_t bytes) {
   return static_cast<double>(bytes) > l2 && static_cast<double>(bytes) <= 1.3 * l2;
 }
 
-// DRAM bandwidth per SM (GB/s) from which rows streamed from DRAM keep the launch of rows within
-// the L2 (`streamed_short_rows`): between the H100 SXM's 25 and the H200's 37, the two cards
-// measured (Triton's group quant draws its line there too,
-// `ir_kernels_triton.pointwise_kernels.DEEP_LOADS_GBPS_PER_SM`).
-constexpr double kDeepLoadsGbpsPerSm = 30.0;
-
 // The launch of short rows without a norm (fp8 groups of 128 16-bit values: teams of 8, two
 // vectors a thread) where x is over the L2, so that every row streams from DRAM: teams of 16,
 // one vector a thread, in blocks of 128 threads that store together (`stores_together`), on
-// cards with less DRAM bandwidth per SM than kDeepLoadsGbpsPerSm. H100, layout probe
-// (cuda-kernels-notes-H100.md, round 27): group quant 16384 x 8192 132.87 µs against 134.37
-// for round 26's teams of 4 (four vectors a thread) and 135.18 for the same layout storing row
-// by row; 4096 x 8192 34.94 against 35.55. On an H200 (round 28) that layout was the slowest
-// of those (16384 x 8192 105.48 µs) and the teams of 8 of rows within the L2 ran 95.59. A
-// maximum is exact in any order, so the launch may follow the batch and the card.
+// cards without deep loads (`deep_loads`; the others keep the launch of rows within the
+// L2). H100, layout probe (cuda-kernels-notes-H100.md, round 27): group quant 16384 x 8192
+// 132.87 µs against 134.37 for round 26's teams of 4 (four vectors a thread) and 135.18 for
+// the same layout storing row by row; 4096 x 8192 34.94 against 35.55. On an H200 (round 28)
+// that layout was the slowest of those (16384 x 8192 105.48 µs) and the teams of 8 of rows
+// within the L2 ran 95.59. A maximum is exact in any order, so the launch may follow the batch
+// and the card.
 inline RowLaunch streamed_short_rows(const RowLaunch& l, const at::Tensor& x) {
   // (a team of 8 is never streamed in chunks: `row_launch` widens the team first)
   const bool streamed = l.team == 8 && l.vpt == 2 && x.size(0) > kFewRows && tensor_bytes(x) > l2_cache_bytes() &&
-                        dram_gbps_per_sm() < kDeepLoadsGbpsPerSm;
+                        !deep_loads();
   return streamed ? RowLaunch{kStreamedGroupTeam, 1, false, row_block_threads(kStreamedGroupTeam)} : l;
 }
 

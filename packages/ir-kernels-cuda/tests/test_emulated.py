@@ -15,6 +15,7 @@ from ir_kernels_cuda import impls
 from ir_kernels_cuda.build import BuildUnavailable, build_emulated
 from ir_kernels_cuda.testing import (
     assert_fused_add_sums_as_one_team,
+    assert_gelu_accurate_in_the_negative_tail,
     assert_same_bits,
     bits,
     opcheck_arguments,
@@ -130,6 +131,25 @@ def test_short_rows_over_the_l2(
         assert torch.equal(bits(got), bits(expected)[:1])
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["silu_and_mul", "gelu_and_mul"])
+def test_streamed_gates_follow_the_cards_bandwidth(
+    monkeypatch: pytest.MonkeyPatch, name: str, dtype: torch.dtype
+) -> None:
+    """Gates streamed from DRAM (an L2 shrunk to 64 KiB) take four elements a thread (silu) on
+    a card of an H100's DRAM bandwidth per SM, a vector a thread (silu) or two in blocks of 64
+    (16-bit gelu) on one of an H200's: the reference's result, the same bits on both cards."""
+    op = getattr(ops, name)
+    args = sample_inputs(op, spec(dtype, 4096, 40, "contiguous"))
+    monkeypatch.setenv("IR_CUDA_EMULATED_L2_BYTES", str(64 << 10))
+    results = []
+    for gbps_per_sm in ("25.4", "37"):
+        monkeypatch.setenv("IR_CUDA_EMULATED_DRAM_GBPS_PER_SM", gbps_per_sm)
+        check(op, "cuda", args)
+        results.append(op.impls["cuda"].fn(*clone_args(args)))
+    assert torch.equal(results[0], results[1])
+
+
 @pytest.mark.parametrize(("dtype", "width"), [(torch.bfloat16, 4096), (torch.float32, 2048)])
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=IDS)
 def test_rows_are_batch_invariant(op: IrOp, provider: str, dtype: torch.dtype, width: int) -> None:
@@ -164,6 +184,11 @@ def test_fused_add_sums_as_one_team_in_every_layout(
     chained its vectors together, and 3 where the team's warps were combined farthest first."""
     fn = ops.fused_add_rms_norm.impls[provider].fn
     assert_fused_add_sums_as_one_team(fn, dtype, width, "cpu", batches=(1, 32, 40))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gelu_is_accurate_in_the_negative_tail(dtype: torch.dtype) -> None:
+    assert_gelu_accurate_in_the_negative_tail(ops.gelu_and_mul.impls["cuda"].fn, dtype, "cpu")
 
 
 def test_opcheck_every_op() -> None:

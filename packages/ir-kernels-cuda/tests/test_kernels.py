@@ -15,6 +15,7 @@ from ir_kernels_cuda import impls
 from ir_kernels_cuda.build import HEADERS, SOURCES, csrc_dir
 from ir_kernels_cuda.testing import (
     assert_fused_add_sums_as_one_team,
+    assert_gelu_accurate_in_the_negative_tail,
     assert_same_bits,
     bits,
     opcheck_arguments,
@@ -188,6 +189,12 @@ def test_fused_add_sums_as_one_team_in_every_layout(
     40 and 1024 take two vectors a thread, all 1200 one: one sum order in all three."""
     fn = ops.fused_add_rms_norm.impls[provider].fn
     assert_fused_add_sums_as_one_team(fn, dtype, width, "cuda", batches=(1, 16, 40, 1024))
+
+
+@on_gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_gelu_is_accurate_in_the_negative_tail(dtype: torch.dtype) -> None:
+    assert_gelu_accurate_in_the_negative_tail(ops.gelu_and_mul.impls["cuda"].fn, dtype, "cuda")
 
 
 @on_gpu
