@@ -158,8 +158,6 @@ GELU_NARROW_OUTPUTS = 1 << 13
 #: threads, and group quant so streamed whole rows a program: between the H100 SXM's 25 and
 #: the H200's 37, the two cards measured.
 DEEP_LOADS_GBPS_PER_SM = 30.0
-#: Rows from which streamed gelu gates on such cards take 2048-element blocks.
-GELU_WIDE_ROW = 8192
 
 
 def deep_loads(gbps_per_sm: float | None) -> bool:
@@ -173,7 +171,6 @@ def flat_config(
     act: int | None = None,
     quant: bool = False,
     gbps_per_sm: float | None = None,
-    width: int | None = None,
 ) -> tuple[int, int]:
     """(block, warps) of the flat elementwise kernels over `total` outputs: the fp8
     quantization alone (`act` None) or a gated activation (`quant`: with fp8 output).
@@ -183,21 +180,19 @@ def flat_config(
     2048-element blocks, over 4 warps while its data stays in L2 (up to 30 % faster than 1024
     over 4 warps) and 8 once it streams from memory; the gated kernels on 1024 over 4 warps,
     except streaming silu (1024 over 8, 1-1.5 % faster) and gelu (2048 over 8, up to 1 %).
-    The gelu gates, heavier to compute, spread small sizes over more programs: 256-element
-    blocks over 4 warps up to 8K outputs (one token of 5632: 1.38 to 1.33 µs), 512 over 8 up to
-    128K (one token of 14336 fastest so in four sweeps, 0.02-0.04 µs ahead; sections 1, 2, 9,
-    15), 512 over 4 up to 1M; above, while in L2, 512 over a single warp (16 outputs a thread:
-    128 x 28672 from 6.68 to 6.42 µs; sections 9 and 10). Cards with `gbps_per_sm` of DRAM
-    bandwidth per SM from `DEEP_LOADS_GBPS_PER_SM` stream the gates without fp8 output on
-    wider threads: silu on 1024 over 4 warps, gelu over 2 warps, on 2048-element blocks for
-    rows (`width` outputs) of `GELU_WIDE_ROW` or more and 512 below (H200, 16384 x 28672: silu
-    668.8 to 643.2 µs, gelu 773.9 to 747.3; 16384 x 5632 gelu 157.0 to 149.6;
-    `triton-tuning-H200.log`, round 2)."""
+    The gelu gates, heavier to compute (these sweeps ran when gelu took libdevice's erf),
+    spread small sizes over more programs: 256-element blocks over 4 warps up to 8K outputs
+    (one token of 5632: 1.38 to 1.33 µs), 512 over 8 up to 128K (one token of 14336 fastest so
+    in four sweeps, 0.02-0.04 µs ahead; sections 1, 2, 9, 15), 512 over 4 up to 1M; above,
+    while in L2, 512 over a single warp (16 outputs a thread: 128 x 28672 from 6.68 to 6.42
+    µs; sections 9 and 10). Cards with `gbps_per_sm` of DRAM bandwidth per SM from
+    `DEEP_LOADS_GBPS_PER_SM` stream the gates without fp8 output on 1024 over 4 warps, as
+    Inductor launches them (H200, 16384 x 28672: silu 668.8 to 643.2 µs; gelu, from its
+    normal tail, within 0.3 % of the fastest of 16 launches at four shapes;
+    `triton-tuning-H200.log`, rounds 2 and 3)."""
     gelu = act is not None and act != ACT_SILU and not quant
     if streaming and deep_loads(gbps_per_sm) and act is not None and not quant:
-        if not gelu:
-            return 1024, 4
-        return (2048, 2) if width is None or width >= GELU_WIDE_ROW else (512, 2)
+        return 1024, 4
     if gelu and not streaming:
         if total <= FLAT_DECODE_OUTPUTS:
             return (256, 4) if total <= GELU_NARROW_OUTPUTS else (512, 8)
@@ -249,7 +244,7 @@ def launch_gated(
             # the bandwidth asked only where it is used: asked at every launch, it cost H200
             # decode launches 0.1-0.2 µs of replayed time (`triton-tuning-H200.log`, round 2)
             gbps = dram_gbps_per_sm(x) if streaming else None
-            flat = flat_config(n * d, streaming, act, scale is not None, gbps, d)
+            flat = flat_config(n * d, streaming, act, scale is not None, gbps)
         flat_block, warps = flat
         flat_gated_kernel[(triton.cdiv(n * d, flat_block),)](
             x2,
