@@ -62,6 +62,19 @@ def test_register_cap_only_for_plain_16_bit_norms_beyond_few_rows() -> None:
     assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 0.5, 4) is None
 
 
+def test_streamed_wide_rms_norm_capped_only_on_deep_load_cards() -> None:
+    """rms_norm of 8192-wide 16-bit rows beyond the L2 takes the cap of 32 registers on a card
+    of an H200's bandwidth per SM only; narrower rows, the fused add, an H100 keep theirs."""
+    many = nk.FEW_ROWS + 1
+    h100, h200 = H100_GBPS_PER_SM, H200_GBPS_PER_SM
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 8.0, 2, h200) == 32
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 8.0, 2, h100) is None
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 8.0, 2) is None
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 4096, False, 8.0, 2, h200) is None
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, True, 8.0, 2, h200) == 48
+    assert nk.max_registers_for(nk.FEW_ROWS, nk.QUANT_NONE, 8192, False, 8.0, 2, h200) is None
+
+
 def test_fused_add_loads_the_weight_late_only_beyond_few_rows_near_l2() -> None:
     many = nk.FEW_ROWS + 1
     assert not nk.early_weight_for(many, nk.QUANT_NONE, 4096, True, 0.6)
@@ -198,6 +211,31 @@ def test_dram_bandwidth_per_sm_from_the_reported_clocks(monkeypatch: pytest.Monk
     assert platform.dram_gbps_per_sm(torch.empty(1)) is None
     monkeypatch.setattr(platform, "_gpu_properties", lambda t: None)
     assert platform.dram_gbps_per_sm(torch.empty(1)) is None
+
+
+@pytest.mark.parametrize(
+    ("rows", "share"), [(2, 8.0), (nk.FEW_ROWS + 1, 0.5), (nk.FEW_ROWS + 1, 8.0)]
+)
+def test_norm_asks_the_card_bandwidth_only_for_streamed_batches(
+    monkeypatch: pytest.MonkeyPatch, rows: int, share: float
+) -> None:
+    """rms_norm asks the card's bandwidth (for its register cap) only beyond `FEW_ROWS` rows
+    whose footprint exceeds the L2: never at decode sizes, where a query costs replayed time."""
+    import torch
+
+    asked: list[torch.Tensor] = []
+
+    def bandwidth(t: torch.Tensor) -> float:
+        asked.append(t)
+        return H200_GBPS_PER_SM
+
+    monkeypatch.setattr(nk, "dram_gbps_per_sm", bandwidth)
+    monkeypatch.setattr(nk, "footprint_share", lambda t, footprint: share)
+    x = torch.randn(rows, 64, dtype=torch.float16)
+    out = torch.empty_like(x)
+    nk.launch_norm(x, torch.ones(64, dtype=torch.float16), 1e-6, None, out)
+    torch.testing.assert_close(out, torch.nn.functional.rms_norm(x, (64,), eps=1e-6))
+    assert len(asked) == (1 if rows > nk.FEW_ROWS and share > 1.0 else 0)
 
 
 @pytest.mark.parametrize("streamed", [False, True])

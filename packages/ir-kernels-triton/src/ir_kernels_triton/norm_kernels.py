@@ -27,6 +27,8 @@ from .fp8 import exact_rounding, quantize, round_to_dtype
 from .platform import (
     LOOP_BLOCK,
     MAX_SINGLE_PASS,
+    deep_loads,
+    dram_gbps_per_sm,
     footprint_share,
     next_power_of_2,
     num_rows,
@@ -280,6 +282,11 @@ def early_weight_for(
     return quant == QUANT_NONE or residual or rows_ <= FEW_ROWS or block >= WIDE_QUANT_BLOCK
 
 
+#: Row blocks from which plain rms_norm streamed from DRAM on a card with deep loads takes the
+#: register cap of rows within the L2.
+STREAMED_CAP_BLOCK = 8192
+
+
 def max_registers_for(
     rows_: int,
     quant: int,
@@ -287,17 +294,23 @@ def max_registers_for(
     residual: bool,
     l2_share: float | None,
     element_size: int,
+    gbps_per_sm: float | None = None,
 ) -> int | None:
     """A cap on registers per thread for the plain norms of 16-bit rows beyond `FEW_ROWS` rows
     (None: the compiler's choice). More programs fit an SM under the cap: H100, rms_norm
     whose footprint lies between a quarter of the L2 size and the L2 size with 32 (1024 x 8192:
     8.80 to 8.26 µs), fused add of 8192-wide rows streaming from memory with 48 (0.3-0.5 %);
-    section 9 of `triton-tuning-H100.log`. Registers do not change the arithmetic, so the cap
-    may depend on the batch."""
+    section 9 of `triton-tuning-H100.log`. On a card of `gbps_per_sm` from
+    `DEEP_LOADS_GBPS_PER_SM` (an H200) rms_norm rows of `STREAMED_CAP_BLOCK` take 32 beyond the
+    L2 too (4096 x 8192 35.30 to 34.44 µs, 16384 x 8192 131.84 to 130.17; round 3 of
+    `triton-tuning-H200.log`). Registers do not change the arithmetic, so the cap may depend
+    on the batch and the card."""
     if quant != QUANT_NONE or rows_ <= FEW_ROWS or element_size != 2 or l2_share is None:
         return None
     if residual:
         return 48 if block >= 8192 and l2_share > LATE_WEIGHT_L2_SHARE else None
+    if l2_share > 1.0 and block >= STREAMED_CAP_BLOCK and deep_loads(gbps_per_sm):
+        return 32
     return 32 if 0.25 < l2_share <= 1.0 else None
 
 
@@ -437,7 +450,13 @@ def launch_norm(
     share = footprint_share(x, tensor_bytes(x, out, residual, residual, scale_out))
     has_residual = residual is not None
     if max_registers is None:
-        max_registers = max_registers_for(n, quant, block, has_residual, share, x.element_size())
+        # the card's bandwidth asked only where the rule uses it (asked at every launch, it cost
+        # decode launches 0.1-0.2 µs of replayed time: `triton-tuning-H200.log`, round 2)
+        streamed_plain = quant == QUANT_NONE and not has_residual and n > FEW_ROWS
+        gbps = dram_gbps_per_sm(x) if streamed_plain and share is not None and share > 1.0 else None
+        max_registers = max_registers_for(
+            n, quant, block, has_residual, share, x.element_size(), gbps
+        )
     if split is None:
         split = row_split(x, out, residual, residual_out, block, quant, single)
     elif (

@@ -74,6 +74,17 @@ def dram_gbps_per_sm(t: torch.Tensor) -> float | None:
     return gbps / int(properties.multi_processor_count)
 
 
+#: DRAM bandwidth per SM (GB/s) from which a card takes the launches measured for deep loads
+#: (more loads in flight per SM): between the H100 SXM's 25 and the H200's 37, the two cards
+#: measured.
+DEEP_LOADS_GBPS_PER_SM = 30.0
+
+
+def deep_loads(gbps_per_sm: float | None) -> bool:
+    """A card of `DEEP_LOADS_GBPS_PER_SM` or more of DRAM bandwidth per SM (None, unknown: no)."""
+    return gbps_per_sm is not None and gbps_per_sm >= DEEP_LOADS_GBPS_PER_SM
+
+
 def tensor_bytes(*tensors: torch.Tensor | None) -> int:
     """Bytes of the given tensors (None counts nothing): an op's footprint when each is read or
     written once; pass a tensor twice for one read and one write in place."""

@@ -15,6 +15,7 @@ from .fp8 import exact_rounding, quantize, round_to_dtype
 from .platform import (
     LOOP_BLOCK,
     MAX_SINGLE_PASS,
+    deep_loads,
     dram_gbps_per_sm,
     interpreting,
     next_power_of_2,
@@ -154,15 +155,6 @@ FLAT_INDEX_LIMIT = 2**31
 FLAT_DECODE_OUTPUTS = 1 << 17
 #: Outputs up to which the gelu gates take 256-element blocks over 4 warps.
 GELU_NARROW_OUTPUTS = 1 << 13
-#: DRAM bandwidth per SM (GB/s) from which the gated kernels streamed from DRAM take wider
-#: threads, and group quant so streamed whole rows a program: between the H100 SXM's 25 and
-#: the H200's 37, the two cards measured.
-DEEP_LOADS_GBPS_PER_SM = 30.0
-
-
-def deep_loads(gbps_per_sm: float | None) -> bool:
-    """A card of `DEEP_LOADS_GBPS_PER_SM` or more of DRAM bandwidth per SM (None, unknown: no)."""
-    return gbps_per_sm is not None and gbps_per_sm >= DEEP_LOADS_GBPS_PER_SM
 
 
 def flat_config(
