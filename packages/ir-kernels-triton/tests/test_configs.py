@@ -1,12 +1,15 @@
 """The launch-configuration rules: what they may depend on, and that they stay launchable."""
 
 import pytest
+import torch
 
 from ir_kernels_triton import norm_kernels as nk
 from ir_kernels_triton import pointwise_kernels as pk
 
 ACTS = [None, pk.ACT_SILU, pk.ACT_GELU, pk.ACT_GELU_TANH]
 H100_GBPS_PER_SM, H200_GBPS_PER_SM = 25.4, 37.2
+#: Where the tests that launch kernels put their tensors (the CPU under the interpreter).
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @pytest.mark.parametrize("act", ACTS)
@@ -135,7 +138,6 @@ def test_rows_split_only_at_decode_sizes() -> None:
 def test_in_place_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None:
     """A program sharing a row reads all of it: in place, it could read a slice another program
     has already overwritten."""
-    import torch
 
     monkeypatch.setattr(nk, "sm_count", lambda t: 132)
     x, r = torch.randn(2, 8192), torch.randn(2, 8192)
@@ -148,7 +150,6 @@ def test_in_place_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None
 def test_unaligned_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None:
     """Triton lays a row out by its alignment, so a split of unaligned rows could sum them in
     another order than one program a row does."""
-    import torch
 
     monkeypatch.setattr(nk, "sm_count", lambda t: 132)
     base = torch.randn(2 * 8200)
@@ -162,7 +163,6 @@ def test_unaligned_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_launch_rejects_a_bad_split() -> None:
-    import torch
 
     x = torch.randn(2, 64)
     with pytest.raises(ValueError, match="split=3"):
@@ -195,8 +195,6 @@ def test_group_quant_whole_rows_stop_at_8192_elements() -> None:
 def test_dram_bandwidth_per_sm_from_the_reported_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
-    import torch
-
     from ir_kernels_triton import platform
 
     h100 = types.SimpleNamespace(
@@ -221,7 +219,6 @@ def test_norm_asks_the_card_bandwidth_only_for_streamed_batches(
 ) -> None:
     """rms_norm asks the card's bandwidth (for its register cap) only beyond `FEW_ROWS` rows
     whose footprint exceeds the L2: never at decode sizes, where a query costs replayed time."""
-    import torch
 
     asked: list[torch.Tensor] = []
 
@@ -231,9 +228,9 @@ def test_norm_asks_the_card_bandwidth_only_for_streamed_batches(
 
     monkeypatch.setattr(nk, "dram_gbps_per_sm", bandwidth)
     monkeypatch.setattr(nk, "footprint_share", lambda t, footprint: share)
-    x = torch.randn(rows, 64, dtype=torch.float16)
+    x = torch.randn(rows, 64, dtype=torch.float16, device=DEVICE)
     out = torch.empty_like(x)
-    nk.launch_norm(x, torch.ones(64, dtype=torch.float16), 1e-6, None, out)
+    nk.launch_norm(x, torch.ones(64, dtype=torch.float16, device=DEVICE), 1e-6, None, out)
     torch.testing.assert_close(out, torch.nn.functional.rms_norm(x, (64,), eps=1e-6))
     assert len(asked) == (1 if rows > nk.FEW_ROWS and share > 1.0 else 0)
 
@@ -245,7 +242,6 @@ def test_card_bandwidth_asked_only_for_streamed_launches(
     """The gated and group-quant launches ask the card's bandwidth only where their rule reads
     it (rows streamed from DRAM): asked at every launch, it cost an H200's decode-size gated
     launches 0.1-0.2 µs of replayed time (`triton-tuning-H200.log`, round 2)."""
-    import torch
 
     asked: list[torch.Tensor] = []
 
@@ -255,12 +251,13 @@ def test_card_bandwidth_asked_only_for_streamed_launches(
 
     monkeypatch.setattr(pk, "dram_gbps_per_sm", bandwidth)
     monkeypatch.setattr(pk, "streams_from_dram", lambda t, footprint: streamed)
-    x = torch.randn(2, 256)
-    pk.launch_gated(x, torch.empty(2, 128), pk.ACT_SILU)
-    pk.launch_group_quant(x, 128, torch.empty(2, 256, dtype=torch.float8_e4m3fn), torch.empty(2, 2))
+    x = torch.randn(2, 256, device=DEVICE)
+    pk.launch_gated(x, torch.empty(2, 128, device=DEVICE), pk.ACT_SILU)
+    q = torch.empty(2, 256, dtype=torch.float8_e4m3fn, device=DEVICE)
+    pk.launch_group_quant(x, 128, q, torch.empty(2, 2, device=DEVICE))
     assert len(asked) == (2 if streamed else 0)
     # a configuration passed in skips the rule and its query
-    pk.launch_gated(x, torch.empty(2, 128), pk.ACT_SILU, flat=(128, 1))
+    pk.launch_gated(x, torch.empty(2, 128, device=DEVICE), pk.ACT_SILU, flat=(128, 1))
     assert len(asked) == (2 if streamed else 0)
 
 
@@ -272,13 +269,12 @@ def test_streamed_gates_on_a_deep_card_match_the_reference(
 ) -> None:
     """The launch a card of `DEEP_LOADS_GBPS_PER_SM` or more takes for streamed gates (1024
     over 4 warps) gives the reference's results."""
-    import torch
     import torch.nn.functional as F
 
     monkeypatch.setattr(pk, "dram_gbps_per_sm", lambda t: H200_GBPS_PER_SM)
     monkeypatch.setattr(pk, "streams_from_dram", lambda t, footprint: True)
-    x = torch.randn(3, 2 * width)
-    out = torch.empty(3, width)
+    x = torch.randn(3, 2 * width, device=DEVICE)
+    out = torch.empty(3, width, device=DEVICE)
     pk.launch_gated(x, out, act)
     gate, up = x[:, :width], x[:, width:]
     expected = (F.silu(gate) if act == pk.ACT_SILU else F.gelu(gate)) * up
