@@ -192,7 +192,7 @@ def test_group_quant_whole_rows_stop_at_8192_elements() -> None:
     assert pk.group_quant_config(16384, 3, 128, True, H200_GBPS_PER_SM) == (4, 1)
 
 
-def test_dram_bandwidth_per_sm_from_the_reported_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dram_bandwidth_per_sm_from_the_reported_clocks() -> None:
     import types
 
     from ir_kernels_triton import platform
@@ -200,15 +200,12 @@ def test_dram_bandwidth_per_sm_from_the_reported_clocks(monkeypatch: pytest.Monk
     h100 = types.SimpleNamespace(
         memory_clock_rate=2_619_000, memory_bus_width=5120, multi_processor_count=132
     )
-    monkeypatch.setattr(platform, "_gpu_properties", lambda t: h100)
-    assert platform.dram_gbps_per_sm(torch.empty(1)) == pytest.approx(25.4, abs=0.1)
+    assert platform.gbps_per_sm_of(h100) == pytest.approx(25.4, abs=0.1)
     no_clock = types.SimpleNamespace(
         memory_clock_rate=0, memory_bus_width=5120, multi_processor_count=132
     )
-    monkeypatch.setattr(platform, "_gpu_properties", lambda t: no_clock)
-    assert platform.dram_gbps_per_sm(torch.empty(1)) is None
-    monkeypatch.setattr(platform, "_gpu_properties", lambda t: None)
-    assert platform.dram_gbps_per_sm(torch.empty(1)) is None
+    assert platform.gbps_per_sm_of(no_clock) is None
+    assert platform.dram_gbps_per_sm(torch.empty(1)) is None  # off the GPU
 
 
 @pytest.mark.parametrize(

@@ -64,11 +64,23 @@ def dram_gbps_per_sm(t: torch.Tensor) -> float | None:
     """Peak DRAM bandwidth of the GPU holding `t` in GB/s per SM, from the memory clock and
     bus width torch reports (None off the GPU, or where the driver reports no clock). An H100
     SXM has about 25, an H200 about 37: the latter needs more loads in flight per SM to keep
-    its memory busy."""
-    properties = _gpu_properties(t)
+    its memory busy. Worked out once per device."""
+    if not t.is_cuda:
+        return None
+    return _device_dram_gbps_per_sm(t.device.index if t.device.index is not None else 0)
+
+
+@functools.cache
+def _device_dram_gbps_per_sm(device_index: int) -> float | None:
+    return gbps_per_sm_of(_device_properties(device_index))
+
+
+def gbps_per_sm_of(properties: Any) -> float | None:
+    """`dram_gbps_per_sm` of a device with these properties (``memory_clock_rate`` in kHz,
+    ``memory_bus_width`` in bits, ``multi_processor_count``)."""
     memory_khz = getattr(properties, "memory_clock_rate", 0)
     bus_bits = getattr(properties, "memory_bus_width", 0)
-    if properties is None or not (memory_khz and bus_bits):
+    if not (memory_khz and bus_bits):
         return None
     gbps = 2 * memory_khz * 1e3 * bus_bits / 8 / 1e9  # double data rate
     return gbps / int(properties.multi_processor_count)
