@@ -1,5 +1,7 @@
 """The launch-configuration rules: what they may depend on, and that they stay launchable."""
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -138,7 +140,6 @@ def test_rows_split_only_at_decode_sizes() -> None:
 def test_in_place_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None:
     """A program sharing a row reads all of it: in place, it could read a slice another program
     has already overwritten."""
-
     monkeypatch.setattr(nk, "sm_count", lambda t: 132)
     x, r = torch.randn(2, 8192), torch.randn(2, 8192)
     out, res = torch.empty_like(x), torch.empty_like(x)
@@ -150,7 +151,6 @@ def test_in_place_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None
 def test_unaligned_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None:
     """Triton lays a row out by its alignment, so a split of unaligned rows could sum them in
     another order than one program a row does."""
-
     monkeypatch.setattr(nk, "sm_count", lambda t: 132)
     base = torch.randn(2 * 8200)
     out = torch.empty(2, 8192)
@@ -208,6 +208,19 @@ def test_dram_bandwidth_per_sm_from_the_reported_clocks() -> None:
     assert platform.dram_gbps_per_sm(torch.empty(1)) is None  # off the GPU
 
 
+def record_bandwidth_queries(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[torch.Tensor]:
+    """The tensors `module` asks `dram_gbps_per_sm` about from now on (each answered with an
+    H200's bandwidth)."""
+    asked: list[torch.Tensor] = []
+
+    def bandwidth(t: torch.Tensor) -> float:
+        asked.append(t)
+        return H200_GBPS_PER_SM
+
+    monkeypatch.setattr(module, "dram_gbps_per_sm", bandwidth)
+    return asked
+
+
 @pytest.mark.parametrize(
     ("rows", "share"), [(2, 8.0), (nk.FEW_ROWS + 1, 0.5), (nk.FEW_ROWS + 1, 8.0)]
 )
@@ -216,14 +229,7 @@ def test_norm_asks_the_card_bandwidth_only_for_streamed_batches(
 ) -> None:
     """rms_norm asks the card's bandwidth (for its register cap) only beyond `FEW_ROWS` rows
     whose footprint exceeds the L2: never at decode sizes, where a query costs replayed time."""
-
-    asked: list[torch.Tensor] = []
-
-    def bandwidth(t: torch.Tensor) -> float:
-        asked.append(t)
-        return H200_GBPS_PER_SM
-
-    monkeypatch.setattr(nk, "dram_gbps_per_sm", bandwidth)
+    asked = record_bandwidth_queries(monkeypatch, nk)
     monkeypatch.setattr(nk, "footprint_share", lambda t, footprint: share)
     x = torch.randn(rows, 64, dtype=torch.float16, device=DEVICE)
     out = torch.empty_like(x)
@@ -239,14 +245,7 @@ def test_card_bandwidth_asked_only_for_streamed_launches(
     """The gated and group-quant launches ask the card's bandwidth only where their rule reads
     it (rows streamed from DRAM): asked at every launch, it cost an H200's decode-size gated
     launches 0.1-0.2 µs of replayed time (`triton-tuning-H200.log`, round 2)."""
-
-    asked: list[torch.Tensor] = []
-
-    def bandwidth(t: torch.Tensor) -> float:
-        asked.append(t)
-        return H200_GBPS_PER_SM
-
-    monkeypatch.setattr(pk, "dram_gbps_per_sm", bandwidth)
+    asked = record_bandwidth_queries(monkeypatch, pk)
     monkeypatch.setattr(pk, "streams_from_dram", lambda t, footprint: streamed)
     x = torch.randn(2, 256, device=DEVICE)
     pk.launch_gated(x, torch.empty(2, 128, device=DEVICE), pk.ACT_SILU)

@@ -302,9 +302,9 @@ def max_registers_for(
     8.80 to 8.26 µs), fused add of 8192-wide rows streaming from memory with 48 (0.3-0.5 %);
     section 9 of `triton-tuning-H100.log`. On a card of `gbps_per_sm` from
     `DEEP_LOADS_GBPS_PER_SM` (an H200) rms_norm rows of `STREAMED_CAP_BLOCK` take 32 beyond the
-    L2 too (4096 x 8192 35.30 to 34.44 µs, 16384 x 8192 131.84 to 130.17; round 3 of
-    `triton-tuning-H200.log`). Registers do not change the arithmetic, so the cap may depend
-    on the batch and the card."""
+    L2 too (4096 x 8192 35.30 to 34.44 µs, 16384 x 8192 131.84 to 130.17; a second run 34.80
+    to 34.62 and 131.01 to 130.83; round 3 of `triton-tuning-H200.log`). Registers do not
+    change the arithmetic, so the cap may depend on the batch and the card."""
     if quant != QUANT_NONE or rows_ <= FEW_ROWS or element_size != 2 or l2_share is None:
         return None
     if residual:

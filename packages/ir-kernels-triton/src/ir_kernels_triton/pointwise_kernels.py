@@ -45,8 +45,8 @@ def _row_block(width, BLOCK: tl.constexpr):
 @triton.jit
 def _divide(x, y, INTERPRETED: tl.constexpr):
     """x / y by one reciprocal instruction and a multiply (`div.approx`, 2 ulp), without the
-    range fix-ups of Triton's default division (seven more instructions an element, which the
-    gates' per-element chains feel); the same quotient for |y| < 2**126, above it 0, where the
+    range fix-ups of Triton's default division (six more instructions an element in SASS, which
+    the gates' per-element chains feel); the same quotient for |y| < 2**126, above it 0, where the
     quotients of the gates are below 1e-36 anyway. The interpreter lacks the instruction."""
     if INTERPRETED:
         return x / y
