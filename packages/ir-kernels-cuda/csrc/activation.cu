@@ -25,7 +25,7 @@ constexpr int64_t kDecodeOutputs = int64_t{1} << 17;
 template <bool FAST>
 __device__ __forceinline__ float normal_cdf(float v) {
   const float y = 1.f + 0.253f * fabsf(v);
-  const float t = FAST ? __fdividef(1.f, y) : 1.f / y;
+  const float t = FAST ? reciprocal_ftz(y) : 1.f / y;
   float p = fmaf(-0.08910422795873038f, t, 0.3189987511370202f);
   p = fmaf(p, t, -0.2372794613111226f);
   p = fmaf(p, t, 0.2639313266235591f);
@@ -33,7 +33,8 @@ __device__ __forceinline__ float normal_cdf(float v) {
   p = fmaf(p, t, 0.11323821113610145f);
   p = fmaf(p, t, 0.09993581694921742f);
   // exp(-v^2 / 2) = 2^(-v^2 / (2 ln 2))
-  const float tail = t * p * exp2f(v * v * -0.7213475204444817f);
+  const float x = v * v * -0.7213475204444817f;
+  const float tail = t * p * (FAST ? exp2_ftz(x) : exp2f(x));
   return v >= 0.f ? 1.f - tail : tail;
 }
 
@@ -42,7 +43,7 @@ __device__ __forceinline__ float normal_cdf(float v) {
 template <int ACT, bool FAST>
 __device__ __forceinline__ float activate(float v) {
   if constexpr (ACT == kSilu) {
-    if constexpr (FAST) return __fdividef(v, 1.f + __expf(-v));
+    if constexpr (FAST) return __fdividef(v, 1.f + exp2_ftz(v * -1.4426950408889634f));
     return v / (1.f + expf(-v));
   } else if constexpr (ACT == kGelu) {
     return v * normal_cdf<FAST>(v);
