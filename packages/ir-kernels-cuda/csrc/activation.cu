@@ -260,8 +260,8 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
       // most 128K outputs is bound by each thread's chain of unpacking, math and conversion,
       // so short chains win: two elements a thread (static_quant_fp8 of 1 x 2048 with eight a
       // thread: 1.28 µs; with two: 1.20, Triton's 1.15). gelu's distribution function makes
-      // its chain the longest: blocks of 128 up to 128K outputs, then four elements a thread up to 1M while
-      // under 64 rows (at 128 x 5632, 2.29 to 2.39 µs). Past 2M outputs that stay in L2 the
+      // its chain the longest: blocks of 128 up to 128K outputs, then four elements a thread up
+      // to 1M while under 64 rows (at 128 x 5632, 2.29 to 2.39 µs). Past 2M outputs in L2 the
       // quantization alone takes two vectors a thread in blocks of 128 (4096 x 4096: 17.72 to
       // 17.29 µs; at 1024 x 2048 it lost, 2.08 to 2.28); once the bytes stream from DRAM, silu
       // takes four elements a thread (16384 x 14336: 460.9 to 455.5 µs). Cards with deep loads
@@ -319,14 +319,17 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
       }
       if constexpr ((ACT == kSilu || ACT == kGelu) && !QUANT) {
         if (streams()) {
-          if (!deep_loads()) {
-            if constexpr (ACT == kSilu) {
+          const bool deep = deep_loads();
+          if constexpr (ACT == kSilu) {
+            if (!deep) {
               run(aligned_elementwise_kernel<T, ACT, QUANT, 4 / P, 1>, 4, 256);
               return;
             }
-          } else if constexpr (ACT == kGelu && sizeof(T) == 2) {
-            run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 2>, 2 * V, 64);
-            return;
+          } else if constexpr (sizeof(T) == 2) {
+            if (deep) {
+              run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 2>, 2 * V, 64);
+              return;
+            }
           }
         }
       }
