@@ -200,42 +200,31 @@ constexpr float kFp8Max = 448.f;
 // Smallest scale the dynamic quantizers use, so an all-zero row does not divide by zero.
 constexpr float kMinScale = 1.f / (kFp8Max * 512.f);
 
+// A float function of one float that is one PTX instruction on the GPU and `host` (an
+// expression of v) in the host emulation.
+#if defined(__CUDA_ARCH__)
+#define IR_CUDA_PTX_FLOAT_FN(name, instruction, host)   \
+  __device__ __forceinline__ float name(float v) {      \
+    float r;                                            \
+    asm(instruction " %0, %1;" : "=f"(r) : "f"(v));     \
+    return r;                                           \
+  }
+#else
+#define IR_CUDA_PTX_FLOAT_FN(name, instruction, host) \
+  __device__ __forceinline__ float name(float v) { return host; }
+#endif
+
 // 2^v and 1 / v by the hardware's approximations, subnormal inputs and results flushed to zero
 // (`.ftz`): one instruction each, where exp2f and __fdividef add a range check and two scalings
 // an element for subnormal results. For the 16-bit gates, whose values never need them.
-__device__ __forceinline__ float exp2_ftz(float v) {
-#if defined(__CUDA_ARCH__)
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-  return r;
-#else
-  return std::exp2(v);
-#endif
-}
-
-__device__ __forceinline__ float reciprocal_ftz(float v) {
-#if defined(__CUDA_ARCH__)
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
-  return r;
-#else
-  return 1.f / v;
-#endif
-}
+IR_CUDA_PTX_FLOAT_FN(exp2_ftz, "ex2.approx.ftz.f32", std::exp2(v))
+IR_CUDA_PTX_FLOAT_FN(reciprocal_ftz, "rcp.approx.ftz.f32", 1.f / v)
 
 // 1 / v by the hardware's approximate reciprocal (at most an ulp off over the whole float
 // range; the fp8 rounding that follows is 2^-4 relative). The IEEE quotient branches to a slow
 // path on v's range: a dozen dependent instructions between a row's reduction (or its scale's
 // load) and its first store.
-__device__ __forceinline__ float fast_reciprocal(float v) {
-#if defined(__CUDA_ARCH__)
-  float r;
-  asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(v));
-  return r;
-#else
-  return 1.f / v;
-#endif
-}
+IR_CUDA_PTX_FLOAT_FN(fast_reciprocal, "rcp.approx.f32", 1.f / v)
 
 // The dynamic scale of an absmax: amax / 448 (a multiplication by the rounded 1 / 448, within an
 // ulp of the quotient), at least kMinScale.
