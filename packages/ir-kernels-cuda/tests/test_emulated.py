@@ -15,7 +15,6 @@ from ir_kernels_cuda import impls
 from ir_kernels_cuda.build import BuildUnavailable, build_emulated
 from ir_kernels_cuda.testing import (
     assert_fused_add_sums_as_one_team,
-    assert_gelu_accurate_in_the_negative_tail,
     assert_same_bits,
     bits,
     opcheck_arguments,
@@ -25,6 +24,7 @@ from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
     OPTION_VARIANT_IDS,
     OPTION_VARIANTS,
+    assert_gelu_accurate_in_the_negative_tail,
     assert_impl_matches_native,
     clone_args,
     matrix_spec,

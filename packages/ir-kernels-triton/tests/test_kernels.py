@@ -5,7 +5,6 @@ Without a GPU the kernels run in Triton's interpreter on a reduced matrix (float
 small sizes); on a GPU the full matrix runs, bfloat16 included.
 """
 
-import math
 from typing import Any
 
 import pytest
@@ -16,6 +15,7 @@ from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
     OPTION_VARIANT_IDS,
     OPTION_VARIANTS,
+    assert_gelu_accurate_in_the_negative_tail,
     assert_impl_matches_native,
     clone_args,
     matrix_spec,
@@ -164,17 +164,9 @@ def test_batch_invariant(op: IrOp, provider: str, hidden: int) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_gelu_is_accurate_in_the_negative_tail(dtype: torch.dtype) -> None:
-    """gelu(a) = a * Phi(a) with Phi from its smaller tail (`pointwise_kernels._normal_cdf`):
-    relative accuracy down to a = -8, where the float32 erf form 0.5 * (1 + erf(a / sqrt 2))
-    has lost every digit (it is 0 below about -5.4). Outputs within one unit of `dtype` at 1.0,
-    relative, of the exact float64 values (float32: 3e-5, the fit's error from a = -8)."""
-    a = torch.linspace(-8, 8, 4001, dtype=torch.float64).to(dtype)
-    x = torch.cat([a, torch.ones_like(a)])[None].to(DEVICE)
-    out = ops.gelu_and_mul.impls["triton"].fn(x, "none")
-    exact = a.double() * 0.5 * torch.erfc(-a.double() / math.sqrt(2))
-    info = torch.finfo(dtype)
-    rtol = 3e-5 if dtype == torch.float32 else info.eps
-    torch.testing.assert_close(out[0].cpu().double(), exact, rtol=rtol, atol=info.tiny * info.eps)
+    """Phi from its smaller tail (`pointwise_kernels._normal_cdf`): relative accuracy down to
+    a = -8, where the float32 erf form has lost every digit."""
+    assert_gelu_accurate_in_the_negative_tail(ops.gelu_and_mul.impls["triton"].fn, dtype, DEVICE)
 
 
 def _rotary_args(**overrides: Any) -> list[Any]:

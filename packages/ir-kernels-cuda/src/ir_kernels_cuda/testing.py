@@ -1,7 +1,6 @@
 """Test helpers: arguments for every ``torch.ops.ir_cuda`` op, for ``torch.library.opcheck``
 on the GPU build and on the host-emulation build alike."""
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -58,22 +57,6 @@ def assert_fused_add_sums_as_one_team(
     for batch in batches:
         out = fn(x[:batch].clone(), residual[:batch].clone(), weight, 1e-6, None)[0]
         assert torch.equal(out, full[:batch]), f"rows of a batch of {batch} differ"
-
-
-def assert_gelu_accurate_in_the_negative_tail(
-    gelu_and_mul: Callable[[torch.Tensor, str], torch.Tensor], dtype: torch.dtype, device: str
-) -> None:
-    """gelu(a) * 1 for a over [-8, 8] within one unit of `dtype` at 1.0, relative, of the exact
-    float64 values (float32: 3e-5, the tail fit's error from a = -8): the kernels take Phi from
-    its smaller tail, where the float32 erf form 0.5 * (1 + erf(a / sqrt 2)) loses every digit
-    below about -5 (`activation.cu`, `normal_cdf`)."""
-    a = torch.linspace(-8, 8, 4001, dtype=torch.float64).to(dtype)
-    x = torch.cat([a, torch.ones_like(a)])[None].to(device)
-    out = gelu_and_mul(x, "none")
-    exact = a.double() * 0.5 * torch.erfc(-a.double() / math.sqrt(2))
-    info = torch.finfo(dtype)
-    rtol = 3e-5 if dtype == torch.float32 else info.eps
-    torch.testing.assert_close(out[0].cpu().double(), exact, rtol=rtol, atol=info.tiny * info.eps)
 
 
 def opcheck_utils(args: tuple[Any, ...]) -> tuple[str, ...]:
