@@ -190,7 +190,7 @@ int resident_blocks(unsigned block) {
 
 // DRAM bandwidth per SM (GB/s) from which a card takes the launches measured for deep loads:
 // between the H100 SXM's 25 and the H200's 37, the two cards measured (Triton draws its line
-// there too, `ir_kernels_triton.pointwise_kernels.DEEP_LOADS_GBPS_PER_SM`).
+// there too, `ir_kernels_triton.platform.DEEP_LOADS_GBPS_PER_SM`).
 constexpr double kDeepLoadsGbpsPerSm = 30.0;
 
 // Whether the current card has kDeepLoadsGbpsPerSm or more (a driver query once per device).

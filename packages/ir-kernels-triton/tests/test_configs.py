@@ -48,10 +48,8 @@ def test_streamed_gates_follow_the_card_bandwidth() -> None:
     h100, h200 = H100_GBPS_PER_SM, H200_GBPS_PER_SM
     for act in (pk.ACT_SILU, pk.ACT_GELU):
         assert pk.flat_config(big, True, act, False, h100) == pk.flat_config(big, True, act)
-    for act in (pk.ACT_SILU, pk.ACT_GELU):
         assert pk.flat_config(big, True, act, False, h200) == (1024, 4)
-    # within the L2, and with fp8 output, the bandwidth does not enter
-    for act in (pk.ACT_SILU, pk.ACT_GELU):
+        # within the L2, and with fp8 output, the bandwidth does not enter
         assert pk.flat_config(big, False, act, False, h200) == pk.flat_config(big, False, act)
         assert pk.flat_config(big, True, act, True, h200) == pk.flat_config(big, True, act, True)
 
@@ -163,7 +161,6 @@ def test_unaligned_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 def test_launch_rejects_a_bad_split() -> None:
-
     x = torch.randn(2, 64)
     with pytest.raises(ValueError, match="split=3"):
         nk.launch_norm(x, None, 1e-6, None, torch.empty_like(x), split=3)

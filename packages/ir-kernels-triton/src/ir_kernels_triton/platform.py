@@ -41,11 +41,17 @@ def _device_properties(device_index: int) -> Any:
     return torch.cuda.get_device_properties(device_index)
 
 
-def _gpu_properties(t: torch.Tensor) -> Any | None:
-    """The properties of the GPU holding `t`, asked once per device (None off the GPU)."""
+def _gpu_index(t: torch.Tensor) -> int | None:
+    """The index of the GPU holding `t` (None off the GPU)."""
     if not t.is_cuda:
         return None
-    return _device_properties(t.device.index if t.device.index is not None else 0)
+    return t.device.index if t.device.index is not None else 0
+
+
+def _gpu_properties(t: torch.Tensor) -> Any | None:
+    """The properties of the GPU holding `t`, asked once per device (None off the GPU)."""
+    index = _gpu_index(t)
+    return None if index is None else _device_properties(index)
 
 
 def l2_cache_bytes(t: torch.Tensor) -> int | None:
@@ -65,9 +71,8 @@ def dram_gbps_per_sm(t: torch.Tensor) -> float | None:
     bus width torch reports (None off the GPU, or where the driver reports no clock). An H100
     SXM has about 25, an H200 about 37: the latter needs more loads in flight per SM to keep
     its memory busy. Worked out once per device."""
-    if not t.is_cuda:
-        return None
-    return _device_dram_gbps_per_sm(t.device.index if t.device.index is not None else 0)
+    index = _gpu_index(t)
+    return None if index is None else _device_dram_gbps_per_sm(index)
 
 
 @functools.cache
