@@ -1,11 +1,12 @@
 """Without a GPU: compile `norm_kernel` for sm_90 with one, two and four programs a row and
 compare the layout Triton gives every reduction's operand (the layout fixes the order of the
-sum, so equal layouts mean the split keeps the bits). Configurations: fp32/fp16/bf16, with and
-without a residual, no, static or dynamic fp8 output, row blocks 1024/4096/8192, weight early
-or late, plus fp32 rows with a bf16 weight; arguments specialized as at run time on aligned
-rows, or with `--unaligned` as where only the rows of `x` are (`row_split` splits no other
-rows: the layout follows the alignment of `x`, which Triton knows from its specialization and
-the kernel cannot read).
+sum, so equal layouts mean the split keeps the bits); and, beside a weight of the row's width,
+with and without the masks of a row that fills its block (`full_row_for`). Configurations:
+fp32/fp16/bf16, with and without a residual, no, static or dynamic fp8 output, row blocks
+1024/4096/8192, weight early or late, masks or none, plus fp32 rows with a bf16 weight;
+arguments specialized as at run time on aligned rows, or with `--unaligned` as where only the
+rows of `x` are (`row_split` splits no other rows: the layout follows the alignment of `x`,
+which Triton knows from its specialization and the kernel cannot read).
 
 CI runs both modes with the installed Triton (`nox -s layouts`). To check the Triton the GPU
 machine runs, use it, e.g. `pip download --no-deps triton==3.6.0` and
@@ -27,7 +28,14 @@ INTS = ("x_stride", "r_stride", "out_stride", "res_stride", "hidden", "variance_
 
 
 def ttgir(
-    dtype: str, weight: str, residual: bool, quant: int, block: int, split: int, early: bool
+    dtype: str,
+    weight: str,
+    residual: bool,
+    quant: int,
+    block: int,
+    split: int,
+    early: bool,
+    full_row: bool = False,
 ) -> str:
     out = "fp8e4nv" if quant else dtype
     signature = {
@@ -40,6 +48,7 @@ def ttgir(
     constants = dict(
         HAS_RESIDUAL=residual, HAS_WEIGHT=True, QUANT=quant, HAS_UB=False, BLOCK=block,
         SINGLE_PASS=True, EXACT_FP8=False, EARLY_WEIGHT=early, EVICT_FIRST=False, SPLIT=split,
+        FULL_ROW=full_row,
     )  # fmt: skip
     if "--unaligned" in sys.argv:
         aligned = ["x_ptr", "x_stride"]
@@ -68,24 +77,41 @@ def reduction_layouts(ir: str) -> list[str]:
 
 def main() -> int:
     cases = [
-        (dtype, dtype, residual, quant, block, early)
-        for dtype, residual, quant, block, early in itertools.product(
-            ("fp32", "fp16", "bf16"), (False, True), (0, 1, 2), (1024, 4096, 8192), (False, True)
+        (dtype, dtype, residual, quant, block, early, full)
+        for dtype, residual, quant, block, early, full in itertools.product(
+            ("fp32", "fp16", "bf16"),
+            (False, True),
+            (0, 1, 2),
+            (1024, 4096, 8192),
+            (False, True),
+            (False, True),
         )
     ] + [
-        ("fp32", "bf16", False, quant, block, True) for quant in (0, 1, 2) for block in (1024, 8192)
+        ("fp32", "bf16", False, quant, block, True, full)
+        for quant in (0, 1, 2)
+        for block in (1024, 8192)
+        for full in (False, True)
     ]
     different = 0
+    layouts = {}
     for case in cases:
-        one, *split = (reduction_layouts(ttgir(*case[:5], n, case[5])) for n in (1, 2, 4))
-        if any(layouts != one for layouts in split):
+        one, *split = (reduction_layouts(ttgir(*case[:5], n, case[5], case[6])) for n in (1, 2, 4))
+        layouts[case] = one
+        if any(other != one for other in split):
             different += 1
             print("different:", case, one, split)
+    # masks dropped (`full_row_for`) only beside a weight of the row's width: there the rule
+    # may follow the batch, so the layouts must agree with and without them
+    unmasked = 0
+    for case, one in layouts.items():
+        if case[0] == case[1] and case[6] and layouts[(*case[:6], False)] != one:
+            unmasked += 1
+            print("different without masks:", case, one, layouts[(*case[:6], False)])
     print(
-        f"{len(cases)} configurations, {different} with other reduction layouts when split "
-        f"(triton {triton.__version__})"
+        f"{len(cases)} configurations, {different} with other reduction layouts when split, "
+        f"{unmasked} without masks (triton {triton.__version__})"
     )
-    return 1 if different else 0
+    return 1 if different or unmasked else 0
 
 
 if __name__ == "__main__":

@@ -70,12 +70,44 @@ def test_streamed_wide_rms_norm_capped_only_on_deep_load_cards() -> None:
     of an H200's bandwidth per SM only; narrower rows, the fused add, an H100 keep theirs."""
     many = nk.FEW_ROWS + 1
     h100, h200 = H100_GBPS_PER_SM, H200_GBPS_PER_SM
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 8.0, 2, h200) == 32
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 8.0, 2, h100) is None
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 8.0, 2) is None
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 4096, False, 8.0, 2, h200) is None
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, True, 8.0, 2, h200) == 48
-    assert nk.max_registers_for(nk.FEW_ROWS, nk.QUANT_NONE, 8192, False, 8.0, 2, h200) is None
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 3.0, 2, h200) == 32
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 3.0, 2, h100) is None
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 3.0, 2) is None
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 4096, False, 3.0, 2, h200) is None
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, True, 3.0, 2, h200) == 48
+    assert nk.max_registers_for(nk.FEW_ROWS, nk.QUANT_NONE, 8192, False, 3.0, 2, h200) is None
+    # rows read again after their sum (`reload_for`) run uncapped
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 8.0, 2, h200) is None
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, True, 8.0, 2, h200) is None
+    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, True, 8.0, 2, h100) == 48
+
+
+def test_rows_read_again_only_for_wide_plain_norms_far_beyond_l2_on_deep_cards() -> None:
+    """Rows are read again after their sum only for 16-bit plain norms of 8192 or more beyond
+    `FEW_ROWS` rows, whose footprint exceeds `RELOAD_L2_SHARE` L2 sizes, on an H200-like card."""
+    many, far = nk.FEW_ROWS + 1, nk.RELOAD_L2_SHARE + 1.0
+    h100, h200 = H100_GBPS_PER_SM, H200_GBPS_PER_SM
+    assert nk.reload_for(many, nk.QUANT_NONE, 8192, far, 2, h200)
+    assert nk.reload_for(many, nk.QUANT_NONE, 16384, far, 2, h200)
+    assert not nk.reload_for(many, nk.QUANT_NONE, 8192, far, 2, h100)
+    assert not nk.reload_for(many, nk.QUANT_NONE, 8192, far, 2, None)
+    assert not nk.reload_for(many, nk.QUANT_NONE, 8192, nk.RELOAD_L2_SHARE, 2, h200)
+    assert not nk.reload_for(many, nk.QUANT_NONE, 8192, None, 2, h200)
+    assert not nk.reload_for(many, nk.QUANT_NONE, 4096, far, 2, h200)
+    assert not nk.reload_for(many, nk.QUANT_NONE, 8192, far, 4, h200)
+    assert not nk.reload_for(many, nk.QUANT_DYNAMIC, 8192, far, 2, h200)
+    assert not nk.reload_for(nk.FEW_ROWS, nk.QUANT_NONE, 8192, far, 2, h200)
+
+
+def test_masks_dropped_only_for_full_uncapped_rows_beside_a_weight_of_their_width() -> None:
+    full = dict(same_width=True, capped=False)
+    assert nk.full_row_for(8192, None, 8192, True, **full)
+    assert nk.full_row_for(8192, 8192, 8192, True, **full)
+    assert not nk.full_row_for(8000, None, 8192, True, **full)
+    assert not nk.full_row_for(8192, 4096, 8192, True, **full)
+    assert not nk.full_row_for(8192, None, 8192, False, **full)
+    assert not nk.full_row_for(8192, None, 8192, True, same_width=False, capped=False)
+    assert not nk.full_row_for(8192, None, 8192, True, same_width=True, capped=True)
 
 
 def test_fused_add_loads_the_weight_late_only_beyond_few_rows_near_l2() -> None:
@@ -233,6 +265,23 @@ def test_norm_asks_the_card_bandwidth_only_for_streamed_batches(
     nk.launch_norm(x, torch.ones(64, dtype=torch.float16, device=DEVICE), 1e-6, None, out)
     torch.testing.assert_close(out, torch.nn.functional.rms_norm(x, (64,), eps=1e-6))
     assert len(asked) == (1 if rows > nk.FEW_ROWS and share > 1.0 else 0)
+
+
+@pytest.mark.parametrize("share", [3.0, nk.RELOAD_L2_SHARE + 1.0])
+def test_fused_add_asks_the_card_bandwidth_only_far_beyond_l2(
+    monkeypatch: pytest.MonkeyPatch, share: float
+) -> None:
+    """With a residual the bandwidth matters only for reading rows again (`reload_for`)."""
+    asked = record_bandwidth_queries(monkeypatch, nk)
+    monkeypatch.setattr(nk, "footprint_share", lambda t, footprint: share)
+    rows = nk.FEW_ROWS + 1
+    x = torch.randn(rows, 64, dtype=torch.float16, device=DEVICE)
+    r = torch.randn_like(x)
+    out, res = torch.empty_like(x), torch.empty_like(x)
+    w = torch.ones(64, dtype=torch.float16, device=DEVICE)
+    nk.launch_norm(x, w, 1e-6, None, out, residual=r, residual_out=res)
+    torch.testing.assert_close(res, x + r)
+    assert len(asked) == (1 if share > nk.RELOAD_L2_SHARE else 0)
 
 
 @pytest.mark.parametrize("streamed", [False, True])

@@ -5,6 +5,7 @@ Without a GPU the kernels run in Triton's interpreter on a reduced matrix (float
 small sizes); on a GPU the full matrix runs, bfloat16 included.
 """
 
+import itertools
 from typing import Any
 
 import pytest
@@ -78,19 +79,20 @@ def test_large_hidden_takes_the_looped_kernel() -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("hidden", [769, 1008])
+@pytest.mark.parametrize("hidden", [769, 1008, 1024])
 @pytest.mark.parametrize("quant", [0, 1, 2], ids=["plain", "static", "dynamic"])
 @pytest.mark.parametrize("residual", [False, True], ids=["norm", "add"])
 def test_norm_tuning_knobs_keep_results(
     residual: bool, quant: int, hidden: int, dtype: torch.dtype
 ) -> None:
     """The knobs that may follow the batch (early weight load, evict-first hint, register cap,
-    programs per row) only reorder loads, move values between registers and memory or share
-    out the rows: every setting gives bitwise the default's result. fp32 rows (a bf16 weight
-    beside them) are where Triton's layout of the row, hence the order of its sum, first
-    followed the accesses a split changes; 16-bit rows are rounded before quantizing, which a
-    split dynamic scale does to the row's maximum alone. Rows of 769 are not 16-byte aligned:
-    they are never split, and asking for it is an error."""
+    programs per row, reading the row again after its sum) only reorder loads, move values
+    between registers and memory or share out the rows, and masks kept on a row that fills its
+    block (1024) select nothing: every setting gives bitwise the default's result. fp32 rows
+    (a bf16 weight beside them) are where Triton's layout of the row, hence the order of its
+    sum, first followed the accesses a split changes; 16-bit rows are rounded before
+    quantizing, which a split dynamic scale does to the row's maximum alone. Rows of 769 are
+    not 16-byte aligned: they are never split, and asking for it is an error."""
     from ir_kernels_triton import norm_kernels as nk
 
     gen = torch.Generator(device=DEVICE).manual_seed(3)
@@ -112,18 +114,17 @@ def test_norm_tuning_knobs_keep_results(
         return [t.float() for t in (out, res, scales) if t is not None]
 
     expected = run()
-    for early in (False, True):
-        for evict in (False, True):
-            for registers in (None, 32):
-                for split in splits:
-                    knobs = {
-                        "early_weight": early,
-                        "evict_first": evict,
-                        "max_registers": registers,
-                        "split": split,
-                    }
-                    for got, want in zip(run(**knobs), expected, strict=True):
-                        assert torch.equal(got, want), knobs
+    settings: list[dict[str, Any]] = [
+        {"early_weight": early, "evict_first": evict, "max_registers": registers, "split": split}
+        for early, evict, registers, split in itertools.product(
+            (False, True), (False, True), (None, 32), splits
+        )
+    ]
+    settings += [{"reload": True, "early_weight": e, "split": n} for e in (0, 1) for n in splits]
+    settings.append({"keep_masks": True})
+    for knobs in settings:
+        for got, want in zip(run(**knobs), expected, strict=True):
+            assert torch.equal(got, want), knobs
     if splits == (1,):
         with pytest.raises(ValueError, match="split=4"):
             run(split=4)

@@ -4,7 +4,9 @@ no / static / dynamic fp8 quantization of the output.
 A program handles one row. Rows up to `MAX_SINGLE_PASS` elements are read once and held in
 registers; longer rows are processed in chunks (the row is read again from L2 for the
 normalization pass). Each row's arithmetic is the same whatever the batch, so results are
-batch-invariant.
+batch-invariant. Rows that fill their block go without masks (`full_row_for`); streamed far
+beyond the L2, wide rows are read again after their sum instead of held through it
+(`reload_for`): neither changes a bit of the result.
 
 At decode sizes a wide row is bound by what one SM moves and issues. There `SPLIT` programs
 share a row (`split_for`): each loads the whole row for its sum, then reads its own slice
@@ -50,19 +52,38 @@ QUANT_DYNAMIC = 2
 def _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT: tl.constexpr):
     y = x * inv_rms
     if HAS_WEIGHT:
-        w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        w = _load(w_ptr + offs, mask, "").to(tl.float32)
         y = y * w
     return y
 
 
 @triton.jit
-def _load_row(ptr, mask, EVICT_FIRST: tl.constexpr):
-    """Load activations as float32; `EVICT_FIRST` marks them first out of L2 (read once)."""
-    if EVICT_FIRST:
-        v = tl.load(ptr, mask=mask, other=0.0, eviction_policy="evict_first")
+def _load(ptr, mask, POLICY: tl.constexpr):
+    """Load, zeros where `mask` is false (None: every lane is in the row), with L2 eviction
+    `POLICY` ("", "evict_first" for data read once, "evict_last" for data read again)."""
+    if mask is None:
+        v = tl.load(ptr, eviction_policy=POLICY)
     else:
-        v = tl.load(ptr, mask=mask, other=0.0)
-    return v.to(tl.float32)
+        v = tl.load(ptr, mask=mask, other=0.0, eviction_policy=POLICY)
+    return v
+
+
+@triton.jit
+def _load_row(ptr, mask, POLICY: tl.constexpr):
+    """Load activations as float32 (`_load`)."""
+    return _load(ptr, mask, POLICY).to(tl.float32)
+
+
+@triton.jit
+def _read_again(x_row, r_row, offs, mask, POLICY: tl.constexpr, HAS_RESIDUAL: tl.constexpr):
+    """Read `offs` of a row loaded before, with the arithmetic of the first read: the input as
+    float32 and, with a residual, the sum in the activations' dtype (and as float32)."""
+    x = _load_row(x_row + offs, mask, POLICY)
+    s = x
+    if HAS_RESIDUAL:
+        s = (x + _load_row(r_row + offs, mask, POLICY)).to(x_row.dtype.element_ty)
+        x = s.to(tl.float32)
+    return x, s
 
 
 @triton.jit
@@ -103,6 +124,8 @@ def norm_kernel(
     EARLY_WEIGHT: tl.constexpr,
     EVICT_FIRST: tl.constexpr,
     SPLIT: tl.constexpr,
+    FULL_ROW: tl.constexpr,
+    RELOAD: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     act_dtype = x_ptr.dtype.element_ty
@@ -112,49 +135,53 @@ def norm_kernel(
     out_row = out_ptr + row * out_stride
     if SINGLE_PASS:
         offs = tl.arange(0, BLOCK)
-        mask = offs < hidden
+        # a row filling the block needs no masks (`FULL_ROW`: hidden == BLOCK == variance_size)
+        mask = None if FULL_ROW else offs < hidden
         TAIL: tl.constexpr = BLOCK // SPLIT
         VEC: tl.constexpr = 128 // act_dtype.primitive_bitwidth
         if SPLIT > 1:
             # this program's slice of the outputs, read again below for its own arithmetic
             tail_start = tl.program_id(1) * TAIL
             tail = tail_start + tl.arange(0, TAIL)
-            tail_mask = tail < hidden
+            tail_mask = None if FULL_ROW else tail < hidden
         else:
             tail_start = 0
             tail = offs
             tail_mask = mask
         # the slice's offsets for the weight and the fp8 outputs
         narrow = _as_loaded(tail_start, TAIL, VEC)
-        x = _load_row(x_row + offs, mask, EVICT_FIRST)
+        # `RELOAD`: the row is read again after the reduction rather than held through it
+        FIRST: tl.constexpr = "evict_first" if EVICT_FIRST else "evict_last" if RELOAD else ""
+        x = _load_row(x_row + offs, mask, FIRST)
         if QUANT == 1:
             # issued first: nothing moves a load past the reduction's barriers, and after them
             # its latency would be the row's
             scale = tl.load(scale_ptr)
         if HAS_WEIGHT and EARLY_WEIGHT:
             # issued before the reduction so that its latency overlaps it
-            w = tl.load(w_ptr + narrow, mask=tail_mask, other=0.0).to(tl.float32)
+            w = _load(w_ptr + narrow, tail_mask, "").to(tl.float32)
             if QUANT == 2 and SPLIT > 1:
-                w_row = tl.load(w_ptr + _as_loaded(0, BLOCK, VEC), mask=mask, other=0.0)
+                w_row = _load(w_ptr + _as_loaded(0, BLOCK, VEC), mask, "")
         if HAS_RESIDUAL:
-            r = _load_row(r_row + offs, mask, EVICT_FIRST)
+            r = _load_row(r_row + offs, mask, FIRST)
             s = (x + r).to(act_dtype)
             x = s.to(tl.float32)
-        if SPLIT > 1:
+        if SPLIT > 1 and not RELOAD:
             # from L1: the whole row was just loaded; the same arithmetic gives the same bits
-            x_tail = tl.load(x_row + tail, mask=tail_mask, other=0.0).to(tl.float32)
-            if HAS_RESIDUAL:
-                r_tail = tl.load(r_row + tail, mask=tail_mask, other=0.0).to(tl.float32)
-                s_tail = (x_tail + r_tail).to(act_dtype)
-                x_tail = s_tail.to(tl.float32)
-        else:
+            x_tail, s_tail = _read_again(x_row, r_row, tail, tail_mask, "", HAS_RESIDUAL)
+        elif not RELOAD:
             x_tail = x
             if HAS_RESIDUAL:
                 s_tail = s
-        if HAS_RESIDUAL:
+        if HAS_RESIDUAL and not RELOAD:
             tl.store(res_row + tail, s_tail, mask=tail_mask)
-        sq = tl.where(offs < variance_size, x * x, 0.0)
+        sq = x * x if FULL_ROW else tl.where(offs < variance_size, x * x, 0.0)
         inv_rms = tl.rsqrt(tl.sum(sq, axis=0) / variance_size + eps)
+        if RELOAD:
+            # from L2 (or L1), after the reduction: the row is not held through it
+            x_tail, s_tail = _read_again(x_row, r_row, tail, tail_mask, "evict_first", HAS_RESIDUAL)
+            if HAS_RESIDUAL:
+                tl.store(res_row + tail, s_tail, mask=tail_mask)
         if EARLY_WEIGHT:
             y = x_tail * inv_rms
             if HAS_WEIGHT:
@@ -303,15 +330,53 @@ def max_registers_for(
     section 9 of `triton-tuning-H100.log`. On a card of `gbps_per_sm` from
     `DEEP_LOADS_GBPS_PER_SM` (an H200) rms_norm rows of `STREAMED_CAP_BLOCK` take 32 beyond the
     L2 too (4096 x 8192 35.30 to 34.44 µs, 16384 x 8192 131.84 to 130.17; a second run 34.80
-    to 34.62 and 131.01 to 130.83; round 3 of `triton-tuning-H200.log`). Registers do not
-    change the arithmetic, so the cap may depend on the batch and the card."""
+    to 34.62 and 131.01 to 130.83; round 3 of `triton-tuning-H200.log`), except where the
+    row is read again after its sum (`reload_for`), which runs best uncapped. Registers do
+    not change the arithmetic, so the cap may depend on the batch and the card."""
     if quant != QUANT_NONE or rows_ <= FEW_ROWS or element_size != 2 or l2_share is None:
+        return None
+    if reload_for(rows_, quant, block, l2_share, element_size, gbps_per_sm):
         return None
     if residual:
         return 48 if block >= 8192 and l2_share > LATE_WEIGHT_L2_SHARE else None
     if l2_share > 1.0 and block >= STREAMED_CAP_BLOCK and deep_loads(gbps_per_sm):
         return 32
     return 32 if 0.25 < l2_share <= 1.0 else None
+
+
+#: Footprint, as a multiple of the L2 size, beyond which the plain norms of rows of
+#: `RELOAD_BLOCK` or more read each row again after its sum on a card with deep loads.
+RELOAD_L2_SHARE = 4.0
+RELOAD_BLOCK = 8192
+
+
+def reload_for(
+    rows_: int,
+    quant: int,
+    block: int,
+    l2_share: float | None,
+    element_size: int,
+    gbps_per_sm: float | None,
+) -> bool:
+    """Read a single-pass row again after its sum (from L2, where the first read asked it
+    kept) rather than hold it in registers through the reduction, as Inductor's looped
+    kernel does: for the plain norms of 16-bit rows of `RELOAD_BLOCK` or more whose footprint
+    exceeds `RELOAD_L2_SHARE` times the L2 size, on a card of `DEEP_LOADS_GBPS_PER_SM` or more
+    (H200 probe, one process: rms_norm 16384 x 8192 126.8 µs against 129.3 for the fastest
+    setting that holds the row, Inductor 127.2; fused add 250.0 against 260.3, Inductor 266.3;
+    no gain at 4096 x 8192 or with a residual at 1024 x 8192; grid runs before and after:
+    129.88 to 127.00 and 260.57 to 252.62; `triton-tuning-H200.log` round 4; the H100
+    was not measured). The row's values and arithmetic are the same, so the choice may depend
+    on the batch and the card."""
+    return (
+        quant == QUANT_NONE
+        and rows_ > FEW_ROWS
+        and element_size == 2
+        and block >= RELOAD_BLOCK
+        and l2_share is not None
+        and l2_share > RELOAD_L2_SHARE
+        and deep_loads(gbps_per_sm)
+    )
 
 
 #: Footprints (bytes the op reads and writes) up to this multiple of the L2 size take the
@@ -374,6 +439,34 @@ def split_for(
     return split
 
 
+def full_row_for(
+    hidden: int,
+    variance_size: int | None,
+    block: int,
+    single_pass: bool,
+    *,
+    same_width: bool,
+    capped: bool,
+) -> bool:
+    """Whether a single-pass row fills its block, so that its loads and stores need no masks
+    and its sum of squares no selection (the variance over the whole row). H200, two grid runs
+    before and after (`triton-tuning-H200.log` round 4): rms_norm + dynamic fp8 16384 x 8192
+    103.16 to 98.97 µs, 16384 x 2048 27.40 to 24.82, + static fp8 4096 x 2048 6.19 to 5.60;
+    no change at decode sizes (probe). Not under a register cap (`capped`: the cap of 32
+    spilled without the masks, Triton 3.6; rms_norm 1024 x 8192 6.70 to 7.41 µs), and only
+    beside a weight of the row's element width (`same_width`; beside another, the masks
+    change the layout Triton gives the row, hence the order of its sum; with equal widths
+    `benchmarks/cpu/triton_layouts.py` finds the same layouts either way, so the choice may
+    follow the batch, as the cap does)."""
+    return (
+        single_pass
+        and hidden == block
+        and variance_size in (None, hidden)
+        and same_width
+        and not capped
+    )
+
+
 def _rows_aligned(x: torch.Tensor) -> bool:
     """Whether Triton specializes the rows of `x` as 16-byte aligned (its address and row
     stride, in elements, multiples of 16): only such rows may be shared (`row_split`)."""
@@ -427,6 +520,8 @@ def launch_norm(
     evict_first: bool | None = None,
     max_registers: int | None = None,
     split: int | None = None,
+    keep_masks: bool = False,
+    reload: bool | None = None,
 ) -> None:
     """Run `norm_kernel` over the rows of `x` (all tensors already validated).
 
@@ -449,14 +544,29 @@ def launch_norm(
     # bytes read and written: x and out, the residual in and out, the dynamic scales
     share = footprint_share(x, tensor_bytes(x, out, residual, residual, scale_out))
     has_residual = residual is not None
-    if max_registers is None:
-        # the card's bandwidth asked only where the rule uses it (asked at every launch, it cost
-        # decode launches 0.1-0.2 µs of replayed time: `triton-tuning-H200.log`, round 2)
-        streamed_plain = quant == QUANT_NONE and not has_residual and n > FEW_ROWS
-        gbps = dram_gbps_per_sm(x) if streamed_plain and share is not None and share > 1.0 else None
+    # the card's bandwidth asked only where the rules use it (asked at every launch, it cost
+    # decode launches 0.1-0.2 µs of replayed time: `triton-tuning-H200.log`, round 2)
+    streamed = (
+        quant == QUANT_NONE
+        and n > FEW_ROWS
+        and share is not None
+        and share > (RELOAD_L2_SHARE if has_residual else 1.0)
+    )
+    gbps = dram_gbps_per_sm(x) if streamed else None
+    if reload is None:
+        reload = single and reload_for(n, quant, block, share, x.element_size(), gbps)
+    if max_registers is None and not reload:
         max_registers = max_registers_for(
             n, quant, block, has_residual, share, x.element_size(), gbps
         )
+    full_row = not keep_masks and full_row_for(
+        hidden,
+        variance_size,
+        block,
+        single,
+        same_width=weight is None or weight.element_size() == x.element_size(),
+        capped=max_registers is not None,
+    )
     if split is None:
         split = row_split(x, out, residual, residual_out, block, quant, single)
     elif (
@@ -501,5 +611,7 @@ def launch_norm(
         num_warps=(norm_warps(block, quant, has_residual) if num_warps is None else num_warps),
         EVICT_FIRST=(evict_first_for(share, has_residual) if evict_first is None else evict_first),
         SPLIT=split,
+        FULL_ROW=full_row,
+        RELOAD=reload and single,
         **({} if max_registers is None else {"maxnreg": max_registers}),
     )
