@@ -3,10 +3,10 @@ compare the layout Triton gives every reduction's operand (the layout fixes the 
 sum, so equal layouts mean the split keeps the bits); and, beside a weight of the row's width,
 with and without the masks of a row that fills its block (`full_row_for`). Configurations:
 fp32/fp16/bf16, with and without a residual, no, static or dynamic fp8 output, row blocks
-1024/4096/8192, weight early or late, masks or none, plus fp32 rows with a bf16 weight;
-arguments specialized as at run time on aligned rows, or with `--unaligned` as where only the
-rows of `x` are (`row_split` splits no other rows: the layout follows the alignment of `x`,
-which Triton knows from its specialization and the kernel cannot read).
+1024/4096/8192, weight early or late, masks or none, plus fp32 and fp16 rows with a bf16
+weight; arguments specialized as at run time on aligned rows, or with `--unaligned` as where
+only the rows of `x` are (`row_split` splits no other rows: the layout follows the alignment of
+`x`, which Triton knows from its specialization and the kernel cannot read).
 
 CI runs both modes with the installed Triton (`nox -s layouts`). To check the Triton the GPU
 machine runs, use it, e.g. `pip download --no-deps triton==3.6.0` and
@@ -24,6 +24,7 @@ from triton.backends.compiler import GPUTarget
 
 from ir_kernels_triton import norm_kernels as nk
 
+WIDTH = {"fp32": 4, "fp16": 2, "bf16": 2}
 INTS = ("x_stride", "r_stride", "out_stride", "res_stride", "hidden", "variance_size")
 
 
@@ -76,22 +77,32 @@ def reduction_layouts(ir: str) -> list[str]:
 
 
 def main() -> int:
-    cases = [
-        (dtype, dtype, residual, quant, block, early, full)
-        for dtype, residual, quant, block, early, full in itertools.product(
-            ("fp32", "fp16", "bf16"),
-            (False, True),
-            (0, 1, 2),
-            (1024, 4096, 8192),
-            (False, True),
-            (False, True),
-        )
-    ] + [
-        ("fp32", "bf16", False, quant, block, True, full)
-        for quant in (0, 1, 2)
-        for block in (1024, 8192)
-        for full in (False, True)
-    ]
+    cases = (
+        [
+            (dtype, dtype, residual, quant, block, early, full)
+            for dtype, residual, quant, block, early, full in itertools.product(
+                ("fp32", "fp16", "bf16"),
+                (False, True),
+                (0, 1, 2),
+                (1024, 4096, 8192),
+                (False, True),
+                (False, True),
+            )
+        ]
+        + [
+            ("fp32", "bf16", False, quant, block, True, full)
+            for quant in (0, 1, 2)
+            for block in (1024, 8192)
+            for full in (False, True)
+        ]
+        + [
+            # two 16-bit types: the same width, so the masks may go
+            ("fp16", "bf16", residual, quant, 8192, True, full)
+            for residual in (False, True)
+            for quant in (0, 2)
+            for full in (False, True)
+        ]
+    )
     different = 0
     layouts = {}
     for case in cases:
@@ -104,7 +115,7 @@ def main() -> int:
     # may follow the batch, so the layouts must agree with and without them
     unmasked = 0
     for case, one in layouts.items():
-        if case[0] == case[1] and case[6] and layouts[(*case[:6], False)] != one:
+        if WIDTH[case[0]] == WIDTH[case[1]] and case[6] and layouts[(*case[:6], False)] != one:
             unmasked += 1
             print("different without masks:", case, one, layouts[(*case[:6], False)])
     print(
