@@ -225,6 +225,25 @@ def test_long_builds_report_progress(caplog: pytest.LogCaptureFixture) -> None:
     assert beats[0].startswith("ir_kernels_cuda: compiling: ")
 
 
+def test_a_killed_build_does_not_block_the_next(caplog: pytest.LogCaptureFixture) -> None:
+    """torch's lock file, left in the build directory by a killed build, is removed (it made
+    every later build wait for ever)."""
+    import threading
+
+    from ir_kernels_cuda import build
+
+    baton = build.build_emulated() / "lock"
+    baton.write_text("")
+    build.build_emulated.cache_clear()
+    with caplog.at_level("WARNING", logger="ir_kernels_cuda"):
+        loader = threading.Thread(target=build.build_emulated, daemon=True)
+        loader.start()
+        loader.join(timeout=300)
+    assert not loader.is_alive(), "the build waited on the stale lock file"
+    assert not baton.exists()
+    assert any("left by a build that was stopped" in r.getMessage() for r in caplog.records)
+
+
 def test_a_second_process_waits_for_the_first_build(caplog: pytest.LogCaptureFixture) -> None:
     """While another process holds the build lock, the build says it waits, then loads."""
     import subprocess

@@ -131,7 +131,8 @@ def progress(what: str, every: float = 15.0) -> Iterator[None]:
 
 def _compile(name: str, directory: Path, announce: str, **options: object) -> None:
     """`cpp_extension.load` into `directory` under its file lock, logging the first build and
-    its progress, and a wait for another process's build."""
+    its progress, and a wait for another process's build; a lock file torch left in
+    `directory` when a build was killed is removed first."""
     from filelock import FileLock, Timeout
     from torch.utils import cpp_extension
 
@@ -143,6 +144,12 @@ def _compile(name: str, directory: Path, announce: str, **options: object) -> No
         logger.warning("ir_kernels_cuda: waiting for another process building into %s", directory)
         lock.acquire()
     try:
+        # torch's own lock file, left behind when a build was killed, would make every later
+        # build wait for ever; under our lock no other build can be using it
+        baton = directory / "lock"
+        if baton.exists():
+            logger.warning("ir_kernels_cuda: removing %s, left by a build that was stopped", baton)
+            baton.unlink(missing_ok=True)
         fresh = not any(directory.glob("*.so"))
         if fresh:
             logger.warning(
