@@ -488,27 +488,47 @@ __device__ __forceinline__ void prefetch_l1(const void* p) {
 #endif
 }
 
-// A 16-byte load where `in_row` (else zeros) whose lines go first out of L2 (an evict-first
-// policy on the access, and evict-first in L1), as Triton's `eviction_policy="evict_first"`:
-// for rows read once by an op whose bytes just exceed the L2, so that they do not push out the
-// lines the next call reads. Predicated inside the asm, as the compiler predicates a plain
-// load (it branches around an asm). The "memory" clobber keeps it ahead of the stores that
-// follow it in the program (an in-place op writes over what it loaded).
-__device__ __forceinline__ Words4 load_evict_first(const Words4* p, bool in_row) {
+// A 16-byte load where `in_row` (else zeros) with an L2 eviction policy on the access (and the
+// same hint in L1), as Triton's `eviction_policy`. Evict-first: for rows read once by an op
+// whose bytes just exceed the L2, so that they do not push out the lines the next call reads.
+// Evict-last: for rows read again from L2 after their reduction (`RELOAD` in norm.cu), so that
+// the lines stay until then. Predicated inside the asm, as the compiler predicates a plain load
+// (it branches around an asm). The "memory" clobber keeps it ahead of the stores that follow it
+// in the program (an in-place op writes over what it loaded).
+template <bool EVICT_LAST>
+__device__ __forceinline__ Words4 load_with_eviction(const Words4* p, bool in_row) {
 #if defined(__CUDA_ARCH__)
   Words4 v{};
   uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
-      "@p ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n\t}"
-      : "+r"(v.v[0]), "+r"(v.v[1]), "+r"(v.v[2]), "+r"(v.v[3])
-      : "l"(p), "l"(policy), "r"(static_cast<int>(in_row))
-      : "memory");
+  if constexpr (EVICT_LAST) {
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
+        "@p ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n\t}"
+        : "+r"(v.v[0]), "+r"(v.v[1]), "+r"(v.v[2]), "+r"(v.v[3])
+        : "l"(p), "l"(policy), "r"(static_cast<int>(in_row))
+        : "memory");
+  } else {
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
+        "@p ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n\t}"
+        : "+r"(v.v[0]), "+r"(v.v[1]), "+r"(v.v[2]), "+r"(v.v[3])
+        : "l"(p), "l"(policy), "r"(static_cast<int>(in_row))
+        : "memory");
+  }
   return v;
 #else
   return in_row ? *p : Words4{};
 #endif
+}
+
+__device__ __forceinline__ Words4 load_evict_first(const Words4* p, bool in_row) {
+  return load_with_eviction<false>(p, in_row);
+}
+
+__device__ __forceinline__ Words4 load_evict_last(const Words4* p, bool in_row) {
+  return load_with_eviction<true>(p, in_row);
 }
 
 __device__ __forceinline__ Words4 fill4(uint32_t word) {

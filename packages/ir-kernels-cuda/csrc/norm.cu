@@ -5,7 +5,8 @@
 // part of the row into registers once (16-byte vectors between a scalar head and tail), the team
 // reduces (sum of squares, then absmax for dynamic scales) with warp shuffles, and the same
 // registers produce the output, so the input is read once. Rows wider than one tile (a team of
-// 512, four vectors each) are streamed in chunks and read again from L2 for the output.
+// 512, four vectors each) are streamed in chunks and read again from L2 for the output, and so
+// are the plain norms' wide 16-bit rows where the op streams far beyond the L2 (`reload_rows`).
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -366,13 +367,18 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 // rows' loads (x and the residual) evict-first (`load_evict_first`): a hint, the same bits.
 // The residual is added by the paired 16-bit add (`add_words`), or where FLOAT_ADD in float32
 // and rounded (`float_add_kernel`): the same bits. TOGETHER puts a block barrier between the
-// reduction and the stores of short fp8 rows (`stores_together`): the same bits.
+// reduction and the stores of short fp8 rows (`stores_together`): the same bits. RELOAD reads
+// the row (x and the residual) evict-last for its sum, then again, evict-first from L2, with the
+// weight for the output, instead of holding it in registers through the reduction
+// (`reload_rows`); the residual's sum is stored after the second read: the same bits.
 template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LATE, int CLUSTER,
-          bool EVICT = false, bool FLOAT_ADD = false, bool TOGETHER = false>
+          bool EVICT = false, bool FLOAT_ADD = false, bool TOGETHER = false, bool RELOAD = false>
 __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     aligned_row_kernel(AlignedArgs<ADD, NORM, T> a) {
   static_assert(!TOGETHER || (!ADD && !NORM && QUANT == kDynamic && CLUSTER == 1),
                 "TOGETHER is for the fp8 rows without a norm (`stores_together`)");
+  static_assert(!RELOAD || (NORM && QUANT == kNone && !LATE && CLUSTER == 1 && !EVICT && !FLOAT_ADD),
+                "RELOAD is for the plain norms' rows (`reload_rows`)");
   constexpr int team = TEAM;
   const RowSlot slot = aligned_row_slot<TEAM, CLUSTER>(a);
   // Reductions over the row's team: the sum of squares or absmax, then the dynamic norm's
@@ -443,12 +449,16 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
       if constexpr (EVICT) {
         xs[k] = load_evict_first(x + j, in_row);
         if constexpr (ADD) rs[k] = load_evict_first(res + j, in_row);
+      } else if constexpr (RELOAD) {
+        xs[k] = load_evict_last(x + j, in_row);
+        if constexpr (ADD) rs[k] = load_evict_last(res + j, in_row);
       } else {
         xs[k] = in_row ? x[j] : fill4(0u);
         if constexpr (ADD) rs[k] = in_row ? res[j] : fill4(0u);
       }
       // pinned (`load_now`) unless LATE: then ptxas issues it after the row's first shuffles
-      if (!LATE && in_row && weight != nullptr) ws[k] = load_now(weight + j);
+      // (RELOAD: with the row's second read)
+      if (!LATE && !RELOAD && in_row && weight != nullptr) ws[k] = load_now(weight + j);
       if (LATE && in_row && weight != nullptr) ws[k] = weight[j];
     }
     if constexpr (QUANT == kStatic) inv_static_scale = fast_reciprocal(load_now(a.scale));
@@ -472,7 +482,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
           } else {
             xs[k] = add_words<T>(xs[k], rs[k]);
           }
-          res_out[j] = xs[k];
+          if constexpr (!RELOAD) res_out[j] = xs[k];
         }
       }
     }
@@ -497,7 +507,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
       parts[half] = tree_reduce<4>(chain, std::conditional_t<NORM, SumOp, MaxOp>{});
     }
     acc = parts[0];
-    if constexpr (NORM) {
+    if constexpr (NORM && !RELOAD) {
       // x * w before the reduction unless LATE: ptxas issues a load just before its first use
       // (see `late_weight` for when that helps); the arithmetic is the same either way
 #pragma unroll
@@ -530,6 +540,35 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     inv_rms = rsqrtf(acc * a.inv_var_size + a.eps);
   } else if constexpr (NORM) {
     inv_rms = rsqrtf(exchange.reduce(acc, SumOp{}, 0) * a.inv_var_size + a.eps);
+  }
+  if constexpr (RELOAD) {
+    // the row read again (from L2, where its first read asked it kept), the residual added and
+    // its sum stored as before, and x * w formed as before the reduction of the other kernels
+    if (active) {
+      Words4 rs[ADD ? VPT : 1];
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int j = vector_at(k);
+        const bool in_row = j < nvec;
+        xs[k] = load_evict_first(x + j, in_row);
+        if constexpr (ADD) rs[k] = load_evict_first(res + j, in_row);
+        if (in_row && weight != nullptr) ws[k] = weight[j];
+      }
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int j = vector_at(k);
+        if constexpr (ADD) {
+          xs[k] = add_words<T>(xs[k], rs[k]);
+          if (j < nvec) res_out[j] = xs[k];
+        }
+        float* f = xw + k * V;
+        unpack_words<T>(xs[k], f);
+        float w[V];
+        unpack_words<T>(ws[k], w);
+#pragma unroll
+        for (int e = 0; e < V; ++e) f[e] = weight != nullptr ? f[e] * w[e] : f[e];
+      }
+    }
   }
   // y of vector k before rounding to T: (x * w) * inv_rms for the norms (the reference's
   // (x * inv_rms) * w within a float32 rounding), x otherwise
@@ -655,7 +694,16 @@ struct RowLoads {
   bool late_weight = false;  // the weight after the row's first shuffles (`LATE`; plain norms)
   bool evict_first = false;  // x and the residual evict-first (`EVICT`; the fused add)
   bool float_add = false;    // the residual added in float32 (`FLOAT_ADD`; `float_add_kernel`)
+  bool reload = false;       // the row read again after its sum (`RELOAD`; `reload_rows`)
 };
+
+// Whether the kernel of a team of TEAM, VPT vectors a thread, has a RELOAD form: the plain norms
+// of 16-bit rows held by a team of 512 (8192 to 16384 elements, two or four vectors a thread:
+// the widths `reload_rows` picks), so that the build does not grow by a kernel for every team.
+template <typename T, bool NORM, int QUANT, bool LATE, int TEAM, int VPT>
+constexpr bool reload_kernel() {
+  return NORM && QUANT == kNone && !LATE && sizeof(T) == 2 && TEAM == 512 && VPT >= 2;
+}
 
 // Whether the fused add's kernel of a team of TEAM, VPT vectors a thread, has a FLOAT_ADD form:
 // the 16-bit rows' teams of 256, whose batches past kFewRows run as one wave of full SMs (one
@@ -705,6 +753,13 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLo
   const unsigned rows_per_block = threads / TEAM;
   constexpr bool kTogether = stores_together<ADD, NORM, QUANT, TEAM, VPT>();
   auto kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, kTogether>;
+  if constexpr (reload_kernel<T, NORM, QUANT, LATE, TEAM, VPT>()) {
+    if (loads.reload) {
+      launch(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, false, true>,
+             dim3((rows + rows_per_block - 1) / rows_per_block), dim3(threads), stream, args);
+      return;
+    }
+  }
   if constexpr (ADD) {
     if (loads.evict_first) {
       kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, true>;
@@ -816,6 +871,19 @@ bool just_over_l2(int64_t bytes) {
   return static_cast<double>(bytes) > l2 && static_cast<double>(bytes) <= 1.3 * l2;
 }
 
+// Whether the plain norms read each row again after its sum (`RELOAD`) rather than hold it in
+// registers through the reduction, as Triton's kernel (`ir_kernels_triton.norm_kernels.
+// reload_for`) and Inductor's looped one do: 16-bit rows of 8192 elements or more (a team of
+// 512, `reload_kernel`) whose op touches more than 4 L2 sizes, on cards with deep loads
+// (`deep_loads`). The same values and arithmetic, so it may follow the batch and the card. H200,
+// both builds in one process (`benchmarks/gpu/cuda_ab.py`, cuda-kernels-notes-H100.md round
+// 32): rms_norm 16384 x 8192 127.99 to 126.65 µs, the fused add 259.56 to 253.47; the shapes
+// below the line (4096 x 8192 and smaller) unchanged within 0.5 %.
+bool reload_rows(int64_t width, int64_t element_size, int64_t bytes) {
+  return element_size == 2 && width >= 8192 &&
+         static_cast<double>(bytes) > 4.0 * static_cast<double>(l2_cache_bytes()) && deep_loads();
+}
+
 // The launch of short rows without a norm (fp8 groups of 128 16-bit values: teams of 8, two
 // vectors a thread) where x is over the L2, so that every row streams from DRAM: teams of 16,
 // one vector a thread, in blocks of 128 threads that store together (`stores_together`), on
@@ -919,10 +987,19 @@ void launch_rows(const RowTensors& t) {
     // norm + quant past decode sizes (1024 x 8192: 6.57 to 6.34). The same arithmetic either
     // way, so it may follow the batch.
     RowLoads loads;
+    if constexpr (NORM && QUANT == kNone) {
+      // (the L2 and the card asked only past kFewRows rows: device calls)
+      if (aligned && tokens > kFewRows) {
+        const int64_t bytes = ADD ? distinct_bytes({&x, t.residual, t.residual_out, t.out})
+                                  : distinct_bytes({&x, t.out});
+        loads.reload = reload_rows(width, x.element_size(), bytes);
+      }
+    }
     if constexpr (!ADD && QUANT == kNone) {
       // x and out are the same size: both over twice the L2 is x alone over it (the L2 is
-      // asked only past small batches: a device call)
-      loads.late_weight = tokens <= kFewRows || tensor_bytes(x) > l2_cache_bytes();
+      // asked only past small batches: a device call); a row read again has its weight loaded
+      // with the second read
+      loads.late_weight = !loads.reload && (tokens <= kFewRows || tensor_bytes(x) > l2_cache_bytes());
     } else if constexpr (!ADD && QUANT == kStatic) {
       loads.late_weight = tokens > 16;
     }

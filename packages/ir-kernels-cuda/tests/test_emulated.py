@@ -151,6 +151,27 @@ def test_streamed_gates_follow_the_cards_bandwidth(
     assert torch.equal(results[0], results[1])
 
 
+# each emulates 2 x 257 rows of 512 threads (about 30 s)
+@pytest.mark.parametrize(
+    ("name", "provider"), [("rms_norm", "cuda"), ("fused_add_rms_norm", "cuda_inplace")]
+)
+def test_wide_rows_read_again_over_the_l2(
+    monkeypatch: pytest.MonkeyPatch, name: str, provider: str
+) -> None:
+    """bf16 rows of 8192 past 256 rows whose op touches more than 4 L2 sizes (the L2 shrunk to
+    1 MiB) are read again after their sum (`reload_rows`) on a card of an H200's DRAM bandwidth
+    per SM, held in registers on an H100's: bitwise the same result (the held rows' kernel is
+    checked against the reference by the other tests)."""
+    op = getattr(ops, name)
+    args = sample_inputs(op, spec(torch.bfloat16, 8192, 257, "contiguous"))
+    monkeypatch.setenv("IR_CUDA_EMULATED_L2_BYTES", str(1 << 20))
+    results = []
+    for gbps_per_sm in ("25.4", "37"):
+        monkeypatch.setenv("IR_CUDA_EMULATED_DRAM_GBPS_PER_SM", gbps_per_sm)
+        results.append(op.impls[provider].fn(*clone_args(args)))
+    assert_same_bits(results[0], results[1])
+
+
 @pytest.mark.parametrize(("dtype", "width"), [(torch.bfloat16, 4096), (torch.float32, 2048)])
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=IDS)
 def test_rows_are_batch_invariant(op: IrOp, provider: str, dtype: torch.dtype, width: int) -> None:
