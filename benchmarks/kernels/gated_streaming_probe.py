@@ -3,7 +3,10 @@ beside Inductor's kernel in the same process (`benchmarks/results/triton-tuning-
 round 2: in the H200 grid of `4414c47` Inductor's silu ran 3-5 % ahead of both providers, and
 the gelu gates stayed under 0.9 of copy). Times are the fastest of `--rounds` rounds of
 CUDA-graph replays, in µs, with the fraction of the copy bandwidth measured in the same
-process; every configuration's output is checked bitwise against the default. Run from the
+process; every configuration's output is checked bitwise against the default. `--row-configs`
+adds the row-block kernel (`gated_kernel`, a program per row block; `row8192x16` at 5632-wide
+rows is Liger's layout: a row a program over 16 warps), and Liger's own kernel is timed beside
+where it is installed. Run from the
 repository root with the packages on `PYTHONPATH` (`source benchmarks/gpu/env.sh`) and
 `benchmarks/kernels` on it too.
 """
@@ -30,6 +33,9 @@ def main() -> None:
     parser.add_argument(
         "--shapes", default=",".join(f"{t}x{d}" for t, d in SHAPES), help="TOKENSxWIDTH,..."
     )
+    parser.add_argument(
+        "--row-configs", default="", help="BLOCKxWARPS,... of the row-block kernel, also timed"
+    )
     args = parser.parse_args()
     copy = copy_bandwidth()
     print(f"copy {copy:.0f} GB/s")
@@ -41,15 +47,24 @@ def main() -> None:
             x = torch.randn(tokens, 2 * d, device="cuda", dtype=torch.bfloat16)
             out = torch.empty(tokens, d, device="cuda", dtype=torch.bfloat16)
             traffic = 3 * x.numel() // 2 * x.element_size()
-            runs = {"inductor": anchors(op, (x,))["inductor"]}
-            runs["inductor"]()
+            runs = {k: v for k, v in anchors(op, (x,)).items() if k in ("inductor", "liger")}
+            for anchor in runs.values():
+                anchor()
             pk.launch_gated(x, out, act)
             expected = out.clone()
             runs["default"] = partial(pk.launch_gated, x, out, act)
             for config in CONFIGS:
+                out.zero_()
                 pk.launch_gated(x, out, act, flat=config)
                 assert torch.equal(out, expected), config
                 runs["{}x{}".format(*config)] = partial(pk.launch_gated, x, out, act, flat=config)
+            for config in filter(None, args.row_configs.split(",")):
+                block, warps = map(int, config.split("x"))
+                row = partial(pk.launch_gated, x, out, act, block=block, num_warps=warps)
+                out.zero_()
+                row()
+                assert torch.equal(out, expected), config
+                runs[f"row{config}"] = row
             best = fastest_of_rounds(runs, args.rounds)
             ranked = sorted(best.items(), key=lambda kv: kv[1])
             cells = " ".join(
