@@ -166,15 +166,16 @@ def norm_kernel(
             r = _load_row(r_row + offs, mask, FIRST)
             s = (x + r).to(act_dtype)
             x = s.to(tl.float32)
-        if SPLIT > 1 and not RELOAD:
-            # from L1: the whole row was just loaded; the same arithmetic gives the same bits
-            x_tail, s_tail = _read_again(x_row, r_row, tail, tail_mask, "", HAS_RESIDUAL)
-        elif not RELOAD:
-            x_tail = x
+        if not RELOAD:
+            if SPLIT > 1:
+                # from L1: the whole row was just loaded; the same arithmetic gives the same bits
+                x_tail, s_tail = _read_again(x_row, r_row, tail, tail_mask, "", HAS_RESIDUAL)
+            else:
+                x_tail = x
+                if HAS_RESIDUAL:
+                    s_tail = s
             if HAS_RESIDUAL:
-                s_tail = s
-        if HAS_RESIDUAL and not RELOAD:
-            tl.store(res_row + tail, s_tail, mask=tail_mask)
+                tl.store(res_row + tail, s_tail, mask=tail_mask)
         sq = x * x if FULL_ROW else tl.where(offs < variance_size, x * x, 0.0)
         inv_rms = tl.rsqrt(tl.sum(sq, axis=0) / variance_size + eps)
         if RELOAD:
