@@ -500,23 +500,21 @@ __device__ __forceinline__ Words4 load_with_eviction(const Words4* p, bool in_ro
 #if defined(__CUDA_ARCH__)
   Words4 v{};
   uint64_t policy;
+  // the hint is part of each instruction's text: one asm pair per policy
+#define IR_CUDA_LOAD_WITH_EVICTION(HINT)                                                    \
+  asm volatile("createpolicy.fractional.L2::" HINT ".b64 %0, 1.0;" : "=l"(policy));         \
+  asm volatile(                                                                            \
+      "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"                                     \
+      "@p ld.global.L1::" HINT ".L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n\t}"   \
+      : "+r"(v.v[0]), "+r"(v.v[1]), "+r"(v.v[2]), "+r"(v.v[3])                             \
+      : "l"(p), "l"(policy), "r"(static_cast<int>(in_row))                                  \
+      : "memory")
   if constexpr (EVICT_LAST) {
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
-        "@p ld.global.L1::evict_last.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n\t}"
-        : "+r"(v.v[0]), "+r"(v.v[1]), "+r"(v.v[2]), "+r"(v.v[3])
-        : "l"(p), "l"(policy), "r"(static_cast<int>(in_row))
-        : "memory");
+    IR_CUDA_LOAD_WITH_EVICTION("evict_last");
   } else {
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %6, 0;\n\t"
-        "@p ld.global.L1::evict_first.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n\t}"
-        : "+r"(v.v[0]), "+r"(v.v[1]), "+r"(v.v[2]), "+r"(v.v[3])
-        : "l"(p), "l"(policy), "r"(static_cast<int>(in_row))
-        : "memory");
+    IR_CUDA_LOAD_WITH_EVICTION("evict_first");
   }
+#undef IR_CUDA_LOAD_WITH_EVICTION
   return v;
 #else
   return in_row ? *p : Words4{};
