@@ -12,6 +12,7 @@ repository root with the packages on `PYTHONPATH` (`source benchmarks/gpu/env.sh
 """
 
 import argparse
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -24,6 +25,16 @@ from ir_stack.bench.kernels import anchors, copy_bandwidth
 ACTS = {"silu_and_mul": pk.ACT_SILU, "gelu_and_mul": pk.ACT_GELU}
 SHAPES = ((4096, 14336), (16384, 28672))
 CONFIGS = [(b, w) for b in (512, 1024, 2048, 4096) for w in (2, 4, 8, 16) if b >= 32 * w * 2]
+
+
+def checked(
+    label: str, launch: Callable[[], None], out: torch.Tensor, expected: torch.Tensor
+) -> Callable[[], None]:
+    """`launch`, once it has written `expected` bitwise into a zeroed `out`."""
+    out.zero_()
+    launch()
+    assert torch.equal(out, expected), label
+    return launch
 
 
 def main() -> None:
@@ -54,17 +65,13 @@ def main() -> None:
             expected = out.clone()
             runs["default"] = partial(pk.launch_gated, x, out, act)
             for config in CONFIGS:
-                out.zero_()
-                pk.launch_gated(x, out, act, flat=config)
-                assert torch.equal(out, expected), config
-                runs["{}x{}".format(*config)] = partial(pk.launch_gated, x, out, act, flat=config)
+                label = "{}x{}".format(*config)
+                flat = partial(pk.launch_gated, x, out, act, flat=config)
+                runs[label] = checked(label, flat, out, expected)
             for config in filter(None, args.row_configs.split(",")):
                 block, warps = map(int, config.split("x"))
                 row = partial(pk.launch_gated, x, out, act, block=block, num_warps=warps)
-                out.zero_()
-                row()
-                assert torch.equal(out, expected), config
-                runs[f"row{config}"] = row
+                runs[f"row{config}"] = checked(f"row{config}", row, out, expected)
             best = fastest_of_rounds(runs, args.rounds)
             ranked = sorted(best.items(), key=lambda kv: kv[1])
             cells = " ".join(
