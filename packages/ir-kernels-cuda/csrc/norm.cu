@@ -436,6 +436,41 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
   float xw[NORM ? VPT * V : 1];  // the norms: x * w, element by element
   float acc = 0.f;
   float xw_absmax = 0.f;  // kEarlyMax: the thread's largest |x * w|
+  // xs += the residual `rs` rounded to T (FLOAT_ADD: added in float32), the sum stored where
+  // `store`
+  auto add_residual = [&](const Words4* rs, bool store) {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const int j = vector_at(k);
+      if (j < nvec) {
+        if constexpr (FLOAT_ADD) {
+          float f[V], r[V];
+          unpack_words<T>(xs[k], f);
+          unpack_words<T>(rs[k], r);
+#pragma unroll
+          for (int e = 0; e < V; ++e) f[e] += r[e];
+          xs[k] = pack_words<T>(f);
+        } else {
+          xs[k] = add_words<T>(xs[k], rs[k]);
+        }
+        if (store) res_out[j] = xs[k];
+      }
+    }
+  };
+  // xw = x * w from the row in registers (x alone where LATE: the weight comes in later)
+  auto weigh_row = [&]() {
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      float* f = xw + k * V;
+      unpack_words<T>(xs[k], f);
+      // a select, not a branch around the products: ptxas then keeps the weight's load beside
+      // x's (with a branch, or ws zeroed first, it sank one load below the first shuffle)
+      float w[V];
+      unpack_words<T>(ws[k], w);
+#pragma unroll
+      for (int e = 0; e < V; ++e) f[e] = !LATE && weight != nullptr ? f[e] * w[e] : f[e];
+    }
+  };
   if (active) {
     // Every load of the row is issued before the first store. A store may alias a later load
     // (the in-place fused add writes over x and the residual), so the compiler keeps them in
@@ -467,25 +502,8 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     }
     // with the loads in flight (every thread is active where the row may be spread)
     exchange.begin();
-    if constexpr (ADD) {
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int j = vector_at(k);
-        if (j < nvec) {
-          if constexpr (FLOAT_ADD) {
-            float f[V], r[V];
-            unpack_words<T>(xs[k], f);
-            unpack_words<T>(rs[k], r);
-#pragma unroll
-            for (int e = 0; e < V; ++e) f[e] += r[e];
-            xs[k] = pack_words<T>(f);
-          } else {
-            xs[k] = add_words<T>(xs[k], rs[k]);
-          }
-          if constexpr (!RELOAD) res_out[j] = xs[k];
-        }
-      }
-    }
+    // (RELOAD: the sum is stored after the second read)
+    if constexpr (ADD) add_residual(rs, !RELOAD);
     // the thread's part of the reduction in four independent chains, one per word of a vector,
     // joined at the end: a quarter of one running accumulator's dependent steps (at decode sizes
     // the chain between a row's loads and its first store is its time). A tree over each
@@ -510,17 +528,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     if constexpr (NORM && !RELOAD) {
       // x * w before the reduction unless LATE: ptxas issues a load just before its first use
       // (see `late_weight` for when that helps); the arithmetic is the same either way
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        float* f = xw + k * V;
-        unpack_words<T>(xs[k], f);
-        // a select, not a branch around the products: ptxas then keeps the weight's load beside
-        // x's (with a branch, or ws zeroed first, it sank one load below the first shuffle)
-        float w[V];
-        unpack_words<T>(ws[k], w);
-#pragma unroll
-        for (int e = 0; e < V; ++e) f[e] = !LATE && weight != nullptr ? f[e] * w[e] : f[e];
-      }
+      weigh_row();
       if constexpr (kEarlyMax) {
         float chain[4] = {0.f, 0.f, 0.f, 0.f};  // four independent chains, as for the sum
 #pragma unroll
@@ -556,20 +564,8 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
         xs[k] = load_evict_first(x + j, in_row);
         if constexpr (ADD) rs[k] = load_evict_first(res + j, in_row);
       }
-#pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        const int j = vector_at(k);
-        if constexpr (ADD) {
-          xs[k] = add_words<T>(xs[k], rs[k]);
-          if (j < nvec) res_out[j] = xs[k];
-        }
-        float* f = xw + k * V;
-        unpack_words<T>(xs[k], f);
-        float w[V];
-        unpack_words<T>(ws[k], w);
-#pragma unroll
-        for (int e = 0; e < V; ++e) f[e] = weight != nullptr ? f[e] * w[e] : f[e];
-      }
+      if constexpr (ADD) add_residual(rs, true);
+      weigh_row();
     }
   }
   // y of vector k before rounding to T: (x * w) * inv_rms for the norms (the reference's
