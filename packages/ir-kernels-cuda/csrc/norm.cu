@@ -434,6 +434,12 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
   Words4 xs[VPT];  // x, or x + residual rounded to T; zeros past the row
   Words4 ws[VPT];  // the weight (where there is one: only then read)
   float xw[NORM ? VPT * V : 1];  // the norms: x * w, element by element
+  // The quantizers without a norm: x unpacked once, for the maximum and again for the stores.
+  // Unpacked again after the reduction (the first unpacking sits behind `active`, so the
+  // compiler did not reuse it), bf16 groups of 128 within the L2 took 16 more instructions a
+  // thread; there the kernel is bound by what its warps issue (cuda-kernels-notes-H100.md,
+  // round 33).
+  float xq[NORM ? 1 : VPT * V];
   float acc = 0.f;
   float xw_absmax = 0.f;  // kEarlyMax: the thread's largest |x * w|
   // xs += the residual `rs` rounded to T (FLOAT_ADD: added in float32), the sum stored where
@@ -520,6 +526,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
         for (int e = 0; e < V; ++e) {
           float& c = chain[e / W::kPerWord];
           c = NORM ? fmaf(f[e], f[e], c) : fmaxf(c, fabsf(f[e]));
+          if constexpr (!NORM) xq[k * V + e] = f[e];
         }
       }
       parts[half] = tree_reduce<4>(chain, std::conditional_t<NORM, SumOp, MaxOp>{});
@@ -625,20 +632,14 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     if (first + VPT <= nvec && aligned(out_row, static_cast<int>(sizeof(FP8Run)))) {
       FP8Run q;
 #pragma unroll
-      for (int k = 0; k < VPT; ++k) {
-        float y[V];
-        unpack_words<T>(xs[k], y);
-        to_fp8_pairs<V>(y, inv_scale, q.v + k * V / 2);
-      }
+      for (int k = 0; k < VPT; ++k) to_fp8_pairs<V>(xq + k * V, inv_scale, q.v + k * V / 2);
       reinterpret_cast<FP8Run*>(out_row)[lane] = q;
     } else {
 #pragma unroll
       for (int k = 0; k < VPT; ++k) {
         if (first + k >= nvec) continue;
-        float y[V];
-        unpack_words<T>(xs[k], y);
         FP8Pairs q;
-        to_fp8_pairs<V>(y, inv_scale, q.v);
+        to_fp8_pairs<V>(xq + k * V, inv_scale, q.v);
         reinterpret_cast<FP8Pairs*>(out_row)[first + k] = q;
       }
     }
@@ -655,7 +656,10 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
       reinterpret_cast<Words4*>(static_cast<T*>(a.out) + row_offset(token, a.out_stride))[j] = pack_words<T>(y);
     } else {
       // y rounded to T, as the unfused ops would pass it on (dynamic: already in xs)
-      if constexpr (!NORM || QUANT == kDynamic) {
+      if constexpr (!NORM) {
+#pragma unroll
+        for (int e = 0; e < V; ++e) y[e] = xq[k * V + e];
+      } else if constexpr (QUANT == kDynamic) {
         unpack_words<T>(xs[k], y);
       } else {
         normed_raw(k, y);
