@@ -434,11 +434,10 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
   Words4 xs[VPT];  // x, or x + residual rounded to T; zeros past the row
   Words4 ws[VPT];  // the weight (where there is one: only then read)
   float xw[NORM ? VPT * V : 1];  // the norms: x * w, element by element
-  // The quantizers without a norm: x unpacked once, for the maximum and again for the stores.
-  // Unpacked again after the reduction (the first unpacking sits behind `active`, so the
-  // compiler did not reuse it), bf16 groups of 128 within the L2 took 16 more instructions a
-  // thread; there the kernel is bound by what its warps issue (cuda-kernels-notes-H100.md,
-  // round 33).
+  // The quantizers without a norm: x unpacked once, used by the maximum and by the stores.
+  // Unpacking it again after the reduction cost the bf16 group kernel 16 instructions a thread
+  // (the first unpacking sits behind `active`, so the compiler did not reuse it), and within
+  // the L2 that kernel is bound by what its warps issue (cuda-kernels-notes-H100.md, round 33).
   float xq[NORM ? 1 : VPT * V];
   float acc = 0.f;
   float xw_absmax = 0.f;  // kEarlyMax: the thread's largest |x * w|
