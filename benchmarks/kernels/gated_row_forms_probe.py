@@ -26,6 +26,7 @@ import triton.language as tl
 from norm_split_h100 import fastest_of_rounds
 
 from ir_kernels_triton import pointwise_kernels as pk
+from ir_kernels_triton.platform import interpreting
 from ir_spec import ops
 from ir_stack.bench.kernels import anchors, copy_bandwidth
 
@@ -85,20 +86,46 @@ def launch_form(
         CONST_WIDTH=const_width,
         FAST=fast,
         ROUND_TWICE=round_twice,
-        INTERPRETED=pk.interpreting(),
+        INTERPRETED=interpreting(),
         num_warps=warps,
     )
 
 
-def compared(
-    launch: Callable[[], None], out: torch.Tensor, expected: torch.Tensor
-) -> tuple[Callable[[], None], str]:
-    """`launch` and how its output into a zeroed `out` compares with `expected`."""
+def compared(launch: Callable[[], object], out: torch.Tensor, expected: torch.Tensor) -> str:
+    """How `launch`'s output into a zeroed `out` compares with `expected`: "=" where bitwise
+    equal, else the largest difference."""
     out.zero_()
     launch()
     if torch.equal(out, expected):
-        return launch, "="
-    return launch, f"~{(out.float() - expected.float()).abs().max().item():.2g}"
+        return "="
+    return f"~{(out.float() - expected.float()).abs().max().item():.2g}"
+
+
+def form_runs(
+    x: torch.Tensor, warps: list[int]
+) -> tuple[dict[str, Callable[[], object]], dict[str, str]]:
+    """Liger, Inductor, the default launch and every form at every warp count, each with how
+    its output compares (forms that round once against the default, twice against Liger)."""
+    tokens, d = x.shape[0], x.shape[1] // 2
+    out = torch.empty(tokens, d, device=x.device, dtype=x.dtype)
+    runs: dict[str, Callable[[], object]] = dict(anchors(ops.silu_and_mul, (x,)))
+    for anchor in runs.values():
+        anchor()
+    pk.launch_gated(x, out, pk.ACT_SILU)
+    expected = out.clone()
+    liger_out = runs["liger"]().clone() if "liger" in runs else None
+    runs["default"] = partial(pk.launch_gated, x, out, pk.ACT_SILU)
+    notes = {"default": "="}
+    block = triton.next_power_of_2(d)
+    for name, form in FORMS.items():
+        reference = liger_out if form[2] else expected
+        if reference is None:
+            continue
+        for w in warps:
+            label = f"{name}/{w}w"
+            runs[label] = partial(launch_form, x, out, form, block, w)
+            notes[label] = compared(runs[label], out, reference)
+    return runs, notes
 
 
 def placement_runs(x: torch.Tensor) -> dict[str, Callable[[], object]]:
@@ -140,52 +167,29 @@ def main() -> None:
     )
     args = parser.parse_args()
     copy = copy_bandwidth()
-    if args.placement:
-        for shape in args.shapes.split(","):
-            tokens, d = map(int, shape.split("x"))
-            x = torch.randn(tokens, 2 * d, device="cuda", dtype=torch.bfloat16)
-            traffic = 3 * x.numel() // 2 * x.element_size()
-            runs = placement_runs(x)
-            for run in runs.values():
-                run()
-            best = fastest_of_rounds(runs, args.rounds)
-            cells = " ".join(
-                f"{k}={t:.2f}/{traffic / (t * 1e-6) / 1e9 / copy:.3f}" for k, t in best.items()
-            )
-            print(f"   placement {tokens}x{d}: {cells}", flush=True)
-        return
-    print(f"copy {copy:.0f} GB/s; [=]: bitwise the default's (round once) or Liger's (twice)")
+    if not args.placement:
+        print(f"copy {copy:.0f} GB/s; [=]: bitwise the default's (round once) or Liger's (twice)")
     for shape in args.shapes.split(","):
         tokens, d = map(int, shape.split("x"))
         x = torch.randn(tokens, 2 * d, device="cuda", dtype=torch.bfloat16)
-        out = torch.empty(tokens, d, device="cuda", dtype=torch.bfloat16)
         traffic = 3 * x.numel() // 2 * x.element_size()
-        runs = {k: v for k, v in anchors(ops.silu_and_mul, (x,)).items() if k != "F.rms_norm"}
-        for anchor in runs.values():
-            anchor()
-        pk.launch_gated(x, out, pk.ACT_SILU)
-        expected = out.clone()
-        liger_out = runs["liger"]().clone() if "liger" in runs else None
-        runs["default"] = partial(pk.launch_gated, x, out, pk.ACT_SILU)
-        notes = {"default": "="}
-        block = triton.next_power_of_2(d)
-        for name, form in FORMS.items():
-            reference = expected if not form[2] else liger_out
-            if reference is None:
-                continue
-            for warps in map(int, args.warps.split(",")):
-                label = f"{name}/{warps}w"
-                run = partial(launch_form, x, out, form, block, warps)
-                runs[label], notes[label] = compared(run, out, reference)
+        notes: dict[str, str] = {}
+        if args.placement:
+            runs = placement_runs(x)
+            for run in runs.values():
+                run()
+        else:
+            runs, notes = form_runs(x, [int(w) for w in args.warps.split(",")])
         best = fastest_of_rounds(runs, args.rounds)
-        ranked = sorted(best.items(), key=lambda kv: kv[1])
+        # placement in the order of `placement_runs`, the forms fastest first
+        listed = best.items() if args.placement else sorted(best.items(), key=lambda kv: kv[1])
         cells = " ".join(
-            f"{k}[{notes[k]}]={t:.2f}/{traffic / (t * 1e-6) / 1e9 / copy:.3f}"
-            if k in notes
-            else f"{k}={t:.2f}/{traffic / (t * 1e-6) / 1e9 / copy:.3f}"
-            for k, t in ranked
+            f"{k}{f'[{notes[k]}]' if k in notes else ''}="
+            f"{t:.2f}/{traffic / (t * 1e-6) / 1e9 / copy:.3f}"
+            for k, t in listed
         )
-        print(f"   silu_and_mul {tokens}x{d}: {cells}", flush=True)
+        label = "placement" if args.placement else "silu_and_mul"
+        print(f"   {label} {tokens}x{d}: {cells}", flush=True)
 
 
 if __name__ == "__main__":
