@@ -14,6 +14,7 @@
 #include <limits>
 #include <optional>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cluster.cuh"
@@ -182,15 +183,17 @@ __device__ __forceinline__ RowSlot row_slot(const RowArgs<T>& a, int team, int t
 // quantization there as one row per group) and whose team is a constant. With one row a block
 // (teams of 128 and more) the row is the block's index: a uniform value, and never past the last
 // row (the grid has a block a row), so no thread tests it. A row spread over a cluster of
-// CLUSTER blocks is the cluster's index, and block k of it holds lanes k * TEAM / CLUSTER on.
-template <int TEAM, int CLUSTER, typename Args>
+// CLUSTER blocks is the cluster's index, and block k of it holds lanes k * TEAM / CLUSTER on; a
+// row shared by SPLIT blocks (each holding the whole team) is the index over SPLIT.
+template <int TEAM, int CLUSTER, int SPLIT, typename Args>
 __device__ __forceinline__ RowSlot aligned_row_slot(const Args& a) {
   constexpr int rows_per_block = row_block_threads(TEAM) / TEAM;
-  static_assert(CLUSTER == 1 || rows_per_block == 1, "aligned_row_slot: a cluster holds one row");
+  static_assert((CLUSTER == 1 && SPLIT == 1) || rows_per_block == 1,
+                "aligned_row_slot: a cluster or a split holds one row");
   RowSlot r;
   if constexpr (rows_per_block == 1) {
     r.lane = static_cast<int>(cluster_rank<CLUSTER>() * (TEAM / CLUSTER) + threadIdx.x);
-    r.token = static_cast<int>(blockIdx.x / CLUSTER);
+    r.token = static_cast<int>(blockIdx.x / (CLUSTER * SPLIT));
     r.active = true;
   } else {
     r.lane = static_cast<int>(threadIdx.x) & (TEAM - 1);
@@ -371,17 +374,22 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 // the row (x and the residual) evict-last for its sum, then again, evict-first from L2, for the
 // output, instead of holding it in registers through the reduction (`reload_rows`; the weight
 // is loaded and held as elsewhere); the residual's sum is stored after the second read: the
-// same bits.
+// same bits. SPLIT > 1 shares each row among SPLIT blocks (`split_rows`): every one loads and
+// reduces the whole row, as one block would, then normalizes and stores only its slice, the
+// vectors [s, s + 1) * TEAM * VPT / SPLIT of block s; the same bits.
 template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LATE, int CLUSTER,
-          bool EVICT = false, bool FLOAT_ADD = false, bool TOGETHER = false, bool RELOAD = false>
+          bool EVICT = false, bool FLOAT_ADD = false, bool TOGETHER = false, bool RELOAD = false, int SPLIT = 1>
 __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     aligned_row_kernel(AlignedArgs<ADD, NORM, T> a) {
   static_assert(!TOGETHER || (!ADD && !NORM && QUANT == kDynamic && CLUSTER == 1),
                 "TOGETHER is for the fp8 rows without a norm (`stores_together`)");
   static_assert(!RELOAD || (NORM && QUANT == kNone && !LATE && CLUSTER == 1 && !EVICT && !FLOAT_ADD),
                 "RELOAD is for the plain norms' rows (`reload_rows`)");
+  static_assert(SPLIT == 1 || (NORM && !ADD && QUANT != kDynamic && CLUSTER == 1 && !RELOAD &&
+                                (TEAM * VPT) % SPLIT == 0),
+                "SPLIT is for the norms without a residual or a dynamic scale (`split_kernel`)");
   constexpr int team = TEAM;
-  const RowSlot slot = aligned_row_slot<TEAM, CLUSTER>(a);
+  const RowSlot slot = aligned_row_slot<TEAM, CLUSTER, SPLIT>(a);
   // Reductions over the row's team: the sum of squares or absmax, then the dynamic norm's
   // absmax (of x * w or of the outputs, `kEarlyMax`).
   RowExchange<TEAM, CLUSTER, NORM && QUANT == kDynamic ? 2 : 1> exchange;
@@ -400,6 +408,10 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
   // wide, so they and the norms (the sum's order) keep their vectors `team` apart.
   constexpr bool kAdjacent = !NORM && TEAM <= 32;
   auto vector_at = [&](int k) { return kAdjacent ? lane * VPT + k : lane + k * team; };
+  // whether vector j of the row is this block's to store (`SPLIT`)
+  constexpr int kSliceVectors = TEAM * VPT / SPLIT;
+  const int slice = static_cast<int>(blockIdx.x & static_cast<unsigned>(SPLIT - 1));
+  auto owns = [&](int j) { return SPLIT == 1 || j / kSliceVectors == slice; };
 
   const auto* x = reinterpret_cast<const Words4*>(a.x + row_offset(token, a.x_stride));
   const Words4* res = nullptr;
@@ -497,9 +509,11 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
         xs[k] = in_row ? x[j] : fill4(0u);
         if constexpr (ADD) rs[k] = in_row ? res[j] : fill4(0u);
       }
-      // pinned (`load_now`) unless LATE: then ptxas issues it after the row's first shuffles
-      if (!LATE && in_row && weight != nullptr) ws[k] = load_now(weight + j);
-      if (LATE && in_row && weight != nullptr) ws[k] = weight[j];
+      // pinned (`load_now`) unless LATE: then ptxas issues it after the row's first shuffles;
+      // a split row's block loads its slice's only
+      const bool weighed = in_row && weight != nullptr && owns(j);
+      if (!LATE && weighed) ws[k] = load_now(weight + j);
+      if (LATE && weighed) ws[k] = weight[j];
     }
     if constexpr (QUANT == kStatic) inv_static_scale = fast_reciprocal(load_now(a.scale));
     if constexpr (QUANT == kDynamic) {
@@ -648,7 +662,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
     const int j = vector_at(k);
-    if (j >= nvec) continue;
+    if (j >= nvec || !owns(j)) continue;
     float y[V];
     if constexpr (QUANT == kNone) {
       normed_raw(k, y);
@@ -696,7 +710,25 @@ struct RowLoads {
   bool evict_first = false;  // x and the residual evict-first (`EVICT`; the fused add)
   bool float_add = false;    // the residual added in float32 (`FLOAT_ADD`; `float_add_kernel`)
   bool reload = false;       // the row read again after its sum (`RELOAD`; `reload_rows`)
+  bool split = false;        // each row shared by kRowSplit blocks (`SPLIT`; `split_rows`)
 };
+
+// Blocks a split row is shared by (`SPLIT`), and the batches that split their rows: up to
+// kSplitRows rows, so that a launch takes at most 64 blocks.
+constexpr int kRowSplit = 4;
+constexpr int64_t kSplitRows = 16;
+
+// Whether the kernel of a team of TEAM, VPT vectors a thread, has a SPLIT form: rms_norm and
+// its static fp8 form where teams of 256 or 512 threads hold two vectors each (16-bit rows of
+// 4096 and 8192 elements, float32 of 4096). H200, same-process A/B against rows in one block
+// (4096) or a cluster (8192), cuda-kernels-notes-H100.md round 34: rms_norm 1-16 x 8192 4-7 %
+// faster, the static norm 1-16 x 4096 6-11 %, the other shapes level. Split, the dynamic
+// norm (every block normalizes its whole row for the scale) ran 6-11 % slower at 8192 wide,
+// and the fused adds 7-15 % slower at 8192 and level at 2048 and 4096.
+template <bool ADD, bool NORM, int QUANT, int TEAM, int VPT>
+constexpr bool split_kernel() {
+  return NORM && !ADD && QUANT != kDynamic && TEAM >= 256 && VPT == 2;
+}
 
 // Whether the kernel of a team of TEAM, VPT vectors a thread, has a RELOAD form: the plain norms
 // of 16-bit rows held by a team of 512 (8192 to 16384 elements, two or four vectors a thread:
@@ -742,6 +774,13 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLo
   constexpr int kCluster = cluster_for_team(TEAM);
   const auto rows = static_cast<unsigned>(args.rows);
   const unsigned threads = row_block_threads(TEAM);
+  if constexpr (split_kernel<ADD, NORM, QUANT, TEAM, VPT>()) {
+    if (loads.split) {
+      launch(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, false, false, kRowSplit>,
+             dim3(rows * kRowSplit), dim3(threads), stream, args);
+      return;
+    }
+  }
   if constexpr (kCluster > 1) {
     constexpr auto kSpread = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, kCluster>;
     // where no cluster fits, one block a row: the same bits, only slower
@@ -902,6 +941,27 @@ inline RowLaunch streamed_short_rows(const RowLaunch& l, const at::Tensor& x) {
   return streamed ? RowLaunch{kStreamedGroupTeam, 1, false, row_block_threads(kStreamedGroupTeam)} : l;
 }
 
+// Whether the bytes of `a` and `b` overlap (host side).
+bool overlapping(const at::Tensor& a, const at::Tensor& b) {
+  auto span = [](const at::Tensor& t) {
+    const auto* first = static_cast<const char*>(t.data_ptr());
+    const int64_t last = (t.size(0) - 1) * t.stride(0) + t.size(1);
+    return std::make_pair(first, first + last * static_cast<int64_t>(t.element_size()));
+  };
+  const auto [a_first, a_end] = span(a);
+  const auto [b_first, b_end] = span(b);
+  return a_first < b_end && b_first < a_end;
+}
+
+// Whether the aligned rows of launch `l` are each shared by kRowSplit blocks (`SPLIT`): a
+// decode-size batch whose rows take a `split_kernel` and whose output does not overlap x (a
+// block's stores would then overwrite what another still reads). Every block reduces the whole
+// row in the usual order, so a row's bits do not depend on the split, and the rule may follow
+// the batch.
+bool split_rows(int64_t tokens, const RowLaunch& l, const at::Tensor& x, const at::Tensor& out) {
+  return tokens <= kSplitRows && !l.stream && l.vpt == 2 && l.team >= 256 && !overlapping(x, out);
+}
+
 template <bool ADD, bool NORM, int QUANT>
 void launch_rows(const RowTensors& t) {
   const at::Tensor& x = *t.x;
@@ -1004,6 +1064,7 @@ void launch_rows(const RowTensors& t) {
     } else if constexpr (!ADD && QUANT == kStatic) {
       loads.late_weight = tokens > 16;
     }
+    if constexpr (NORM && !ADD && QUANT != kDynamic) loads.split = aligned && split_rows(tokens, l, x, *t.out);
     if constexpr (ADD) {
       // (the L2 is asked only past kFewRows: as many rows of one tile, 33 MB at most, fit an
       // H100's; streamed rows take `row_kernel`, which has no hint)

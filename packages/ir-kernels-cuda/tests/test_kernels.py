@@ -179,6 +179,37 @@ def test_rows_are_batch_invariant(op: IrOp, provider: str, hidden: int) -> None:
         assert torch.equal(bits(out), bits(full)[:batch])
 
 
+SPLIT_OPS = [ops.rms_norm, ops.rms_norm_static_quant_fp8]
+
+
+@on_gpu
+@pytest.mark.parametrize("hidden", [4096, 8192])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("op", SPLIT_OPS, ids=[o.name for o in SPLIT_OPS])
+def test_split_rows_give_the_bits_of_whole_rows(op: IrOp, dtype: torch.dtype, hidden: int) -> None:
+    """Up to 16 rows held by teams of 256 or 512 threads of two vectors (16-bit rows of 4096 and
+    8192, float32 of 4096) are each shared by four blocks that reduce the whole row and store a
+    slice (`split_rows` in norm.cu); 17 rows are not shared, nor rows whose output is written
+    over x. The first rows give the same bits in every case."""
+    args = sample_inputs(op, spec_for(dtype, hidden, 17, "contiguous", seed=5))
+
+    def first_rows(n: int) -> tuple[Any, ...]:
+        return tuple(
+            a[:n].clone() if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == 17 else a
+            for a in args
+        )
+
+    for provider in [p for p in op.impls if p.startswith("cuda")]:
+        whole = op.impls[provider].fn(*first_rows(17))
+        split = op.impls[provider].fn(*first_rows(16))
+        whole, split = (r[0] if isinstance(r, tuple) else r for r in (whole, split))
+        assert torch.equal(bits(split), bits(whole)[:16]), provider
+    if op is ops.rms_norm:
+        x = first_rows(16)[0]
+        torch.ops.ir_cuda.rms_norm_out(x, x, args[1], args[2], None)
+        assert torch.equal(bits(x), bits(whole)[:16])
+
+
 @on_gpu
 @pytest.mark.parametrize(("dtype", "width"), [(torch.float32, 2048), (torch.bfloat16, 4096)])
 @pytest.mark.parametrize("provider", ["cuda", "cuda_inplace"])
