@@ -158,10 +158,9 @@ def test_rows_split_only_at_decode_sizes() -> None:
     # fewer SMs than programs: fewer programs a row
     assert nk.split_for(16, 8192, plain, True, 60) == 2
     assert nk.split_for(16, 8192, plain, True, 20) == 1
-    # a dynamic scale splits as a static one: every program takes the whole row's maximum
-    assert nk.split_for(16, 8192, nk.QUANT_DYNAMIC, True, sms) == nk.ROW_SPLIT
-    assert nk.split_for(4, 4096, nk.QUANT_DYNAMIC, True, sms) == nk.ROW_SPLIT
-    assert nk.split_for(8, 4096, nk.QUANT_DYNAMIC, True, sms) == 2
+    # a dynamic scale, its peak taken in the sum's reduction, runs fastest unshared
+    for rows_, block in ((1, 8192), (16, 8192), (4, 4096), (8, 4096), (1, 16384)):
+        assert nk.split_for(rows_, block, nk.QUANT_DYNAMIC, True, sms) == 1
     # looped rows or off the GPU: one program a row
     assert nk.split_for(1, 32768, plain, False, sms) == 1
     assert nk.split_for(1, 8192, plain, True, None) == 1

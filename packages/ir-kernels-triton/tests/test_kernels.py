@@ -90,8 +90,8 @@ def test_norm_tuning_knobs_keep_results(
     between registers and memory or share out the rows, and masks kept on a row that fills its
     block (1024) select nothing: every setting gives bitwise the default's result. fp32 rows
     (a bf16 weight beside them) are where Triton's layout of the row, hence the order of its
-    sum, first followed the accesses a split changes; 16-bit rows are rounded before
-    quantizing, which a split dynamic scale does to the row's maximum alone. Rows of 769 are
+    sum, first followed the accesses a split changes; a dynamic scale's rows, split only when
+    asked, take the whole row's peak in every program. Rows of 769 are
     not 16-byte aligned: they are never split, and asking for it is an error."""
     from ir_kernels_triton import norm_kernels as nk
 

@@ -10,9 +10,12 @@ beyond the L2, wide rows are read again after their sum instead of held through 
 
 At decode sizes a wide row is bound by what one SM moves and issues. There `SPLIT` programs
 share a row (`split_for`): each loads the whole row for its sum, then reads its own slice
-again (from L1) and normalizes, quantizes and stores only that; with a dynamic scale it also
-normalizes the whole row for the maximum (cheap beside the quantizing tail, which runs on the
-slice alone). The sum must run in the same order as in a program that has the row to itself,
+again (from L1) and normalizes, quantizes and stores only that. A dynamic scale needs the
+row's largest output, (x * w) / rms at its largest |x * w|: that peak is taken in the same
+reduction as the sum (one pass of barriers, not two), its rows are not split, and its outputs
+are computed as (x * w) / rms, so the scale is exactly their rounded peak (the plain norms
+compute x / rms * w, as the reference does; the two differ in a float32 bit at times).
+The sum must run in the same order as in a program that has the row to itself,
 and Triton orders it by the row's layout, which it picks from the widest access the row feeds:
 the outputs are therefore stored, and the weight loaded, no wider a thread than the row is
 loaded (`_as_loaded`), and only rows whose own loads are 16-byte aligned are split
@@ -55,6 +58,11 @@ def _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT: tl.constexpr):
         w = _load(w_ptr + offs, mask, "").to(tl.float32)
         y = y * w
     return y
+
+
+@triton.jit
+def _sum_and_max(total_a, peak_a, total_b, peak_b):
+    return total_a + total_b, tl.maximum(peak_a, peak_b)
 
 
 @triton.jit
@@ -157,11 +165,17 @@ def norm_kernel(
             # issued first: nothing moves a load past the reduction's barriers, and after them
             # its latency would be the row's
             scale = tl.load(scale_ptr)
-        if HAS_WEIGHT and EARLY_WEIGHT:
+        # a dynamic scale takes its weight before the reduction in every case (below)
+        WEIGHT_FIRST: tl.constexpr = EARLY_WEIGHT or QUANT == 2
+        if HAS_WEIGHT and WEIGHT_FIRST:
             # issued before the reduction so that its latency overlaps it
             w = _load(w_ptr + narrow, tail_mask, "").to(tl.float32)
+            w_row = w
             if QUANT == 2 and SPLIT > 1:
-                w_row = _load(w_ptr + _as_loaded(0, BLOCK, VEC), mask, "")
+                w_row = _load(w_ptr + _as_loaded(0, BLOCK, VEC), mask, "").to(tl.float32)
+        elif QUANT == 2:
+            w = 1.0
+            w_row = 1.0
         if HAS_RESIDUAL:
             r = _load_row(r_row + offs, mask, FIRST)
             s = (x + r).to(act_dtype)
@@ -177,13 +191,28 @@ def norm_kernel(
             if HAS_RESIDUAL:
                 tl.store(res_row + tail, s_tail, mask=tail_mask)
         sq = x * x if FULL_ROW else tl.where(offs < variance_size, x * x, 0.0)
-        inv_rms = tl.rsqrt(tl.sum(sq, axis=0) / variance_size + eps)
+        if QUANT == 2:
+            # the outputs are (x * w) / rms: the largest is the largest |x * w| over rms (a
+            # positive factor), taken in the sum's reduction rather than in a second one
+            xw = x * w_row
+            if EXACT_FP8:
+                # under the interpreter, which runs a custom reduction element by element in
+                # Python: two plain reductions (the same values, in its own order)
+                total = tl.sum(sq, axis=0)
+                peak = tl.max(tl.abs(xw), axis=0)
+            else:
+                total, peak = tl.reduce((sq, tl.abs(xw)), 0, _sum_and_max)
+        else:
+            total = tl.sum(sq, axis=0)
+        inv_rms = tl.rsqrt(total / variance_size + eps)
         if RELOAD:
             # from L2 (or L1), after the reduction: the row is not held through it
             x_tail, s_tail = _read_again(x_row, r_row, tail, tail_mask, "evict_first", HAS_RESIDUAL)
             if HAS_RESIDUAL:
                 tl.store(res_row + tail, s_tail, mask=tail_mask)
-        if EARLY_WEIGHT:
+        if QUANT == 2:
+            y = (xw if SPLIT == 1 else x_tail * w) * inv_rms
+        elif EARLY_WEIGHT:
             y = x_tail * inv_rms
             if HAS_WEIGHT:
                 y = y * w
@@ -194,19 +223,9 @@ def norm_kernel(
         else:
             y = round_to_dtype(y, act_dtype, EXACT_FP8)
             if QUANT == 2:
-                # lanes past the row loaded zeros, so they hold zeros here
-                if SPLIT > 1:
-                    # the scale needs the whole row's maximum: every program normalizes all
-                    # of the row, with the arithmetic that gives the slice its bits, and rounds
-                    # the maximum only (rounding is monotonic: the maximum of the rounded)
-                    if HAS_WEIGHT and EARLY_WEIGHT:
-                        y_row = x * inv_rms * w_row.to(tl.float32)
-                    else:
-                        whole = _as_loaded(0, BLOCK, VEC)
-                        y_row = _normalize(x, w_ptr, whole, mask, inv_rms, HAS_WEIGHT)
-                    amax = tl.max(tl.abs(y_row), axis=0).to(act_dtype).to(tl.float32)
-                else:
-                    amax = tl.max(tl.abs(y), axis=0)
+                # lanes past the row loaded zeros, so they hold zeros here; scaling by a
+                # positive factor and rounding keep the order: the largest rounded output
+                amax = (peak * inv_rms).to(act_dtype).to(tl.float32)
                 if HAS_UB:
                     amax = tl.minimum(amax, tl.load(scale_ub_ptr))
                 scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
@@ -303,8 +322,11 @@ def early_weight_for(
     the reduction: a loss for the quantizing variants of narrow rows at large batches, except
     with a residual and its wider warps, and for the plain fused add beyond `FEW_ROWS` rows
     while its footprint is at most twice the L2 size, `l2_share` (H100: 1024 x 4096 13 %
-    faster, `triton-tuning-H100.log` section 9)). The arithmetic is the same either way, so the
-    choice may depend on the batch."""
+    faster, `triton-tuning-H100.log` section 9)). A dynamic scale always takes it first: its
+    peak is taken in the sum's reduction (`norm_kernel` loads it early whatever the flag).
+    The arithmetic is the same either way, so the choice may depend on the batch."""
+    if quant == QUANT_DYNAMIC:
+        return True
     if quant == QUANT_NONE and residual and rows_ > FEW_ROWS:
         return l2_share is None or l2_share > LATE_WEIGHT_L2_SHARE
     return quant == QUANT_NONE or residual or rows_ <= FEW_ROWS or block >= WIDE_QUANT_BLOCK
@@ -412,17 +434,21 @@ def split_for(
     sms: int | None,
     residual: bool = False,
 ) -> int:
-    """Programs per single-pass row: for blocks of 8192 or more, `ROW_SPLIT` up to 16 rows and
-    2 up to 32; for 4096-element blocks `ROW_SPLIT` up to 4 rows (8 without fp8 output) and 2
-    up to 16, except the static-fp8 norm without a residual, which takes 2 throughout; halved
-    until every row's programs fit the `sms` SMs at once; else 1. H100, bf16
+    """Programs per single-pass row. 1 for a dynamic scale (`QUANT_DYNAMIC`): with its peak
+    taken in the sum's reduction one program a row ran fastest, H200 (`triton-tuning-H200.log`
+    round 7): 1 x 4096 1.70 µs against 1.97 with 4 programs, 16 x 4096 1.81 against 2.10 with
+    2, 16 x 8192 2.11 against 2.19 with 4. Otherwise: for blocks of 8192 or more, `ROW_SPLIT`
+    up to 16 rows and 2 up to 32; for 4096-element blocks `ROW_SPLIT` up to 4 rows (8 without
+    fp8 output) and 2 up to 16, except the static-fp8 norm without a residual, which takes 2
+    throughout; halved until every row's programs fit the `sms` SMs at once; else 1. H100, bf16
     (`triton-tuning-H100.log` sections 13 and 14), one program a row against the split:
     static fp8 1 x 8192 2.06 to 1.80 µs, 16 rows 2.16 to 2.00; fused add + static fp8 1 x 8192
     2.24 to 1.99; fused add 16 x 8192 2.41 to 2.15, 32 rows 2.52 to 2.37 (2 programs); dynamic
-    fp8 1 x 8192 2.23 to 2.08, 8 x 4096 1.96 to 1.87 (2); static fp8 1 x 4096 1.69 to 1.63
-    (2; 4 gave 1.71). From 32 rows of 4096 one program a row is as fast or faster. The split
-    does not change the arithmetic, so it may depend on the batch."""
-    if not single_pass or sms is None:
+    fp8, its peak then in a second reduction, 1 x 8192 2.23 to 2.08, 8 x 4096 1.96 to 1.87
+    (2); static fp8 1 x 4096 1.69 to 1.63 (2; 4 gave 1.71). From 32 rows of 4096 one program
+    a row is as fast or faster. The split does not change the arithmetic, so it may depend on
+    the batch."""
+    if not single_pass or sms is None or quant == QUANT_DYNAMIC:
         return 1
     if block >= 8192:
         split = ROW_SPLIT if rows_ <= 16 else 2 if rows_ <= 32 else 1
