@@ -556,10 +556,11 @@ def launch_norm(
     (a cap per thread) and `split` (programs per single-pass row, a power of two up to the
     block; more than 1 only for 16-byte aligned single-pass rows of `x`, else a ValueError)
     override the configuration (for tuning); the default of the first three depends on the row
-    width only. `reload` reads a single-pass row again after its sum instead of holding it
-    through the reduction (`reload_for`; when set, the default is no register cap);
-    `keep_masks` keeps the masks of a row that fills its block (`full_row_for`). Neither
-    changes the results."""
+    width only. A single-pass row with a dynamic scale loads its weight first whatever
+    `early_weight` says (its peak is reduced with the sum). `reload` reads a single-pass row
+    again after its sum instead of holding it through the reduction (`reload_for`; when set,
+    the default is no register cap); `keep_masks` keeps the masks of a row that fills its
+    block (`full_row_for`). Neither changes the results."""
     hidden = x.shape[-1]
     n = num_rows(x)
     if n == 0:
