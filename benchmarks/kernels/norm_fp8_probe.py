@@ -1,15 +1,16 @@
-"""Probe: the dynamic-fp8 norm (`rms_norm_dynamic_quant_fp8`) against an earlier
-`norm_kernels.py` (`--old FILE`, e.g. ``git show REV:packages/ir-kernels-triton/src/
-ir_kernels_triton/norm_kernels.py > /tmp/old_norm_kernels.py``), in one process, on the same
-inputs: the number of output bytes that differ, whether every split of a decode row gives
-bitwise the default's outputs, and the CUDA-graph replay time of each (fastest of `--rounds`
-rounds, µs, fastest first; `sN`: N programs a row). Round 7 of
+"""Probe: the fp8 norms (`--variants`, names of `norm_split_h100.VARIANTS`; by default the
+dynamic one) against an earlier `norm_kernels.py` (`--old FILE`, e.g. the output of
+``git show REV:packages/ir-kernels-triton/src/ir_kernels_triton/norm_kernels.py``), in one
+process, on the same inputs: the number of output bytes that differ, whether every split of a
+decode row gives bitwise the default's outputs, and the CUDA-graph replay time of each
+(fastest of `--rounds` rounds, µs, fastest first; `sN`: N programs a row). Round 7 of
 `benchmarks/results/triton-tuning-H200.log`. Run from the repository root with the packages on
 `PYTHONPATH` (`source benchmarks/gpu/env.sh`) and `benchmarks/kernels` on it too.
 """
 
 import argparse
 import importlib
+import itertools
 import os
 import sys
 import tempfile
@@ -17,9 +18,8 @@ from functools import partial
 from types import ModuleType
 
 import torch
-from norm_split_h100 import fastest_of_rounds, make_case
+from norm_split_h100 import VARIANTS, fastest_of_rounds, make_case
 
-from ir_kernels_triton import norm_kernels as nk
 from ir_stack.bench.kernels import empty_kernel_us
 
 CASES = (
@@ -47,13 +47,15 @@ def main() -> None:
     parser.add_argument("--old", required=True, help="an earlier norm_kernels.py")
     parser.add_argument("--cases", default=CASES, help="ROWSxHIDDEN,...")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", default="dynamic_fp8", help="NAME,... (VARIANTS)")
     args = parser.parse_args()
     old = load_module(args.old)
     print(f"empty triton kernel: {empty_kernel_us():.2f} us", flush=True)
-    for case in args.cases.split(","):
+    for name, case in itertools.product(args.variants.split(","), args.cases.split(",")):
         rows, hidden = map(int, case.split("x"))
-        run_new, out_new = make_case(rows, hidden, False, nk.QUANT_DYNAMIC)
-        run_old, out_old = make_case(rows, hidden, False, nk.QUANT_DYNAMIC, module=old)
+        residual, quant = VARIANTS[name]
+        run_new, out_new = make_case(rows, hidden, residual, quant)
+        run_old, out_old = make_case(rows, hidden, residual, quant, module=old)
         run_old()
         run_new()
         expected = out_new()
@@ -69,7 +71,7 @@ def main() -> None:
         best = sorted(fastest_of_rounds(fns, args.rounds).items(), key=lambda kv: kv[1])
         cells = " ".join(f"{k}={t:.3f}" for k, t in best)
         print(
-            f"dyn {rows}x{hidden}: bytes_differing_from_old={differ} "
+            f"{name} {rows}x{hidden}: bytes_differing_from_old={differ} "
             f"splits_not_bitwise={not_bitwise} | {cells}",
             flush=True,
         )
