@@ -13,8 +13,9 @@ share a row (`split_for`): each loads the whole row for its sum, then reads its 
 again (from L1) and normalizes, quantizes and stores only that. A dynamic scale needs the
 row's largest output, (x * w) / rms at its largest |x * w|: that peak is taken in the same
 reduction as the sum (one pass of barriers, not two), its rows are not split, and its outputs
-are computed as (x * w) / rms, so the scale is exactly their rounded peak (the plain norms
-compute x / rms * w, as the reference does; the two differ in a float32 bit at times).
+are computed as (x * w) / rms, so the scale is exactly their rounded peak (the plain norms,
+and looped rows wider than `MAX_SINGLE_PASS`, compute x / rms * w, as the reference does; the
+two differ in a float32 bit at times).
 The sum must run in the same order as in a program that has the row to itself,
 and Triton orders it by the row's layout, which it picks from the widest access the row feeds:
 the outputs are therefore stored, and the weight loaded, no wider a thread than the row is
