@@ -358,6 +358,18 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
   }
 }
 
+// Whether the kernel of a team of TEAM, VPT vectors a thread, stands in for the team of 2 * TEAM
+// threads of VPT / 2 vectors that `row_launch` gives its rows, with that team's sum to the bit
+// (`kHalves` in `aligned_row_kernel`): the fused add's 4096-wide 16-bit rows (256 threads of two
+// vectors for 512 of one) and the dynamic norm's rows of 256 and 512 threads of two vectors
+// (128 or 256 of four). Halves teams are never spread over a cluster (`cluster_for_team`).
+template <bool ADD, bool NORM, int QUANT, int TEAM, int VPT>
+constexpr bool halves_kernel() {
+  return (ADD && NORM && QUANT == kNone && TEAM == 256 && VPT == 2) ||
+         (!ADD && NORM && QUANT == kDynamic && (TEAM == 128 || TEAM == 256) && VPT == 4);
+}
+static_assert(cluster_for_team(256) == 1, "halves_kernel: its teams reduce within one block");
+
 // The same computation for the usual layout: every row pointer 16-byte aligned, the width a
 // whole number of vectors, ungrouped rows and the variance over the whole row (the host checks;
 // any hidden size that is a multiple of 8 in contiguous tensors). No scalar head, tail or
@@ -399,7 +411,12 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
   const int lane = slot.lane;
   const bool active = slot.active;
   const int token = slot.token;
-  const int nvec = static_cast<int>(static_cast<unsigned>(a.width) / V);  // a shift
+  // The dynamic norm's halves kernels take only rows that fill their tile (`launch_typed`): no
+  // vector lies past the row, so no load or store is bounded. ptxas then issues the row's
+  // loads together and its stores without branches; with the bounds, those kernels ran 6-11 %
+  // slower than without past the L2 (H200, 4096 x 8192 28.46 against 25.63 µs).
+  constexpr bool kFillsTile = halves_kernel<ADD, NORM, QUANT, TEAM, VPT>() && QUANT == kDynamic;
+  const int nvec = kFillsTile ? TEAM * VPT : static_cast<int>(static_cast<unsigned>(a.width) / V);  // a shift
   // Short rows without a norm (fp8 groups: a team of 8 for 128 bf16 elements) give each thread
   // VPT adjacent vectors, so its fp8 outputs leave in one store of VPT * V bytes, as in Triton's
   // group quant (their one reduction, a maximum, is exact in any order). H100, against vectors
@@ -435,14 +452,15 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
   // (not LATE) that maximum is reduced with the sum (one exchange) instead of after normalizing
   // the row.
   constexpr bool kEarlyMax = NORM && QUANT == kDynamic && !LATE;
-  // The fused add's two-vector rows of 256 threads stand in for its one-vector rows of 512
-  // past decode sizes (`launch_typed`) and must sum as those do: thread t holds vectors t and
-  // t + 256, the 512-thread team's threads t and t + 256, and that team's tree over its 16
-  // warps (neighbours first) adds the sums of its two halves last. So each vector's partial is
-  // kept apart, both are reduced over the 256 threads at once and then added: the same bits.
-  constexpr bool kHalves = ADD && NORM && QUANT == kNone && VPT == 2 && TEAM == 256 && CLUSTER == 1;
+  // A halves kernel (`halves_kernel`) stands in for the team of 2 * TEAM threads of VPT / 2
+  // vectors each and must sum as that team does: its thread t holds vectors t + k * TEAM, those
+  // of the wider team's threads t (k even) and t + TEAM (k odd), and that team's tree over its
+  // warps (neighbours first) adds the sums of its two halves last. So each half's partial is
+  // kept apart (its vectors chained in the wider team's order), both are reduced over the TEAM
+  // threads at once and then added: the same bits.
+  constexpr bool kHalves = halves_kernel<ADD, NORM, QUANT, TEAM, VPT>() && CLUSTER == 1;
   constexpr int kParts = kHalves ? 2 : 1;
-  float parts[kParts] = {};  // the thread's partial reductions (kHalves: one per vector)
+  float parts[kParts] = {};  // the thread's partial reductions (kHalves: one per half)
   Words4 xs[VPT];  // x, or x + residual rounded to T; zeros past the row
   Words4 ws[VPT];  // the weight (where there is one: only then read)
   float xw[NORM ? VPT * V : 1];  // the norms: x * w, element by element
@@ -527,12 +545,12 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     // joined at the end: a quarter of one running accumulator's dependent steps (at decode sizes
     // the chain between a row's loads and its first store is its time). A tree over each
     // vector held its unpacked elements at once: 38 registers against 32 for bf16 rms_norm.
-    // kHalves: each vector's own chains, its partial kept apart.
+    // kHalves: each half's own chains, its partial kept apart.
 #pragma unroll
     for (int half = 0; half < kParts; ++half) {
       float chain[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int k = kHalves ? half : 0; k < (kHalves ? half + 1 : VPT); ++k) {
+      for (int k = half; k < VPT; k += kParts) {
         float f[V];
         unpack_words<T>(xs[k], f);
 #pragma unroll
@@ -559,7 +577,11 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
   }
 
   float inv_rms = 1.f;
-  if constexpr (kHalves) {
+  if constexpr (kHalves && kEarlyMax) {
+    float upper = parts[1];
+    exchange.reduce(0, reducing(acc, SumOp{}), reducing(upper, SumOp{}), reducing(xw_absmax, MaxOp{}));
+    inv_rms = rsqrtf((acc + upper) * a.inv_var_size + a.eps);
+  } else if constexpr (kHalves) {
     float upper = parts[1];
     exchange.reduce(0, reducing(acc, SumOp{}), reducing(upper, SumOp{}));
     inv_rms = rsqrtf((acc + upper) * a.inv_var_size + a.eps);
@@ -861,6 +883,18 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
           launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(params, l.team, spread, loads, stream);
         }
       } else if constexpr (VPT == 2) {
+        if constexpr (!ADD && NORM && QUANT == kDynamic) {
+          // Batches past kFewRows of rows that fill a tile of 256 or 512 threads of two vectors,
+          // in teams of half the threads with four vectors each, summed as the wider team does
+          // (`halves_kernel`; Triton's layout). H200, against the wider teams in one process
+          // (cuda-kernels-notes-H100.md, round 36): 1024 x 8192 6.79 to 6.27 µs, 2048 x 4096 6.62
+          // to 5.87, 16384 x 8192 101.64 to 96.51; up to 256 rows of 4096 they lost 1-11 %
+          // (decode sizes the most), so smaller batches keep the wider teams.
+          const bool fills_tile = l.team * l.vpt * static_cast<int64_t>(sizeof(Words4) / sizeof(T)) == args.width;
+          if (!spread && (l.team == 256 || l.team == 512) && fills_tile && args.rows > kFewRows) {
+            launched = launch_aligned<T, ADD, NORM, QUANT, 4, false, 128, 256>(params, l.team / 2, false, loads, stream);
+          }
+        }
         if constexpr (!ADD && NORM && QUANT != kDynamic) {
           if (loads.late_weight) {
             launched = launch_aligned<T, ADD, NORM, QUANT, VPT, true, 8, 16, 32, 64, 128, 256, 512>(

@@ -14,6 +14,7 @@ import torch
 from ir_kernels_cuda import impls
 from ir_kernels_cuda.build import BuildUnavailable, build_emulated
 from ir_kernels_cuda.testing import (
+    assert_dynamic_norm_sums_as_one_team,
     assert_fused_add_sums_as_one_team,
     assert_same_bits,
     bits,
@@ -206,6 +207,18 @@ def test_fused_add_sums_as_one_team_in_every_layout(
     chained its vectors together, and 3 where the team's warps were combined farthest first."""
     fn = ops.fused_add_rms_norm.impls[provider].fn
     assert_fused_add_sums_as_one_team(fn, dtype, width, "cpu", batches=(1, 32, 40))
+
+
+@pytest.mark.parametrize("width", [2048, 4096])
+def test_dynamic_norm_sums_as_one_team_in_every_layout(width: int) -> None:
+    """float32 rows of 512 (2048 wide) and 1024 vectors (4096), whose sums must not depend on
+    the layout: the wider spread over clusters at 1 and 32 rows, both held by one block of
+    two vectors a thread at 40 rows and by teams of half the threads with four vectors each
+    past 256 (`halves_kernel`): all 300 rows."""
+    fn = ops.rms_norm_dynamic_quant_fp8.impls["cuda"].fn
+    assert_dynamic_norm_sums_as_one_team(
+        fn, torch.float32, width, "cpu", batches=(1, 32, 40), rows=300
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -14,6 +14,7 @@ import torch
 from ir_kernels_cuda import impls
 from ir_kernels_cuda.build import HEADERS, SOURCES, csrc_dir
 from ir_kernels_cuda.testing import (
+    assert_dynamic_norm_sums_as_one_team,
     assert_fused_add_sums_as_one_team,
     assert_same_bits,
     bits,
@@ -220,6 +221,21 @@ def test_fused_add_sums_as_one_team_in_every_layout(
     40 and 1024 take two vectors a thread, all 1200 one: one sum order in all three."""
     fn = ops.fused_add_rms_norm.impls[provider].fn
     assert_fused_add_sums_as_one_team(fn, dtype, width, "cuda", batches=(1, 16, 40, 1024))
+
+
+@on_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("vectors", [512, 1024])
+def test_dynamic_norm_sums_as_one_team_in_every_layout(dtype: torch.dtype, vectors: int) -> None:
+    """Rows of 512 and 1024 vectors: the wider spread over clusters at 1 and 16 rows, both in
+    one block of two vectors a thread at 40 rows and in teams of half the threads with four
+    vectors each past 256 (`halves_kernel`: 1024 and all 4096 rows). float32 scales carry the
+    sum's last bits; bf16 rows are the benchmark grid's."""
+    width = vectors * 16 // dtype.itemsize
+    fn = ops.rms_norm_dynamic_quant_fp8.impls["cuda"].fn
+    assert_dynamic_norm_sums_as_one_team(
+        fn, dtype, width, "cuda", batches=(1, 16, 40, 1024), rows=4096
+    )
 
 
 @on_gpu

@@ -33,6 +33,13 @@ def assert_same_bits(first: Any, second: Any) -> None:
         assert torch.equal(bits(a), bits(b))
 
 
+def decade_rows(rows: int, width: int, generator: torch.Generator) -> torch.Tensor:
+    """float32 rows whose magnitudes span two decades: there the order of a row's sum of
+    squares shows in its last bits."""
+    decades = torch.empty(rows, width).uniform_(-1, 1, generator=generator)
+    return torch.randn(rows, width, generator=generator) * torch.pow(10.0, decades)
+
+
 def assert_fused_add_sums_as_one_team(
     fn: Callable[..., Any],
     dtype: torch.dtype,
@@ -46,17 +53,42 @@ def assert_fused_add_sums_as_one_team(
     three layouts by batch size: spread over clusters at decode sizes, 256 threads of two
     vectors while the chip holds the batch at once (`kHalves` in ``norm.cu``; 1056 rows on an
     H100), one vector a thread past that; a row's sum must have one order in all three.
-    float32 rows with magnitudes over two decades, where that order shows in the last bits
-    (bf16 outputs round it away)."""
+    float32 rows (`decade_rows`), where that order shows in the last bits (bf16 outputs round
+    it away)."""
     g = torch.Generator().manual_seed(0)
-    decades = torch.empty(rows, width).uniform_(-1, 1, generator=g)
-    x = (torch.randn(rows, width, generator=g) * torch.pow(10.0, decades)).to(device, dtype)
+    x = decade_rows(rows, width, g).to(device, dtype)
     residual = torch.randn(rows, width, generator=g).to(device, dtype)
     weight = (torch.rand(width, generator=g) + 0.5).to(device, dtype)
     full = fn(x.clone(), residual.clone(), weight, 1e-6, None)[0]
     for batch in batches:
         out = fn(x[:batch].clone(), residual[:batch].clone(), weight, 1e-6, None)[0]
         assert torch.equal(out, full[:batch]), f"rows of a batch of {batch} differ"
+
+
+def assert_dynamic_norm_sums_as_one_team(
+    fn: Callable[..., Any],
+    dtype: torch.dtype,
+    width: int,
+    device: str,
+    batches: Sequence[int],
+    rows: int,
+) -> None:
+    """`fn` (an ``rms_norm_dynamic_quant_fp8`` implementation) gives the first rows of `rows`
+    the same fp8 outputs and scales inside each batch of `batches` as inside all `rows`. Rows
+    of 256 or 512 vectors of two a thread are spread over clusters at decode sizes (512) and
+    held by teams of half the threads with four vectors past that (`halves_kernel` in
+    ``norm.cu``); a row's sum must have one order in every layout. float32 rows
+    (`decade_rows`): their scales carry the sum's last bits."""
+    g = torch.Generator().manual_seed(0)
+    x = decade_rows(rows, width, g).to(device, dtype)
+    weight = (torch.rand(width, generator=g) + 0.5).to(device, dtype)
+    full = fn(x, weight, 1e-6)
+    for batch in batches:
+        part = fn(x[:batch], weight, 1e-6)
+        for name, got, expected in zip(("out", "scale"), part, full, strict=True):
+            assert torch.equal(bits(got), bits(expected)[:batch]), (
+                f"{name} of a batch of {batch} differs from the first {batch} of {rows} rows"
+            )
 
 
 def opcheck_utils(args: tuple[Any, ...]) -> tuple[str, ...]:
