@@ -884,14 +884,16 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
         }
       } else if constexpr (VPT == 2) {
         if constexpr (!ADD && NORM && QUANT == kDynamic) {
-          // Batches past kFewRows of rows that fill a tile of 256 or 512 threads of two vectors,
-          // in teams of half the threads with four vectors each, summed as the wider team does
-          // (`halves_kernel`; Triton's layout). H200, against the wider teams in one process
-          // (cuda-kernels-notes-H100.md, round 36): 1024 x 8192 6.79 to 6.27 µs, 2048 x 4096 6.62
-          // to 5.87, 16384 x 8192 101.64 to 96.51; up to 256 rows of 4096 they lost 1-11 %
-          // (decode sizes the most), so smaller batches keep the wider teams.
+          // Rows that fill a tile of 256 or 512 threads of two vectors, in teams of half the
+          // threads with four vectors each, summed as the wider team does (`halves_kernel`;
+          // Triton's layout): past kFewRows rows, and for the teams of 512 wherever their rows
+          // are not spread. H200, against the wider teams in one process
+          // (cuda-kernels-notes-H100.md, round 36): 1024 x 8192 6.77 to 6.25 µs, 2048 x 4096 6.50
+          // to 5.82, 16384 x 8192 98.91 to 94.24, 192 x 8192 2.96 to 2.82, 48 x 8192 2.15 to
+          // 2.06; up to 256 rows of 4096 the halves (four warps) lost 1-11 %, decode sizes most.
           const bool fills_tile = l.team * l.vpt * static_cast<int64_t>(sizeof(Words4) / sizeof(T)) == args.width;
-          if (!spread && (l.team == 256 || l.team == 512) && fills_tile && args.rows > kFewRows) {
+          const bool halves = l.team == 512 || (l.team == 256 && args.rows > kFewRows);
+          if (!spread && halves && fills_tile) {
             launched = launch_aligned<T, ADD, NORM, QUANT, 4, false, 128, 256>(params, l.team / 2, false, loads, stream);
           }
         }

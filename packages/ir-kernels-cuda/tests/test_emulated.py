@@ -212,9 +212,9 @@ def test_fused_add_sums_as_one_team_in_every_layout(
 @pytest.mark.parametrize("width", [2048, 4096])
 def test_dynamic_norm_sums_as_one_team_in_every_layout(width: int) -> None:
     """float32 rows of 512 (2048 wide) and 1024 vectors (4096), whose sums must not depend on
-    the layout: the wider spread over clusters at 1 and 32 rows, both held by one block of
-    two vectors a thread at 40 rows and by teams of half the threads with four vectors each
-    past 256 (`halves_kernel`): all 300 rows."""
+    the layout. The wider are spread over clusters at 1 and 32 rows and held by teams of half
+    the threads with four vectors each (`halves_kernel`) at 40 and 300; the narrower by one
+    block of two vectors a thread up to 256 rows and by the halves teams past that (300)."""
     fn = ops.rms_norm_dynamic_quant_fp8.impls["cuda"].fn
     assert_dynamic_norm_sums_as_one_team(
         fn, torch.float32, width, "cpu", batches=(1, 32, 40), rows=300

@@ -227,10 +227,11 @@ def test_fused_add_sums_as_one_team_in_every_layout(
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("vectors", [512, 1024])
 def test_dynamic_norm_sums_as_one_team_in_every_layout(dtype: torch.dtype, vectors: int) -> None:
-    """Rows of 512 and 1024 vectors: the wider spread over clusters at 1 and 16 rows, both in
-    one block of two vectors a thread at 40 rows and in teams of half the threads with four
-    vectors each past 256 (`halves_kernel`: 1024 and all 4096 rows). float32 scales carry the
-    sum's last bits; bf16 rows are the benchmark grid's."""
+    """Rows of 512 and 1024 vectors. The wider are spread over clusters at 1 and 16 rows and
+    held by teams of half the threads with four vectors each (`halves_kernel`) past that; the
+    narrower by one block of two vectors a thread at 1, 16 and 40 rows and by the halves teams
+    past 256 (1024 and all 4096). float32 scales carry the sum's last bits; bf16 rows are the
+    benchmark grid's."""
     width = vectors * 16 // dtype.itemsize
     fn = ops.rms_norm_dynamic_quant_fp8.impls["cuda"].fn
     assert_dynamic_norm_sums_as_one_team(
