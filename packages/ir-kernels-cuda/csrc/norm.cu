@@ -891,7 +891,7 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
           // (cuda-kernels-notes-H100.md, round 36): 1024 x 8192 6.77 to 6.25 µs, 2048 x 4096 6.50
           // to 5.82, 16384 x 8192 98.91 to 94.24, 192 x 8192 2.96 to 2.82, 48 x 8192 2.15 to
           // 2.06; up to 256 rows of 4096 the halves (four warps) lost 1-11 %, decode sizes most.
-          const bool fills_tile = l.team * l.vpt * static_cast<int64_t>(sizeof(Words4) / sizeof(T)) == args.width;
+          const bool fills_tile = l.team * l.vpt * vec_width<T>() == args.width;
           const bool halves = l.team == 512 || (l.team == 256 && args.rows > kFewRows);
           if (!spread && halves && fills_tile) {
             launched = launch_aligned<T, ADD, NORM, QUANT, 4, false, 128, 256>(params, l.team / 2, false, loads, stream);
