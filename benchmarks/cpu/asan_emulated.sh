@@ -15,9 +15,11 @@ status=0
 LD_PRELOAD="$(gcc -print-file-name=libasan.so)" \
   python -m pytest packages/ir-kernels-cuda/tests/test_emulated.py -q -p no:cacheprovider \
   -k "not check_their_arguments" "$@" || status=$?
-if ls "$report".* >/dev/null 2>&1; then
-  echo "AddressSanitizer reports:"; head -n 40 "$report".*
+# the emulation's fibers switch stacks with swapcontext, for which ASan logs a warning once
+# (their switches are annotated for it): only its error reports fail the run
+if grep -l "ERROR: AddressSanitizer" "$report".* >/dev/null 2>&1; then
+  echo "AddressSanitizer reports:"; head -n 40 $(grep -l "ERROR: AddressSanitizer" "$report".*)
   exit 1
 fi
-echo "no AddressSanitizer report (pytest exit $status)"
+echo "no AddressSanitizer error report (pytest exit $status)"
 exit $status

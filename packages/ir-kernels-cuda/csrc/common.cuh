@@ -1,6 +1,6 @@
 // Shared helpers of the ir_cuda kernels: vectors, row plans (vector body with a scalar head and
 // tail), register tiles, team reductions, fp8 conversion, and where kernels run (a CUDA stream,
-// or host threads when built with IR_CUDA_HOST_EMULATION for tests without a GPU).
+// or fibers on the CPU when built with IR_CUDA_HOST_EMULATION for tests without a GPU).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -32,7 +32,7 @@ namespace ir_cuda {
 constexpr const char* kDeviceName = "CPU (emulated CUDA)";
 inline bool on_kernel_device(const at::Tensor& t) { return t.is_cpu(); }
 
-// Emulated kernels run synchronously on host threads.
+// Emulated kernels run synchronously on the calling thread (`emulation.h`).
 struct DeviceScope {
   explicit DeviceScope(const at::Tensor& /*t*/) {}
   cudaStream_t stream = nullptr;

@@ -1,7 +1,7 @@
 // Schemas of torch.ops.ir_cuda.* and their CUDA implementations. Out-variants write into
 // preallocated outputs (fp8 outputs as float8_e4m3fn); fused_add_rms_norm_ and
 // rotary_embedding_ overwrite their activations. Built with IR_CUDA_HOST_EMULATION, the same
-// ops are torch.ops.ir_cuda_emulated.* on CPU tensors (the kernels run on host threads).
+// ops are torch.ops.ir_cuda_emulated.* on CPU tensors (the kernels run on the CPU).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 

@@ -1,5 +1,5 @@
 """The kernels' own source run on the CPU: built with ``IR_CUDA_HOST_EMULATION`` (each CUDA
-thread a host thread, shared memory and warp shuffles emulated), every ``cuda`` implementation
+thread a fiber, shared memory and warp shuffles emulated), every ``cuda`` implementation
 is checked against the native reference over dtypes, widths (vector body with scalar head and
 tail, the all-scalar path, rows streamed in chunks), token counts and layouts, plus the op
 variants, in-place semantics and batch invariance. Needs the CUDA toolkit's headers, not a GPU;

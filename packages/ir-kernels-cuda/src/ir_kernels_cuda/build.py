@@ -6,7 +6,7 @@ named by a hash of the sources, the torch and CUDA versions and the architecture
 makes concurrent first uses build once. Loading the library registers ``torch.ops.ir_cuda.*``.
 
 `build_emulated` compiles the same kernel sources for the CPU with ``IR_CUDA_HOST_EMULATION``
-(``csrc/emulation.h``: each CUDA thread a host thread), registering ``torch.ops.ir_cuda_emulated.*``
+(``csrc/emulation.h``: each CUDA thread a fiber), registering ``torch.ops.ir_cuda_emulated.*``
 on CPU tensors, so that the kernels' code is tested on machines without a GPU.
 """
 

@@ -42,7 +42,7 @@ def _availability() -> tuple[bool, str]:
 
 SUPPORTED, REASON = _availability()
 #: The op namespace the implementations call: ``torch.ops.ir_cuda``. Tests without a GPU point
-#: it at ``torch.ops.ir_cuda_emulated`` (`build.build_emulated`), the same kernels on host threads.
+#: it at ``torch.ops.ir_cuda_emulated`` (`build.build_emulated`), the same kernels on the CPU.
 KERNELS: Any = torch.ops.ir_cuda
 
 
