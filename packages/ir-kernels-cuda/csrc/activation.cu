@@ -184,25 +184,27 @@ __global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, 
 // Decode-size launches: as Triton's flat kernel, no exit before the loads, a block size known at
 // compile time, the scale's load first and the row's predicated, so a thread's first load waits
 // on no index arithmetic (H100, `static_quant_probe.py`: static quant 1 x 2048 1.27 to 1.20 µs
-// against `aligned_elementwise_kernel`'s form, Triton 1.23). One word a thread (two elements;
-// two words for float32); the arithmetic is `aligned_elementwise_kernel`'s. Without ROWS the
+// against `aligned_elementwise_kernel`'s form, Triton 1.23), and static quant streamed from DRAM.
+// N words a thread: by default one (two elements; two words for float32), four (a vector) for
+// the streamed static quant; the arithmetic is `aligned_elementwise_kernel`'s. Without ROWS the
 // outputs form one contiguous run (the rows of `static_quant_fp8` when x and out are contiguous,
 // or the one row of a gated op) and the grid is 1-D; with ROWS each row is one of grid y, at
 // `x_stride` and `out_stride` (elements; x's offsets fit 32 bits, the host checks: one multiply
 // where 64-bit row offsets took four more instructions before the first load). `count`: outputs
-// in the run or row; `d`: elements from a gate to its up value (a gated row's width).
-template <typename T, int ACT, bool QUANT, int THREADS, bool ROWS>
+// in the run or row, a multiple of the thread's N words of elements; `d`: elements from a gate
+// to its up value (a gated row's width).
+template <typename T, int ACT, bool QUANT, int THREADS, bool ROWS, int N = 2 / Words<T>::kPerWord>
 __global__ void __launch_bounds__(THREADS)
     flat_elementwise_kernel(void* out, int out_stride, const T* x, int x_stride, int count, int d,
                             const float* scale) {
   using E = Elementwise<T, ACT, QUANT>;
-  constexpr int N = 2 / Words<T>::kPerWord;
   using Vec = WordsN<N>;
+  constexpr int kElements = N * Words<T>::kPerWord;  // a thread's
   const float s = QUANT ? load_now(scale) : 1.f;
   const int j = static_cast<int>(blockIdx.x) * THREADS + static_cast<int>(threadIdx.x);
-  const bool in_run = j * 2 < count;  // two elements a thread
+  const bool in_run = j * kElements < count;
   const int row = ROWS ? static_cast<int>(blockIdx.y) : 0;
-  const int at = row * x_stride + 2 * j;  // x's element of the thread's gate (or value)
+  const int at = row * x_stride + kElements * j;  // x's element of the thread's gate (or value)
   Vec g{}, u{};
   if (in_run) {
     g = load_now(reinterpret_cast<const Vec*>(x + at));
@@ -314,6 +316,19 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
       if constexpr (ACT == kIdentity) {
         if (outputs > 16 * kDecodeOutputs && !streams()) {
           run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 2>, 2 * V, 128);
+          return;
+        }
+        // streamed from DRAM, contiguous rows as one flat run of a vector a thread in blocks of
+        // 256, as Triton's flat kernel (H200, `cuda_ab.py`, fastest of 7, the same bits: 16384 x
+        // 8192 96.52 to 95.83 µs, 4096 x 8192 25.64 to 25.42; the row grid of
+        // `aligned_elementwise_kernel` moved the same vectors a block)
+        if (x.stride(0) == d && out.stride(0) == d && outputs <= std::numeric_limits<int>::max() - V &&
+            streams()) {
+          constexpr int kThreads = 256;
+          launch(flat_elementwise_kernel<T, ACT, QUANT, kThreads, false, 4>,
+                 dim3(static_cast<unsigned>((outputs / V + kThreads - 1) / kThreads)), dim3(kThreads), stream,
+                 out.data_ptr(), 0, x.const_data_ptr<T>(), 0, static_cast<int>(outputs), static_cast<int>(d),
+                 scale->const_data_ptr<float>());
           return;
         }
       }

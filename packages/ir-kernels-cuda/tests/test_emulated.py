@@ -152,6 +152,27 @@ def test_streamed_gates_follow_the_cards_bandwidth(
     assert torch.equal(results[0], results[1])
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("hidden", [2048, 2056])
+def test_streamed_static_quant_runs_flat(
+    monkeypatch: pytest.MonkeyPatch, hidden: int, dtype: torch.dtype
+) -> None:
+    """static_quant_fp8 past the decode sizes with its bytes streamed from DRAM (an L2 shrunk to
+    64 KiB) runs contiguous rows as one flat run, a vector a thread (at 2056 the last block only
+    partly in the run), and strided rows on the row grid: both the reference's result, and
+    bitwise the same."""
+    monkeypatch.setenv("IR_CUDA_EMULATED_L2_BYTES", str(64 << 10))
+    op = ops.static_quant_fp8
+    x, scale = sample_inputs(op, spec(dtype, hidden, 80, "contiguous"))
+    wide = torch.empty(80, hidden + 8, dtype=dtype)
+    wide[:, :hidden] = x
+    strided = wide[:, :hidden]
+    check(op, "cuda", (x, scale))
+    check(op, "cuda", (strided, scale))
+    flat = op.impls["cuda"].fn(x, scale)
+    assert torch.equal(bits(flat), bits(op.impls["cuda"].fn(strided, scale)))
+
+
 # each emulates 2 x 257 rows of 512 threads (about 30 s)
 @pytest.mark.parametrize(
     ("name", "provider"), [("rms_norm", "cuda"), ("fused_add_rms_norm", "cuda_inplace")]
