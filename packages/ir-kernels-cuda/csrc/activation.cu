@@ -192,8 +192,11 @@ __global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, 
 // `x_stride` and `out_stride` (elements; x's offsets fit 32 bits, the host checks: one multiply
 // where 64-bit row offsets took four more instructions before the first load). `count`: outputs
 // in the run or row, a multiple of the thread's N words of elements; `d`: elements from a gate
-// to its up value (a gated row's width).
-template <typename T, int ACT, bool QUANT, int THREADS, bool ROWS, int N = 2 / Words<T>::kPerWord>
+// to its up value (a gated row's width). EVEN: the blocks tile `count` exactly, so no thread is
+// outside it and nothing is predicated (with a predicate, ptxas exits the threads outside before
+// the loads, and every thread's first load then waits for that branch, as Triton's unmasked
+// kernels do not).
+template <typename T, int ACT, bool QUANT, int THREADS, bool ROWS, bool EVEN, int N>
 __global__ void __launch_bounds__(THREADS)
     flat_elementwise_kernel(void* out, int out_stride, const T* x, int x_stride, int count, int d,
                             const float* scale) {
@@ -202,7 +205,7 @@ __global__ void __launch_bounds__(THREADS)
   constexpr int kElements = N * Words<T>::kPerWord;  // a thread's
   const float s = QUANT ? load_now(scale) : 1.f;
   const int j = static_cast<int>(blockIdx.x) * THREADS + static_cast<int>(threadIdx.x);
-  const bool in_run = j * kElements < count;
+  const bool in_run = EVEN || j * kElements < count;
   const int row = ROWS ? static_cast<int>(blockIdx.y) : 0;
   const int at = row * x_stride + kElements * j;  // x's element of the thread's gate (or value)
   Vec g{}, u{};
@@ -212,6 +215,22 @@ __global__ void __launch_bounds__(THREADS)
   }
   const float inv_scale = QUANT ? fast_reciprocal(s) : 1.f;
   if (in_run) E::template store<N>(out, static_cast<int64_t>(row) * out_stride, j, g, u, inv_scale);
+}
+
+// `flat_elementwise_kernel` over `count` outputs in each of `rows` grid rows, N words a thread,
+// unpredicated (EVEN) where its blocks tile them exactly.
+template <typename T, int ACT, bool QUANT, int THREADS, bool ROWS, int N = 2 / Words<T>::kPerWord>
+void launch_flat(unsigned rows, int count, void* out, int out_stride, const T* x, int x_stride, int d,
+                 const float* scale, cudaStream_t stream) {
+  constexpr int kPerBlock = THREADS * N * Words<T>::kPerWord;
+  const dim3 grid(static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), rows);
+  if (count % kPerBlock == 0) {
+    launch(flat_elementwise_kernel<T, ACT, QUANT, THREADS, ROWS, true, N>, grid, dim3(THREADS), stream, out,
+           out_stride, x, x_stride, count, d, scale);
+  } else {
+    launch(flat_elementwise_kernel<T, ACT, QUANT, THREADS, ROWS, false, N>, grid, dim3(THREADS), stream, out,
+           out_stride, x, x_stride, count, d, scale);
+  }
 }
 
 template <int ACT, bool QUANT>
@@ -288,19 +307,18 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
         const bool one_run = kGated ? rows == 1 : x.stride(0) == d && out.stride(0) == d;
         const float* scale_ptr = QUANT ? scale->const_data_ptr<float>() : nullptr;
         if (one_run) {
-          launch(flat_elementwise_kernel<T, ACT, QUANT, kThreads, false>,
-                 dim3(static_cast<unsigned>((outputs / 2 + kThreads - 1) / kThreads)), dim3(kThreads), stream,
-                 out.data_ptr(), 0, x.const_data_ptr<T>(), 0, static_cast<int>(outputs), static_cast<int>(d),
-                 scale_ptr);
+          launch_flat<T, ACT, QUANT, kThreads, false>(1, static_cast<int>(outputs), out.data_ptr(), 0,
+                                                      x.const_data_ptr<T>(), 0, static_cast<int>(d), scale_ptr,
+                                                      stream);
           return;
         }
         if constexpr (!QUANT) {
           // (the kernel takes x's offsets in 32 bits)
           if ((rows - 1) * x.stride(0) + x.size(1) <= std::numeric_limits<int>::max()) {
-            launch(flat_elementwise_kernel<T, ACT, QUANT, kThreads, true>,
-                   dim3(static_cast<unsigned>((d / 2 + kThreads - 1) / kThreads), static_cast<unsigned>(rows)),
-                   dim3(kThreads), stream, out.data_ptr(), row_stride(out, "out"), x.const_data_ptr<T>(),
-                   row_stride(x, "x"), static_cast<int>(d), static_cast<int>(d), scale_ptr);
+            launch_flat<T, ACT, QUANT, kThreads, true>(static_cast<unsigned>(rows), static_cast<int>(d),
+                                                       out.data_ptr(), row_stride(out, "out"),
+                                                       x.const_data_ptr<T>(), row_stride(x, "x"),
+                                                       static_cast<int>(d), scale_ptr, stream);
             return;
           }
         }
@@ -324,11 +342,9 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
         // `aligned_elementwise_kernel` moved the same vectors a block)
         if (x.stride(0) == d && out.stride(0) == d && outputs <= std::numeric_limits<int>::max() - V &&
             streams()) {
-          constexpr int kThreads = 256;
-          launch(flat_elementwise_kernel<T, ACT, QUANT, kThreads, false, 4>,
-                 dim3(static_cast<unsigned>((outputs / V + kThreads - 1) / kThreads)), dim3(kThreads), stream,
-                 out.data_ptr(), 0, x.const_data_ptr<T>(), 0, static_cast<int>(outputs), static_cast<int>(d),
-                 scale->const_data_ptr<float>());
+          launch_flat<T, ACT, QUANT, 256, false, 4>(1, static_cast<int>(outputs), out.data_ptr(), 0,
+                                                    x.const_data_ptr<T>(), 0, static_cast<int>(d),
+                                                    scale->const_data_ptr<float>(), stream);
           return;
         }
       }
