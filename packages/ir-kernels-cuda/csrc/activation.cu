@@ -223,7 +223,7 @@ template <typename T, int ACT, bool QUANT, int THREADS, bool ROWS, int N = 2 / W
 void launch_flat(unsigned rows, int count, void* out, int out_stride, const T* x, int x_stride, int d,
                  const float* scale, cudaStream_t stream) {
   constexpr int kPerBlock = THREADS * N * Words<T>::kPerWord;
-  const dim3 grid(static_cast<unsigned>((count + kPerBlock - 1) / kPerBlock), rows);
+  const dim3 grid(static_cast<unsigned>((static_cast<int64_t>(count) + kPerBlock - 1) / kPerBlock), rows);
   if (count % kPerBlock == 0) {
     launch(flat_elementwise_kernel<T, ACT, QUANT, THREADS, ROWS, true, N>, grid, dim3(THREADS), stream, out,
            out_stride, x, x_stride, count, d, scale);
@@ -340,7 +340,8 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
         // 256, as Triton's flat kernel (H200, `cuda_ab.py`, fastest of 7, the same bits: 16384 x
         // 8192 96.52 to 95.83 µs, 4096 x 8192 25.64 to 25.42; the row grid of
         // `aligned_elementwise_kernel` moved the same vectors a block)
-        if (x.stride(0) == d && out.stride(0) == d && outputs <= std::numeric_limits<int>::max() - V &&
+        // (the kernel indexes in 32 bits, up to a block past the run's end)
+        if (x.stride(0) == d && out.stride(0) == d && outputs <= std::numeric_limits<int>::max() - 256 * V &&
             streams()) {
           launch_flat<T, ACT, QUANT, 256, false, 4>(1, static_cast<int>(outputs), out.data_ptr(), 0,
                                                     x.const_data_ptr<T>(), 0, static_cast<int>(d),
