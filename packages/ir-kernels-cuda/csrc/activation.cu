@@ -181,9 +181,8 @@ __global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, 
   }
 }
 
-// Decode-size launches: as Triton's flat kernel, no exit before the loads, a block size known at
-// compile time, the scale's load first and the row's predicated, so a thread's first load waits
-// on no index arithmetic (H100, `static_quant_probe.py`: static quant 1 x 2048 1.27 to 1.20 µs
+// Decode-size launches: as Triton's flat kernel, a block size known at compile time and the
+// scale's load first, so a thread's first load waits on no index arithmetic (H100, `static_quant_probe.py`: static quant 1 x 2048 1.27 to 1.20 µs
 // against `aligned_elementwise_kernel`'s form, Triton 1.23), and static quant streamed from DRAM.
 // N words a thread: by default one (two elements; two words for float32), four (a vector) for
 // the streamed static quant; the arithmetic is `aligned_elementwise_kernel`'s. Without ROWS the
@@ -340,12 +339,13 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
         // 256, as Triton's flat kernel (H200, `cuda_ab.py`, fastest of 7, the same bits: 16384 x
         // 8192 96.52 to 95.83 µs, 4096 x 8192 25.64 to 25.42; the row grid of
         // `aligned_elementwise_kernel` moved the same vectors a block)
+        constexpr int kStreamThreads = 256;
         // (the kernel indexes in 32 bits, up to a block past the run's end)
-        if (x.stride(0) == d && out.stride(0) == d && outputs <= std::numeric_limits<int>::max() - 256 * V &&
-            streams()) {
-          launch_flat<T, ACT, QUANT, 256, false, 4>(1, static_cast<int>(outputs), out.data_ptr(), 0,
-                                                    x.const_data_ptr<T>(), 0, static_cast<int>(d),
-                                                    scale->const_data_ptr<float>(), stream);
+        if (x.stride(0) == d && out.stride(0) == d &&
+            outputs <= std::numeric_limits<int>::max() - kStreamThreads * V && streams()) {
+          launch_flat<T, ACT, QUANT, kStreamThreads, false, 4>(1, static_cast<int>(outputs), out.data_ptr(), 0,
+                                                               x.const_data_ptr<T>(), 0, static_cast<int>(d),
+                                                               scale->const_data_ptr<float>(), stream);
           return;
         }
       }
