@@ -30,6 +30,7 @@ import triton.language as tl
 from ir_spec import shares_memory
 
 from .fp8 import exact_rounding, quantize, round_to_dtype
+from .launch import await_previous_grid, launch_options
 from .platform import (
     LOOP_BLOCK,
     MAX_SINGLE_PASS,
@@ -135,7 +136,9 @@ def norm_kernel(
     SPLIT: tl.constexpr,
     FULL_ROW: tl.constexpr,
     RELOAD: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    await_previous_grid(PDL)
     row = tl.program_id(0).to(tl.int64)
     act_dtype = x_ptr.dtype.element_ty
     x_row = x_ptr + row * x_stride
@@ -646,4 +649,5 @@ def launch_norm(
         FULL_ROW=full_row,
         RELOAD=reload and single,
         **({} if max_registers is None else {"maxnreg": max_registers}),
+        **launch_options(x2),
     )

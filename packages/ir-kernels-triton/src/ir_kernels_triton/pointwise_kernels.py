@@ -12,6 +12,7 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from .fp8 import exact_rounding, quantize, round_to_dtype
+from .launch import await_previous_grid, launch_options
 from .platform import (
     LOOP_BLOCK,
     MAX_SINGLE_PASS,
@@ -98,7 +99,9 @@ def gated_kernel(
     QUANT: tl.constexpr,
     BLOCK: tl.constexpr,
     INTERPRETED: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    await_previous_grid(PDL)
     row, offs, mask = _row_block(d, BLOCK)
     x_row = x_ptr + row * x_stride
     a = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
@@ -122,11 +125,13 @@ def flat_gated_kernel(
     BLOCK: tl.constexpr,
     EVEN: tl.constexpr,
     INTERPRETED: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """`gated_kernel` for contiguous ``x [rows, 2D]`` and ``out [rows, D]``, indexed by the
     flat output position (int32: callers keep ``2 * total`` below 2**31). The width is a
     compile-time constant, as in Inductor's kernels: the row index is a multiply, not a
     division. `EVEN`: `BLOCK` divides `total`, so no lane is masked."""
+    await_previous_grid(PDL)
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     src = x_ptr + (i // D) * D + i  # row * 2D + column
     if EVEN:
@@ -250,6 +255,7 @@ def launch_gated(
             EVEN=n * d % flat_block == 0,
             INTERPRETED=interpreting(),
             num_warps=warps,
+            **launch_options(x2),
         )
         return
     default_block, default_warps = pointwise_config(
@@ -268,6 +274,7 @@ def launch_gated(
         BLOCK=block,
         INTERPRETED=interpreting(),
         num_warps=num_warps or default_warps,
+        **launch_options(x2),
     )
 
 
@@ -281,7 +288,9 @@ def static_quant_kernel(
     hidden,
     BLOCK: tl.constexpr,
     EXACT_FP8: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    await_previous_grid(PDL)
     row, offs, mask = _row_block(hidden, BLOCK)
     x = tl.load(x_ptr + row * x_stride + offs, mask=mask, other=0.0).to(tl.float32)
     q = quantize(x, 1.0 / tl.load(scale_ptr), EXACT_FP8)
@@ -290,10 +299,18 @@ def static_quant_kernel(
 
 @triton.jit
 def flat_static_quant_kernel(
-    x_ptr, q_ptr, scale_ptr, total, BLOCK: tl.constexpr, EVEN: tl.constexpr, EXACT_FP8: tl.constexpr
+    x_ptr,
+    q_ptr,
+    scale_ptr,
+    total,
+    BLOCK: tl.constexpr,
+    EVEN: tl.constexpr,
+    EXACT_FP8: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
     """`static_quant_kernel` for contiguous tensors, indexed flat (int32); `EVEN`: `BLOCK`
     divides `total`."""
+    await_previous_grid(PDL)
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     if EVEN:
         x = tl.load(x_ptr + i).to(tl.float32)
@@ -330,6 +347,7 @@ def launch_static_quant(
             EVEN=total % block == 0,
             EXACT_FP8=exact_rounding(),
             num_warps=warps,
+            **launch_options(x2),
         )
         return
     block, warps = pointwise_config(n, hidden, compute_heavy=False, fp8_out=True)
@@ -343,6 +361,7 @@ def launch_static_quant(
         BLOCK=block,
         EXACT_FP8=exact_rounding(),
         num_warps=warps,
+        **launch_options(x2),
     )
 
 
@@ -359,7 +378,9 @@ def dynamic_quant_kernel(
     BLOCK: tl.constexpr,
     SINGLE_PASS: tl.constexpr,
     EXACT_FP8: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    await_previous_grid(PDL)
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * x_stride
     q_row = q_ptr + row * q_stride
@@ -417,6 +438,7 @@ def launch_dynamic_quant(
         SINGLE_PASS=single,
         EXACT_FP8=exact_rounding(),
         num_warps=warps_for(block),
+        **launch_options(x2),
     )
 
 
@@ -435,7 +457,9 @@ def group_quant_kernel(
     GROUPS_PER_PROGRAM: tl.constexpr,
     GROUP_BLOCK: tl.constexpr,
     EXACT_FP8: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    await_previous_grid(PDL)
     # one flat grid, a row's group blocks on consecutive programs: consecutive programs read
     # consecutive memory (a 2-D grid ran the first block of every row first; 2-3 % slower)
     pid = tl.program_id(0)
@@ -488,6 +512,7 @@ def launch_group_quant(
         GROUP_BLOCK=group_block,
         EXACT_FP8=exact_rounding(),
         num_warps=num_warps or default_warps,
+        **launch_options(x2),
     )
 
 

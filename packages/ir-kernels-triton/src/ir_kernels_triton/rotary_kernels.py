@@ -11,6 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import await_previous_grid, launch_options
 from .platform import next_power_of_2, num_rows, rows
 
 
@@ -75,7 +76,9 @@ def rotary_kernel(
     HEAD_BLOCK: tl.constexpr,
     HALF_BLOCK: tl.constexpr,
     TAIL_BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
 ):
+    await_previous_grid(PDL)
     token = tl.program_id(0).to(tl.int64)
     first_head = tl.program_id(1) * HEAD_BLOCK
     first = first_head * head_size  # offset of this program's first head
@@ -163,6 +166,7 @@ def launch_rotary(
         HALF_BLOCK=next_power_of_2(half),
         TAIL_BLOCK=next_power_of_2(max(tail, 1)),
         num_warps=num_warps,
+        **launch_options(q2),
     )
 
 
