@@ -17,6 +17,7 @@ shape), written after each op; `ir_stack.bench.kernel_report` turns it into a ta
 """
 
 import argparse
+import contextlib
 import json
 import math
 import platform
@@ -28,8 +29,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 import triton
+import triton.language as tl
 from triton.testing import do_bench, do_bench_cudagraph
 
+from ir_kernels_triton.launch import await_previous_grid, launch_options
+from ir_kernels_triton.launch import programmatic_launch as triton_programmatic_launch
+from ir_kernels_triton.launch import set_programmatic_launch as triton_setting
 from ir_spec import SampleSpec, ops
 from ir_spec.testing import sample_inputs
 
@@ -58,8 +63,8 @@ QUANTILES = [0.2, 0.5, 0.8]
 
 
 @triton.jit
-def _empty_kernel() -> None:
-    pass
+def _empty_kernel(PDL: tl.constexpr = False) -> None:
+    await_previous_grid(PDL)
 
 
 def copy_bandwidth() -> float:
@@ -74,9 +79,15 @@ def copy_bandwidth() -> float:
     return 2 * (1 << 30) / (ms * 1e-3) / 1e9
 
 
-def empty_kernel_us() -> float:
-    """Replayed time of an empty Triton kernel: the floor for decode sizes."""
-    return float(do_bench_cudagraph(lambda: _empty_kernel[(1,)](), rep=50)) * 1e3
+def empty_kernel_us(programmatic: bool = False) -> float:
+    """Replayed time of an empty Triton kernel: the floor for decode sizes. `programmatic`:
+    launched as the provider's kernels are when their programmatic launch is on (where the GPU
+    and Triton have it; plainly elsewhere)."""
+    options: dict[str, bool] = {}
+    if programmatic:
+        with triton_programmatic_launch(True):
+            options = launch_options(torch.empty(1, device="cuda"))
+    return float(do_bench_cudagraph(lambda: _empty_kernel[(1,)](**options), rep=50)) * 1e3
 
 
 def empty_cuda_kernel_us() -> float | None:
@@ -88,6 +99,17 @@ def empty_cuda_kernel_us() -> float | None:
         return None
     hint = torch.empty(1, device="cuda")
     return float(do_bench_cudagraph(lambda: op(hint), rep=50)) * 1e3
+
+
+def set_programmatic_launch(enabled: bool) -> dict[str, bool]:
+    """Programmatic dependent launch on or off in every provider that has the setting
+    (`--programmatic-launch`); returns what each provider now does."""
+    triton_setting(enabled)
+    applied = {"triton": enabled}
+    with contextlib.suppress(AttributeError, RuntimeError):  # no ir_cuda build, or no setting
+        torch.ops.ir_cuda.set_programmatic_launch(enabled)
+        applied["cuda"] = enabled
+    return applied
 
 
 def min_traffic_bytes(op: Any, args: tuple[Any, ...], outs: tuple[torch.Tensor, ...]) -> int:
@@ -267,6 +289,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--tag", default="")
     parser.add_argument(
+        "--programmatic-launch",
+        action="store_true",
+        help="launch the providers' kernels as programmatic dependent launches (each then "
+        "overlaps the one before, itself: see benchmarks/gpu/programmatic_launch.py)",
+    )
+    parser.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -279,6 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("providers:", import_providers())
     card = torch.cuda.get_device_name()
     copy_gbps = copy_bandwidth()
+    programmatic = set_programmatic_launch(a.programmatic_launch)
     empty_us = empty_kernel_us()
     empty_cuda_us = empty_cuda_kernel_us()
     print(f"{card}: copy {copy_gbps:.0f} GB/s, empty Triton kernel replayed {empty_us:.2f} us")
@@ -287,6 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "copy_gbps": copy_gbps,
         "empty_triton_kernel_us_graph": empty_us,
         "empty_cuda_kernel_us_graph": empty_cuda_us,
+        "programmatic_launch": programmatic,
+        "empty_triton_kernel_programmatic_us_graph": empty_kernel_us(True),
         "torch": torch.__version__,
         "triton": triton.__version__,
         "python": platform.python_version(),
