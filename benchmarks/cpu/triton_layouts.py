@@ -49,7 +49,7 @@ def ttgir(
     constants = dict(
         HAS_RESIDUAL=residual, HAS_WEIGHT=True, QUANT=quant, HAS_UB=False, BLOCK=block,
         SINGLE_PASS=True, EXACT_FP8=False, EARLY_WEIGHT=early, EVICT_FIRST=False, SPLIT=split,
-        FULL_ROW=full_row, RELOAD=False,
+        FULL_ROW=full_row, RELOAD=False, PDL=False,
     )  # fmt: skip
     if "--unaligned" in sys.argv:
         aligned = ["x_ptr", "x_stride"]

@@ -31,14 +31,14 @@ def sass_lines(act: int, width: int, block: int, warps: int) -> list[str]:
         "out_ptr": "*bf16",
         "scale_ptr": "*fp32",
         "total": "i32",
-        **{k: "constexpr" for k in ("D", "ACT", "QUANT", "BLOCK", "EVEN", "INTERPRETED")},
+        **{k: "constexpr" for k in ("D", "ACT", "QUANT", "BLOCK", "EVEN", "INTERPRETED", "PDL")},
     }
     constants = {"D": width, "ACT": act, "QUANT": False, "BLOCK": block, "EVEN": True}
     aligned = [["tt.divisibility", 16]]
     source = triton.compiler.ASTSource(
         fn=pk.flat_gated_kernel,
         signature=signature,
-        constexprs={**constants, "INTERPRETED": False},
+        constexprs={**constants, "INTERPRETED": False, "PDL": False},
         attrs={(0,): aligned, (1,): aligned, (3,): aligned},
     )
     target = GPUTarget("cuda", 90, 32)
