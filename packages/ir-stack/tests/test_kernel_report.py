@@ -153,3 +153,17 @@ def test_the_shapes_lost_are_listed_largest_gap_first(tmp_path: Path) -> None:
     ]
     kernel_report.main([str(path), "--ours", "cuda"])
     assert "Shapes `cuda` loses" in path.with_suffix(".md").read_text()
+
+
+@pytest.mark.parametrize("flag", [{"triton": True}, True], ids=["per-provider", "one-flag"])
+def test_the_method_says_when_ours_launched_programmatically(tmp_path: Path, flag: Any) -> None:
+    path = write(tmp_path)
+    plain = json.loads(path.read_text())
+    kernel_report.main([str(path), "--ours", "triton"])
+    assert "programmatic" not in path.with_suffix(".md").read_text()
+    path.write_text(json.dumps({**plain, "meta": {**META, "programmatic_launch": flag}}))
+    kernel_report.main([str(path), "--ours", "triton"])
+    assert "`triton` was launched as programmatic" in path.with_suffix(".md").read_text()
+    kernel_report.main([str(path), "--ours", "cuda"])
+    said = "`cuda` was launched as programmatic" in path.with_suffix(".md").read_text()
+    assert said == (flag is True)

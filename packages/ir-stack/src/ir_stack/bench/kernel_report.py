@@ -81,6 +81,25 @@ def run_metas(meta: dict[str, Any]) -> list[dict[str, Any]]:
     return meta.get("parts") or [meta]
 
 
+def launched_programmatically(meta: dict[str, Any], provider: str) -> bool:
+    """Whether a run launched `provider`'s kernels as programmatic dependent launches
+    (``--programmatic-launch``): ``programmatic_launch`` is per provider, or one flag in the
+    runs of its first version."""
+    flags = [m.get("programmatic_launch", False) for m in run_metas(meta)]
+    return any(f.get(provider, False) if isinstance(f, dict) else f for f in flags)
+
+
+def programmatic_text(meta: dict[str, Any], ours: str) -> str:
+    """A sentence for the method where `ours` was launched programmatically, else nothing."""
+    if not launched_programmatically(meta, ours):
+        return ""
+    return (
+        f" `{ours}` was launched as programmatic dependent launches (`--programmatic-launch`): "
+        "each replay overlaps the one before, which is itself; behind a plain kernel that gain "
+        "turns into a cost (`programmatic-launch-H200.md`)."
+    )
+
+
 def part_meta(meta: dict[str, Any], op: str) -> dict[str, Any]:
     """The meta of the run that timed `op`: its part's where the result was merged."""
     return next((m for m in run_metas(meta) if op in m.get("ops", [op])), meta)
@@ -180,7 +199,7 @@ def markdown(
         f"device copy bandwidth measured in the same run: {run_facts(meta)}. Each shape ran "
         f"{runs_text(meta)}, each run starting at a different candidate; the "
         "fastest run is shown, `spread` is the larger run-to-run difference of our kernel and "
-        "of the best anchor.",
+        "of the best anchor." + programmatic_text(meta, ours),
         "",
     ]
     lines: list[str] = []  # the ops' tables
