@@ -33,6 +33,7 @@ import torch
 from probe_tools import time_rotated
 
 from ir_kernels_cuda import impls as cuda_impls
+from ir_kernels_cuda.testing import bits
 from ir_spec import SampleSpec, ops
 from ir_spec.testing import sample_inputs
 from ir_stack.bench.kernels import GATED, INTERMEDIATE, empty_kernel_us
@@ -70,8 +71,8 @@ def with_setting(provider: str, enabled: bool, fn: Callable[[], Any]) -> Callabl
 
 
 def outputs(result: Any) -> list[torch.Tensor]:
-    items = result if isinstance(result, tuple | list) else (result,)
-    return [t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t for t in items]
+    """An op's results, float8 tensors as their bits (`torch.equal` does not take them)."""
+    return [bits(t) for t in (result if isinstance(result, tuple | list) else (result,))]
 
 
 def time_shape(name: str, tokens: int, hidden: int, rounds: int) -> dict[str, float]:

@@ -25,7 +25,9 @@ def test_the_interpreter_launches_plainly() -> None:
         assert launch_options(torch.empty(1)) == {}
 
 
-def chains(programmatic: bool, rows: int, width: int, graph: bool, steps: int = 24) -> list:
+def chains(
+    programmatic: bool, rows: int, width: int, graph: bool, steps: int = 24
+) -> list[torch.Tensor]:
     """The fused add and rotary in place and the plain norm out of place, `steps` launches
     each, every launch on the results of the one before (captured in a CUDA graph and replayed
     once where `graph`)."""
