@@ -3,10 +3,13 @@
 Importing the package registers the implementations; ir-dispatch imports it through the
 ``ir.providers`` entry point. The implementations are ``supported`` only where Triton can run:
 on a GPU it targets, or with ``TRITON_INTERPRET=1`` (set before the import) on CPU tensors.
+`set_programmatic_launch` (`launch`) turns on programmatic dependent launch of the kernels on
+compute capability 9.0 and later; it is off by default.
 """
 
 from ._version import __version__
 from .impls import INPLACE_PROVIDER, PROVIDER, SUPPORTED
+from .launch import programmatic_launch, set_programmatic_launch
 from .platform import MAX_SINGLE_PASS, interpreting, row_stride, triton_supported
 
 __all__ = [
@@ -16,6 +19,8 @@ __all__ = [
     "SUPPORTED",
     "__version__",
     "interpreting",
+    "programmatic_launch",
     "row_stride",
+    "set_programmatic_launch",
     "triton_supported",
 ]
