@@ -1,4 +1,4 @@
-"""Two builds of the ``cuda`` kernels timed side by side in one process: this tree's and another.
+"""Builds of the ``cuda`` kernels timed side by side in one process: this tree's and others.
 
 An A/B of a kernel change used to build each source in turn and run the kernel grid after each
 (two builds, two grids with their Inductor anchors: most of a device call). Here the other
@@ -19,6 +19,8 @@ import functools
 import json
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -47,33 +49,68 @@ def cuda_impls() -> Any:
     return ir_kernels_cuda.impls
 
 
-def build_old(csrc: Path) -> Any:
-    """The kernels of `csrc` built and loaded as ``torch.ops.ir_cuda_old``."""
+def build_other(csrc: Path, namespace: str, work: Path, programmatic: bool = False) -> Any:
+    """The kernels of `csrc` built in `work` and loaded as ``torch.ops.<namespace>`` (a build
+    already there and up to date is only loaded); `programmatic`: the build whose launches are
+    programmatic dependent launches (``IR_CUDA_PROGRAMMATIC``)."""
     from torch.utils import cpp_extension
 
-    work = Path(tempfile.mkdtemp(prefix="ir-cuda-old-"))
     source = work / "csrc"
-    shutil.copytree(csrc, source)
-    ops_cpp = source / "ops.cpp"
-    text, count = re.subn(
-        r"#define IR_CUDA_LIBRARY ir_cuda\n",
-        f"#define IR_CUDA_LIBRARY {OLD_NAMESPACE}\n",
-        ops_cpp.read_text(),
-    )
-    if count != 1:
-        raise SystemExit(f"{ops_cpp}: no '#define IR_CUDA_LIBRARY ir_cuda' line to rename")
-    ops_cpp.write_text(text)
+    if not source.exists():
+        shutil.copytree(csrc, source)
+        ops_cpp = source / "ops.cpp"
+        text, count = re.subn(
+            r"#define IR_CUDA_LIBRARY ir_cuda(_programmatic)?\n",
+            f"#define IR_CUDA_LIBRARY {namespace}\n",
+            ops_cpp.read_text(),
+        )
+        if count == 0:
+            raise SystemExit(f"{ops_cpp}: no '#define IR_CUDA_LIBRARY ir_cuda' line to rename")
+        ops_cpp.write_text(text)
+    defines = ["-DIR_CUDA_PROGRAMMATIC"] if programmatic else []
     with cuda_build._arch_list(cuda_build.architecture()):
         cpp_extension.load(
-            name=OLD_NAMESPACE,
+            name=namespace,
             sources=[str(source / name) for name in cuda_build.SOURCES],
             extra_include_paths=[str(source)],
-            extra_cflags=["-O3"],
-            extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr"],
+            extra_cflags=["-O3", *defines],
+            extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr", *defines],
             build_directory=str(work),
             is_python_module=False,
         )
-    return getattr(torch.ops, OLD_NAMESPACE)
+    return getattr(torch.ops, namespace)
+
+
+def build_all(sources: dict[str, Path]) -> dict[str, Any]:
+    """Each source of `sources` (name to csrc folder) built as ``torch.ops.ir_cuda_<name>``: the
+    compilations run at once in child processes, then each build is loaded here."""
+    root = Path(tempfile.mkdtemp(prefix="ir-cuda-ab-"))
+    children = []
+    for name, csrc in sources.items():
+        (root / name).mkdir()
+        command = [
+            sys.executable,
+            __file__,
+            "--build-only",
+            f"{name}={csrc}",
+            "--build-root",
+            str(root),
+        ]
+        children.append((name, subprocess.Popen(command)))
+    for name, child in children:
+        if child.wait() != 0:
+            raise SystemExit(f"the build of {name} ({sources[name]}) failed")
+    return {
+        name: build_other(csrc, f"ir_cuda_{name}", root / name) for name, csrc in sources.items()
+    }
+
+
+def named_source(text: str) -> tuple[str, Path]:
+    """``NAME=DIR`` as (NAME, DIR); NAME must make an identifier."""
+    name, sep, folder = text.partition("=")
+    if not sep or not name.isidentifier() or not folder:
+        raise argparse.ArgumentTypeError(f"expected NAME=DIR with NAME an identifier, got {text!r}")
+    return name, Path(folder)
 
 
 @contextmanager
@@ -106,7 +143,7 @@ def same(a: list[torch.Tensor], b: list[torch.Tensor], close: bool) -> bool:
 
 
 def time_shape(
-    name: str, tokens: int, hidden: int, old: Any, rounds: int, close: bool
+    name: str, tokens: int, hidden: int, others: dict[str, Any], rounds: int, close: bool
 ) -> dict[str, list[float]]:
     op = getattr(ops, name)
     width = INTERMEDIATE[hidden] if name in GATED else hidden
@@ -114,43 +151,64 @@ def time_shape(
     args = sample_inputs(op, spec)
     new_fn, triton_fn = op.impls["cuda"].fn, op.impls["triton"].fn
 
-    def run_old() -> Any:
-        with kernels(old):
-            return new_fn(*args)
+    def run_with(namespace: Any) -> Callable[[], Any]:
+        def run() -> Any:
+            with kernels(namespace):
+                return new_fn(*args)
 
-    candidates: dict[str, Callable[[], Any]] = {
-        "new": lambda: new_fn(*args),
-        "old": run_old,
-        "triton": lambda: triton_fn(*args),
-    }
-    if not same(outputs(candidates["new"]()), outputs(run_old()), close):
-        raise SystemExit(f"{name} {tokens}x{width}: the two builds' outputs differ")
+        return run
+
+    candidates: dict[str, Callable[[], Any]] = {"new": lambda: new_fn(*args)}
+    candidates |= {other: run_with(namespace) for other, namespace in others.items()}
+    candidates["triton"] = lambda: triton_fn(*args)
+    expected = outputs(candidates["new"]())
+    for other in others:
+        if not same(expected, outputs(candidates[other]()), close):
+            raise SystemExit(f"{name} {tokens}x{width}: the outputs of new and {other} differ")
     return time_rotated(candidates, rounds)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--old-csrc", type=Path, required=True)
+    parser.add_argument("--old-csrc", type=Path)
+    parser.add_argument(
+        "--other", type=named_source, action="append", default=[], metavar="NAME=DIR"
+    )
     parser.add_argument("--ops", default="rms_norm,fused_add_rms_norm,dynamic_quant_fp8")
     parser.add_argument("--tokens", default="1,16,128,1024,4096")
     parser.add_argument("--hidden", default="2048,4096,8192")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--close", action="store_true", help="outputs within 1e-2, not bitwise")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--build-only", type=named_source, help=argparse.SUPPRESS)
+    parser.add_argument("--build-root", type=Path, help=argparse.SUPPRESS)
     a = parser.parse_args()
-    old = build_old(a.old_csrc)
+    if a.build_only:
+        name, csrc = a.build_only
+        build_other(csrc, f"ir_cuda_{name}", a.build_root / name)
+        return
+    sources = dict(a.other)
+    if a.old_csrc:
+        sources = {"old": a.old_csrc} | sources
+    if not sources:
+        parser.error("give --old-csrc or at least one --other NAME=DIR")
+    others = build_all(sources)
     if not cuda_impls().SUPPORTED:
         raise SystemExit(f"provider cuda unavailable: {cuda_impls().REASON}")
     records = []
     for name in a.ops.split(","):
         for tokens in (int(t) for t in a.tokens.split(",")):
             for hidden in (int(h) for h in a.hidden.split(",")):
-                times = time_shape(name, tokens, hidden, old, a.rounds, a.close)
+                times = time_shape(name, tokens, hidden, others, a.rounds, a.close)
                 best = {n: min(v) for n, v in times.items()}
                 records.append({"op": name, "tokens": tokens, "hidden": hidden, "times_us": times})
+                ratios = " ".join(
+                    f"{other} {best[other]:.2f} (new/{other} {best['new'] / best[other]:.3f})"
+                    for other in others
+                )
                 print(
-                    f"{name} {tokens}x{hidden}: new {best['new']:.2f} old {best['old']:.2f} "
-                    f"(new/old {best['new'] / best['old']:.3f}) triton {best['triton']:.2f}",
+                    f"{name} {tokens}x{hidden}: new {best['new']:.2f} {ratios} "
+                    f"triton {best['triton']:.2f}",
                     flush=True,
                 )
     if a.json:
