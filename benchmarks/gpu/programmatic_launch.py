@@ -10,11 +10,9 @@ median, µs; the fastest of `--rounds` rotated rounds) four ways:
   never lets a dependent start early; the empty kernel's own time is subtracted. This is the op
   behind a kernel that knows nothing of programmatic launch (a GEMM of another library).
 
-Beside them: the empty ``ir_cuda`` kernel launched plainly (the issues' decode floor) and,
-where the cuda build has the setting, programmatically; the empty Triton kernel both ways.
-Outputs of the two settings are compared bitwise first. The cuda provider is timed only where
-its build has ``torch.ops.ir_cuda.set_programmatic_launch`` (branch
-``cuda-programmatic-launch``: not on main, see `benchmarks/results/programmatic-launch-H200.md`).
+Beside them: the empty ``ir_cuda`` kernel launched plainly (the issues' decode floor) and
+programmatically (``torch.ops.ir_cuda_programmatic``, the build `ir_kernels_cuda.launch` turns
+on); the empty Triton kernel both ways. Outputs of the two settings are compared bitwise first.
 
 Usage (GPU machine, the package built): python benchmarks/gpu/programmatic_launch.py
   [--ops a,b] [--tokens 1,16] [--hidden 2048,4096,8192] [--rounds 3] [--json OUT] [--md OUT]
@@ -33,6 +31,7 @@ import torch
 from probe_tools import time_rotated
 
 from ir_kernels_cuda import impls as cuda_impls
+from ir_kernels_cuda.build import PROGRAMMATIC_NAMESPACE, build
 from ir_kernels_cuda.testing import bits
 from ir_spec import SampleSpec, ops
 from ir_spec.testing import sample_inputs
@@ -45,20 +44,12 @@ PROVIDERS = ("cuda", "triton")
 MARGIN_US = {"cuda": 0.5, "triton": 1.0}
 
 
-def providers() -> list[str]:
-    """The providers whose launches have the setting: triton, and cuda where its build has it."""
-    return [
-        p
-        for p in PROVIDERS
-        if p == "triton" or hasattr(torch.ops.ir_cuda, "set_programmatic_launch")
-    ]
-
-
 def with_setting(provider: str, enabled: bool, fn: Callable[[], Any]) -> Callable[[], Any]:
     """`fn` with `provider`'s programmatic launch set to `enabled` (at capture time)."""
+    from ir_kernels_cuda.launch import set_programmatic_launch as cuda_setting
     from ir_kernels_triton.launch import set_programmatic_launch as triton_setting
 
-    setting = torch.ops.ir_cuda.set_programmatic_launch if provider == "cuda" else triton_setting
+    setting = cuda_setting if provider == "cuda" else triton_setting
 
     def run() -> Any:
         previous = setting(enabled)
@@ -83,7 +74,7 @@ def time_shape(name: str, tokens: int, hidden: int, rounds: int) -> dict[str, fl
     hint = args[0]
     plain = lambda: torch.ops.ir_cuda.empty_kernel(hint)  # noqa: E731
     candidates: dict[str, Callable[[], Any]] = {"plain empty": plain}
-    for provider in providers():
+    for provider in PROVIDERS:
         fn = op.impls[provider].fn
         off = with_setting(provider, False, lambda fn=fn: fn(*args))
         on = with_setting(provider, True, lambda fn=fn: fn(*args))
@@ -152,9 +143,11 @@ def main() -> None:
     import ir_kernels_triton  # noqa: F401  (registers provider triton)
 
     hint = torch.empty(1, device="cuda")
-    kernels: dict[str, Callable[[], Any]] = {"plain": lambda: torch.ops.ir_cuda.empty_kernel(hint)}
-    if "cuda" in providers():
-        kernels["programmatic"] = lambda: torch.ops.ir_cuda.empty_kernel(hint, True)
+    build(programmatic=True)
+    kernels: dict[str, Callable[[], Any]] = {
+        "plain": lambda: torch.ops.ir_cuda.empty_kernel(hint),
+        "programmatic": lambda: getattr(torch.ops, PROGRAMMATIC_NAMESPACE).empty_kernel(hint),
+    }
     empty = {n: min(v) for n, v in time_rotated(kernels, 5).items()}
     empty["triton"] = min(empty_kernel_us() for _ in range(5))
     empty["triton programmatic"] = min(empty_kernel_us(True) for _ in range(5))

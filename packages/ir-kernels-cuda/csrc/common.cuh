@@ -28,6 +28,44 @@
 
 namespace ir_cuda {
 
+// Programmatic dependent launch (compute capability 9.0 and later): a kernel launched with it may
+// become resident while the kernel before it on its stream still runs, and waits for that
+// kernel's results before it touches memory. The sources build twice: as `ir_cuda`, launched
+// plainly (the default), and with IR_CUDA_PROGRAMMATIC as `ir_cuda_programmatic`, every launch
+// programmatic (`ir_kernels_cuda.launch`). It pays only behind kernels that let their dependents
+// start early: on an H200 a decode-size op behind one of ours took about 0.4 µs less, behind a
+// plain kernel about as much more (`programmatic-launch-H200.md`). A plain build keeps no trace
+// of it: the wait and the trigger below, though no-ops without a programmatic launch, slowed
+// plain launches by 1-30 % at shapes inside the L2 (`cuda-kernels-notes-H100.md`, round 39).
+#if defined(IR_CUDA_PROGRAMMATIC)
+constexpr bool kProgrammatic = true;
+#else
+constexpr bool kProgrammatic = false;
+#endif
+
+// Grids of at most this many threads let the launch after them start early: one wave of 1024
+// threads an SM on a card of 128 SMs or more (an H100 or H200 has 132). Past one wave, an early
+// trigger made 12-24 MB inside the L2 read as if from DRAM (H200, static quant 1024 x 8192: 5.75
+// against 3.94 µs; 1024 x 4096, 262144 threads in blocks of at most 1280 threads an SM: 2.99
+// against 2.56), and only a launch's latency is worth hiding.
+constexpr unsigned long long kEarlyTriggerThreads = 128ull * 1024;
+
+// The first step of every ir_cuda kernel. In the programmatic build: wait until the kernel before
+// on the stream has finished and its writes are visible (so this kernel neither reads its inputs
+// early nor overwrites memory that kernel still reads), then, in a grid of one wave, let the
+// launch after it start. In the plain build, nothing.
+__device__ __forceinline__ void await_previous_grid() {
+#if defined(IR_CUDA_PROGRAMMATIC) && defined(__CUDA_ARCH__)
+#if __CUDA_ARCH__ < 900
+#error "IR_CUDA_PROGRAMMATIC needs compute capability 9.0 or later"
+#endif
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const unsigned long long threads = static_cast<unsigned long long>(gridDim.x) * gridDim.y *
+                                     gridDim.z * (blockDim.x * blockDim.y * blockDim.z);
+  if (threads <= kEarlyTriggerThreads) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 #if defined(IR_CUDA_HOST_EMULATION)
 constexpr const char* kDeviceName = "CPU (emulated CUDA)";
 inline bool on_kernel_device(const at::Tensor& t) { return t.is_cpu(); }
@@ -71,30 +109,32 @@ inline int64_t l2_cache_bytes() {
   return bytes;
 }
 
-template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
-  kernel<<<grid, block, 0, stream>>>(static_cast<Params>(args)...);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-}
-
-// A launch configuration in thread block clusters of `cluster` blocks along x. It holds the
-// attribute the configuration points to, so it is neither copied nor moved.
-struct ClusterConfig {
-  ClusterConfig(dim3 grid, dim3 block, unsigned cluster, cudaStream_t stream) {
-    attribute.id = cudaLaunchAttributeClusterDimension;
-    attribute.val.clusterDim.x = cluster;
-    attribute.val.clusterDim.y = 1;
-    attribute.val.clusterDim.z = 1;
+// A launch configuration: in thread block clusters of `cluster` blocks along x where `cluster` is
+// over 1, and as a programmatic dependent launch in the programmatic build. It holds the
+// attributes the configuration points to, so it is neither copied nor moved.
+struct LaunchConfig {
+  LaunchConfig(dim3 grid, dim3 block, unsigned cluster, cudaStream_t stream) {
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = 0;
     config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
+    config.attrs = attributes;
+    if (cluster > 1) {
+      cudaLaunchAttribute& a = attributes[config.numAttrs++];
+      a.id = cudaLaunchAttributeClusterDimension;
+      a.val.clusterDim.x = cluster;
+      a.val.clusterDim.y = 1;
+      a.val.clusterDim.z = 1;
+    }
+    if constexpr (kProgrammatic) {
+      cudaLaunchAttribute& a = attributes[config.numAttrs++];
+      a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      a.val.programmaticStreamSerializationAllowed = 1;
+    }
   }
-  ClusterConfig(const ClusterConfig&) = delete;
-  ClusterConfig& operator=(const ClusterConfig&) = delete;
-  cudaLaunchAttribute attribute{};
+  LaunchConfig(const LaunchConfig&) = delete;
+  LaunchConfig& operator=(const LaunchConfig&) = delete;
+  cudaLaunchAttribute attributes[2]{};
   cudaLaunchConfig_t config{};
 };
 
@@ -103,8 +143,19 @@ struct ClusterConfig {
 template <typename... Params, typename... Args>
 void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster,
                     cudaStream_t stream, Args... args) {
-  ClusterConfig c(grid, block, cluster, stream);
+  LaunchConfig c(grid, block, cluster, stream);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&c.config, kernel, static_cast<Params>(args)...));
+}
+
+// kernel<<<grid, block>>>(args...), as a programmatic dependent launch in the programmatic build.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  if constexpr (kProgrammatic) {
+    launch_cluster(kernel, grid, block, 1u, stream, args...);
+  } else {
+    kernel<<<grid, block, 0, stream>>>(static_cast<Params>(args)...);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
 }
 
 constexpr int kMaxDevices = 64;
@@ -131,7 +182,7 @@ template <auto KERNEL>
 bool cluster_fits(unsigned block, unsigned cluster) {
   static std::atomic<int> known[kMaxDevices];
   return once_per_device(known, 0, [&](int /*device*/) {
-           ClusterConfig c(dim3(cluster), dim3(block), cluster, nullptr);
+           LaunchConfig c(dim3(cluster), dim3(block), cluster, nullptr);
            int clusters = 0;
            C10_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&clusters, KERNEL, &c.config));
            return clusters > 0 ? 1 : 0;

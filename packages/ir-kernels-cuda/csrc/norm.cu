@@ -234,6 +234,7 @@ __device__ __forceinline__ void write_scale(const QuantArgs<T>& a, const RowSlot
 
 template <typename T, int VPT, bool STREAM, bool ADD, bool NORM, int QUANT>
 __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
+  await_previous_grid();
   const int team_shift = __ffs(team) - 1;
   const RowSlot slot = row_slot<!NORM>(a, team, team_shift, blockDim.x >> team_shift);
   constexpr int V = vec_width<T>();
@@ -393,6 +394,7 @@ template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LA
           bool EVICT = false, bool FLOAT_ADD = false, bool TOGETHER = false, bool RELOAD = false, int SPLIT = 1>
 __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     aligned_row_kernel(AlignedArgs<ADD, NORM, T> a) {
+  await_previous_grid();
   static_assert(!TOGETHER || (!ADD && !NORM && QUANT == kDynamic && CLUSTER == 1),
                 "TOGETHER is for the fp8 rows without a norm (`stores_together`)");
   static_assert(!RELOAD || (NORM && QUANT == kNone && !LATE && CLUSTER == 1 && !EVICT && !FLOAT_ADD),

@@ -1,7 +1,9 @@
 // Schemas of torch.ops.ir_cuda.* and their CUDA implementations. Out-variants write into
 // preallocated outputs (fp8 outputs as float8_e4m3fn); fused_add_rms_norm_ and
 // rotary_embedding_ overwrite their activations. Built with IR_CUDA_HOST_EMULATION, the same
-// ops are torch.ops.ir_cuda_emulated.* on CPU tensors (the kernels run on the CPU).
+// ops are torch.ops.ir_cuda_emulated.* on CPU tensors (the kernels run on the CPU); built with
+// IR_CUDA_PROGRAMMATIC, torch.ops.ir_cuda_programmatic.*, launched as programmatic dependent
+// launches (common.cuh).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -10,6 +12,9 @@
 #if defined(IR_CUDA_HOST_EMULATION)
 #define IR_CUDA_LIBRARY ir_cuda_emulated
 #define IR_CUDA_DISPATCH_KEY CPU
+#elif defined(IR_CUDA_PROGRAMMATIC)
+#define IR_CUDA_LIBRARY ir_cuda_programmatic
+#define IR_CUDA_DISPATCH_KEY CUDA
 #else
 #define IR_CUDA_LIBRARY ir_cuda
 #define IR_CUDA_DISPATCH_KEY CUDA

@@ -37,6 +37,7 @@ __device__ __forceinline__ void rotate(float x1, float x2, float c, float s, T& 
 // V pairs (neox: V from each half) or V elements (interleaved: V / 2 pairs) on the vector path.
 template <typename T, typename C, bool NEOX>
 __global__ void rotary_kernel(RotaryArgs<T, C> a) {
+  await_previous_grid();
   constexpr int V = vec_width<T>();
   const FlatBlock block(a.blocks_per_token);
   const unsigned token_block = block.column;
@@ -118,6 +119,7 @@ __device__ __forceinline__ int load_position(const void* positions, bool is64, i
 // strides (the host checks), and no loop. The arithmetic is `rotary_kernel`'s.
 template <typename T, typename C, bool NEOX>
 __global__ void aligned_rotary_kernel(RotaryArgs<T, C> a, int unit_shift) {
+  await_previous_grid();
   constexpr int V = vec_width<T>();
   const int token = static_cast<int>(blockIdx.y);
   const int w = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);

@@ -3,8 +3,10 @@ sources compile wherever nvcc is present; on a GPU, every kernel against the nat
 (dtypes, hidden sizes, token counts, contiguous / strided / 3-D rows), in-place semantics,
 batch invariance and opcheck on every ``torch.ops.ir_cuda`` op."""
 
+import os
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,14 @@ import pytest
 import torch
 
 from ir_kernels_cuda import impls
-from ir_kernels_cuda.build import HEADERS, SOURCES, csrc_dir
+from ir_kernels_cuda.build import (
+    HEADERS,
+    PROGRAMMATIC_NAMESPACE,
+    SOURCES,
+    BuildUnavailable,
+    build,
+    csrc_dir,
+)
 from ir_kernels_cuda.testing import (
     assert_dynamic_norm_sums_as_one_team,
     assert_fused_add_sums_as_one_team,
@@ -20,6 +29,7 @@ from ir_kernels_cuda.testing import (
     bits,
     opcheck_arguments,
     opcheck_utils,
+    programmatic_chains,
 )
 from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
@@ -76,17 +86,27 @@ def test_sources_compile_with_nvcc(tmp_path: Path) -> None:
         "-O1",
     ]
     assert set(HEADERS) <= {p.name for p in csrc_dir().iterdir()}
-    for name in SOURCES:
+    # every source plainly; the programmatic build's own lines (common.cuh, ops.cpp) in the
+    # smallest kernel source
+    builds = [(name, []) for name in SOURCES]
+    builds += [(name, ["-DIR_CUDA_PROGRAMMATIC"]) for name in ("ops.cpp", "rotary.cu")]
+
+    def compile_one(name: str, defines: list[str]) -> subprocess.CompletedProcess[str]:
         source = csrc_dir() / name
-        obj = tmp_path / f"{name}.o"
+        obj = tmp_path / f"{name}{''.join(defines)}.o"
         if name.endswith(".cu"):
             arch = "-gencode=arch=compute_90a,code=sm_90a"
-            command = [NVCC or "nvcc", arch, "--expt-relaxed-constexpr", *flags]
+            command = [NVCC or "nvcc", arch, "--expt-relaxed-constexpr", *flags, *defines]
             command += ["-c", str(source), "-o", str(obj)]
         else:
-            command = ["g++", *flags, "-c", str(source), "-o", str(obj)]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-        assert done.returncode == 0, f"{name}:\n{done.stderr[-4000:]}"
+            command = ["g++", *flags, *defines, "-c", str(source), "-o", str(obj)]
+        return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+
+    # norm.cu takes most of the time: the others compile beside it
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
+        done = list(pool.map(lambda build: compile_one(*build), builds))
+    for (name, defines), result in zip(builds, done, strict=True):
+        assert result.returncode == 0, f"{name} {defines}:\n{result.stderr[-4000:]}"
 
 
 # ------------------------------------------------------------------------------ GPU only
@@ -266,13 +286,32 @@ def test_rejects_what_the_kernels_cannot_address() -> None:
     assert not ops.silu_and_mul.impls["cuda"].accepts((torch.randn(4, 63, device="cuda"),))
 
 
+def programmatic_build_reason() -> str:
+    """Why the programmatic build cannot run here, or ""."""
+    if not GPU:
+        return f"provider cuda unsupported here: {impls.REASON}"
+    if torch.cuda.get_device_capability()[0] < 9:
+        return "programmatic dependent launch needs compute capability 9.0 or later"
+    return ""
+
+
+PROGRAMMATIC_REASON = programmatic_build_reason()
+on_hopper = pytest.mark.skipif(bool(PROGRAMMATIC_REASON), reason=PROGRAMMATIC_REASON)
+
+
 @on_gpu
-def test_opcheck_every_ir_cuda_op() -> None:
+@pytest.mark.parametrize("namespace", ["ir_cuda", PROGRAMMATIC_NAMESPACE])
+def test_opcheck_every_ir_cuda_op(namespace: str) -> None:
+    if namespace == PROGRAMMATIC_NAMESPACE:
+        if PROGRAMMATIC_REASON:
+            pytest.skip(PROGRAMMATIC_REASON)
+        build(programmatic=True)
+        impls.register_fakes(namespace)
     cases = opcheck_arguments("cuda")
     assert set(cases) == set(impls.IR_CUDA_OPS)
     for name, args in cases.items():
         torch.library.opcheck(
-            getattr(torch.ops.ir_cuda, name), args, test_utils=opcheck_utils(args)
+            getattr(getattr(torch.ops, namespace), name), args, test_utils=opcheck_utils(args)
         )
 
 
@@ -296,3 +335,60 @@ def test_kernels_capture_in_a_cuda_graph(hidden: int) -> None:
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, expected)
+
+
+@on_hopper
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+@pytest.mark.parametrize(("rows", "width"), [(1, 4096), (16, 8192), (7, 2048), (4096, 4096)])
+def test_programmatic_launches_wait_for_the_kernel_before(
+    rows: int, width: int, graph: bool
+) -> None:
+    """Chains of launches, each reading what the one before wrote, give the same bits launched
+    programmatically as plainly (16 x 8192: norms over thread block clusters; 4096 x 4096:
+    grids of several waves, which do not let the next launch start early)."""
+    build(programmatic=True)
+    expected = programmatic_chains(torch.ops.ir_cuda, rows, width)
+    got = programmatic_chains(getattr(torch.ops, PROGRAMMATIC_NAMESPACE), rows, width, graph=graph)
+    for a, b in zip(got, expected, strict=True):
+        assert torch.equal(a, b)
+
+
+@on_hopper
+def test_programmatic_launch_setting_switches_the_implementations() -> None:
+    from ir_kernels_cuda.launch import (
+        programmatic_launch,
+        programmatic_launch_enabled,
+        set_programmatic_launch,
+    )
+
+    assert set_programmatic_launch(False) is False  # off by default
+    x = torch.randn(3, 64, device="cuda", dtype=torch.bfloat16)
+    off = ops.rms_norm.impls["cuda"].fn(x, None, 1e-6, None)
+    with programmatic_launch(True):
+        assert programmatic_launch_enabled()
+        assert impls.KERNELS is getattr(torch.ops, PROGRAMMATIC_NAMESPACE)
+        assert set_programmatic_launch(True) is True
+        on = ops.rms_norm.impls["cuda"].fn(x, None, 1e-6, None)
+        getattr(torch.ops, PROGRAMMATIC_NAMESPACE).empty_kernel(x)
+    assert not programmatic_launch_enabled()
+    assert impls.KERNELS is torch.ops.ir_cuda
+    torch.cuda.synchronize()
+    assert torch.equal(on, off)
+
+
+def test_programmatic_launch_takes_a_bool() -> None:
+    from ir_kernels_cuda.launch import set_programmatic_launch
+
+    with pytest.raises(TypeError, match="enabled must be a bool, got 'yes'"):
+        set_programmatic_launch("yes")  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(GPU, reason="the programmatic build runs here")
+def test_programmatic_launch_without_a_gpu_says_why() -> None:
+    from ir_kernels_cuda.launch import programmatic_launch_enabled, set_programmatic_launch
+
+    before = impls.KERNELS
+    with pytest.raises(BuildUnavailable):
+        set_programmatic_launch(True)
+    assert not programmatic_launch_enabled()
+    assert impls.KERNELS is before

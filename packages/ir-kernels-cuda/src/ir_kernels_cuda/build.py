@@ -4,6 +4,8 @@ The sources in ``csrc/`` are compiled with ``torch.utils.cpp_extension`` (nvcc +
 running GPU's architecture (``sm_90a`` on Hopper) into a directory under the user cache,
 named by a hash of the sources, the torch and CUDA versions and the architecture; a file lock
 makes concurrent first uses build once. Loading the library registers ``torch.ops.ir_cuda.*``.
+``build(programmatic=True)`` builds the same sources a second time, every launch a
+programmatic dependent launch, as ``torch.ops.ir_cuda_programmatic.*`` (`ir_kernels_cuda.launch`).
 
 `build_emulated` compiles the same kernel sources for the CPU with ``IR_CUDA_HOST_EMULATION``
 (``csrc/emulation.h``: each CUDA thread a fiber), registering ``torch.ops.ir_cuda_emulated.*``
@@ -176,29 +178,43 @@ def _compile(name: str, directory: Path, announce: str, **options: object) -> No
         lock.release()
 
 
+#: The op namespace of the programmatic build (`build(programmatic=True)`).
+PROGRAMMATIC_NAMESPACE = "ir_cuda_programmatic"
+
+
 @functools.cache
-def build() -> Path:
+def build(programmatic: bool = False) -> Path:
     """Compile (or reuse) and load the library; returns its build directory.
 
-    Raises `BuildUnavailable` where the kernels cannot be built, and whatever the compiler
-    raised when the build fails (the caller turns both into an unsupported provider).
+    `programmatic`: the build whose every launch is a programmatic dependent launch, registered
+    as ``torch.ops.ir_cuda_programmatic`` (`ir_kernels_cuda.launch`; compute capability 9.0 and
+    later), cached beside the plain one. Raises `BuildUnavailable` where the kernels cannot be
+    built, and whatever the compiler raised when the build fails (the caller turns both into an
+    unsupported provider).
     """
     reason = unavailable_reason()
     if reason:
         raise BuildUnavailable(reason)
     arch = architecture()
-    key = cache_key(arch)
+    if programmatic and torch.cuda.get_device_capability()[0] < 9:
+        raise BuildUnavailable(
+            "programmatic dependent launch needs compute capability 9.0 or later, "
+            f"this GPU has {arch}"
+        )
+    key = cache_key(f"{arch}-programmatic" if programmatic else arch)
     directory = cache_root() / f"torch-{torch.__version__}" / key[:16]
     root = csrc_dir()
+    defines = ["-DIR_CUDA_PROGRAMMATIC"] if programmatic else []
+    what = "the CUDA kernels launched programmatically" if programmatic else "the CUDA kernels"
     with _arch_list(arch):
         _compile(
-            f"ir_kernels_cuda_{key[:12]}",
+            f"ir_kernels_cuda_{'programmatic_' if programmatic else ''}{key[:12]}",
             directory,
-            f"compiling the CUDA kernels for sm_{arch.replace('.', '')}",
+            f"compiling {what} for sm_{arch.replace('.', '')}",
             sources=[str(root / name) for name in SOURCES],
             extra_include_paths=[str(root)],
-            extra_cflags=["-O3"],
-            extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr"],
+            extra_cflags=["-O3", *defines],
+            extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr", *defines],
         )
     return directory
 

@@ -130,3 +130,54 @@ def opcheck_arguments(device: str) -> dict[str, tuple[Any, ...]]:
         "rotary_embedding_": (x.clone(), k.clone(), positions, 64, cache, False),
         "empty_kernel": (x,),
     }
+
+
+def programmatic_chains(
+    namespace: Any, rows: int, width: int, graph: bool = False, steps: int = 24
+) -> list[torch.Tensor]:
+    """Results of three chains of launches of `namespace`'s ops (``torch.ops.ir_cuda``, or
+    ``torch.ops.ir_cuda_programmatic`` whose launches are programmatic): each launch reads what
+    the one before wrote and overwrites what it read. The fused add and rotary run in place; silu
+    runs between two buffers, each launch writing the gate half of the other. A kernel that
+    touched memory before the one before it finished would work on stale values, and the two
+    builds' results would differ. With `graph` the chains are captured in a CUDA graph and
+    replayed once."""
+    g = torch.Generator().manual_seed(0)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g).to("cuda", torch.bfloat16)
+
+    x, residual, weight = randn(rows, width), randn(rows, width), randn(width)
+    heads, head_size, positions = width // 128, 128, 64
+    query, key = randn(rows, heads * head_size), randn(rows, 2 * head_size)
+    angles = torch.rand(positions, head_size // 2, generator=g) * 6.0
+    cache = torch.cat([angles.cos(), angles.sin()], dim=1).to("cuda")
+    position = torch.randint(0, positions, (rows,), generator=g).to("cuda")
+    gates = [randn(rows, 2 * width) for _ in range(2)]
+    for buffer in gates:  # the up halves stay as they are: keep them near 1
+        buffer[:, width:] = (torch.rand(rows, width, generator=g) + 0.5).to("cuda", torch.bfloat16)
+
+    def run() -> None:
+        for _ in range(steps):
+            namespace.fused_add_rms_norm_(x, residual, weight, 1e-6, None)
+        for _ in range(steps):
+            namespace.rotary_embedding_(query, key, position, head_size, cache, True)
+        for _ in range(steps):
+            namespace.silu_and_mul_out(gates[1][:, :width], gates[0])
+            namespace.silu_and_mul_out(gates[0][:, :width], gates[1])
+
+    torch.cuda.synchronize()
+    if graph:  # a first run outside the graph asks the runtime what launches need
+        state = [x, residual, query, key, *gates]
+        start = [t.clone() for t in state]
+        run()
+        for t, first in zip(state, start, strict=True):
+            t.copy_(first)
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            run()
+        captured.replay()
+    else:
+        run()
+    torch.cuda.synchronize()
+    return [x, residual, query, key, *gates]

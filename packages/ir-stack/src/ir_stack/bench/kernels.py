@@ -17,7 +17,6 @@ shape), written after each op; `ir_stack.bench.kernel_report` turns it into a ta
 """
 
 import argparse
-import contextlib
 import json
 import math
 import platform
@@ -32,6 +31,7 @@ import triton
 import triton.language as tl
 from triton.testing import do_bench, do_bench_cudagraph
 
+from ir_kernels_cuda.build import PROGRAMMATIC_NAMESPACE, BuildUnavailable
 from ir_kernels_triton.launch import await_previous_grid, launch_options
 from ir_kernels_triton.launch import programmatic_launch as triton_programmatic_launch
 from ir_kernels_triton.launch import set_programmatic_launch as triton_setting
@@ -86,15 +86,16 @@ def empty_kernel_us(programmatic: bool = False) -> float:
     options: dict[str, bool] = {}
     if programmatic:
         with triton_programmatic_launch(True):
-            options = launch_options(torch.empty(1, device="cuda"))
+            options = launch_options(torch.empty(1, device="cuda"), (1,), 4)
     return float(do_bench_cudagraph(lambda: _empty_kernel[(1,)](**options), rep=50)) * 1e3
 
 
-def empty_cuda_kernel_us() -> float | None:
+def empty_cuda_kernel_us(programmatic: bool = False) -> float | None:
     """Replayed time of an empty CUDA kernel (``torch.ops.ir_cuda.empty_kernel``), the cuda
-    provider's decode floor; None where the ir_cuda library is not loaded."""
+    provider's decode floor; with `programmatic`, that of the programmatic build
+    (``torch.ops.ir_cuda_programmatic``). None where that library is not loaded."""
     try:
-        op = torch.ops.ir_cuda.empty_kernel
+        op = getattr(torch.ops, PROGRAMMATIC_NAMESPACE if programmatic else "ir_cuda").empty_kernel
     except (AttributeError, RuntimeError):
         return None
     hint = torch.empty(1, device="cuda")
@@ -102,13 +103,19 @@ def empty_cuda_kernel_us() -> float | None:
 
 
 def set_programmatic_launch(enabled: bool) -> dict[str, bool]:
-    """Programmatic dependent launch on or off in every provider that has the setting
+    """Programmatic dependent launch on or off in every provider that has it here
     (`--programmatic-launch`); returns what each provider now does."""
     triton_setting(enabled)
     applied = {"triton": enabled}
-    with contextlib.suppress(AttributeError, RuntimeError):  # no ir_cuda build, or no setting
-        torch.ops.ir_cuda.set_programmatic_launch(enabled)
+    try:
+        # (imported here: it loads the cuda provider, which a Triton-only run need not build)
+        from ir_kernels_cuda.launch import set_programmatic_launch as cuda_setting
+
+        cuda_setting(enabled)
         applied["cuda"] = enabled
+    except BuildUnavailable as exc:  # no GPU, toolkit or Hopper: the cuda column launches plainly
+        if enabled:
+            print(f"cuda: programmatic launch unavailable: {exc}")
     return applied
 
 
@@ -318,6 +325,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "empty_cuda_kernel_us_graph": empty_cuda_us,
         "programmatic_launch": programmatic,
         "empty_triton_kernel_programmatic_us_graph": empty_kernel_us(True),
+        "empty_cuda_kernel_programmatic_us_graph": empty_cuda_kernel_us(True),
         "torch": torch.__version__,
         "triton": triton.__version__,
         "python": platform.python_version(),
