@@ -4,7 +4,12 @@ launches, each reading what the one before wrote, give the same bits with it as 
 import pytest
 import torch
 
-from ir_kernels_triton.launch import launch_options, programmatic_launch, set_programmatic_launch
+from ir_kernels_triton.launch import (
+    PROGRAMMATIC_THREADS,
+    launch_options,
+    programmatic_launch,
+    set_programmatic_launch,
+)
 from ir_spec import ops
 
 GPU = torch.cuda.is_available()
@@ -22,7 +27,7 @@ def test_the_setting_is_kept_and_checked() -> None:
 @pytest.mark.skipif(GPU, reason="the interpreter case")
 def test_the_interpreter_launches_plainly() -> None:
     with programmatic_launch(True):
-        assert launch_options(torch.empty(1)) == {}
+        assert launch_options(torch.empty(1), (1,), 4) == {}
 
 
 def chains(
@@ -80,11 +85,14 @@ def chains(
 def test_programmatic_launches_wait_for_the_kernel_before(
     rows: int, width: int, graph: bool
 ) -> None:
+    """4096 x 4096: grids past one wave, launched plainly among programmatic ones."""
     if torch.cuda.get_device_capability()[0] >= 9:
         hint = torch.empty(1, device="cuda")
-        assert launch_options(hint) == {}
+        one_wave = (PROGRAMMATIC_THREADS // (4 * 32),)
+        assert launch_options(hint, one_wave, 4) == {}
         with programmatic_launch(True):
-            assert launch_options(hint) == {"PDL": True, "launch_pdl": True}
+            assert launch_options(hint, one_wave, 4) == {"PDL": True, "launch_pdl": True}
+            assert launch_options(hint, (one_wave[0] + 1,), 4) == {}  # launched plainly
     expected = chains(False, rows, width, graph=False)
     got = chains(True, rows, width, graph=graph)
     for a, b in zip(got, expected, strict=True):

@@ -615,6 +615,7 @@ def launch_norm(
             "for rows wider than MAX_SINGLE_PASS or not 16-byte aligned "
             f"(x: address {x.data_ptr():#x}, row stride {x2.stride(0)})"
         )
+    warps = norm_warps(block, quant, has_residual) if num_warps is None else num_warps
     norm_kernel[(n, split)](
         x2,
         x2.stride(0),
@@ -643,11 +644,11 @@ def launch_norm(
             if early_weight is None
             else early_weight
         ),
-        num_warps=(norm_warps(block, quant, has_residual) if num_warps is None else num_warps),
+        num_warps=warps,
         EVICT_FIRST=(evict_first_for(share, has_residual) if evict_first is None else evict_first),
         SPLIT=split,
         FULL_ROW=full_row,
         RELOAD=reload and single,
         **({} if max_registers is None else {"maxnreg": max_registers}),
-        **launch_options(x2),
+        **launch_options(x2, (n, split), warps),
     )

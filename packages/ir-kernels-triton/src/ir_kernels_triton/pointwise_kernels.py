@@ -243,7 +243,8 @@ def launch_gated(
             gbps = dram_gbps_per_sm(x) if streaming else None
             flat = flat_config(n * d, streaming, act, scale is not None, gbps)
         flat_block, warps = flat
-        flat_gated_kernel[(triton.cdiv(n * d, flat_block),)](
+        grid = (triton.cdiv(n * d, flat_block),)
+        flat_gated_kernel[grid](
             x2,
             out2,
             scale if scale is not None else x2,
@@ -255,14 +256,16 @@ def launch_gated(
             EVEN=n * d % flat_block == 0,
             INTERPRETED=interpreting(),
             num_warps=warps,
-            **launch_options(x2),
+            **launch_options(x2, grid, warps),
         )
         return
     default_block, default_warps = pointwise_config(
         n, d, compute_heavy=act != ACT_SILU, fp8_out=scale is not None
     )
     block = block or default_block
-    gated_kernel[(n * triton.cdiv(d, block),)](
+    warps = num_warps or default_warps
+    grid = (n * triton.cdiv(d, block),)
+    gated_kernel[grid](
         x2,
         x2.stride(0),
         out2,
@@ -273,8 +276,8 @@ def launch_gated(
         QUANT=scale is not None,
         BLOCK=block,
         INTERPRETED=interpreting(),
-        num_warps=num_warps or default_warps,
-        **launch_options(x2),
+        num_warps=warps,
+        **launch_options(x2, grid, warps),
     )
 
 
@@ -338,7 +341,8 @@ def launch_static_quant(
     total = n * hidden
     if x2.stride(0) == hidden and q2.stride(0) == hidden and total < FLAT_INDEX_LIMIT:
         block, warps = flat or flat_config(total, streams_from_dram(x, tensor_bytes(x, q)))
-        flat_static_quant_kernel[(triton.cdiv(total, block),)](
+        grid = (triton.cdiv(total, block),)
+        flat_static_quant_kernel[grid](
             x2,
             q2,
             scale,
@@ -347,11 +351,12 @@ def launch_static_quant(
             EVEN=total % block == 0,
             EXACT_FP8=exact_rounding(),
             num_warps=warps,
-            **launch_options(x2),
+            **launch_options(x2, grid, warps),
         )
         return
     block, warps = pointwise_config(n, hidden, compute_heavy=False, fp8_out=True)
-    static_quant_kernel[(n * triton.cdiv(hidden, block),)](
+    grid = (n * triton.cdiv(hidden, block),)
+    static_quant_kernel[grid](
         x2,
         x2.stride(0),
         q2,
@@ -361,7 +366,7 @@ def launch_static_quant(
         BLOCK=block,
         EXACT_FP8=exact_rounding(),
         num_warps=warps,
-        **launch_options(x2),
+        **launch_options(x2, grid, warps),
     )
 
 
@@ -438,7 +443,7 @@ def launch_dynamic_quant(
         SINGLE_PASS=single,
         EXACT_FP8=exact_rounding(),
         num_warps=warps_for(block),
-        **launch_options(x2),
+        **launch_options(x2, (n,), warps_for(block)),
     )
 
 
@@ -497,7 +502,9 @@ def launch_group_quant(
     group_block = next_power_of_2(group_size)
     default_per_program, default_warps = default_group_quant_config(x, group_size, q, scale)
     per_program = per_program or default_per_program
-    group_quant_kernel[(n * triton.cdiv(groups, per_program),)](
+    warps = num_warps or default_warps
+    grid = (n * triton.cdiv(groups, per_program),)
+    group_quant_kernel[grid](
         x2,
         x2.stride(0),
         q2,
@@ -511,8 +518,8 @@ def launch_group_quant(
         GROUPS_PER_PROGRAM=per_program,
         GROUP_BLOCK=group_block,
         EXACT_FP8=exact_rounding(),
-        num_warps=num_warps or default_warps,
-        **launch_options(x2),
+        num_warps=warps,
+        **launch_options(x2, grid, warps),
     )
 
 

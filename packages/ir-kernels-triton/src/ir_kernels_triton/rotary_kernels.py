@@ -144,7 +144,8 @@ def launch_rotary(
     heads = max(q_heads, k_heads)
     if head_block is None:
         head_block = rotary_head_block(tokens, heads)
-    rotary_kernel[(tokens, triton.cdiv(heads, head_block))](
+    grid = (tokens, triton.cdiv(heads, head_block))
+    rotary_kernel[grid](
         positions.reshape(-1),
         q2,
         q2.stride(0),
@@ -166,7 +167,7 @@ def launch_rotary(
         HALF_BLOCK=next_power_of_2(half),
         TAIL_BLOCK=next_power_of_2(max(tail, 1)),
         num_warps=num_warps,
-        **launch_options(q2),
+        **launch_options(q2, grid, num_warps),
     )
 
 
