@@ -15,9 +15,13 @@ machine runs, use it, e.g. `pip download --no-deps triton==3.6.0` and
 benchmarks/cpu/triton_layouts.py` (`triton-tuning-H100.log` sections 11 and 13).
 """
 
+import functools
 import itertools
+import multiprocessing
+import os
 import re
 import sys
+from concurrent.futures import ProcessPoolExecutor
 
 import triton
 from triton.backends.compiler import GPUTarget
@@ -37,6 +41,7 @@ def ttgir(
     split: int,
     early: bool,
     full_row: bool = False,
+    unaligned: bool = False,
 ) -> str:
     out = "fp8e4nv" if quant else dtype
     signature = {
@@ -51,7 +56,7 @@ def ttgir(
         SINGLE_PASS=True, EXACT_FP8=False, EARLY_WEIGHT=early, EVICT_FIRST=False, SPLIT=split,
         FULL_ROW=full_row, RELOAD=False, PDL=False,
     )  # fmt: skip
-    if "--unaligned" in sys.argv:
+    if unaligned:
         aligned = ["x_ptr", "x_stride"]
     else:
         aligned = [k for k, v in signature.items() if v.startswith("*")] + list(INTS)
@@ -76,7 +81,19 @@ def reduction_layouts(ir: str) -> list[str]:
     return [layouts[name] for name in operands]
 
 
+def case_layouts(
+    case: tuple[str, str, bool, int, int, bool, bool], unaligned: bool
+) -> list[list[str]]:
+    """The reduction layouts of `case` with one, two and four programs a row."""
+    dtype, weight, residual, quant, block, early, full = case
+    return [
+        reduction_layouts(ttgir(dtype, weight, residual, quant, block, n, early, full, unaligned))
+        for n in (1, 2, 4)
+    ]
+
+
 def main() -> int:
+    unaligned = "--unaligned" in sys.argv
     cases = (
         [
             (dtype, dtype, residual, quant, block, early, full)
@@ -105,8 +122,13 @@ def main() -> int:
     )
     different = 0
     layouts = {}
-    for case in cases:
-        one, *split = (reduction_layouts(ttgir(*case[:5], n, case[5], case[6])) for n in (1, 2, 4))
+    # each compile takes a core for about a second: the cases compile in parallel
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=context) as pool:
+        compiled = list(
+            pool.map(functools.partial(case_layouts, unaligned=unaligned), cases, chunksize=4)
+        )
+    for case, (one, *split) in zip(cases, compiled, strict=True):
         layouts[case] = one
         if any(other != one for other in split):
             different += 1
