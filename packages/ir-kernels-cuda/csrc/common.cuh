@@ -33,8 +33,8 @@ namespace ir_cuda {
 // kernel's results before it touches memory. The sources build twice: as `ir_cuda`, launched
 // plainly (the default), and with IR_CUDA_PROGRAMMATIC as `ir_cuda_programmatic`, every launch
 // programmatic (`ir_kernels_cuda.launch`). It pays only behind kernels that let their dependents
-// start early: on an H200 a decode-size op behind one of ours took about 0.4 µs less, behind a
-// plain kernel about as much more (`programmatic-launch-H200.md`). A plain build keeps no trace
+// start early: on an H200 a decode-size op behind one of ours took a median 0.41 µs less, behind
+// a plain kernel 0.50 µs more (`programmatic-launch-H200.md`). A plain build keeps no trace
 // of it: the wait and the trigger below, though no-ops without a programmatic launch, slowed
 // plain launches by 1-30 % at shapes inside the L2 (`cuda-kernels-notes-H100.md`, round 39).
 #if defined(IR_CUDA_PROGRAMMATIC)

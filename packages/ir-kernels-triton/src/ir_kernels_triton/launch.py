@@ -6,9 +6,9 @@ before it on the stream is still running, and each first waits for that kernel t
 (`await_previous_grid`) before it reads or writes memory, then lets the kernel after it start
 launching. Only launches of one wave are programmatic (`PROGRAMMATIC_THREADS`): larger ones
 launch plainly. Results are the same either way. It pays only behind a kernel that lets its
-dependents start early (on an H200, about 0.42 µs less a decode-size op behind our own kernels,
-about 0.39 µs more behind a plain one: `benchmarks/results/programmatic-launch-H200.md`), so it
-is off by default. Never in the interpreter.
+dependents start early (on an H200, a median 0.43 µs less a decode-size op behind our own
+kernels, 0.44 µs more behind a plain one: `benchmarks/results/programmatic-launch-H200.md`), so
+it is off by default. Never in the interpreter.
 """
 
 import dataclasses

@@ -430,6 +430,7 @@ def launch_dynamic_quant(
     x2, q2 = rows(x), rows(q)
     single = hidden <= MAX_SINGLE_PASS
     block = next_power_of_2(hidden) if single else LOOP_BLOCK
+    warps = warps_for(block)
     dynamic_quant_kernel[(n,)](
         x2,
         x2.stride(0),
@@ -442,8 +443,8 @@ def launch_dynamic_quant(
         BLOCK=block,
         SINGLE_PASS=single,
         EXACT_FP8=exact_rounding(),
-        num_warps=warps_for(block),
-        **launch_options(x2, (n,), warps_for(block)),
+        num_warps=warps,
+        **launch_options(x2, (n,), warps),
     )
 
 
