@@ -269,6 +269,17 @@ extern "C" int probe_launch(int variant, const void* x, void* out, float* scale,
     case 43: return launch<8, 2, true, 1, 128, true, false, false, true>(x, out, scale, rows, nvec, s);
     case 44: return launch<4, 4, true, 1, 64, true, false, false, true>(x, out, scale, rows, nvec, s);
     case 45: return launch<8, 2, true, 2, 64, true, false, false, true>(x, out, scale, rows, nvec, s);
+    // an H200's Triton layout for streamed groups (a row of up to 64 groups a program, two
+    // groups a thread 2 x warps apart; plain loads, scale first, block barrier), and teams of 8
+    // in blocks as wide
+    case 46: return launch<16, 1, true, 2, 128, false, false, true, true>(x, out, scale, rows, nvec, s);
+    case 47: return launch<16, 1, true, 2, 256, false, false, true, true>(x, out, scale, rows, nvec, s);
+    case 48: return launch<16, 1, true, 2, 512, false, false, true, true>(x, out, scale, rows, nvec, s);
+    case 49: return launch<16, 1, true, 2, 256>(x, out, scale, rows, nvec, s);
+    case 50: return launch<16, 1, true, 2, 512>(x, out, scale, rows, nvec, s);
+    case 51: return launch<8, 2, true, 1, 256>(x, out, scale, rows, nvec, s);
+    case 52: return launch<8, 2, true, 1, 512>(x, out, scale, rows, nvec, s);
+    case 53: return launch<8, 2, true, 1, 512, true, false, false, true>(x, out, scale, rows, nvec, s);
     // per-token rows of 2048 bf16 (256 vectors)
     case 10: return launch<128, 2, false, 1, 128>(x, out, scale, rows, nvec, s);  // kept: ir_cuda's
     case 11: return launch<128, 2, true, 1, 128>(x, out, scale, rows, nvec, s);   // Triton's

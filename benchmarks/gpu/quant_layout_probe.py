@@ -63,6 +63,14 @@ STREAMED_VARIANTS = [
     ("t16v1 g1 b128 barrier", 40),
     ("t16v1 g1 b128 plain-ld scale-first barrier (as triton)", 41),
     ("t4v4 g1 b128 scale-first barrier", 42),
+    ("t16v1 g2 b128 plain-ld scale-first barrier (H200 triton 2048)", 46),
+    ("t16v1 g2 b256 plain-ld scale-first barrier (H200 triton 4096)", 47),
+    ("t16v1 g2 b512 plain-ld scale-first barrier (H200 triton 8192)", 48),
+    ("t16v1 g2 b256", 49),
+    ("t16v1 g2 b512", 50),
+    ("t8v2 g1 b256", 51),
+    ("t8v2 g1 b512", 52),
+    ("t8v2 g1 b512 barrier", 53),
 ]
 STREAMED_SHAPES = [(4096, 8192), (16384, 2048), (16384, 4096), (16384, 8192)]
 TOKEN_VARIANTS = {
@@ -168,6 +176,9 @@ def main() -> None:
         "--streamed", action="store_true", help="only group quant over the L2, in its own layouts"
     )
     parser.add_argument("--groups-only", action="store_true", help="group quant within the L2 only")
+    parser.add_argument(
+        "--variants", default="", help="only these variant ids (comma-separated; the first is kept)"
+    )
     args = parser.parse_args()
     lib = tools.build_probe(SOURCE, Path(tempfile.mkdtemp()))
     kernels = None if args.without_ir_cuda else tools.ir_cuda_kernels()
@@ -178,6 +189,12 @@ def main() -> None:
         cases = [("group_quant_fp8", shape, 128, GROUP_VARIANTS) for shape in GROUP_SHAPES]
         if not args.groups_only:
             cases += [("dynamic_quant_fp8", s, s[1], TOKEN_VARIANTS[s[1]]) for s in TOKEN_SHAPES]
+    if args.variants:
+        wanted = {int(v) for v in args.variants.split(",")}
+        cases = [
+            (op, shape, width, [v for i, v in enumerate(vs) if i == 0 or v[1] in wanted])
+            for op, shape, width, vs in cases
+        ]
     results = []
     for op, shape, width, variants in cases:
         times = run_case(lib, kernels, op, shape, width, variants, args.rounds)

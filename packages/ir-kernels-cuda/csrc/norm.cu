@@ -179,15 +179,26 @@ __device__ __forceinline__ RowSlot row_slot(const RowArgs<T>& a, int team, int t
   return r;
 }
 
+// Threads of a block of fp8 rows of teams of 8 that store together (`together_kernel`).
+constexpr int kTogetherThreads = 512;
+
+// Threads of a block of `aligned_row_kernel` for a team of TEAM: `row_block_threads`, except for
+// teams of 8 storing together (TOGETHER: the fp8 groups streamed from DRAM on cards with deep
+// loads, `streamed_short_rows`), whose block holds kTogetherThreads.
+__host__ __device__ constexpr int aligned_block_threads(int team, bool together) {
+  return together && team == 8 ? kTogetherThreads : row_block_threads(team);
+}
+
 // `row_slot` for the aligned kernel, whose rows are never grouped (the host sends group
 // quantization there as one row per group) and whose team is a constant. With one row a block
 // (teams of 128 and more) the row is the block's index: a uniform value, and never past the last
 // row (the grid has a block a row), so no thread tests it. A row spread over a cluster of
 // CLUSTER blocks is the cluster's index, and block k of it holds lanes k * TEAM / CLUSTER on; a
-// row shared by SPLIT blocks (each holding the whole team) is the index over SPLIT.
-template <int TEAM, int CLUSTER, int SPLIT, typename Args>
+// row shared by SPLIT blocks (each holding the whole team) is the index over SPLIT. THREADS:
+// the block's (`aligned_block_threads`).
+template <int TEAM, int CLUSTER, int SPLIT, int THREADS, typename Args>
 __device__ __forceinline__ RowSlot aligned_row_slot(const Args& a) {
-  constexpr int rows_per_block = row_block_threads(TEAM) / TEAM;
+  constexpr int rows_per_block = THREADS / TEAM;
   static_assert((CLUSTER == 1 && SPLIT == 1) || rows_per_block == 1,
                 "aligned_row_slot: a cluster or a split holds one row");
   RowSlot r;
@@ -392,7 +403,7 @@ static_assert(cluster_for_team(256) == 1, "halves_kernel: its teams reduce withi
 // vectors [s, s + 1) * TEAM * VPT / SPLIT of block s; the same bits.
 template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LATE, int CLUSTER,
           bool EVICT = false, bool FLOAT_ADD = false, bool TOGETHER = false, bool RELOAD = false, int SPLIT = 1>
-__global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
+__global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTER)
     aligned_row_kernel(AlignedArgs<ADD, NORM, T> a) {
   await_previous_grid();
   static_assert(!TOGETHER || (!ADD && !NORM && QUANT == kDynamic && CLUSTER == 1),
@@ -403,7 +414,8 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
                                 (TEAM * VPT) % SPLIT == 0),
                 "SPLIT is for the norms without a residual or a dynamic scale (`split_kernel`)");
   constexpr int team = TEAM;
-  const RowSlot slot = aligned_row_slot<TEAM, CLUSTER, SPLIT>(a);
+  constexpr int kBlockThreads = aligned_block_threads(TEAM, TOGETHER);
+  const RowSlot slot = aligned_row_slot<TEAM, CLUSTER, SPLIT, kBlockThreads>(a);
   // Reductions over the row's team: the sum of squares or absmax, then the dynamic norm's
   // absmax (of x * w or of the outputs, `kEarlyMax`).
   RowExchange<TEAM, CLUSTER, NORM && QUANT == kDynamic ? 2 : 1> exchange;
@@ -652,7 +664,7 @@ __global__ void __launch_bounds__(row_block_threads(TEAM) / CLUSTER)
     }
     float amax = kEarlyMax ? W::round(xw_absmax * inv_rms) : exchange.reduce(acc, MaxOp{}, NORM ? 1 : 0);
     // TOGETHER: the block's rows store only after all of them have their maximum
-    if constexpr (TOGETHER) amax = after_block_barrier<row_block_threads(TEAM)>(amax);
+    if constexpr (TOGETHER) amax = after_block_barrier<kBlockThreads>(amax);
     scale = dynamic_scale(a, amax, scale_ub);
     inv_scale = fast_reciprocal(scale);
   }
@@ -735,6 +747,7 @@ struct RowLoads {
   bool float_add = false;    // the residual added in float32 (`FLOAT_ADD`; `float_add_kernel`)
   bool reload = false;       // the row read again after its sum (`RELOAD`; `reload_rows`)
   bool split = false;        // each row shared by kRowSplit blocks (`SPLIT`; `split_rows`)
+  bool together = false;     // blocks of rows that store together (`TOGETHER`; `together_kernel`)
 };
 
 // Blocks a split row is shared by (`SPLIT`), and the batches that split their rows: up to
@@ -789,6 +802,18 @@ constexpr bool stores_together() {
   return !ADD && !NORM && QUANT == kDynamic && TEAM == kStreamedGroupTeam && VPT == 1;
 }
 
+// Whether the kernel of a team of TEAM, VPT vectors a thread, has a form whose rows store
+// together in blocks of kTogetherThreads (`TOGETHER`, used where `loads.together`): the fp8
+// groups of 128 16-bit values, teams of 8 with two vectors each, streamed from DRAM on cards
+// with deep loads (`streamed_short_rows`). Triton's group kernel takes a row of up to 8192
+// values a program there, its groups storing after a block barrier. H200, layout probe
+// (cuda-kernels-notes-H100.md, round 40): group quant 16384 x 8192 95.52 to 94.35 µs, 4096 x
+// 8192 25.94 to 25.31, 16384 x 2048 25.82 to 25.32 (Triton 94.36, 25.29, 25.45).
+template <bool ADD, bool NORM, int QUANT, int TEAM, int VPT>
+constexpr bool together_kernel() {
+  return !ADD && !NORM && QUANT == kDynamic && TEAM == 8 && VPT == 2;
+}
+
 // Launches `aligned_row_kernel` for a team of TEAM, each row spread over a cluster of
 // `cluster_for_team(TEAM)` blocks where `spread`, else its rows marked evict-first where
 // `loads.evict_first` (the fused adds only: `just_over_l2`), else added in float32 where
@@ -811,6 +836,15 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLo
     if (spread && cluster_fits<kSpread>(threads / kCluster, kCluster)) {
       launch_cluster(kSpread, dim3(rows * kCluster), dim3(threads / kCluster), kCluster, stream,
                      args);
+      return;
+    }
+  }
+  if constexpr (together_kernel<ADD, NORM, QUANT, TEAM, VPT>()) {
+    if (loads.together) {
+      constexpr unsigned kThreads = aligned_block_threads(TEAM, true);
+      constexpr unsigned kRowsPerBlock = kThreads / TEAM;
+      launch(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, true>,
+             dim3((rows + kRowsPerBlock - 1) / kRowsPerBlock), dim3(kThreads), stream, args);
       return;
     }
   }
@@ -963,20 +997,21 @@ bool reload_rows(int64_t width, int64_t element_size, int64_t bytes) {
 }
 
 // The launch of short rows without a norm (fp8 groups of 128 16-bit values: teams of 8, two
-// vectors a thread) where x is over the L2, so that every row streams from DRAM: teams of 16,
-// one vector a thread, in blocks of 128 threads that store together (`stores_together`), on
-// cards without deep loads (`deep_loads`; the others keep the launch of rows within the
-// L2). H100, layout probe (cuda-kernels-notes-H100.md, round 27): group quant 16384 x 8192
-// 132.87 µs against 134.37 for round 26's teams of 4 (four vectors a thread) and 135.18 for
-// the same layout storing row by row; 4096 x 8192 34.94 against 35.55. On an H200 (round 28)
-// that layout was the slowest of those (16384 x 8192 105.48 µs) and the teams of 8 of rows
-// within the L2 ran 95.59. A maximum is exact in any order, so the launch may follow the batch
-// and the card.
-inline RowLaunch streamed_short_rows(const RowLaunch& l, const at::Tensor& x) {
+// vectors a thread) where x is over the L2, so that every row streams from DRAM; their blocks
+// store together (`loads.together`). On cards without deep loads (`deep_loads`): teams of 16,
+// one vector a thread, in blocks of 128 threads (`stores_together`). H100, layout probe
+// (cuda-kernels-notes-H100.md, round 27): group quant 16384 x 8192 132.87 µs against 134.37
+// for round 26's teams of 4 (four vectors a thread) and 135.18 for the same layout storing row
+// by row; 4096 x 8192 34.94 against 35.55. On an H200 (round 28) that layout was the slowest of
+// those (16384 x 8192 105.48 µs); there the teams of 8 stay and their blocks grow to
+// kTogetherThreads (`together_kernel`). A maximum is exact in any order, so the launch may
+// follow the batch and the card.
+inline RowLaunch streamed_short_rows(const RowLaunch& l, const at::Tensor& x, RowLoads& loads) {
   // (a team of 8 is never streamed in chunks: `row_launch` widens the team first)
-  const bool streamed = l.team == 8 && l.vpt == 2 && x.size(0) > kFewRows && tensor_bytes(x) > l2_cache_bytes() &&
-                        !deep_loads();
-  return streamed ? RowLaunch{kStreamedGroupTeam, 1, false, row_block_threads(kStreamedGroupTeam)} : l;
+  const bool streamed = l.team == 8 && l.vpt == 2 && x.size(0) > kFewRows && tensor_bytes(x) > l2_cache_bytes();
+  if (!streamed) return l;
+  loads.together = true;
+  return deep_loads() ? l : RowLaunch{kStreamedGroupTeam, 1, false, row_block_threads(kStreamedGroupTeam)};
 }
 
 // Whether the bytes of `a` and `b` overlap (host side).
@@ -1076,8 +1111,9 @@ void launch_rows(const RowTensors& t) {
       aligned = aligned && rows_aligned(*t.residual, 16) && rows_aligned(*t.residual_out, 16);
     }
     RowLaunch l = row_launch(width, V, ADD && aligned);
+    RowLoads loads;
     if constexpr (!ADD && !NORM && QUANT == kDynamic) {
-      if (aligned) l = streamed_short_rows(l, x);
+      if (aligned) l = streamed_short_rows(l, x, loads);
     }
     // The weight's load after the row's first shuffles (LATE), where an H100 A/B run of the
     // grid found it faster (cuda-kernels-notes-H100.md, round 14): plain rms_norm up to 256 rows
@@ -1085,7 +1121,6 @@ void launch_rows(const RowTensors& t) {
     // over twice the L2 size, but not in between (4096 x 4096, 64 MB: 21.3 to 22.0); the static
     // norm + quant past decode sizes (1024 x 8192: 6.57 to 6.34). The same arithmetic either
     // way, so it may follow the batch.
-    RowLoads loads;
     if constexpr (NORM && QUANT == kNone) {
       // (the L2 and the card asked only past kFewRows rows: device calls)
       if (aligned && tokens > kFewRows) {

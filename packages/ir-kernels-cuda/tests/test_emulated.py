@@ -117,10 +117,11 @@ def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout
 def test_short_rows_over_the_l2(
     monkeypatch: pytest.MonkeyPatch, name: str, hidden: int, dtype: torch.dtype, gbps_per_sm: str
 ) -> None:
-    """Rows of 16 vectors without a norm, over an L2 shrunk to 64 KiB, take teams of 16 with one
-    vector a thread that store after a block barrier (`streamed_short_rows`) on a card of an
-    H100's DRAM bandwidth per SM, teams of 8 on one of an H200's: still the reference's result,
-    and a row's bits are those it gets alone (one token stays on teams of 8)."""
+    """Rows of 16 vectors without a norm, over an L2 shrunk to 64 KiB, store after a block
+    barrier (`streamed_short_rows`): teams of 16 with one vector a thread in blocks of 128 on a
+    card of an H100's DRAM bandwidth per SM, teams of 8 in blocks of 512 on one of an H200's
+    (1200 rows: the last block partly empty). Still the reference's result, and a row's bits are
+    those it gets alone (one token stays on teams of 8 that store row by row)."""
     monkeypatch.setenv("IR_CUDA_EMULATED_L2_BYTES", str(64 << 10))
     monkeypatch.setenv("IR_CUDA_EMULATED_DRAM_GBPS_PER_SM", gbps_per_sm)
     op = getattr(ops, name)
