@@ -998,9 +998,10 @@ bool reload_rows(int64_t width, int64_t element_size, int64_t bytes) {
 
 // The launch of short rows without a norm (fp8 groups of 128 16-bit values: teams of 8, two
 // vectors a thread) where x is over the L2, so that every row streams from DRAM; their blocks
-// store together (`loads.together`). On cards without deep loads (`deep_loads`): teams of 16,
-// one vector a thread, in blocks of 128 threads (`stores_together`). H100, layout probe
-// (cuda-kernels-notes-H100.md, round 27): group quant 16384 x 8192 132.87 µs against 134.37
+// store together. On cards with deep loads (`deep_loads`) the teams of 8 do, in blocks of
+// kTogetherThreads (`loads.together`, `together_kernel`); on the others, teams of 16 with one
+// vector a thread in blocks of 128 threads, which always do (`stores_together`). H100, layout
+// probe (cuda-kernels-notes-H100.md, round 27): group quant 16384 x 8192 132.87 µs against 134.37
 // for round 26's teams of 4 (four vectors a thread) and 135.18 for the same layout storing row
 // by row; 4096 x 8192 34.94 against 35.55. On an H200 (round 28) that layout was the slowest of
 // those (16384 x 8192 105.48 µs); there the teams of 8 stay and their blocks grow to
@@ -1010,8 +1011,9 @@ inline RowLaunch streamed_short_rows(const RowLaunch& l, const at::Tensor& x, Ro
   // (a team of 8 is never streamed in chunks: `row_launch` widens the team first)
   const bool streamed = l.team == 8 && l.vpt == 2 && x.size(0) > kFewRows && tensor_bytes(x) > l2_cache_bytes();
   if (!streamed) return l;
+  if (!deep_loads()) return RowLaunch{kStreamedGroupTeam, 1, false, row_block_threads(kStreamedGroupTeam)};
   loads.together = true;
-  return deep_loads() ? l : RowLaunch{kStreamedGroupTeam, 1, false, row_block_threads(kStreamedGroupTeam)};
+  return l;
 }
 
 // Whether the bytes of `a` and `b` overlap (host side).
