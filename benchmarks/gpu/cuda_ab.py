@@ -35,8 +35,6 @@ from ir_spec import SampleSpec, ops
 from ir_spec.testing import sample_inputs
 from ir_stack.bench.kernels import GATED, INTERMEDIATE
 
-OLD_NAMESPACE = "ir_cuda_old"
-
 
 @functools.cache
 def cuda_impls() -> Any:
@@ -185,6 +183,7 @@ def main() -> None:
     a = parser.parse_args()
     if a.build_only:
         name, csrc = a.build_only
+        (a.build_root / name).mkdir(parents=True, exist_ok=True)
         build_other(csrc, f"ir_cuda_{name}", a.build_root / name)
         return
     sources = dict(a.other)

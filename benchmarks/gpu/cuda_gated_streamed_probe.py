@@ -3,7 +3,7 @@ block, beside this tree's launch, provider triton and Inductor in one process.
 
 The probe build is this tree's kernel source with
 `benchmarks/results/cuda-gated-streamed-probe.diff` applied (`patch -p1 -d DIR`), built as
-``torch.ops.ir_cuda_old`` (`cuda_ab.build_old`): its
+``torch.ops.ir_cuda_probe`` (`cuda_ab.build_all`): its
 streamed 16-bit gates take the launch named by ``IR_CUDA_PROBE_STREAMED="PER,THREADS"`` (PER
 elements a thread: 4, 8, 16 or 32). Every configuration's output is checked bitwise against
 this tree's op; times are CUDA-graph replays (`do_bench_cudagraph`, median, µs), the fastest of
@@ -12,6 +12,7 @@ this tree's op; times are CUDA-graph replays (`do_bench_cudagraph`, median, µs)
 Usage (GPU machine, packages on PYTHONPATH, run from benchmarks/gpu):
     python cuda_gated_streamed_probe.py --probe-csrc DIR [--ops silu_and_mul,gelu_and_mul]
         [--shapes 16384x28672,...] [--configs 4x256,8x128,...] [--rounds 2] [--json OUT]
+        [--build-root ROOT]
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from cuda_ab import build_old, cuda_impls
+from cuda_ab import build_all, build_other, cuda_impls
 from probe_tools import fastest_line, time_rotated, write_results
 
 from ir_spec import ops
@@ -62,8 +63,18 @@ def main() -> None:
     parser.add_argument("--configs", default=CONFIGS, help="PERxTHREADS,...")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--build-root",
+        type=Path,
+        help="build (or load) the probe under ROOT/probe, e.g. one started earlier by "
+        "`cuda_ab.py --build-only probe=DIR --build-root ROOT`",
+    )
     args = parser.parse_args()
-    probe = build_old(args.probe_csrc)
+    if args.build_root:
+        (args.build_root / "probe").mkdir(parents=True, exist_ok=True)
+        probe = build_other(args.probe_csrc, "ir_cuda_probe", args.build_root / "probe")
+    else:
+        probe = build_all({"probe": args.probe_csrc})["probe"]
     impls = cuda_impls()
     if not impls.SUPPORTED:
         raise SystemExit(f"provider cuda unavailable: {impls.REASON}")
