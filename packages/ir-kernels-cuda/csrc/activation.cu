@@ -289,9 +289,11 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
       // 17.29 µs; at 1024 x 2048 it lost, 2.08 to 2.28); once the bytes stream from DRAM, silu
       // takes four elements a thread (16384 x 14336: 460.9 to 455.5 µs). Cards with deep loads
       // (`deep_loads`: an H200) stream silu at the default, a vector a thread, and 16-bit gelu
-      // at two vectors a thread in blocks of 64 (H200, `cuda_gated_streamed_probe.py`: silu
-      // 16384 x 28672 671.1 to 643.5 µs, gelu 669.4 to 639.5). Any split gives the same
-      // values: each element is computed alone.
+      // at a vector a thread in blocks of 64 (H200, `cuda_gated_streamed_probe.py`: silu
+      // 16384 x 28672 671.1 to 643.5 µs; gelu there 669.4 to 639.5 at two vectors a thread,
+      // and a probe of round 41's kernels (the notes, round 41) found one vector ahead
+      // of two at five of six streamed shapes: 640.7 to 637.3, 4096 x 5632 33.85 to 33.38).
+      // Any split gives the same values: each element is computed alone.
       constexpr bool kLongChain = ACT == kGelu || ACT == kGeluTanh;
       constexpr int P = Words<T>::kPerWord;
       const int64_t outputs = rows * d;
@@ -362,7 +364,7 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
             }
           } else if constexpr (sizeof(T) == 2) {
             if (deep) {
-              run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 2>, 2 * V, 64);
+              run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 1>, V, 64);
               return;
             }
           }
