@@ -113,10 +113,10 @@ inline int64_t l2_cache_bytes() {
 // over 1, and as a programmatic dependent launch in the programmatic build. It holds the
 // attributes the configuration points to, so it is neither copied nor moved.
 struct LaunchConfig {
-  LaunchConfig(dim3 grid, dim3 block, unsigned cluster, cudaStream_t stream) {
+  LaunchConfig(dim3 grid, dim3 block, unsigned cluster, cudaStream_t stream, size_t shared_bytes = 0) {
     config.gridDim = grid;
     config.blockDim = block;
-    config.dynamicSmemBytes = 0;
+    config.dynamicSmemBytes = shared_bytes;
     config.stream = stream;
     config.attrs = attributes;
     if (cluster > 1) {
@@ -156,6 +156,27 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t strea
     kernel<<<grid, block, 0, stream>>>(static_cast<Params>(args)...);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
+}
+
+// Shared memory a block reserves and never uses, and the carveout (percent of the SM's shared
+// memory) its kernel asks for, that hold the kernel to two blocks an SM: on Hopper (228 KB of
+// shared memory an SM) the 100 KB carveout fits two such blocks, with the 1 KB the driver keeps
+// for each, but not three, and leaves 156 KB of the SM's 256 KB to L1.
+constexpr size_t kTwoBlocksSharedBytes = 47 * 1024;
+constexpr int kTwoBlocksCarveoutPercent = 44;
+
+// `launch` with at most two blocks of the kernel an SM (`kTwoBlocksSharedBytes`). For a kernel
+// whose own shared memory stays under 1 KB; it lowers the occupancy only where more than two
+// blocks would fit otherwise.
+template <typename... Params, typename... Args>
+void launch_two_blocks_an_sm(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
+                             Args... args) {
+  // a function attribute of the current device's context: set on every launch, as cheap as a
+  // lookup, rather than remembered per device
+  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      kTwoBlocksCarveoutPercent));
+  LaunchConfig c(grid, block, 1u, stream, kTwoBlocksSharedBytes);
+  C10_CUDA_CHECK(cudaLaunchKernelEx(&c.config, kernel, static_cast<Params>(args)...));
 }
 
 constexpr int kMaxDevices = 64;

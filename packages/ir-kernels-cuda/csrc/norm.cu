@@ -853,8 +853,17 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLo
   auto kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, kTogether>;
   if constexpr (reload_kernel<T, NORM, QUANT, LATE, TEAM, VPT>()) {
     if (loads.reload) {
-      launch(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, false, true>,
-             dim3((rows + rows_per_block - 1) / rows_per_block), dim3(threads), stream, args);
+      auto reload = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, false, true>;
+      const dim3 grid((rows + rows_per_block - 1) / rows_per_block);
+      if constexpr (ADD && VPT == 2) {
+        // The fused add's rows of 8192 at two blocks an SM (Triton's kernel, at 40 registers a
+        // thread, runs three): H200, 16384 x 8192 255.26 to 248.92 µs, 4096 x 8192 65.28 to
+        // 65.04. Rows of 16384 (four vectors a thread) ran 1.8-2.5 % slower so, and rms_norm
+        // (with 56 KB reserved) 15-21 % slower (round 41 of cuda-kernels-notes-H100.md).
+        launch_two_blocks_an_sm(reload, grid, dim3(threads), stream, args);
+      } else {
+        launch(reload, grid, dim3(threads), stream, args);
+      }
       return;
     }
   }
