@@ -48,8 +48,9 @@ def cuda_impls() -> Any:
 
 
 def build_other(csrc: Path, namespace: str, work: Path, programmatic: bool = False) -> Any:
-    """The kernels of `csrc` built in `work` and loaded as ``torch.ops.<namespace>`` (a build
-    already there and up to date is only loaded); `programmatic`: the build whose launches are
+    """The kernels of `csrc` built in `work` (made, with its parents, by the copy of the sources)
+    and loaded as ``torch.ops.<namespace>`` (a build already there and up to date is only
+    loaded); `programmatic`: the build whose launches are
     programmatic dependent launches (``IR_CUDA_PROGRAMMATIC``)."""
     from torch.utils import cpp_extension
 
@@ -183,7 +184,6 @@ def main() -> None:
     a = parser.parse_args()
     if a.build_only:
         name, csrc = a.build_only
-        (a.build_root / name).mkdir(parents=True, exist_ok=True)
         build_other(csrc, f"ir_cuda_{name}", a.build_root / name)
         return
     sources = dict(a.other)

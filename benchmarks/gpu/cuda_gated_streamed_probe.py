@@ -71,7 +71,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.build_root:
-        (args.build_root / "probe").mkdir(parents=True, exist_ok=True)
         probe = build_other(args.probe_csrc, "ir_cuda_probe", args.build_root / "probe")
     else:
         probe = build_all({"probe": args.probe_csrc})["probe"]

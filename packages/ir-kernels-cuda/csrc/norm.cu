@@ -849,12 +849,12 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLo
     }
   }
   const unsigned rows_per_block = threads / TEAM;
+  const dim3 grid((rows + rows_per_block - 1) / rows_per_block);
   constexpr bool kTogether = stores_together<ADD, NORM, QUANT, TEAM, VPT>();
   auto kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, kTogether>;
   if constexpr (reload_kernel<T, NORM, QUANT, LATE, TEAM, VPT>()) {
     if (loads.reload) {
       auto reload = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, false, true>;
-      const dim3 grid((rows + rows_per_block - 1) / rows_per_block);
       if constexpr (ADD && VPT == 2) {
         // The fused add's rows of 8192 at two blocks an SM (Triton's kernel, at 40 registers a
         // thread, runs three): H200, 16384 x 8192 255.26 to 248.92 µs, 4096 x 8192 65.28 to
@@ -874,7 +874,7 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLo
       if (loads.float_add) kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, true>;
     }
   }
-  launch(kernel, dim3((rows + rows_per_block - 1) / rows_per_block), dim3(threads), stream, args);
+  launch(kernel, grid, dim3(threads), stream, args);
 }
 
 // Launches `aligned_row_kernel` for the one of TEAMS equal to `team`; false if none is.
