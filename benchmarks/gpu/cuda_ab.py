@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -141,6 +141,22 @@ def same(a: list[torch.Tensor], b: list[torch.Tensor], close: bool) -> bool:
     return True
 
 
+def checked_times(
+    label: str,
+    candidates: dict[str, Callable[[], Any]],
+    compared: Iterable[str],
+    rounds: int,
+    close: bool,
+) -> dict[str, list[float]]:
+    """`time_rotated(candidates, rounds)`, once each candidate of `compared` has given the outputs
+    of ``candidates["new"]`` (bitwise unless `close`); `label` names the shape in the error."""
+    expected = outputs(candidates["new"]())
+    for other in compared:
+        if not same(expected, outputs(candidates[other]()), close):
+            raise SystemExit(f"{label}: the outputs of new and {other} differ")
+    return time_rotated(candidates, rounds)
+
+
 def time_shape(
     name: str, tokens: int, hidden: int, others: dict[str, Any], rounds: int, close: bool
 ) -> dict[str, list[float]]:
@@ -160,11 +176,7 @@ def time_shape(
     candidates: dict[str, Callable[[], Any]] = {"new": lambda: new_fn(*args)}
     candidates |= {other: run_with(namespace) for other, namespace in others.items()}
     candidates["triton"] = lambda: triton_fn(*args)
-    expected = outputs(candidates["new"]())
-    for other in others:
-        if not same(expected, outputs(candidates[other]()), close):
-            raise SystemExit(f"{name} {tokens}x{width}: the outputs of new and {other} differ")
-    return time_rotated(candidates, rounds)
+    return checked_times(f"{name} {tokens}x{width}", candidates, others, rounds, close)
 
 
 def main() -> None:
