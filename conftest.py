@@ -1,7 +1,8 @@
 """Repository-wide pytest hooks.
 
-``IR_TEST_SHARD=i/n`` keeps every n-th collected test starting at i (0-based), so a long suite
-(the GPU matrix) can run in n processes that compile kernels in parallel.
+``IR_TEST_SHARD=i/n`` keeps every n-th selected test starting at i (0-based), so a long suite
+(the GPU matrix) can run in n processes that compile kernels in parallel. It runs after ``-k`` and
+``-m`` have deselected, so the shards of a selection are even.
 """
 
 import os
@@ -9,6 +10,7 @@ import os
 import pytest
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     shard = os.environ.get("IR_TEST_SHARD")
     if not shard:
