@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root: build the ir_cuda kernels, run their tests,
-# a compute-sanitizer memcheck pass over a subset, and/or the kernel benchmark with the triton
-# provider and the anchors beside them.
-# Usage: cuda_session.sh OUT [build] [tests] [sanitizer] [profile] [bench [kernel benchmark arguments...]]
+# a compute-sanitizer memcheck pass over a subset (`sanitizer`, a minute) or the whole suite
+# (`memcheck`: cuda_memcheck.sh, the caching allocator off; a few minutes on an H200), and/or the
+# kernel benchmark with the triton provider and the anchors beside them.
+# Usage: cuda_session.sh OUT [build] [tests] [sanitizer] [memcheck] [profile] [bench [kernel benchmark arguments...]]
 # The full grid (12 ops x 18 shapes, Inductor compiling each shape) takes about 4 minutes on an
 # H100; split it with --ops and --tag if needed, e.g. `bench --ops rms_norm --tag=-a`.
 # `profile`: Nsight Compute counters of every cuda and triton kernel at a decode and a large
@@ -28,6 +29,10 @@ while [ $# -gt 0 ]; do
         -k "(test_matches_native and (769 or 65536) and not 4096) or test_variants or wider" \
         2>&1 | tee "$out/cuda-sanitizer.log" | tail -15
       echo "sanitizer exit ${PIPESTATUS[0]}" | tee -a "$out/cuda-sanitizer.log" ;;
+    memcheck)
+      python3 -m ir_kernels_cuda build --programmatic > "$out/cuda-build-programmatic.log" 2>&1
+      timeout "${MEMCHECK_TIMEOUT:-540}" bash benchmarks/gpu/cuda_memcheck.sh "$out/memcheck" | tail -4
+      echo "memcheck exit ${PIPESTATUS[0]}" ;;
     profile)
       timeout "${PROFILE_TIMEOUT:-240}" ncu --csv --page raw -k 'regex:row_kernel|elementwise_kernel|rotary_kernel|norm_kernel|gated_kernel|quant_kernel' \
         --metrics gpu__time_duration.sum,smsp__inst_executed.sum,dram__bytes.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__grid_size,launch__block_size \
