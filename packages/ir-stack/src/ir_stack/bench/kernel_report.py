@@ -1,7 +1,8 @@
 """Turn a kernel benchmark JSON (`ir_stack.bench.kernels`) into a markdown table and a plot.
 
-Usage: python -m ir_stack.bench.kernel_report RESULT.json [PART.json ...] [--ours triton|cuda]
-    [--out MERGED.json]
+    python -m ir_stack.bench.kernel_report RESULT.json [PART.json ...] [--ours triton|cuda]
+        [--out MERGED.json]
+
 Writes <stem>.md (a summary against the targets, the shapes lost largest gap first, a table
 per op) and <stem>.png beside the JSON. A grid too long for one device call may run
 in parts split by `--ops` (each op, its shapes and anchors within one part): given several
@@ -185,6 +186,35 @@ class Loss(NamedTuple):
     spread: float
 
 
+class Verdict(NamedTuple):
+    """`ours` at one shape against the fastest other column."""
+
+    mine: dict[str, Any]  # our fastest run
+    anchor: str  # the fastest other column
+    anchor_run: dict[str, Any]  # its fastest run
+    ratio: float  # our time over its time
+    spread: float  # the larger run-to-run spread of the two
+
+    @property
+    def lost(self) -> bool:
+        """Slower by more than the run-to-run spread."""
+        return self.ratio > 1 + self.spread
+
+
+def judge(row: dict[str, list[Any]], ours: str) -> Verdict:
+    """Judge one shape's runs (provider -> runs), which must hold `ours` and another column."""
+    mine = best(row[ours])
+    anchors = {p: best(r) for p, r in row.items() if p != ours}
+    anchor, anchor_run = min(anchors.items(), key=lambda kv: kv[1]["us_graph"])
+    return Verdict(
+        mine=mine,
+        anchor=anchor,
+        anchor_run=anchor_run,
+        ratio=mine["us_graph"] / anchor_run["us_graph"],
+        spread=max(spread(row[ours]), spread(row[anchor])),
+    )
+
+
 def markdown(
     meta: dict[str, Any], grouped: dict[Any, dict[str, list[Any]]], ours: str = "triton"
 ) -> str:
@@ -222,24 +252,21 @@ def markdown(
             row = grouped[key]
             if ours not in row:
                 continue
-            mine = best(row[ours])
-            anchors = {p: best(r) for p, r in row.items() if p != ours}
-            anchor_name, anchor = min(anchors.items(), key=lambda kv: kv[1]["us_graph"])
-            ratio = mine["us_graph"] / anchor["us_graph"]
-            noise = max(spread(row[ours]), spread(row[anchor_name]))
+            judged = judge(row, ours)
+            mine = judged.mine
             summary["shapes"] += 1
             _, tokens, hidden = key
-            if ratio > 1 + noise:
+            if judged.lost:
                 lost.append(
                     Loss(
-                        ratio=ratio,
+                        ratio=judged.ratio,
                         op=op,
                         tokens=tokens,
                         hidden=hidden,
                         ours_us=mine["us_graph"],
-                        anchor=anchor_name,
-                        anchor_us=anchor["us_graph"],
-                        spread=noise,
+                        anchor=judged.anchor,
+                        anchor_us=judged.anchor_run["us_graph"],
+                        spread=judged.spread,
                     )
                 )
             cells = []
@@ -258,8 +285,8 @@ def markdown(
             lines.append(
                 f"| {tokens} | {hidden} | "
                 + " | ".join(cells)
-                + f" | {mine['us_plain']:.2f} | {noise:.3f} | {anchor_name} "
-                f"| {ratio:.3f} |"
+                + f" | {mine['us_plain']:.2f} | {judged.spread:.3f} | {judged.anchor} "
+                f"| {judged.ratio:.3f} |"
             )
         lines.append("")
     verdict = [
