@@ -2,6 +2,7 @@
 other, and the other columns' times that moved."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -9,51 +10,36 @@ import pytest
 
 from ir_stack.bench import kernel_compare
 
-META = {
-    "card": "Test GPU",
-    "copy_gbps": 1000.0,
-    "empty_triton_kernel_us_graph": 2.0,
-    "torch": "x",
-    "triton": "y",
-}
 SMALL = ("rms_norm", 1, 4096)
 LARGE = ("rms_norm", 16384, 8192)
 
 
-def record(shape: tuple[str, int, int], provider: str, us: float) -> dict[str, Any]:
-    op, tokens, hidden = shape
-    return {
-        "op": op,
-        "provider": provider,
-        "tokens": tokens,
-        "hidden": hidden,
-        "us_graph": us,
-        "us_plain": us + 1,
-        "fraction_of_copy": 0.5,
-        "gbps_graph": 500.0,
-        "run": 0,
-    }
-
-
-def grid(tmp_path: Path, name: str, times: dict[tuple[Any, str], float]) -> Path:
+def grid(
+    tmp_path: Path, record: Callable[..., Any], name: str, times: dict[tuple[Any, str], float]
+) -> Path:
     path = tmp_path / name
-    records = [record(shape, provider, us) for (shape, provider), us in times.items()]
-    path.write_text(json.dumps({"meta": {**META, "date": name}, "records": records}))
+    records = [
+        record(op, provider, tokens, hidden, us)
+        for ((op, tokens, hidden), provider), us in times.items()
+    ]
+    path.write_text(json.dumps({"meta": {"date": name}, "records": records}))
     return path
 
 
 @pytest.fixture
-def grids(tmp_path: Path) -> tuple[Path, Path]:
+def grids(tmp_path: Path, bench_record: Callable[..., Any]) -> tuple[Path, Path]:
     # old: triton wins the small shape and loses the large one; new: the other way round, only
     # because Inductor's kernel moved (2.1 -> 1.8 us, 90 -> 101 us)
     old = grid(
         tmp_path,
+        bench_record,
         "old.json",
         {(SMALL, "triton"): 2.0, (SMALL, "inductor"): 2.1, (LARGE, "triton"): 100.0}
         | {(LARGE, "inductor"): 90.0},
     )
     new = grid(
         tmp_path,
+        bench_record,
         "new.json",
         {(SMALL, "triton"): 2.0, (SMALL, "inductor"): 1.8, (LARGE, "triton"): 100.0}
         | {(LARGE, "inductor"): 101.0},

@@ -2,6 +2,7 @@
 other column (the other provider included) as an anchor."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +20,7 @@ META = {
 }
 
 
-def record(op: str, provider: str, tokens: int, hidden: int, us: float, frac: float) -> Any:
-    return {
-        "op": op,
-        "provider": provider,
-        "tokens": tokens,
-        "hidden": hidden,
-        "us_graph": us,
-        "us_plain": us + 1,
-        "fraction_of_copy": frac,
-        "gbps_graph": frac * 1000,
-        "run": 0,
-    }
-
-
-def write(tmp_path: Path) -> Path:
+def write(tmp_path: Path, record: Callable[..., Any]) -> Path:
     records = [
         # decode: 2.6 and 2.7 us are within triton's 1 us margin, not within cuda's 0.5 us
         record("rms_norm", "triton", 1, 4096, 2.7, 0.01),
@@ -54,8 +41,10 @@ def summary(path: Path, ours: str) -> str:
     return path.with_suffix(".md").read_text().split("\n")[2]
 
 
-def test_each_provider_is_judged_by_its_own_targets(tmp_path: Path) -> None:
-    path = write(tmp_path)
+def test_each_provider_is_judged_by_its_own_targets(
+    tmp_path: Path, bench_record: Callable[..., Any]
+) -> None:
+    path = write(tmp_path, bench_record)
     triton = summary(path, "triton")
     assert triton.startswith("Summary for `triton`")
     assert "met at 1 of 1" in triton
@@ -69,8 +58,10 @@ def test_each_provider_is_judged_by_its_own_targets(tmp_path: Path) -> None:
     assert path.with_suffix(".png").stat().st_size > 0
 
 
-def test_cuda_is_judged_against_an_empty_cuda_kernel_where_timed(tmp_path: Path) -> None:
-    path = write(tmp_path)
+def test_cuda_is_judged_against_an_empty_cuda_kernel_where_timed(
+    tmp_path: Path, bench_record: Callable[..., Any]
+) -> None:
+    path = write(tmp_path, bench_record)
     data = json.loads(path.read_text())
     data["meta"]["empty_cuda_kernel_us_graph"] = 2.2  # cuda's 2.6 us is within 0.5 of it
     path.write_text(json.dumps(data))
@@ -79,7 +70,9 @@ def test_cuda_is_judged_against_an_empty_cuda_kernel_where_timed(tmp_path: Path)
     assert "(empty triton kernel: 2.00 µs)" in summary(path, "triton")
 
 
-def write_part(tmp_path: Path, name: str, op: str, empty_us: float, cuda_us: float) -> Path:
+def write_part(
+    tmp_path: Path, record: Callable[..., Any], name: str, op: str, empty_us: float, cuda_us: float
+) -> Path:
     meta = {
         **META,
         "empty_triton_kernel_us_graph": empty_us,
@@ -94,10 +87,12 @@ def write_part(tmp_path: Path, name: str, op: str, empty_us: float, cuda_us: flo
     return path
 
 
-def test_parts_of_a_grid_merge_and_judge_each_op_by_its_own_run(tmp_path: Path) -> None:
+def test_parts_of_a_grid_merge_and_judge_each_op_by_its_own_run(
+    tmp_path: Path, bench_record: Callable[..., Any]
+) -> None:
     # 2.4 us is within 0.5 us of part a's empty kernel (2.0), not of part b's (1.8)
-    a = write_part(tmp_path, "a.json", "rms_norm", 2.0, 2.4)
-    b = write_part(tmp_path, "b.json", "silu_and_mul", 1.8, 2.4)
+    a = write_part(tmp_path, bench_record, "a.json", "rms_norm", 2.0, 2.4)
+    b = write_part(tmp_path, bench_record, "b.json", "silu_and_mul", 1.8, 2.4)
     merged = tmp_path / "kernels-Test-GPU.json"
     kernel_report.main([str(a), str(b), "--ours", "cuda", "--out", str(merged)])
     data = json.loads(merged.read_text())
@@ -110,9 +105,9 @@ def test_parts_of_a_grid_merge_and_judge_each_op_by_its_own_run(tmp_path: Path) 
     assert summary(merged, "cuda") == report.split("\n")[2]
 
 
-def test_each_part_says_how_often_it_ran(tmp_path: Path) -> None:
-    a = write_part(tmp_path, "a.json", "rms_norm", 2.0, 2.4)
-    b = write_part(tmp_path, "b.json", "silu_and_mul", 1.8, 2.4)
+def test_each_part_says_how_often_it_ran(tmp_path: Path, bench_record: Callable[..., Any]) -> None:
+    a = write_part(tmp_path, bench_record, "a.json", "rms_norm", 2.0, 2.4)
+    b = write_part(tmp_path, bench_record, "b.json", "silu_and_mul", 1.8, 2.4)
     data = json.loads(b.read_text())
     data["records"] += [{**r, "run": 1} for r in data["records"]]
     b.write_text(json.dumps(data))
@@ -124,24 +119,26 @@ def test_each_part_says_how_often_it_ran(tmp_path: Path) -> None:
     assert "Each shape ran 1 time(s)" in a.with_suffix(".md").read_text()
 
 
-def test_parts_sharing_an_op_are_refused(tmp_path: Path) -> None:
-    a = write_part(tmp_path, "a.json", "rms_norm", 2.0, 2.4)
-    b = write_part(tmp_path, "b.json", "rms_norm", 1.8, 2.4)
+def test_parts_sharing_an_op_are_refused(tmp_path: Path, bench_record: Callable[..., Any]) -> None:
+    a = write_part(tmp_path, bench_record, "a.json", "rms_norm", 2.0, 2.4)
+    b = write_part(tmp_path, bench_record, "b.json", "rms_norm", 1.8, 2.4)
     with pytest.raises(SystemExit):
         kernel_report.main([str(a), str(b), "--out", str(tmp_path / "m.json")])
     with pytest.raises(ValueError, match="op 'rms_norm' is also in"):
         kernel_report.merge([a, b])
 
 
-def test_merging_parts_needs_an_output(tmp_path: Path) -> None:
-    a = write_part(tmp_path, "a.json", "rms_norm", 2.0, 2.4)
-    b = write_part(tmp_path, "b.json", "silu_and_mul", 1.8, 2.4)
+def test_merging_parts_needs_an_output(tmp_path: Path, bench_record: Callable[..., Any]) -> None:
+    a = write_part(tmp_path, bench_record, "a.json", "rms_norm", 2.0, 2.4)
+    b = write_part(tmp_path, bench_record, "b.json", "silu_and_mul", 1.8, 2.4)
     with pytest.raises(SystemExit):
         kernel_report.main([str(a), str(b)])
 
 
-def test_the_shapes_lost_are_listed_largest_gap_first(tmp_path: Path) -> None:
-    path = write(tmp_path)
+def test_the_shapes_lost_are_listed_largest_gap_first(
+    tmp_path: Path, bench_record: Callable[..., Any]
+) -> None:
+    path = write(tmp_path, bench_record)
     kernel_report.main([str(path), "--ours", "triton"])
     text = path.with_suffix(".md").read_text()
     table = text[text.index("Shapes `triton` loses") : text.index("## rms_norm")]
@@ -156,8 +153,10 @@ def test_the_shapes_lost_are_listed_largest_gap_first(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("flag", [{"triton": True}, True], ids=["per-provider", "one-flag"])
-def test_the_method_says_when_ours_launched_programmatically(tmp_path: Path, flag: Any) -> None:
-    path = write(tmp_path)
+def test_the_method_says_when_ours_launched_programmatically(
+    tmp_path: Path, flag: Any, bench_record: Callable[..., Any]
+) -> None:
+    path = write(tmp_path, bench_record)
     plain = json.loads(path.read_text())
     kernel_report.main([str(path), "--ours", "triton"])
     assert "programmatic" not in path.with_suffix(".md").read_text()
