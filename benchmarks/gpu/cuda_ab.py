@@ -28,11 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from probe_tools import time_rotated
+from probe_tools import bf16_inputs, time_rotated
 
 from ir_kernels_cuda import build as cuda_build
-from ir_spec import SampleSpec, ops
-from ir_spec.testing import sample_inputs
 from ir_stack.bench.kernels import GATED, INTERMEDIATE
 
 
@@ -160,10 +158,8 @@ def checked_times(
 def time_shape(
     name: str, tokens: int, hidden: int, others: dict[str, Any], rounds: int, close: bool
 ) -> dict[str, list[float]]:
-    op = getattr(ops, name)
     width = INTERMEDIATE[hidden] if name in GATED else hidden
-    spec = SampleSpec(batch_shape=(tokens,), hidden_size=width, dtype=torch.bfloat16, device="cuda")
-    args = sample_inputs(op, spec)
+    op, args = bf16_inputs(name, tokens, width)
     new_fn, triton_fn = op.impls["cuda"].fn, op.impls["triton"].fn
 
     def run_with(namespace: Any) -> Callable[[], Any]:

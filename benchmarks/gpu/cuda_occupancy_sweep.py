@@ -27,23 +27,13 @@ from typing import Any
 
 import cuda_ab
 import torch
-from probe_tools import fastest_line
-
-from ir_spec import SampleSpec, ops
-from ir_spec.testing import sample_inputs
+from probe_tools import bf16_inputs, fastest_line
 
 
 def tokens_width(shape: str) -> tuple[int, int]:
     """``TOKENSxWIDTH`` as two ints."""
     tokens, width = (int(v) for v in shape.split("x"))
     return tokens, width
-
-
-def inputs(name: str, tokens: int, width: int) -> tuple[Any, tuple[Any, ...]]:
-    """The op `name` and bf16 sample inputs of `tokens` rows of `width`."""
-    spec = SampleSpec(batch_shape=(tokens,), hidden_size=width, dtype=torch.bfloat16, device="cuda")
-    op = getattr(ops, name)
-    return op, sample_inputs(op, spec)
 
 
 def capped(
@@ -65,7 +55,7 @@ def sweep(probe: Any, a: argparse.Namespace) -> None:
     for name in a.ops.split(","):
         for shape in a.shapes.split(","):
             tokens, width = tokens_width(shape)
-            op, args = inputs(name, tokens, width)
+            op, args = bf16_inputs(name, tokens, width)
             new_fn, triton_fn = op.impls["cuda"].fn, op.impls["triton"].fn
             candidates: dict[str, Callable[[], Any]] = {"new": partial(new_fn, *args)}
             for cap in a.caps.split(","):
@@ -85,7 +75,7 @@ def sweep(probe: Any, a: argparse.Namespace) -> None:
 def once(probe: Any, items: str) -> None:
     for item in items.split(","):
         name, shape = item.split(":")
-        op, args = inputs(name, *tokens_width(shape))
+        op, args = bf16_inputs(name, *tokens_width(shape))
         with cuda_ab.kernels(probe):
             op.impls["cuda"].fn(*args)
     torch.cuda.synchronize()

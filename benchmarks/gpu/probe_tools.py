@@ -1,5 +1,6 @@
 """What the GPU probes share: building a standalone CUDA source with nvcc, the `ir_cuda` ops
-where the package builds, and timing candidates side by side in rotated rounds.
+where the package builds, a catalog op's bf16 sample inputs, and timing candidates side by side in
+rotated rounds.
 
 The probes (`quant_layout_probe.py`, `static_quant_probe.py`) and `cuda_ab.py` import it as a
 sibling module (they run as scripts from this directory).
@@ -45,6 +46,18 @@ def probe_call(
         assert rc == 0, f"probe variant {variant}: launch error {rc}"
 
     return run
+
+
+def bf16_inputs(name: str, tokens: int, width: int) -> tuple[Any, tuple[Any, ...]]:
+    """The catalog op `name` and its bf16 sample inputs on the GPU: `tokens` rows of `width`."""
+    import torch
+
+    from ir_spec import SampleSpec, ops
+    from ir_spec.testing import sample_inputs
+
+    op = getattr(ops, name)
+    spec = SampleSpec(batch_shape=(tokens,), hidden_size=width, dtype=torch.bfloat16, device="cuda")
+    return op, sample_inputs(op, spec)
 
 
 def ir_cuda_kernels() -> Any:

@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from probe_tools import time_rotated
+from probe_tools import bf16_inputs, time_rotated
 
 from ir_kernels_cuda import impls as cuda_impls
 from ir_kernels_cuda.build import PROGRAMMATIC_NAMESPACE, build
 from ir_kernels_cuda.testing import bits
-from ir_spec import SampleSpec, ops
-from ir_spec.testing import sample_inputs
+from ir_spec import ops
 from ir_stack.bench.kernels import GATED, INTERMEDIATE, empty_kernel_us
 
 MODES = ("off", "on", "after plain off", "after plain on")
@@ -67,10 +66,8 @@ def outputs(result: Any) -> list[torch.Tensor]:
 
 
 def time_shape(name: str, tokens: int, hidden: int, rounds: int) -> dict[str, float]:
-    op = getattr(ops, name)
     width = INTERMEDIATE[hidden] if name in GATED else hidden
-    spec = SampleSpec(batch_shape=(tokens,), hidden_size=width, dtype=torch.bfloat16, device="cuda")
-    args = sample_inputs(op, spec)
+    op, args = bf16_inputs(name, tokens, width)
     hint = args[0]
     plain = lambda: torch.ops.ir_cuda.empty_kernel(hint)  # noqa: E731
     candidates: dict[str, Callable[[], Any]] = {"plain empty": plain}
