@@ -173,19 +173,6 @@ def run_facts(meta: dict[str, Any]) -> str:
     )
 
 
-class Loss(NamedTuple):
-    """A shape that `ours` loses by more than the run-to-run spread (sorts by `ratio`)."""
-
-    ratio: float
-    op: str
-    tokens: int
-    hidden: int
-    ours_us: float
-    anchor: str
-    anchor_us: float
-    spread: float
-
-
 class Verdict(NamedTuple):
     """`ours` at one shape against the fastest other column."""
 
@@ -199,6 +186,15 @@ class Verdict(NamedTuple):
     def lost(self) -> bool:
         """Slower by more than the run-to-run spread."""
         return self.ratio > 1 + self.spread
+
+
+class Loss(NamedTuple):
+    """A shape that `ours` loses by more than the run-to-run spread, and its verdict."""
+
+    op: str
+    tokens: int
+    hidden: int
+    verdict: Verdict
 
 
 def judge(row: dict[str, list[Any]], ours: str) -> Verdict:
@@ -257,18 +253,7 @@ def markdown(
             summary["shapes"] += 1
             _, tokens, hidden = key
             if judged.lost:
-                lost.append(
-                    Loss(
-                        ratio=judged.ratio,
-                        op=op,
-                        tokens=tokens,
-                        hidden=hidden,
-                        ours_us=mine["us_graph"],
-                        anchor=judged.anchor,
-                        anchor_us=judged.anchor_run["us_graph"],
-                        spread=judged.spread,
-                    )
-                )
+                lost.append(Loss(op, tokens, hidden, judged))
             cells = []
             for p in providers:
                 r = best(row[p]) if p in row else None
@@ -313,10 +298,12 @@ def lost_table(ours: str, lost: list[Loss]) -> list[str]:
         f"| op | tokens | hidden | {ours} µs | best other | its µs | {ours} vs best | spread |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for loss in sorted(lost, reverse=True):
+    for op, tokens, hidden, v in sorted(
+        lost, key=lambda loss: (loss.verdict.ratio, loss.op, loss.tokens, loss.hidden), reverse=True
+    ):
         lines.append(
-            f"| {loss.op} | {loss.tokens} | {loss.hidden} | {loss.ours_us:.2f} | {loss.anchor} "
-            f"| {loss.anchor_us:.2f} | {loss.ratio:.3f} | {loss.spread:.3f} |"
+            f"| {op} | {tokens} | {hidden} | {v.mine['us_graph']:.2f} | {v.anchor} "
+            f"| {v.anchor_run['us_graph']:.2f} | {v.ratio:.3f} | {v.spread:.3f} |"
         )
     return [*lines, ""]
 
