@@ -39,6 +39,11 @@ class Move(NamedTuple):
     old_us: float
     new_us: float
 
+    @property
+    def factor(self) -> float:
+        """The slower of the two times over the faster."""
+        return max(self.old_us, self.new_us) / min(self.old_us, self.new_us)
+
 
 def fastest(grid: Grid) -> dict[tuple[str, Shape], float]:
     """Each (provider, shape)'s fastest replayed time."""
@@ -73,14 +78,13 @@ def lost(grid: Grid, ours: str) -> dict[Shape, Verdict]:
 def moves(old: Grid, new: Grid, ours: str, threshold: float) -> list[Move]:
     """Other columns' times that moved by more than `threshold` (a fraction), largest first."""
     before, after = fastest(old), fastest(new)
-    found = [
+    both = [
         Move(provider, shape, before[(provider, shape)], after[(provider, shape)])
         for provider, shape in before.keys() & after.keys()
         if provider != ours
-        and max(after[(provider, shape)], before[(provider, shape)])
-        > (1 + threshold) * min(after[(provider, shape)], before[(provider, shape)])
     ]
-    return sorted(found, key=lambda m: max(m.new_us / m.old_us, m.old_us / m.new_us), reverse=True)
+    moved = [m for m in both if m.factor > 1 + threshold]
+    return sorted(moved, key=lambda m: (m.factor, m.provider, m.shape), reverse=True)
 
 
 def shape_text(shape: Shape) -> str:
