@@ -9,8 +9,10 @@
 # - Many pytest processes (IR_TEST_SHARD), a few at a time: the sanitizer's device memory grows
 #   with every test and returns only when its process exits. On an H200 (141 GB) one process for
 #   the whole suite ran out part way, and so did shards that mixed the 4096 x 16384 rows in with
-#   the rest six at a time; the rest in 12 shards six at a time and those rows in 10 shards three
-#   at a time did not (round 43, `benchmarks/results/cuda-tests-H100.md`).
+#   the rest six at a time; those rows in 10 shards three at a time did not (round 43,
+#   `benchmarks/results/cuda-tests-H100.md`). The rest in 12 shards six at a time ran out of
+#   cudaMalloc in 5 tests of 4 shards (round 44; round 43's 12 hand-made chunks had fit), so it
+#   runs in 24. LOGDIR/memory.txt samples the GPU's used memory every 5 s.
 # - The CUDA-graph tests run apart, with the cache on: a stream capture cannot cudaMalloc.
 # Writes LOGDIR/{rest,wide}-i.log, LOGDIR/graph.log and LOGDIR/summary.txt; exits 1 if any run
 # reported a memcheck error or a failed test.
@@ -34,10 +36,14 @@ export -f memcheck shard
 export LOGDIR=$logdir TESTS=$tests
 
 start=$(date +%s)
-seq 0 11 | xargs -P 6 -I{} bash -c "shard rest {} 12 'not graph and not $wide'"
+(while true; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 5; done) \
+  > "$logdir/memory.txt" 2>/dev/null &
+sampler=$!
+seq 0 23 | xargs -P 6 -I{} bash -c "shard rest {} 24 'not graph and not $wide'"
 seq 0 9 | xargs -P 3 -I{} bash -c "shard wide {} 10 'not graph and $wide'"
 memcheck "$tests" -k "graph" > "$logdir/graph.log" 2>&1
 echo "exit $?" >> "$logdir/graph.log"
+kill "$sampler"
 
 status=0
 for log in "$logdir"/rest-*.log "$logdir"/wide-*.log "$logdir"/graph.log; do
@@ -51,7 +57,7 @@ for word in passed skipped failed; do
   total=$(grep -ohE "[0-9]+ $word" "$logdir"/{rest,wide}-*.log "$logdir"/graph.log | awk '{n += $1} END {print n + 0}')
   echo "$word $total"
 done | paste -sd ' ' >> "$logdir/summary.txt"
-echo "memcheck over 22 shards and the graph tests: $(($(date +%s) - start)) s" \
-  >> "$logdir/summary.txt"
+echo "memcheck over 34 shards and the graph tests: $(($(date +%s) - start)) s," \
+  "peak GPU memory $(sort -n "$logdir/memory.txt" | tail -n 1) MiB" >> "$logdir/summary.txt"
 cat "$logdir/summary.txt"
 exit $status
