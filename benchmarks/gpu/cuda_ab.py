@@ -7,9 +7,12 @@ source (`--old-csrc`, e.g. ``git archive REV packages/ir-kernels-cuda/csrc``) is
 and Triton's kernel (the machine's yardstick) by CUDA-graph replay (`do_bench_cudagraph`,
 median), in `--rounds` rounds of rotated order; the fastest round is shown, the outputs of the
 two builds are compared first (bitwise unless `--close`). bf16, the kernel grid's shapes.
+`--anchors` times the grid's anchors of each op too (Inductor, compiled per shape, and
+`F.rms_norm` / Liger-Kernel where they apply: `ir_stack.bench.kernels.anchors`).
 
 Usage (GPU machine, the package built): python benchmarks/gpu/cuda_ab.py --old-csrc DIR
-  [--ops a,b] [--tokens 1,16,128,1024,4096] [--hidden 2048,4096,8192] [--rounds 3] [--json OUT]
+  [--ops a,b] [--tokens 1,16,128,1024,4096] [--hidden 2048,4096,8192] [--rounds 3] [--anchors]
+  [--json OUT]
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import torch
 from probe_tools import bf16_inputs, time_rotated
 
 from ir_kernels_cuda import build as cuda_build
-from ir_stack.bench.kernels import GATED, INTERMEDIATE
+from ir_stack.bench.kernels import GATED, INTERMEDIATE, anchors, lift_recompile_limits
 
 
 @functools.cache
@@ -156,7 +159,13 @@ def checked_times(
 
 
 def time_shape(
-    name: str, tokens: int, hidden: int, others: dict[str, Any], rounds: int, close: bool
+    name: str,
+    tokens: int,
+    hidden: int,
+    others: dict[str, Any],
+    rounds: int,
+    close: bool,
+    with_anchors: bool = False,
 ) -> dict[str, list[float]]:
     width = INTERMEDIATE[hidden] if name in GATED else hidden
     op, args = bf16_inputs(name, tokens, width)
@@ -172,6 +181,8 @@ def time_shape(
     candidates: dict[str, Callable[[], Any]] = {"new": lambda: new_fn(*args)}
     candidates |= {other: run_with(namespace) for other, namespace in others.items()}
     candidates["triton"] = lambda: triton_fn(*args)
+    if with_anchors:
+        candidates |= anchors(op, args)
     return checked_times(f"{name} {tokens}x{width}", candidates, others, rounds, close)
 
 
@@ -186,6 +197,7 @@ def main() -> None:
     parser.add_argument("--hidden", default="2048,4096,8192")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--close", action="store_true", help="outputs within 1e-2, not bitwise")
+    parser.add_argument("--anchors", action="store_true", help="time the grid's anchors too")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--build-only", type=named_source, help=argparse.SUPPRESS)
     parser.add_argument("--build-root", type=Path, help=argparse.SUPPRESS)
@@ -200,22 +212,26 @@ def main() -> None:
     if not sources:
         parser.error("give --old-csrc or at least one --other NAME=DIR")
     others = build_all(sources)
+    if a.anchors:
+        lift_recompile_limits()
     if not cuda_impls().SUPPORTED:
         raise SystemExit(f"provider cuda unavailable: {cuda_impls().REASON}")
     records = []
     for name in a.ops.split(","):
         for tokens in (int(t) for t in a.tokens.split(",")):
             for hidden in (int(h) for h in a.hidden.split(",")):
-                times = time_shape(name, tokens, hidden, others, a.rounds, a.close)
+                times = time_shape(name, tokens, hidden, others, a.rounds, a.close, a.anchors)
                 best = {n: min(v) for n, v in times.items()}
                 records.append({"op": name, "tokens": tokens, "hidden": hidden, "times_us": times})
                 ratios = " ".join(
                     f"{other} {best[other]:.2f} (new/{other} {best['new'] / best[other]:.3f})"
                     for other in others
                 )
+                yardsticks = " ".join(
+                    f"{n} {best[n]:.2f}" for n in best if n != "new" and n not in others
+                )
                 print(
-                    f"{name} {tokens}x{hidden}: new {best['new']:.2f} {ratios} "
-                    f"triton {best['triton']:.2f}",
+                    f"{name} {tokens}x{hidden}: new {best['new']:.2f} {ratios} {yardsticks}",
                     flush=True,
                 )
     if a.json:
