@@ -4,7 +4,7 @@ programmatic build passes. Prints, per shape and mode, how many elements of each
 differ from the plain build's.
 
 Usage (GPU machine): cp -r packages/ir-kernels-cuda/csrc /tmp/nowait && sed -i
-  's/  asm volatile("griddepcontrol.wait;" ::: "memory");//' /tmp/nowait/common.cuh &&
+  's/  asm volatile("griddepcontrol.wait;" ::: "memory");//' /tmp/nowait/device.cuh &&
   python benchmarks/gpu/programmatic_fault.py /tmp/nowait
 """
 

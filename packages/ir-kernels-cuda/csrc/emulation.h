@@ -233,7 +233,7 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t strea
   launch_cluster(kernel, grid, block, 1u, stream, args...);
 }
 
-// A launch held to two blocks an SM on the GPU (`common.cuh`); blocks run one at a time here.
+// A launch held to two blocks an SM on the GPU (`device.cuh`); blocks run one at a time here.
 template <typename... Params, typename... Args>
 void launch_two_blocks_an_sm(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
                              Args... args) {

@@ -3,7 +3,7 @@
 // rotary_embedding_ overwrite their activations. Built with IR_CUDA_HOST_EMULATION, the same
 // ops are torch.ops.ir_cuda_emulated.* on CPU tensors (the kernels run on the CPU); built with
 // IR_CUDA_PROGRAMMATIC, torch.ops.ir_cuda_programmatic.*, launched as programmatic dependent
-// launches (common.cuh).
+// launches (device.cuh).
 #include <ATen/ATen.h>
 #include <torch/library.h>
 

@@ -55,6 +55,13 @@ def test_registered_for_every_catalog_op() -> None:
     assert all(op.impls[p].batch_invariant for op, p in PROVIDERS)
 
 
+def test_every_source_file_is_in_the_cache_key() -> None:
+    """The build's cache key hashes `SOURCES` and `HEADERS`: a file of csrc/ left out of them
+    would leave a stale build in place after it changed."""
+    on_disk = {p.name for p in csrc_dir().iterdir() if p.suffix in {".cpp", ".cu", ".cuh", ".h"}}
+    assert on_disk == set(SOURCES) | set(HEADERS)
+
+
 @pytest.mark.skipif(GPU, reason="the kernels build here")
 def test_unsupported_here_with_the_reason() -> None:
     assert impls.REASON
@@ -86,7 +93,7 @@ def test_sources_compile_with_nvcc(tmp_path: Path) -> None:
         "-O1",
     ]
     assert set(HEADERS) <= {p.name for p in csrc_dir().iterdir()}
-    # every source plainly; the programmatic build's own lines (common.cuh, ops.cpp) in the
+    # every source plainly; the programmatic build's own lines (device.cuh, ops.cpp) in the
     # smallest kernel source
     builds = [(name, []) for name in SOURCES]
     builds += [(name, ["-DIR_CUDA_PROGRAMMATIC"]) for name in ("ops.cpp", "rotary.cu")]

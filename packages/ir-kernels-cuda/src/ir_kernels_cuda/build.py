@@ -27,7 +27,18 @@ import torch
 
 logger = logging.getLogger("ir_kernels_cuda")
 SOURCES = ("ops.cpp", "norm.cu", "activation.cu", "rotary.cu")
-HEADERS = ("cluster.cuh", "common.cuh", "emulation.h")
+HEADERS = (
+    "checks.cuh",
+    "cluster.cuh",
+    "common.cuh",
+    "device.cuh",
+    "emulation.h",
+    "loads.cuh",
+    "numerics.cuh",
+    "reduce.cuh",
+    "rows.cuh",
+    "words.cuh",
+)
 CACHE_ENV = "IR_KERNELS_CUDA_CACHE"
 
 
