@@ -34,6 +34,7 @@ HEADERS = (
     "device.cuh",
     "emulation.h",
     "loads.cuh",
+    "norm_kernels.cuh",
     "numerics.cuh",
     "reduce.cuh",
     "rows.cuh",
