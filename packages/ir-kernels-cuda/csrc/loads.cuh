@@ -57,10 +57,11 @@ __device__ __forceinline__ void prefetch_l1(const void* p) {
 // A 16-byte load where `in_row` (else zeros) with an L2 eviction policy on the access (and the
 // same hint in L1), as Triton's `eviction_policy`. Evict-first: for rows read once by an op
 // whose bytes just exceed the L2, so that they do not push out the lines the next call reads.
-// Evict-last: for rows read again from L2 after their reduction (`RELOAD` in norm.cu), so that
-// the lines stay until then. Predicated inside the asm, as the compiler predicates a plain load
-// (it branches around an asm). The "memory" clobber keeps it ahead of the stores that follow it
-// in the program (an in-place op writes over what it loaded).
+// Evict-last: for rows read again from L2 after their reduction (`RELOAD` in
+// norm_kernels.cuh), so that the lines stay until then. Predicated inside the asm, as the
+// compiler predicates a plain load (it branches around an asm). The "memory" clobber keeps it
+// ahead of the stores that follow it in the program (an in-place op writes over what it
+// loaded).
 template <bool EVICT_LAST>
 __device__ __forceinline__ Words4 load_with_eviction(const Words4* p, bool in_row) {
 #if defined(__CUDA_ARCH__)

@@ -163,7 +163,7 @@ struct RowLaunch {
 // 2048 and 4096 bf16 elements with a residual and fp8 output,
 // `ir_kernels_triton.norm_kernels.norm_warps`). The plain fused add's teams of 512 take two
 // vectors a thread where their rows are not spread over a cluster and the chip holds the batch
-// at once (`kHalves`, `launch_typed` in norm.cu).
+// at once (`kHalves` in norm_kernels.cuh, `launch_typed` in norm.cu).
 inline RowLaunch row_launch(int64_t width, int vec, bool one_vector = false) {
   const int64_t units = (width + vec - 1) / vec;
   const int vpt = one_vector && units > 128 && units <= kMaxTeam ? 1 : units <= 1024 ? 2 : 4;
