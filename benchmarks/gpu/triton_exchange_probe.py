@@ -39,6 +39,8 @@ import triton.language as tl
 from probe_tools import bf16_inputs, fastest_line, time_rotated, write_results
 
 from ir_kernels_triton.fp8 import exact_rounding, quantize, round_to_dtype
+from ir_spec import IrOp
+from ir_spec.testing import assert_close
 
 #: Spins a program waits at most for the row's other programs (a hang guard, far above need).
 MAX_SPINS = 1 << 20
@@ -169,24 +171,15 @@ class ExchangeProbe:
         return (self.out, self.res) if self.residual else self.out
 
 
-def check(name: str, probe: ExchangeProbe, expected: Any) -> None:
-    """The probe's outputs against the native op's (bf16 tolerances; fp8 within one step of
-    its scale)."""
+def check(op: IrOp, probe: ExchangeProbe, expected: Any) -> None:
+    """The probe's outputs against the native op's, within the op's tolerance
+    (`ir_spec.testing.assert_close`); a residual sum bitwise."""
     got = probe()
     torch.cuda.synchronize()
-    if probe.dynamic:
-        q, scale = got
-        q_ref, scale_ref = expected
-        torch.testing.assert_close(scale, scale_ref, rtol=1e-2, atol=0)
-        torch.testing.assert_close(
-            q.float() * scale, q_ref.float() * scale_ref, rtol=0.13, atol=2 * float(scale_ref.max())
-        )
-    else:
-        out, res = got
-        out_ref, res_ref = expected
-        torch.testing.assert_close(res, res_ref, rtol=0, atol=0)
-        torch.testing.assert_close(out, out_ref, rtol=2e-2, atol=2e-2)
-    print(f"  {name} S={probe.splits} w={probe.warps}: outputs match the native op")
+    assert_close(op, got, expected, msg=f"(exchange probe, S={probe.splits})")
+    if probe.residual:
+        torch.testing.assert_close(got[1], expected[1], rtol=0, atol=0)
+    print(f"  {op.name} S={probe.splits} w={probe.warps}: outputs match the native op")
 
 
 def probe_shape(
@@ -201,7 +194,7 @@ def probe_shape(
     for s in splits:
         for w in warps:
             probe = ExchangeProbe(name, args, s, w)
-            check(name, probe, expected)
+            check(op, probe, expected)
             candidates[f"s{s}w{w}"] = probe
     times = time_rotated(candidates, rounds)
     print(f"{name} {tokens}x{width}: {fastest_line(times)}", flush=True)
