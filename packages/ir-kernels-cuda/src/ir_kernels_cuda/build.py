@@ -27,19 +27,8 @@ import torch
 
 logger = logging.getLogger("ir_kernels_cuda")
 SOURCES = ("ops.cpp", "norm.cu", "activation.cu", "rotary.cu")
-HEADERS = (
-    "checks.cuh",
-    "cluster.cuh",
-    "common.cuh",
-    "device.cuh",
-    "emulation.h",
-    "loads.cuh",
-    "norm_kernels.cuh",
-    "numerics.cuh",
-    "reduce.cuh",
-    "rows.cuh",
-    "words.cuh",
-)
+#: Suffixes of the headers the sources include (`headers`).
+HEADER_SUFFIXES = (".cuh", ".h")
 CACHE_ENV = "IR_KERNELS_CUDA_CACHE"
 
 
@@ -90,11 +79,17 @@ def architecture() -> str:
     return f"{major}.{minor}" + ("a" if major == 9 else "")
 
 
+def headers() -> tuple[str, ...]:
+    """Every header beside the sources (the `HEADER_SUFFIXES` files of csrc/), sorted: read
+    from the folder, so that none can be left out of the cache key."""
+    return tuple(sorted(p.name for p in csrc_dir().iterdir() if p.suffix in HEADER_SUFFIXES))
+
+
 def cache_key(arch: str) -> str:
     """Sources, headers, torch and CUDA versions and the architecture, hashed."""
     h = hashlib.sha256()
     root = csrc_dir()
-    for name in (*SOURCES, *HEADERS):
+    for name in (*SOURCES, *headers()):
         h.update(name.encode() + b"\0" + (root / name).read_bytes())
     h.update(f"{torch.__version__}:{torch.version.cuda}:{arch}".encode())
     return h.hexdigest()
