@@ -270,7 +270,7 @@ from ir_kernels_cuda.build import build_emulated
 
 build_emulated()
 x = torch.randn(3, 64)
-with pytest.raises(RuntimeError, match="out must match x"):
+with pytest.raises(RuntimeError, match=r"out must match x in shape \\[3, 64\\]"):
     torch.ops.ir_cuda_emulated.rms_norm_out(torch.empty(3, 32), x, None, 1e-6, None)
 with pytest.raises(RuntimeError, match="scale must be a one-element float32"):
     torch.ops.ir_cuda_emulated.static_quant_fp8_out(
@@ -280,11 +280,10 @@ with pytest.raises(RuntimeError, match="scale must be a one-element float32"):
 
 
 def test_the_emulated_ops_check_their_arguments() -> None:
-    """Bad arguments raise a RuntimeError naming them. In a child process: on the H200 machine
-    (torch 2.11+cu130, Python 3.12) the first check that threw ended the process with a
-    segmentation fault, with or without the GPU build loaded, at C++17 or C++20, in the trees
-    of this round and the one before (round 44; the cause is not found). A crash then fails
-    this test instead of ending the run."""
+    """Bad arguments raise a RuntimeError naming them. In a child process, so that a crash
+    fails this test instead of ending the run: on the H200 machine the first check that threw
+    ended the process with a segmentation fault until the build linked the process's C++
+    runtime (round 45; `tests/test_runtime_link.py`)."""
     result = subprocess.run(
         [sys.executable, "-X", "faulthandler", "-c", ARGUMENT_CHECKS],
         capture_output=True,

@@ -108,7 +108,7 @@ def test_sources_compile_with_nvcc(tmp_path: Path) -> None:
     ]
     # every source plainly; the programmatic build's own lines (device.cuh, ops.cpp) in the
     # smallest kernel source
-    builds = [(name, []) for name in SOURCES]
+    builds: list[tuple[str, list[str]]] = [(name, []) for name in SOURCES]
     builds += [(name, ["-DIR_CUDA_PROGRAMMATIC"]) for name in ("ops.cpp", "rotary.cu")]
 
     def compile_one(name: str, defines: list[str]) -> subprocess.CompletedProcess[str]:
@@ -333,6 +333,26 @@ def test_opcheck_every_ir_cuda_op(namespace: str) -> None:
         torch.library.opcheck(
             getattr(getattr(torch.ops, namespace), name), args, test_utils=opcheck_utils(args)
         )
+
+
+@on_gpu
+@pytest.mark.parametrize("namespace", ["ir_cuda", PROGRAMMATIC_NAMESPACE])
+def test_the_ops_check_their_arguments(namespace: str) -> None:
+    """Bad arguments raise a RuntimeError naming them, the sizes whole. Before the build linked
+    the process's C++ runtime, the first such check ended the process on the H200 machine
+    (round 45: its $CXX linked libstdc++ statically; `tests/test_runtime_link.py`)."""
+    if namespace == PROGRAMMATIC_NAMESPACE:
+        if PROGRAMMATIC_REASON:
+            pytest.skip(PROGRAMMATIC_REASON)
+        build(programmatic=True)
+    kernels = getattr(torch.ops, namespace)
+    x = torch.randn(3, 64, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(3, 32, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(RuntimeError, match=r"out must match x in shape \[3, 64\]"):
+        kernels.rms_norm_out(out, x, None, 1e-6, None)
+    fp8 = torch.empty(3, 64, device="cuda", dtype=torch.float8_e4m3fn)
+    with pytest.raises(RuntimeError, match="scale must be a one-element float32"):
+        kernels.static_quant_fp8_out(fp8, x, torch.ones(2, device="cuda"))
 
 
 @on_gpu

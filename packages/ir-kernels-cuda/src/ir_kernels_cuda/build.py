@@ -20,7 +20,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -86,13 +86,36 @@ def headers() -> tuple[str, ...]:
 
 
 def cache_key(arch: str) -> str:
-    """Sources, headers, torch and CUDA versions and the architecture, hashed."""
+    """Sources, headers, torch and CUDA versions, the architecture and the C++ runtime the
+    library links (`loaded_cxx_runtime`), hashed."""
     h = hashlib.sha256()
     root = csrc_dir()
     for name in (*SOURCES, *headers()):
         h.update(name.encode() + b"\0" + (root / name).read_bytes())
     h.update(f"{torch.__version__}:{torch.version.cuda}:{arch}".encode())
+    h.update(f":{loaded_cxx_runtime()}".encode())
     return h.hexdigest()
+
+
+def loaded_cxx_runtime() -> Path | None:
+    """The C++ runtime (``libstdc++``) this process has loaded, the one torch's libraries use;
+    None where none is found (not Linux, or another C++ runtime).
+
+    The library links it by path. A compiler whose ``-lstdc++`` finds only the static archive
+    (a relocated GCC such as the GPU machine's ``$CXX``, or ``-static-libstdc++``) would
+    otherwise give the library a private copy of the runtime. c10 then formats an error
+    message with streams from one copy and locales from the other, and the first argument
+    check that fails crashes the process (segmentation fault) or cuts its message short.
+    """
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        path = line.split(maxsplit=5)[-1]
+        if Path(path).name.startswith("libstdc++.so"):
+            return Path(path)
+    return None
 
 
 def cache_root() -> Path:
@@ -138,10 +161,17 @@ def progress(what: str, every: float = 15.0) -> Iterator[None]:
         thread.join()
 
 
-def _compile(name: str, directory: Path, announce: str, **options: object) -> None:
+def _compile(
+    name: str,
+    directory: Path,
+    announce: str,
+    extra_ldflags: Sequence[str] = (),
+    **options: object,
+) -> None:
     """`cpp_extension.load` into `directory` under its file lock, logging the first build and
     its progress, and a wait for another process's build; a lock file torch left in
-    `directory` when a build was killed is removed first."""
+    `directory` when a build was killed is removed first. The library links the C++ runtime
+    this process has loaded (`loaded_cxx_runtime`)."""
     from filelock import FileLock, Timeout
     from torch.utils import cpp_extension
 
@@ -168,12 +198,16 @@ def _compile(name: str, directory: Path, announce: str, **options: object) -> No
                 directory,
             )
         started = time.perf_counter()
+        runtime = loaded_cxx_runtime()
+        # before the compiler's own -lstdc++, so that the library shares the process's runtime
+        link = [str(runtime)] if runtime is not None else []
         with progress(announce) if fresh else contextlib.nullcontext():
             cpp_extension.load(
                 name=name,
                 build_directory=str(directory),
                 is_python_module=False,
                 verbose=logger.isEnabledFor(logging.DEBUG),
+                extra_ldflags=[*link, *extra_ldflags],
                 **options,  # type: ignore[arg-type]
             )
         logger.info(
