@@ -192,3 +192,22 @@ def test_rows_with_negative_positions_write_nothing(op_name: str) -> None:
         changed = (cache != old).any(dim=(2, 3)).nonzero().tolist()
         assert changed == [[0, 5], [2, 7]]
     assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("op_name", ["attention", "decode_attention"])
+def test_padding_rows_past_the_last_slot_are_skipped(op_name: str) -> None:
+    """A batch of 3 padded to a CUDA graph of 4 (position -1) over caches of 3 slots: the three
+    sequences get what they get unpadded, the padding row zeros; the caches the same."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(4, 64), torch.randn(4, 32), torch.randn(4, 32)
+    positions = torch.tensor([[5], [0], [7], [-1]])
+    caches = [torch.randn(3, 16, 2, 16) for _ in range(2)]
+    padded_caches = [c.clone() for c in caches]
+    op = getattr(torch.ops.ir_stack, op_name)
+    expected, out = torch.empty(3, 64), torch.full((4, 64), float("nan"))
+    op(q[:3], k[:3], v[:3], *caches, positions[:3], expected)
+    op(q, k, v, *padded_caches, positions, out)
+    torch.testing.assert_close(out[:3], expected, atol=0, rtol=0)
+    assert torch.equal(out[3], torch.zeros(64))
+    for cache, padded in zip(caches, padded_caches, strict=True):
+        assert torch.equal(cache, padded)

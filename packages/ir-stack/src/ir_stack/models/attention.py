@@ -4,7 +4,9 @@ Both write the new keys and values into the caches and the attention output into
 three mutated, nothing returned). Caches are ``[slots, max_positions, kv_heads, head_dim]``;
 a call of ``batch <= slots`` sequences uses slots ``0..batch-1``. Rows with negative positions
 are padding (``ir_stack.compile`` pads calls to CUDA graph sizes with position -1): they write
-nothing into the caches, so the slots they stand on may belong to live sequences.
+nothing into the caches, so the slots they stand on may belong to live sequences. Rows past the
+last slot must be padding (a batch of 3 replays the graph of 4 with caches of 3 slots): they are
+skipped and their outputs zeroed.
 
 - ``torch.ops.ir_stack.attention``: any number of tokens per sequence; reads the attended
   length on the host, so it is tagged ``cudagraph_unsafe`` and runs eagerly between captured
@@ -19,6 +21,21 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from . import decode_kernel
+
+
+def _rows_with_slots(
+    query: Tensor, key: Tensor, value: Tensor, k_cache: Tensor, positions: Tensor, out: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """`query`, `key`, `value`, `positions` and `out` cut to the sequences that have a cache
+    slot. The rest are padding past the last slot: their outputs are zeroed (shapes are static,
+    so this stays capturable in a CUDA graph)."""
+    batch, tokens = positions.shape
+    rows = min(batch, k_cache.shape[0])
+    if rows == batch:
+        return query, key, value, positions, out
+    cut = rows * tokens
+    out[cut:].zero_()
+    return query[:cut], key[:cut], value[:cut], positions[:rows], out[:cut]
 
 
 def _write_cache(
@@ -78,6 +95,7 @@ def attention(
     position ``positions[b, t]`` of slot ``b`` and attends to positions ``0..positions[b, t]``.
     Rows with negative positions are padding: they write nothing to the caches.
     """
+    query, key, value, positions, out = _rows_with_slots(query, key, value, k_cache, positions, out)
     _write_cache(key, value, k_cache, v_cache, positions)
     batch, tokens = positions.shape
     expected = torch.arange(tokens, device=positions.device)
@@ -117,6 +135,7 @@ def decode_attention(
     """`attention` for one token per sequence (``positions`` is ``[batch, 1]``), without host
     synchronization: it attends over every cache position under a mask (reference
     implementation; CUDA GPUs run a Triton kernel that stops at each sequence's length)."""
+    query, key, value, positions, out = _rows_with_slots(query, key, value, k_cache, positions, out)
     _write_cache(key, value, k_cache, v_cache, positions)
     _attend(query, k_cache, v_cache, positions, k_cache.shape[1], out)
 
@@ -131,6 +150,7 @@ def _(
     positions: Tensor,
     out: Tensor,
 ) -> None:
+    query, key, value, positions, out = _rows_with_slots(query, key, value, k_cache, positions, out)
     _write_cache(key, value, k_cache, v_cache, positions)
     if decode_kernel.supports(query, k_cache, positions, out):
         decode_kernel.decode_attention(query, k_cache, v_cache, positions, out)
