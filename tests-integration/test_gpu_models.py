@@ -75,6 +75,37 @@ def test_cuda_graphs_agree_with_eager_native_at_every_batch_size(
     print(f"{mode.name}: worst |error| {worst:.3g}, {captured} graphs captured")
 
 
+@pytest.mark.parametrize("mode", [CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL_AND_PIECEWISE])
+def test_caches_sized_to_the_batch_replay_padded_graphs(
+    mode: CUDAGraphMode, tmp_path: Path
+) -> None:
+    """Decode batches of 3 and 5 with caches of exactly 3 and 5 slots (`new_kv_cache(batch)`)
+    replay the graphs of 4 and 8: the padding row has no slot and is skipped (round 45; it
+    stopped with an index error before)."""
+    model = LlamaModel(TINY, device="cuda").to(torch.bfloat16).eval()
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    config = ir_stack.Config(piecewise=CompilationConfig(cudagraph_mode=mode, cache_dir=tmp_path))
+    compiled = ir_stack.compile(model, config)
+    with torch.no_grad():
+        for batch in (1, 3, 5):
+            compiled_cache = model.new_kv_cache(batch)
+            for k, v in compiled_cache:
+                k.normal_(generator=generator)
+                v.normal_(generator=generator)
+            native_cache = copy_cache(compiled_cache)
+            ids = torch.randint(0, TINY.vocab_size, (batch, 1), device="cuda")
+            positions = torch.randint(0, TINY.max_positions, (batch, 1), device="cuda")
+            got = compiled(ids, positions, compiled_cache).float()
+            with ir_dispatch.priority(NATIVE):
+                expected = model(ids, positions, native_cache).float()
+            assert got.shape == expected.shape
+            error = float((got - expected).abs().max())
+            assert error < 0.1 * float(expected.abs().max()), (batch, error)
+            for ours, theirs in zip(compiled_cache, native_cache, strict=True):
+                for a, b in zip(ours, theirs, strict=True):
+                    torch.testing.assert_close(a, b, atol=0.05, rtol=0.05)
+
+
 def test_fp8_model_fuses_with_the_default_kernels_on_gpu() -> None:
     model = LlamaModel(TINY.with_fp8(), device="cuda").to(torch.bfloat16).eval()
     ids = torch.randint(0, TINY.vocab_size, (4, 9), device="cuda")
