@@ -251,3 +251,18 @@ def test_first_call_of_one_token_compiles_code_for_every_size(tmp_path: Path) ->
         for n in (1, 4, 1, 9):
             x, positions = torch.randn(n, 64), torch.randint(0, 32, (n,))
             torch.testing.assert_close(compiled(x, positions), model(x, positions), **TOL)
+
+
+def test_a_relocated_input_of_another_shape_is_refused() -> None:
+    """A replay copies a relocated input into the captured one; a smaller tensor would be
+    broadcast silently, so a different shape or dtype is refused, naming both."""
+    from ir_piecewise.cudagraphs import CUDAGraphRunner, GraphPool, _Captured
+
+    runner = CUDAGraphRunner(lambda *a: a, GraphPool(), name="piece 0", weak_outputs=False)
+    runner.captured[4] = _Captured(graph=None, inputs=[torch.zeros(3, 2)], outputs=None)  # type: ignore[arg-type]
+    for live in (torch.ones(1, 2), torch.ones(3, 2, dtype=torch.float64)):
+        with pytest.raises(
+            ValueError, match=r"piece 0: argument 0 has shape \(.*captured with shape \(3, 2\)"
+        ):
+            runner(4, live)
+    assert torch.equal(runner.captured[4].inputs[0], torch.zeros(3, 2))

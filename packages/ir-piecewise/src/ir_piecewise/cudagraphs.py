@@ -89,6 +89,7 @@ class CUDAGraphRunner:
         relocated = []
         for i, (static, live) in enumerate(zip(entry.inputs, args, strict=True)):
             if isinstance(live, Tensor) and live.data_ptr() != static.data_ptr():
+                self._check_relocatable(size, i, static, live)
                 static.copy_(live)
                 relocated.append(i)
         entry.graph.replay()
@@ -96,6 +97,17 @@ class CUDAGraphRunner:
             if self._mutated(i):
                 args[i].copy_(entry.inputs[i])
         return entry.outputs
+
+    def _check_relocatable(self, size: int, index: int, static: Tensor, live: Tensor) -> None:
+        """A relocated input is copied into the captured one: it must have its shape and dtype
+        (copy_ would broadcast a smaller tensor silently, and the copy back would then fail)."""
+        if live.shape != static.shape or live.dtype != static.dtype:
+            raise ValueError(
+                f"{self.name}: argument {index} has shape {tuple(live.shape)} and dtype "
+                f"{live.dtype}, but the CUDA graph of size {size} was captured with shape "
+                f"{tuple(static.shape)} and dtype {static.dtype}; pass tensors of the captured "
+                "shapes at every size (for example one KV cache for all calls)"
+            )
 
     def _capture(self, size: int, args: tuple[Any, ...]) -> Any:
         logger.info("ir_piecewise: capturing %s for size %d", self.name, size)
