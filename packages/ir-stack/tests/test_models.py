@@ -75,9 +75,27 @@ def test_attention_ops_pass_opcheck() -> None:
 
 
 KERNEL_CHECK = """
-import torch
+import numpy, sys, torch, triton, triton.language as tl
 from ir_stack.models import decode_kernel
 from ir_stack.models.attention import _attend
+
+
+@triton.jit
+def _loaded_bound(bound_ptr, out_ptr):
+    total = 0
+    for _ in range(0, tl.load(bound_ptr), 1):
+        total += 1
+    tl.store(out_ptr, total)
+
+
+try:  # Triton 3.6's interpreter takes int() of a one-element array, which NumPy 2.4 refuses
+    _loaded_bound[(1,)](torch.tensor([3]), torch.zeros(1, dtype=torch.int64))
+except Exception as error:
+    if "only 0-dimensional arrays" not in str(error):
+        raise
+    print(f"SKIP: Triton {triton.__version__}'s interpreter cannot take a loop bound loaded "
+          f"from memory under NumPy {numpy.__version__}")
+    sys.exit(0)
 torch.manual_seed(0)
 for dtype, (batch, heads, kv_heads, head_dim, max_pos) in [
     (torch.float32, (3, 4, 2, 16, 150)),
@@ -109,6 +127,8 @@ def test_decode_kernel_matches_reference_under_triton_interpreter() -> None:
         [sys.executable, "-c", KERNEL_CHECK], env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    if done.stdout.startswith("SKIP: "):
+        pytest.skip(done.stdout.removeprefix("SKIP: ").strip())
     assert "ok" in done.stdout
 
 
