@@ -75,9 +75,13 @@ def test_every_size_replays_equal_to_eager(
 def test_graphs_bitwise_equal_to_no_graphs(
     model: ToyModel, mode: CUDAGraphMode, tmp_path: Path
 ) -> None:
+    """Inductor in its deterministic mode: otherwise each of the two compiles times its
+    reductions' configurations on first use and may keep another (another summation order),
+    which is not a property of the graphs. On the H200 this test failed in two of eight
+    concurrent test shards and passed alone (round 45)."""
     plain = compile_toy(model, CUDAGraphMode.NONE, tmp_path)
     graphs = compile_toy(model, mode, tmp_path)
-    with torch.no_grad():
+    with torch.no_grad(), torch._inductor.config.patch(deterministic=True):
         plain(inputs(64))
         graphs(inputs(64))
         for n in CAPTURE:
