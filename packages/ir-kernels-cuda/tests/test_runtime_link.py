@@ -67,6 +67,22 @@ def test_the_loaded_runtime_is_torchs_libstdcxx() -> None:
     assert runtime.is_file()
 
 
+def test_the_runtime_is_read_from_the_maps(tmp_path: Path) -> None:
+    runtime = tmp_path / "libstdc++.so.6.0.33"
+    runtime.write_bytes(b"")
+    gone = tmp_path / "libstdc++.so.6.0.30"
+    maps = "\n".join(
+        [
+            "7f0000000000-7f0000001000 rw-p 00000000 00:00 0",
+            f"7f0000001000-7f0000002000 r-xp 00000000 08:01 11 {gone} (deleted)",
+            f"7f0000002000-7f0000003000 r-xp 00000000 08:01 12 {tmp_path / 'libc.so.6'}",
+            f"7f0000003000-7f0000004000 r-xp 00000000 08:01 13 {runtime}",
+        ]
+    )
+    assert build.cxx_runtime_in(maps) == runtime
+    assert build.cxx_runtime_in(maps.replace(str(runtime), str(gone))) is None
+
+
 def test_a_statically_linked_runtime_still_gives_whole_error_messages(tmp_path: Path) -> None:
     """Built with ``-static-libstdc++``, the package's build still links the process's runtime
     and the message names the sizes; cpp_extension alone (the control) loses them."""

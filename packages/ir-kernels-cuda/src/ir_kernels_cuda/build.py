@@ -111,10 +111,19 @@ def loaded_cxx_runtime() -> Path | None:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
         return None
+    return cxx_runtime_in(maps)
+
+
+def cxx_runtime_in(maps: str) -> Path | None:
+    """The first ``libstdc++`` file mapped in `maps` (the text of ``/proc/PID/maps``) that is
+    still on disk: one replaced since it was loaded is listed as ``PATH (deleted)``."""
     for line in maps.splitlines():
-        path = line.split(maxsplit=5)[-1]
-        if Path(path).name.startswith("libstdc++.so"):
-            return Path(path)
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6:
+            continue  # anonymous memory
+        path = Path(fields[5])
+        if path.name.startswith("libstdc++.so") and path.is_file():
+            return path
     return None
 
 
