@@ -23,6 +23,7 @@ from ir_kernels_cuda.build import (
     csrc_dir,
 )
 from ir_kernels_cuda.testing import (
+    assert_bad_arguments_are_named,
     assert_dynamic_norm_sums_as_one_team,
     assert_fused_add_sums_as_one_team,
     assert_same_bits,
@@ -345,14 +346,7 @@ def test_the_ops_check_their_arguments(namespace: str) -> None:
         if PROGRAMMATIC_REASON:
             pytest.skip(PROGRAMMATIC_REASON)
         build(programmatic=True)
-    kernels = getattr(torch.ops, namespace)
-    x = torch.randn(3, 64, device="cuda", dtype=torch.bfloat16)
-    out = torch.empty(3, 32, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(RuntimeError, match=r"out must match x in shape \[3, 64\]"):
-        kernels.rms_norm_out(out, x, None, 1e-6, None)
-    fp8 = torch.empty(3, 64, device="cuda", dtype=torch.float8_e4m3fn)
-    with pytest.raises(RuntimeError, match="scale must be a one-element float32"):
-        kernels.static_quant_fp8_out(fp8, x, torch.ones(2, device="cuda"))
+    assert_bad_arguments_are_named(getattr(torch.ops, namespace), "cuda", torch.bfloat16)
 
 
 @on_gpu

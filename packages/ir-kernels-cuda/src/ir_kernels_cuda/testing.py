@@ -1,6 +1,7 @@
 """Test helpers: arguments for every ``torch.ops.ir_cuda`` op, for ``torch.library.opcheck``
 on the GPU build and on the host-emulation build alike."""
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -89,6 +90,34 @@ def assert_dynamic_norm_sums_as_one_team(
             assert torch.equal(bits(got), bits(expected)[:batch]), (
                 f"{name} of a batch of {batch} differs from the first {batch} of {rows} rows"
             )
+
+
+def assert_bad_arguments_are_named(kernels: Any, device: str, dtype: torch.dtype) -> None:
+    """The ops of `kernels` (``torch.ops.ir_cuda`` or one of its builds) raise a RuntimeError
+    naming a mismatched ``out`` (its sizes whole) and a scale of two elements."""
+    x = torch.randn(3, 64, device=device, dtype=dtype)
+    out = torch.empty(3, 32, device=device, dtype=dtype)
+    fp8 = torch.empty(3, 64, device=device, dtype=FP8)
+    cases: list[tuple[Callable[[], object], str]] = [
+        (
+            lambda: kernels.rms_norm_out(out, x, None, 1e-6, None),
+            r"out must match x in shape \[3, 64\]",
+        ),
+        (
+            lambda: kernels.static_quant_fp8_out(fp8, x, torch.ones(2, device=device)),
+            "scale must be a one-element float32",
+        ),
+    ]
+    for call, pattern in cases:
+        message = None
+        try:
+            call()
+        except RuntimeError as error:
+            message = str(error)
+        if message is None:
+            raise AssertionError(f"no RuntimeError matching {pattern!r}")
+        if not re.search(pattern, message):
+            raise AssertionError(f"{pattern!r} not in the RuntimeError: {message}")
 
 
 def opcheck_utils(args: tuple[Any, ...]) -> tuple[str, ...]:
