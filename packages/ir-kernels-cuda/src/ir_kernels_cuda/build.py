@@ -97,6 +97,7 @@ def cache_key(arch: str) -> str:
     return h.hexdigest()
 
 
+@functools.cache
 def loaded_cxx_runtime() -> Path | None:
     """The C++ runtime (``libstdc++``) this process has loaded, the one torch's libraries use;
     None where none is found (not Linux, or another C++ runtime).
