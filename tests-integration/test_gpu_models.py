@@ -31,8 +31,10 @@ SLOTS = 64
 NATIVE = {op.name: ["native"] for op in ops}
 
 
-def random_cache(model: LlamaModel, generator: torch.Generator) -> list[tuple[torch.Tensor, ...]]:
-    cache = model.new_kv_cache(SLOTS)
+def random_cache(
+    model: LlamaModel, generator: torch.Generator, slots: int = SLOTS
+) -> list[tuple[torch.Tensor, ...]]:
+    cache = model.new_kv_cache(slots)
     for k, v in cache:
         k.normal_(generator=generator)
         v.normal_(generator=generator)
@@ -88,10 +90,7 @@ def test_caches_sized_to_the_batch_replay_padded_graphs(
     compiled = ir_stack.compile(model, config)
     with torch.no_grad():
         for batch in (1, 3, 5):
-            compiled_cache = model.new_kv_cache(batch)
-            for k, v in compiled_cache:
-                k.normal_(generator=generator)
-                v.normal_(generator=generator)
+            compiled_cache = random_cache(model, generator, slots=batch)
             native_cache = copy_cache(compiled_cache)
             ids = torch.randint(0, TINY.vocab_size, (batch, 1), device="cuda")
             positions = torch.randint(0, TINY.max_positions, (batch, 1), device="cuda")
