@@ -75,18 +75,26 @@ def test_every_size_replays_equal_to_eager(
 def test_graphs_bitwise_equal_to_no_graphs(
     model: ToyModel, mode: CUDAGraphMode, tmp_path: Path
 ) -> None:
-    """Inductor in its deterministic mode: otherwise each of the two compiles times its
-    reductions' configurations on first use and may keep another (another summation order),
-    which is not a property of the graphs. On the H200 this test failed in two of eight
-    concurrent test shards and passed alone (round 45)."""
+    """Replays give bitwise the results of the same compiled pieces run without graphs. Both
+    compiles load every piece from the cache that a first compile fills: a piece compiled in
+    the process and the same piece loaded can differ in the last bits (up to 7e-7 on an H200
+    in some sessions), which failed this test in test shards that started with empty caches
+    (`benchmarks/results/piecewise-fresh-vs-loaded-H200.md`)."""
+    with torch.no_grad():  # the grad mode is part of the saved trace's key
+        compile_toy(model, CUDAGraphMode.NONE, tmp_path)(inputs(64))  # fills the compile cache
+    torch._dynamo.reset()
+    counters.reset()
     plain = compile_toy(model, CUDAGraphMode.NONE, tmp_path)
     graphs = compile_toy(model, mode, tmp_path)
-    with torch.no_grad(), torch._inductor.config.patch(deterministic=True):
+    with torch.no_grad():
         plain(inputs(64))
         graphs(inputs(64))
         for n in CAPTURE:
             for _ in range(2):  # capture, then replay
-                assert torch.equal(graphs(inputs(n)).clone(), plain(inputs(n)))
+                got, expected = graphs(inputs(n)).clone(), plain(inputs(n))
+                assert torch.equal(got, expected), (n, float((got - expected).abs().max()))
+    assert counters.num_backend_compilations == 0  # both ran the pieces loaded from the cache
+    assert counters.num_cache_hits > 0
 
 
 def unsafe_model(x: Tensor) -> Tensor:
