@@ -77,6 +77,7 @@ def build_other(csrc: Path, namespace: str, work: Path, programmatic: bool = Fal
             extra_cuda_cflags=["-O3", "--expt-relaxed-constexpr", *defines],
             build_directory=str(work),
             is_python_module=False,
+            extra_ldflags=cuda_build.runtime_link_flags(),
         )
     return getattr(torch.ops, namespace)
 

@@ -13,6 +13,7 @@ import torch
 from torch.utils.cpp_extension import load_inline
 from triton.testing import do_bench_cudagraph
 
+from ir_kernels_cuda.build import runtime_link_flags
 from ir_stack.bench.kernels import empty_kernel_us
 
 SOURCE = r"""
@@ -52,7 +53,7 @@ def main() -> None:
         cuda_sources=SOURCE,
         functions=LAUNCHERS,
         extra_cuda_cflags=["-O3"],
-        extra_ldflags=["-lcuda"],
+        extra_ldflags=[*runtime_link_flags(), "-lcuda"],
     )
     t = torch.empty(1, device="cuda")
     candidates: dict[str, Callable[[], object]] = {}

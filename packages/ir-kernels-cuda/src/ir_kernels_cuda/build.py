@@ -115,6 +115,14 @@ def loaded_cxx_runtime() -> Path | None:
     return cxx_runtime_in(maps)
 
 
+def runtime_link_flags() -> list[str]:
+    """Linker inputs that make a ``cpp_extension`` library use this process's C++ runtime
+    (`loaded_cxx_runtime`); pass them in ``extra_ldflags``, ahead of the compiler's own
+    ``-lstdc++``. Empty where no runtime is found."""
+    runtime = loaded_cxx_runtime()
+    return [str(runtime)] if runtime is not None else []
+
+
 def cxx_runtime_in(maps: str) -> Path | None:
     """The first ``libstdc++`` file mapped in `maps` (the text of ``/proc/PID/maps``) that is
     still on disk: one replaced since it was loaded is listed as ``PATH (deleted)``."""
@@ -208,16 +216,13 @@ def _compile(
                 directory,
             )
         started = time.perf_counter()
-        runtime = loaded_cxx_runtime()
-        # before the compiler's own -lstdc++, so that the library shares the process's runtime
-        link = [str(runtime)] if runtime is not None else []
         with progress(announce) if fresh else contextlib.nullcontext():
             cpp_extension.load(
                 name=name,
                 build_directory=str(directory),
                 is_python_module=False,
                 verbose=logger.isEnabledFor(logging.DEBUG),
-                extra_ldflags=[*link, *extra_ldflags],
+                extra_ldflags=[*runtime_link_flags(), *extra_ldflags],
                 **options,  # type: ignore[arg-type]
             )
         logger.info(
