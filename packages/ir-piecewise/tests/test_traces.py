@@ -44,6 +44,25 @@ def test_saved_trace_is_loaded_and_agrees(tmp_path: Path) -> None:
     assert counters.num_backend_compilations == 0
 
 
+def test_pieces_compiled_with_grad_enabled_are_saved_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Called with grad enabled, a piece whose inputs require grad records autograd; it is saved
+    in the bundled form, so the next process loads every piece (one could not be saved and was
+    compiled in every process before)."""
+    model = ToyModel()  # parameters require grad
+    x = torch.randn(5, 64)
+    for _ in range(2):
+        torch._dynamo.reset()
+        counters.reset()
+        out = ir_piecewise.compile(model, toy_config(tmp_path))(x)
+    assert counters.num_traces_loaded == 1
+    assert counters.num_backend_compilations == 0
+    assert "could not cache" not in caplog.text
+    assert out.requires_grad
+    torch.testing.assert_close(out, model(x), **TOL)
+
+
 def test_traces_are_saved_where_aot_compile_is_off_by_default(tmp_path: Path) -> None:
     # torch 2.11's default: compiled functions get no `aot_compile` unless asked for (patched,
     # not monkeypatched: deleting a torch config attribute, as an undo may, hides it for good)

@@ -1,6 +1,7 @@
 """`CompiledPiece`: one piece between splitting ops, compiled per range and per size."""
 
 import hashlib
+import inspect
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,8 @@ from .cudagraphs import CUDAGraphRunner, GraphPool
 
 logger = logging.getLogger("ir_piecewise")
 SizeLocator = tuple[int, int | None]  # (argument index, dim) ; dim None: the argument is the size
+# whether this torch's standalone_compile can save a graph that records autograd (`aot=True`)
+_AOT_SAVE = "aot" in inspect.signature(torch._inductor.standalone_compile).parameters
 
 
 def placeholder_values(gm: fx.GraphModule) -> list[Any]:
@@ -223,6 +226,7 @@ class CompiledPiece:
             example_inputs,
             dynamic_shapes=dynamic,  # type: ignore[arg-type]
             options={"config_patches": ir_passes.inductor_options(self.config.passes)},
+            **_save_options(example_inputs),
         )
         counters.num_backend_compilations += 1
         if self.cache is not None:
@@ -275,6 +279,16 @@ class CompiledPiece:
         ):
             return self.cudagraphs(size, *args)
         return self._run_sized(size, args)
+
+
+def _save_options(example_inputs: list[Any]) -> dict[str, Any]:
+    """Where a piece records autograd (called with grad enabled and an input that requires
+    grad), the bundled form (``aot=True``): the default one cannot save such a graph, and the
+    piece would be compiled again in every process."""
+    records_autograd = torch.is_grad_enabled() and any(
+        isinstance(value, Tensor) and value.requires_grad for value in example_inputs
+    )
+    return {"aot": True} if records_autograd and _AOT_SAVE else {}
 
 
 def _load_artifact(path: Path) -> Callable[..., Any]:
