@@ -1,19 +1,13 @@
 """The distribution is installed with its metadata and typing marker."""
 
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import pytest
-
 import ir_dispatch
+from ir_spec.testing import assert_installed_version
 
 
 def test_version_matches_metadata() -> None:
-    try:
-        installed = version("ir-dispatch")
-    except PackageNotFoundError:
-        pytest.skip("run from the source tree (PYTHONPATH), not installed: no metadata to compare")
-    assert ir_dispatch.__version__ == installed
+    assert_installed_version(ir_dispatch, "ir-dispatch")
 
 
 def test_ships_py_typed() -> None:

@@ -1,19 +1,13 @@
 """The distribution is installed with its metadata and typing marker."""
 
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import pytest
-
 import ir_stack
+from ir_spec.testing import assert_installed_version
 
 
 def test_version_matches_metadata() -> None:
-    try:
-        installed = version("ir-stack")
-    except PackageNotFoundError:
-        pytest.skip("run from the source tree (PYTHONPATH), not installed: no metadata to compare")
-    assert ir_stack.__version__ == installed
+    assert_installed_version(ir_stack, "ir-stack")
 
 
 def test_ships_py_typed() -> None:

@@ -1,9 +1,12 @@
-"""Helpers every provider's tests use: sample inputs and tolerance-aware comparison."""
+"""Helpers every provider's tests use: sample inputs and tolerance-aware comparison; and one
+every package's packaging test uses (`assert_installed_version`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -18,11 +21,13 @@ __all__ = [
     "assert_close",
     "assert_gelu_accurate_in_the_negative_tail",
     "assert_impl_matches_native",
+    "assert_installed_version",
     "clone_args",
     "fused_add_rms_norm_inplace",
     "matrix_spec",
     "sample_inputs",
 ]
+
 
 #: The activation dtypes every catalog op defines.
 ACTIVATION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -175,3 +180,16 @@ def assert_gelu_accurate_in_the_negative_tail(
     info = torch.finfo(dtype)
     rtol = 3e-5 if dtype == torch.float32 else info.eps
     torch.testing.assert_close(out[0].cpu().double(), exact, rtol=rtol, atol=info.tiny * info.eps)
+
+
+def assert_installed_version(module: ModuleType, distribution: str) -> None:
+    """`module.__version__` is the version in the installed `distribution`'s metadata. Skips
+    the calling pytest test where the distribution is not installed (packages run from the
+    source tree through ``PYTHONPATH``, as on the GPU machine): there is no metadata then."""
+    try:
+        installed = version(distribution)
+    except PackageNotFoundError:
+        import pytest  # only tests call this; pytest is not a dependency of ir-spec
+
+        pytest.skip("run from the source tree (PYTHONPATH), not installed: no metadata to compare")
+    assert module.__version__ == installed, (module.__name__, module.__version__, installed)
