@@ -15,11 +15,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "packages" / "ir-piecewise" / "tests"))
 
-from toy_model import SPLITTING_OPS, ToyModel  # noqa: E402
+from toy_model import ToyModel, toy_config  # noqa: E402
 
 import ir_dispatch  # noqa: E402,F401  (installs the dispatcher)
 import ir_piecewise  # noqa: E402
-from ir_piecewise import CompilationConfig, CUDAGraphMode, counters  # noqa: E402
+from ir_piecewise import CUDAGraphMode, counters  # noqa: E402
 
 CAPTURE = (1, 2, 4, 8, 16, 32, 64)
 RUNS = (
@@ -36,18 +36,13 @@ def inputs(n: int) -> torch.Tensor:
 def main() -> None:
     deterministic = sys.argv[1:] == ["det"]
     model = ToyModel().cuda().eval()
-    cache_dir = Path(tempfile.mkdtemp()) / "cache"
+    cache_root = Path(tempfile.mkdtemp())
     outputs: dict[str, dict[int, torch.Tensor]] = {}
     with torch.no_grad(), torch._inductor.config.patch(deterministic=deterministic):
         for name, mode in RUNS:
             torch._dynamo.reset()
             counters.reset()
-            config = CompilationConfig(
-                splitting_ops=SPLITTING_OPS,
-                cudagraph_mode=mode,
-                cudagraph_capture_sizes=CAPTURE,
-                cache_dir=cache_dir,
-            )
+            config = toy_config(cache_root, cudagraph_mode=mode, cudagraph_capture_sizes=CAPTURE)
             compiled = ir_piecewise.compile(model, config)
             compiled(inputs(max(CAPTURE)))
             outputs[name] = {n: compiled(inputs(n)).clone() for n in CAPTURE}

@@ -14,7 +14,7 @@ import ir_piecewise
 from ir_piecewise import CompilationConfig, CUDAGraphMode, counters
 
 sys.path.insert(0, str(Path(__file__).parent))
-from toy_model import SPLITTING_OPS, ToyModel
+from toy_model import ToyModel, toy_config
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CAPTURE = (1, 2, 4, 8, 16, 32, 64)
@@ -39,13 +39,7 @@ def model() -> ToyModel:
 
 
 def compile_toy(model: Any, mode: CUDAGraphMode, tmp_path: Path, **kw: Any) -> Any:
-    config = CompilationConfig(
-        splitting_ops=SPLITTING_OPS,
-        cudagraph_mode=mode,
-        cudagraph_capture_sizes=CAPTURE,
-        cache_dir=tmp_path / "cache",
-        **kw,
-    )
+    config = toy_config(tmp_path, cudagraph_mode=mode, cudagraph_capture_sizes=CAPTURE, **kw)
     return ir_piecewise.compile(model, config)
 
 
