@@ -63,6 +63,31 @@ def test_pieces_compiled_with_grad_enabled_are_saved_too(
     torch.testing.assert_close(out, model(x), **TOL)
 
 
+def test_pieces_saved_for_inference_are_not_loaded_to_record_autograd(tmp_path: Path) -> None:
+    """A piece compiled under ``no_grad`` records no autograd; a later process calling with grad
+    enabled compiles its own form instead of loading that one, so its outputs require grad as
+    eager ones do (they did not, when the piece key ignored the grad mode)."""
+    model = ToyModel()  # parameters require grad
+    x = torch.randn(5, 64)
+    run_fresh(model, toy_config(tmp_path), (5,))  # the inference forms, saved
+    inference_compilations = counters.num_backend_compilations
+    torch._dynamo.reset()
+    counters.reset()
+    out = ir_piecewise.compile(model, toy_config(tmp_path))(x)
+    assert out.requires_grad
+    torch.testing.assert_close(out, model(x), **TOL)
+    assert counters.num_backend_compilations > 0
+    # and each form is loaded again by the process after
+    for grad_enabled in (False, True):
+        torch._dynamo.reset()
+        counters.reset()
+        with torch.set_grad_enabled(grad_enabled):
+            out = ir_piecewise.compile(model, toy_config(tmp_path))(x)
+        assert out.requires_grad == grad_enabled
+        assert counters.num_backend_compilations == 0
+    assert inference_compilations > 0
+
+
 def test_traces_are_saved_where_aot_compile_is_off_by_default(tmp_path: Path) -> None:
     # torch 2.11's default: compiled functions get no `aot_compile` unless asked for (patched,
     # not monkeypatched: deleting a torch config attribute, as an undo may, hides it for good)

@@ -199,7 +199,9 @@ class CompiledPiece:
     ) -> Callable[..., Any]:
         if self.config.backend == "eager":
             return self.gm
-        key = hashlib.sha256(f"{self.digest}:{label}".encode()).hexdigest()
+        # a piece that records autograd is another artifact than its inference form
+        form = ":autograd" if _records_autograd(example_inputs) else ""
+        key = hashlib.sha256(f"{self.digest}:{label}{form}".encode()).hexdigest()
         shared = self.artifacts.get(key)
         if shared is not None:
             counters.num_artifacts_reused += 1
@@ -281,14 +283,17 @@ class CompiledPiece:
         return self._run_sized(size, args)
 
 
-def _save_options(example_inputs: list[Any]) -> dict[str, Any]:
-    """Where a piece records autograd (called with grad enabled and an input that requires
-    grad), the bundled form (``aot=True``): the default one cannot save such a graph, and the
-    piece would be compiled again in every process."""
-    records_autograd = torch.is_grad_enabled() and any(
+def _records_autograd(example_inputs: list[Any]) -> bool:
+    """Whether a piece compiled now records autograd: grad enabled, an input requiring grad."""
+    return torch.is_grad_enabled() and any(
         isinstance(value, Tensor) and value.requires_grad for value in example_inputs
     )
-    return {"aot": True} if records_autograd and _AOT_SAVE else {}
+
+
+def _save_options(example_inputs: list[Any]) -> dict[str, Any]:
+    """Where a piece records autograd, the bundled form (``aot=True``): the default one cannot
+    save such a graph, and the piece would be compiled again in every process."""
+    return {"aot": True} if _records_autograd(example_inputs) and _AOT_SAVE else {}
 
 
 def _load_artifact(path: Path) -> Callable[..., Any]:
