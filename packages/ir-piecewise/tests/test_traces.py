@@ -70,7 +70,7 @@ def test_pieces_saved_for_inference_are_not_loaded_to_record_autograd(tmp_path: 
     model = ToyModel()  # parameters require grad
     x = torch.randn(5, 64)
     run_fresh(model, toy_config(tmp_path), (5,))  # the inference forms, saved
-    inference_compilations = counters.num_backend_compilations
+    assert counters.num_backend_compilations > 0
     torch._dynamo.reset()
     counters.reset()
     out = ir_piecewise.compile(model, toy_config(tmp_path))(x)
@@ -85,7 +85,6 @@ def test_pieces_saved_for_inference_are_not_loaded_to_record_autograd(tmp_path: 
             out = ir_piecewise.compile(model, toy_config(tmp_path))(x)
         assert out.requires_grad == grad_enabled
         assert counters.num_backend_compilations == 0
-    assert inference_compilations > 0
 
 
 def test_traces_are_saved_where_aot_compile_is_off_by_default(tmp_path: Path) -> None:

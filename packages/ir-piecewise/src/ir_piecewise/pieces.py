@@ -200,18 +200,25 @@ class CompiledPiece:
         if self.config.backend == "eager":
             return self.gm
         # a piece that records autograd is another artifact than its inference form
-        form = ":autograd" if _records_autograd(example_inputs) else ""
+        autograd = _records_autograd(example_inputs)
+        form = ":autograd" if autograd else ""
         key = hashlib.sha256(f"{self.digest}:{label}{form}".encode()).hexdigest()
         shared = self.artifacts.get(key)
         if shared is not None:
             counters.num_artifacts_reused += 1
             return shared
-        compiled = self._load_or_compile(key, label, example_inputs, dynamic, cached_only)
+        compiled = self._load_or_compile(key, label, example_inputs, dynamic, cached_only, autograd)
         self.artifacts[key] = compiled
         return compiled
 
     def _load_or_compile(
-        self, key: str, label: str, example_inputs: list[Any], dynamic: str, cached_only: bool
+        self,
+        key: str,
+        label: str,
+        example_inputs: list[Any],
+        dynamic: str,
+        cached_only: bool,
+        autograd: bool,
     ) -> Callable[..., Any]:
         if self.cache is not None:
             loaded = self.cache.load(key, _load_artifact)
@@ -228,7 +235,7 @@ class CompiledPiece:
             example_inputs,
             dynamic_shapes=dynamic,  # type: ignore[arg-type]
             options={"config_patches": ir_passes.inductor_options(self.config.passes)},
-            **_save_options(example_inputs),
+            **_save_options(autograd),
         )
         counters.num_backend_compilations += 1
         if self.cache is not None:
@@ -290,10 +297,10 @@ def _records_autograd(example_inputs: list[Any]) -> bool:
     )
 
 
-def _save_options(example_inputs: list[Any]) -> dict[str, Any]:
+def _save_options(autograd: bool) -> dict[str, Any]:
     """Where a piece records autograd, the bundled form (``aot=True``): the default one cannot
     save such a graph, and the piece would be compiled again in every process."""
-    return {"aot": True} if _records_autograd(example_inputs) and _AOT_SAVE else {}
+    return {"aot": True} if autograd and _AOT_SAVE else {}
 
 
 def _load_artifact(path: Path) -> Callable[..., Any]:
