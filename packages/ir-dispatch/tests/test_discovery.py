@@ -2,6 +2,8 @@
 the nox session: ir-test-provider-good and ir-test-provider-broken)."""
 
 import logging
+import subprocess
+import sys
 from importlib.metadata import entry_points
 
 import pytest
@@ -48,3 +50,15 @@ def test_disable_env_skips_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
     loads = {load.name: load.status for load in ir_dispatch.provider_loads()}
     assert loads["test_broken"] == "disabled"
     ir_dispatch.reset_discovery()
+
+
+def test_selection_state_read_before_the_first_selection_stays_valid() -> None:
+    """A compile cache key kept per `selection_state` must not go stale when the first
+    selection loads the providers (their registrations change the state)."""
+    script = (
+        "import ir_dispatch, sys\n"
+        "before = ir_dispatch.selection_state()\n"
+        "ir_dispatch.effective_priority('rms_norm')\n"
+        "sys.exit(0 if ir_dispatch.selection_state() == before else 1)\n"
+    )
+    assert subprocess.run([sys.executable, "-c", script], check=False).returncode == 0

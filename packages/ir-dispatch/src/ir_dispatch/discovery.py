@@ -7,9 +7,10 @@ A provider distribution declares, in its ``pyproject.toml``::
 
 The value names a module (imported for its ``register_impl`` side effects) or a callable
 (``module:function``, called with no arguments). Entry points load lazily, once, on the first
-selection, explanation or priority change. ``IR_DISABLE_PROVIDERS=a,b`` skips the entry points
-named ``a`` and ``b`` (and makes providers of those names ineligible). A provider that fails to
-load is logged with its exception and skipped; it never stops the process.
+selection, explanation, priority change or read of the selection state.
+``IR_DISABLE_PROVIDERS=a,b`` skips the entry points named ``a`` and ``b`` (and makes providers
+of those names ineligible). A provider that fails to load is logged with its exception and
+skipped; it never stops the process.
 """
 
 import logging

@@ -16,6 +16,7 @@ from typing import Any
 import ir_spec
 
 from .defaults import EAGER, MODES
+from .discovery import ensure_providers_loaded
 from .installation import require_installed
 from .names import validate_priority
 
@@ -152,7 +153,11 @@ def selection_state() -> tuple[Any, ...]:
     """A cheap, hashable value that differs whenever a selection may differ: the generation
     (bumped by priority, registration, stats and batch-invariant changes) and this context's
     scoped overlay. Callers that derive something costly from the selection (a compile cache
-    key) can keep it per value."""
+    key) can keep it per value.
+
+    Loads the providers first: their registrations, on the first selection, would otherwise
+    change the value under a caller that had just read it."""
+    ensure_providers_loaded()
     scope = _SCOPE.get()
     overlay = tuple(sorted(scope.overlay.items())) if scope is not None else ()
     return (_State.generation, overlay)
