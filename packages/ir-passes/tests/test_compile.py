@@ -89,6 +89,32 @@ def test_fusion_fires_and_matches_unfused() -> None:
     assert torch.equal(fused.view(torch.uint8), f(x, w, scale).view(torch.uint8))
 
 
+def unfused_decoder(x: Tensor, r: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+    """Layers that add the residual with ``+`` and then normalize, as transformers' do."""
+    hidden = x * 1.5 + r
+    for _ in range(3):
+        out = ops.rms_norm(hidden, w, 1e-6) * 2
+        hidden = hidden + out
+    return ops.rms_norm(hidden, w, 1e-6), hidden
+
+
+@pytest.mark.parametrize("provider", ["t_outofplace", "t_inplace"])
+def test_residual_adds_are_fused_and_match_eager(provider: str) -> None:
+    ir_dispatch.set_priority(fused_add_rms_norm=[provider])
+    x, r, w = args()
+    before = (x.clone(), r.clone(), w.clone())
+    out = ir_passes.compile(unfused_decoder)(x, r, w)
+    report = ir_passes.last_report()
+    assert report is not None
+    assert report.fusions == {"add+rms_norm": 4}
+    assert set(report.selected_impls["fused_add_rms_norm"].values()) == {provider}
+    assert "rms_norm" not in report.selected_impls
+    for got, expected in zip(out, unfused_decoder(*before), strict=True):
+        assert torch.equal(got, expected)
+    for a, b in zip((x, r, w), before, strict=True):
+        assert torch.equal(a, b)  # the in-place kernel wrote only the graph's own buffers
+
+
 def test_priority_change_recompiles_and_nothing_else_does() -> None:
     compiled = ir_passes.compile(residual_chain)
     ir_dispatch.set_priority(fused_add_rms_norm=["t_outofplace"])

@@ -267,3 +267,98 @@ def test_no_fusion_when_the_unquantized_result_is_used_elsewhere() -> None:
     report = PassReport()
     FusionPass(report, force=True)(gm.graph)
     assert report.fusions == {}
+
+
+# ------------------------------------------------------------------ residual add + norm
+def decoder_step(x: Tensor, r: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+    """Two residual adds each followed by a norm, as a decoder layer written without the
+    fused op has them; the sums are also read afterwards."""
+    hidden = x + r
+    out = ops.rms_norm(hidden, w, 1e-6) * 3
+    hidden = hidden + out
+    return ops.rms_norm(hidden, w, 1e-6), hidden
+
+
+def test_residual_add_then_norm_becomes_fused_add_where_worth_it() -> None:
+    gm = trace(decoder_step, *inputs())
+    report = PassReport()
+    FusionPass(report)(gm.graph)  # native everywhere: Inductor fuses the pair itself
+    assert report.fusions == {}
+    ir_dispatch.set_priority(fused_add_rms_norm=["t_outofplace"])
+    FusionPass(report)(gm.graph)
+    assert report.fusions == {"add+rms_norm": 2}
+    ir_targets = [t for t in targets(gm.graph) if t.startswith("ir.")]
+    assert ir_targets == ["ir.fused_add_rms_norm.default"] * 2
+    assert "aten.add.Tensor" not in targets(gm.graph)
+    gm.recompile()
+    for dtype in (torch.float32, torch.bfloat16):
+        args = [t.to(dtype) for t in inputs(hidden=67)]
+        got, expected = gm(*args), decoder_step(*args)
+        for g, e in zip(got, expected, strict=True):
+            assert torch.equal(g, e)  # the residual rounded once, then normalized: same bits
+
+
+def add_with_alpha(x: Tensor, r: Tensor, w: Tensor) -> Tensor:
+    return ops.rms_norm(torch.add(x, r, alpha=2), w, 1e-6)
+
+
+def add_broadcast(x: Tensor, r: Tensor, w: Tensor) -> Tensor:
+    return ops.rms_norm(x + r[0], w, 1e-6)
+
+
+def add_promoting(x: Tensor, r: Tensor, w: Tensor) -> Tensor:
+    return ops.rms_norm(x.half() + r, w, 1e-6)
+
+
+def add_transposed(x: Tensor, r: Tensor, w: Tensor) -> Tensor:
+    return ops.rms_norm(x.t() + r.t(), w[:4], 1e-6)
+
+
+def add_to_itself(x: Tensor, r: Tensor, w: Tensor) -> Tensor:
+    return ops.rms_norm(x + x, w, 1e-6)
+
+
+def add_before_weight(x: Tensor, r: Tensor, w: Tensor) -> Tensor:
+    hidden = x + r
+    return ops.rms_norm(hidden, w * 2, 1e-6)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [add_with_alpha, add_broadcast, add_promoting, add_transposed, add_to_itself],
+    ids=lambda fn: fn.__name__,
+)
+def test_adds_fused_add_cannot_reproduce_are_left_alone(fn: Any) -> None:
+    gm = trace(fn, *inputs())
+    report = PassReport()
+    FusionPass(report, force=True)(gm.graph)
+    assert report.fusions == {}
+    assert "ir.rms_norm.default" in targets(gm.graph)
+
+
+def test_weight_computed_after_the_add_is_left_alone() -> None:
+    gm = trace(add_before_weight, *inputs())
+    order = targets(gm.graph)
+    assert order.index("aten.add.Tensor") < order.index("aten.mul.Tensor")
+    report = PassReport()
+    FusionPass(report, force=True)(gm.graph)
+    assert report.fusions == {}
+
+
+def test_residual_add_norm_and_quant_become_one_op() -> None:
+    def f(x: Tensor, r: Tensor, w: Tensor, scale: Tensor) -> Any:
+        hidden = x + r
+        return ops.static_quant_fp8(ops.rms_norm(hidden, w, 1e-6), scale), hidden * 2
+
+    gm = trace(f, torch.randn(4, 16), torch.randn(4, 16), torch.randn(16), torch.ones(1))
+    report = PassReport()
+    FusionPass(report, force=True)(gm.graph)
+    assert report.fusions == {"add+rms_norm": 1, "fused_add_rms_norm+static_quant_fp8": 1}
+    assert [t for t in targets(gm.graph) if t.startswith("ir.")] == [
+        "ir.fused_add_rms_norm_static_quant_fp8.default"
+    ]
+    gm.recompile()
+    args = (torch.randn(4, 16), torch.randn(4, 16), torch.randn(16), torch.tensor([0.01]))
+    got, expect = gm(*args), f(*args)
+    assert torch.equal(got[0].view(torch.uint8), expect[0].view(torch.uint8))
+    assert torch.equal(got[1], expect[1])

@@ -1,8 +1,9 @@
 """ir-passes: FX passes over ir-spec ops inside torch.compile.
 
 The pipeline: `InplaceFunctionalizationPass` (pre-grad: ``maybe_inplace`` -> default, donated
-inputs recorded), then after AOTAutograd the fusion passes (norm / activation + fp8 quant into
-the composite ops), `LoweringPass` (each IR op -> the implementation ir-dispatch selects on the
+inputs recorded), then after AOTAutograd the fusion passes (a residual add and the norm after
+it into ``fused_add_rms_norm``; norm / activation + fp8 quant into the composite ops),
+`LoweringPass` (each IR op -> the implementation ir-dispatch selects on the
 node's fake tensors, in-place ones with clones) and `CloneEliminationPass` (clones provably
 unneeded are removed, aliasing taken into account). `inductor_options` installs them in
 Inductor; `compile` wraps `torch.compile` with them; `last_report` tells what they did.
@@ -12,13 +13,14 @@ from ._version import __version__
 from .clones import CloneEliminationPass
 from .config import PassConfig
 from .functionalize import InplaceFunctionalizationPass
-from .fusion import PATTERNS, FusionPass, FusionPattern
+from .fusion import PATTERNS, RESIDUAL_ADD_PATTERN, FusionPass, FusionPattern
 from .inductor import PostGradPass, PreGradPass, compile, inductor_options, selection_key
 from .lowering import LoweringPass
 from .report import PassReport, last_report
 
 __all__ = [
     "PATTERNS",
+    "RESIDUAL_ADD_PATTERN",
     "CloneEliminationPass",
     "FusionPass",
     "FusionPattern",

@@ -11,7 +11,8 @@ class PassConfig:
     Attributes:
         functionalize: turn ``maybe_inplace`` calls into the default overload (pre-grad),
             checking that donated inputs are not used again.
-        fuse: fuse norm / activation + fp8 quantization into the composite ops.
+        fuse: fuse a residual add and the ``rms_norm`` after it into ``fused_add_rms_norm``,
+            and norm / activation + fp8 quantization into the composite ops.
         force_fusion: fuse even where the composite would run natively (Inductor fuses native
             compositions by itself, so by default only real kernels are worth it).
         lower: replace IR ops by their selected implementations (post-grad).

@@ -1,5 +1,9 @@
-"""Fusion passes on the high-level ops: a norm or activation followed by fp8 quantization
-becomes one composite op. One pattern each, on IR nodes (not on any kernel's graph).
+"""Fusion passes on the high-level ops, on IR nodes (not on any kernel's graph):
+
+- a residual add followed by ``rms_norm`` becomes ``fused_add_rms_norm``
+  (`RESIDUAL_ADD_PATTERN`): models written without the fused op, Hugging Face decoder layers
+  among them, add the residual with a plain ``+`` and normalize the sum;
+- a norm or activation followed by fp8 quantization becomes one composite op (`PATTERNS`).
 
 A fusion applies where the composite's selected implementation is a real kernel (Inductor
 fuses a native composition by itself), or everywhere with ``PassConfig.force_fusion``.
@@ -10,12 +14,15 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import fx
+from torch._prims_common import make_contiguous_strides_for
+from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
 
 import ir_dispatch
 from ir_spec import IrOp, ops
 
-from .graph_utils import bound_args, ir_op_of
+from .graph_utils import alias_root, bound_args, ir_op_of
 from .report import PassReport
 
 logger = logging.getLogger("ir_passes")
@@ -64,12 +71,17 @@ PATTERNS = (
 )
 
 
+#: the report's name for ``rms_norm(a + b)`` -> ``fused_add_rms_norm(a, b)``
+RESIDUAL_ADD_PATTERN = "add+rms_norm"
+
+
 def _fake(value: Any) -> Any:
     return value.meta["val"] if isinstance(value, fx.Node) else value
 
 
 class FusionPass:
-    """Apply every pattern of `PATTERNS` (counted in the report)."""
+    """Fuse residual adds into ``fused_add_rms_norm``, then apply every pattern of `PATTERNS`
+    (each counted in the report)."""
 
     def __init__(self, report: PassReport, *, force: bool = False) -> None:
         self.report = report
@@ -82,6 +94,10 @@ class FusionPass:
             return ir_dispatch.select(fused, *[_fake(a) for a in args]).provider != "native"
 
     def __call__(self, graph: fx.Graph) -> fx.Graph:
+        for node in list(graph.nodes):
+            found = ir_op_of(node.target) if node.op == "call_function" else None
+            if found is not None and found[0] is ops.rms_norm and found[1] == "default":
+                self._try_residual_add(graph, node)
         for pattern in PATTERNS:
             for node in list(graph.nodes):
                 found = ir_op_of(node.target) if node.op == "call_function" else None
@@ -90,6 +106,36 @@ class FusionPass:
                 self._try(graph, pattern, node)
         graph.lint()
         return graph
+
+    def _try_residual_add(self, graph: fx.Graph, norm: fx.Node) -> None:
+        norm_args = bound_args(ops.rms_norm, norm)  # x, weight, epsilon, variance_size
+        total = norm_args[0]
+        addends = _same_layout_addends(total) if isinstance(total, fx.Node) else None
+        if addends is None:
+            return
+        assert isinstance(total, fx.Node)
+        # the fused op replaces the add where the add stands, so the norm's other arguments
+        # must exist there already
+        position = {node: i for i, node in enumerate(graph.nodes)}
+        if any(position[a] > position[total] for a in norm_args[1:] if isinstance(a, fx.Node)):
+            return
+        fused_op = ops.fused_add_rms_norm
+        fused_args = [*addends, *norm_args[1:]]
+        if not self.worth_it(fused_op, fused_args):
+            return
+        with graph.inserting_after(total):
+            fused = graph.call_function(fused_op.torch_op.default, tuple(fused_args))
+        with graph.inserting_after(fused):
+            out = graph.call_function(operator.getitem, (fused, 0))
+            residual = graph.call_function(operator.getitem, (fused, 1))
+        fused.meta["val"] = fused_op.native(*[_fake(a) for a in fused_args])
+        out.meta["val"], residual.meta["val"] = fused.meta["val"]
+        norm.replace_all_uses_with(out)
+        graph.erase_node(norm)
+        total.replace_all_uses_with(residual)
+        graph.erase_node(total)
+        self.report.fusions[RESIDUAL_ADD_PATTERN] += 1
+        logger.debug("ir_passes: fused %s -> %s", RESIDUAL_ADD_PATTERN, fused.name)
 
     def _try(self, graph: fx.Graph, pattern: FusionPattern, quant: fx.Node) -> None:
         quant_op = getattr(ops, pattern.quant)
@@ -142,3 +188,33 @@ class FusionPass:
             graph.erase_node(producer)
         self.report.fusions[pattern.name] += 1
         logger.debug("ir_passes: fused %s -> %s", pattern.name, fused.name)
+
+
+def _same_layout_addends(total: fx.Node) -> tuple[fx.Node, fx.Node] | None:
+    """``(a, b)`` when `total` is ``aten.add.Tensor(a, b)`` of two distinct, unaliased,
+    contiguous tensors of one shape, dtype and device (no broadcast, no type promotion, no
+    ``alpha``): then ``fused_add_rms_norm(a, b)``'s residual is the add's result, bit for bit
+    and in the same layout."""
+    if total.op != "call_function" or total.target is not torch.ops.aten.add.Tensor:
+        return None
+    if len(total.args) != 2 or total.kwargs.get("alpha", 1) != 1:
+        return None
+    a, b = total.args
+    if not isinstance(a, fx.Node) or not isinstance(b, fx.Node):
+        return None
+    values = [n.meta.get("val") for n in (a, b, total)]
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if len(tensors) != 3:
+        return None
+    result = tensors[2]
+    for v in tensors:
+        if v.dtype != result.dtype or v.device != result.device:
+            return None
+        # statically known only: a symbolic size must not gain a guard here
+        if not statically_known_true(sym_eq(v.shape, result.shape)):
+            return None
+        if not statically_known_true(sym_eq(v.stride(), make_contiguous_strides_for(v.shape))):
+            return None
+    if alias_root(a) is alias_root(b):  # an in-place kernel would write both through one
+        return None
+    return a, b
