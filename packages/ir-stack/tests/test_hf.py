@@ -1,6 +1,6 @@
-"""`convert_hf_model` on randomly initialised transformers Llama and Qwen2 models (no
-downloads): outputs equal before and after, the IR ops really run, generation with a KV cache
-and `ir_stack.compile` agree."""
+"""`convert_hf_model` on randomly initialised transformers Llama, Mistral, Qwen2 and Qwen3 models
+(no downloads): outputs equal before and after, the IR ops really run, generation with a KV
+cache and `ir_stack.compile` agree, and the compiled residual adds become fused adds."""
 
 from typing import Any
 
@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import ir_dispatch
+import ir_passes
 import ir_stack
 from ir_stack.models.hf import IRGatedMLP, IRRMSNorm, IRRotaryCache, convert_hf_model
 
@@ -24,13 +25,27 @@ SIZES = {
 }
 
 
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+}
+
+
 def build(family: str, **overrides: Any) -> Any:
     torch.manual_seed(0)
-    if family == "llama":
-        config = transformers.LlamaConfig(**SIZES, **overrides)
-        return transformers.LlamaForCausalLM(config).eval()
-    config = transformers.Qwen2Config(**SIZES, **overrides)
-    return transformers.Qwen2ForCausalLM(config).eval()
+    config_class, model_class = (getattr(transformers, name) for name in FAMILIES[family])
+    model = model_class(config_class(**SIZES, **overrides)).eval()
+    with torch.no_grad():  # norm weights of ones would hide a norm applied to the wrong axis
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(0.5, 1.5)
+    return model
+
+
+def norms_per_layer(family: str) -> int:
+    return 4 if family == "qwen3" else 2  # Qwen3 adds a query and a key norm
 
 
 def prompt() -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,7 +53,7 @@ def prompt() -> tuple[torch.Tensor, torch.Tensor]:
     return ids, torch.ones_like(ids)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen2"])
+@pytest.mark.parametrize("family", list(FAMILIES))
 def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     model = build(family)
     ids, mask = prompt()
@@ -54,25 +69,40 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
             ids, attention_mask=mask, max_new_tokens=6, do_sample=False
         )
     layers = SIZES["num_hidden_layers"]
-    assert len(report.norms) == 2 * layers + 1
+    norms = norms_per_layer(family) * layers + 1
+    assert len(report.norms) == norms
     assert len(report.mlps) == len(report.attentions) == layers
     assert report.skipped == {}
     assert isinstance(model.model.norm, IRRMSNorm)
     assert isinstance(model.model.layers[0].mlp, IRGatedMLP)
     assert isinstance(model.model.rotary_emb, IRRotaryCache)
     calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
-    assert calls == {"rms_norm": 2 * layers + 1, "silu_and_mul": layers, "rotary_embedding": layers}
+    assert calls == {"rms_norm": norms, "silu_and_mul": layers, "rotary_embedding": layers}
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
     assert torch.equal(converted_tokens, tokens)
 
 
-def test_converted_model_compiles_with_ir_stack() -> None:
-    model = build("llama")
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:
+    model = build(family)
     ids, mask = prompt()
     convert_hf_model(model)
-    with torch.no_grad():
+    # on this CPU every op runs natively, where Inductor fuses the adds itself; forced, the
+    # pass shows what it does where a kernel provider is selected
+    config = ir_stack.Config(passes=ir_passes.PassConfig(force_fusion=True))
+    # the passes must run here, not be served from an earlier run's Inductor cache
+    with (
+        torch.no_grad(),
+        torch._inductor.config.patch(fx_graph_cache=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
         eager = model(ids, attention_mask=mask).logits
-        compiled = ir_stack.compile(model)(ids, attention_mask=mask).logits
+        compiled = ir_stack.compile(model, config)(ids, attention_mask=mask).logits
+    report = ir_passes.last_report()
+    assert report is not None
+    # every residual add is followed by a norm: its layer's second, the next layer's first or
+    # the final one
+    assert report.fusions == {"add+rms_norm": 2 * SIZES["num_hidden_layers"]}
     torch.testing.assert_close(compiled, eager, atol=1e-4, rtol=1e-4)
 
 
@@ -89,3 +119,13 @@ def test_other_model_types_are_refused() -> None:
     config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)
     with pytest.raises(ValueError, match="type 'gpt2'; expected a transformers model of type"):
         convert_hf_model(transformers.GPT2LMHeadModel(config))
+
+
+def test_query_and_key_norms_over_more_than_a_head_leave_the_rotary_alone() -> None:
+    model = build("qwen3")
+    attention = model.model.layers[0].self_attn
+    width = attention.q_proj.out_features
+    attention.q_norm = type(attention.q_norm)(width, eps=1e-6)  # over the whole projection
+    report = convert_hf_model(model)
+    assert "query / key norms not over one head" in report.skipped["model.rotary_emb"]
+    assert report.attentions == []

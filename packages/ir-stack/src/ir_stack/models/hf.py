@@ -1,4 +1,5 @@
-"""`convert_hf_model`: run a Hugging Face ``transformers`` Llama or Qwen2 model on IR ops.
+"""`convert_hf_model`: run a Hugging Face ``transformers`` Llama, Mistral, Qwen2 or Qwen3 model
+on IR ops.
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -8,7 +9,10 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
 - rotary embeddings are applied by ``ir_spec.ops.rotary_embedding``: the model's rotary module
   becomes `IRRotaryCache` (one ``cos_sin_cache`` table computed from its frequencies), and
   each attention layer rotates its projections with it before the model's own attention
-  function runs.
+  function runs (Qwen3's per-head query and key norms, converted like the others, first).
+
+The residual adds stay plain ``+``: under ``ir_stack.compile`` the fusion pass turns each add
+followed by a norm into ``fused_add_rms_norm``.
 
 ``transformers`` is imported only by the functions that need it; it is not a dependency of
 ir-stack (``pip install ir-stack[hf]`` adds it).
@@ -27,7 +31,7 @@ from ir_spec import ops
 
 logger = logging.getLogger("ir_stack")
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen2")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 #: rope types whose frequencies are fixed at construction (a table holds them exactly)
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
@@ -107,13 +111,16 @@ def _rotary_attention_forward(
     *args: Any,
     **kwargs: Any,
 ) -> tuple[Tensor, Tensor | None]:
-    """The forward of a converted Llama / Qwen2 attention layer (bound to the instance)."""
+    """The forward of a converted attention layer (bound to the instance)."""
     cos_sin_cache, position_ids = position_embeddings
     input_shape = hidden_states.shape[:-1]
     head_dim: int = self.head_dim
     q = self.q_proj(hidden_states)
     k = self.k_proj(hidden_states)
     v = self.v_proj(hidden_states)
+    if hasattr(self, "q_norm"):  # Qwen3: RMSNorm over each head, before the rotation
+        q = self.q_norm(q.unflatten(-1, (-1, head_dim))).flatten(-2)
+        k = self.k_norm(k.unflatten(-1, (-1, head_dim))).flatten(-2)
     positions = position_ids.expand(input_shape)
     q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, True)
     hidden_shape = (*input_shape, -1, head_dim)
@@ -122,8 +129,10 @@ def _rotary_attention_forward(
     cache = kwargs.pop("cache", None) or kwargs.pop("past_key_values", None)
     if cache is not None:
         k, v = _update_cache(cache, k, v, self.layer_idx, kwargs)
-    if hasattr(self, "sliding_window"):
+    if hasattr(self, "sliding_window"):  # Qwen2 / Qwen3: per layer
         kwargs["sliding_window"] = self.sliding_window
+    elif hasattr(self.config, "sliding_window"):  # Mistral: the model's
+        kwargs["sliding_window"] = self.config.sliding_window
     attend = _attention_function(self)
     out, weights = attend(
         self,
@@ -175,6 +184,20 @@ def _is_attention(module: nn.Module) -> bool:
     )
 
 
+def _head_norms_fit(attention: nn.Module) -> bool:
+    """No query / key norm, or both over one head (Qwen3's), which the forward applies."""
+    norms = [getattr(attention, n, None) for n in ("q_norm", "k_norm")]
+    if norms == [None, None]:
+        return True
+    head_dim = getattr(attention, "head_dim", None)
+    return all(
+        isinstance(n, nn.Module)
+        and isinstance(getattr(n, "weight", None), torch.Tensor)
+        and n.weight.shape == (head_dim,)
+        for n in norms
+    )
+
+
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj")
 
@@ -185,8 +208,8 @@ def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
 
 
 def convert_hf_model(model: nn.Module) -> ConversionReport:
-    """Swap the norms, SiLU gated MLPs and rotary embeddings of a ``transformers`` Llama or
-    Qwen2 model (``*ForCausalLM`` or the bare model) for IR ops, in place.
+    """Swap the norms, SiLU gated MLPs and rotary embeddings of a ``transformers`` Llama,
+    Mistral, Qwen2 or Qwen3 model (``*ForCausalLM`` or the bare model) for IR ops, in place.
 
     Raises ValueError for other model types. Parts that cannot be converted exactly (another
     activation, a rope type whose frequencies change with the sequence length) are left as they
@@ -242,6 +265,10 @@ def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> 
         report.skipped[path] = f"rope type {rope_type!r} changes its frequencies with the length"
         return
     attentions = [(p, m) for p, m in model.named_modules() if _is_attention(m)]
+    misfits = [p for p, m in attentions if not _head_norms_fit(m)]
+    if misfits:
+        report.skipped[path] = f"query / key norms not over one head in {misfits[0]}"
+        return
     head_dim = attentions[0][1].head_dim if attentions else None
     inv_freq: Tensor = rotary.inv_freq  # type: ignore[assignment]
     if head_dim is None or 2 * inv_freq.numel() != head_dim:
