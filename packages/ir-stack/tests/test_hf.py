@@ -10,6 +10,7 @@ import torch
 import ir_dispatch
 import ir_passes
 import ir_stack
+from ir_spec import ops
 from ir_stack.models.hf import IRGatedMLP, IRRMSNorm, IRRotaryCache, convert_hf_model
 
 transformers = pytest.importorskip("transformers")
@@ -129,3 +130,36 @@ def test_query_and_key_norms_over_more_than_a_head_leave_the_rotary_alone() -> N
     report = convert_hf_model(model)
     assert "query / key norms not over one head" in report.skipped["model.rotary_emb"]
     assert report.attentions == []
+
+
+def _dense_positions_only(
+    positions: torch.Tensor,
+    x_query: torch.Tensor,
+    x_key: torch.Tensor,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox_style: bool,
+) -> bool:
+    return positions.is_contiguous()
+
+
+ops.rotary_embedding.register_impl("test_dense_positions", supports_args=_dense_positions_only)(
+    ops.rotary_embedding.native
+)
+
+
+def test_a_batch_reaches_rotary_kernels_that_need_dense_positions() -> None:
+    """The triton and cuda rotary kernels accept only dense positions; transformers passes one
+    row for the whole batch, which, broadcast, sent every layer to the native function."""
+    model = build("llama")
+    convert_hf_model(model)
+    ids, mask = prompt()  # a batch of 2
+    ir_dispatch.reset_stats()
+    ir_dispatch.collect_stats(True)
+    try:
+        with torch.no_grad(), ir_dispatch.priority(rotary_embedding=["test_dense_positions"]):
+            model(ids, attention_mask=mask)
+    finally:
+        ir_dispatch.collect_stats(False)
+    calls = {provider: n for (op, provider), n in ir_dispatch.stats().items() if "rotary" in op}
+    assert calls == {"test_dense_positions": SIZES["num_hidden_layers"]}

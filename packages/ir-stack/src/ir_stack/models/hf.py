@@ -87,8 +87,8 @@ class IRGatedMLP(nn.Module):
 
 
 class IRRotaryCache(nn.Module):
-    """Stands in for the model's rotary module: returns ``(cos_sin_cache, position_ids)``
-    instead of ``(cos, sin)``; converted attention layers take that pair."""
+    """Stands in for the model's rotary module: returns ``(cos_sin_cache, positions)`` instead
+    of ``(cos, sin)``; converted attention layers take that pair."""
 
     cos_sin_cache: Tensor
 
@@ -100,7 +100,11 @@ class IRRotaryCache(nn.Module):
         self.register_buffer("cos_sin_cache", cache, persistent=False)
 
     def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
-        return self.cos_sin_cache, position_ids
+        # transformers passes one row of positions for a whole batch; the rotary kernels read
+        # a dense position per token (a broadcast one sent them to the native function), so
+        # the rows are copied out once here rather than in every layer
+        positions = position_ids.expand(x.shape[:-1]).contiguous()
+        return self.cos_sin_cache, positions
 
 
 def _rotary_attention_forward(
