@@ -1,6 +1,6 @@
 """Test providers for the passes: an in-place and an out-of-place fused_add_rms_norm, each an
-opaque torch custom op (as real kernels are), and a marker implementation of the fused
-rms_norm + static quant composite."""
+opaque torch custom op (as real kernels are), and marker implementations of the fused
+rms_norm + static quant and fused_add_rms_norm + static quant composites."""
 
 from collections.abc import Iterator
 
@@ -39,6 +39,20 @@ def _rms_quant_fake(x: Tensor, w: Tensor, eps: float, scale: Tensor) -> Tensor:
     return torch.empty_like(x, dtype=torch.float8_e4m3fn)
 
 
+@torch.library.custom_op("ir_passes_test::fadd_quant", mutates_args=())
+def _fadd_quant(
+    x: Tensor, r: Tensor, w: Tensor, eps: float, scale: Tensor
+) -> tuple[Tensor, Tensor]:
+    return ops.fused_add_rms_norm_static_quant_fp8.native(x, r, w, eps, scale)
+
+
+@_fadd_quant.register_fake
+def _fadd_quant_fake(
+    x: Tensor, r: Tensor, w: Tensor, eps: float, scale: Tensor
+) -> tuple[Tensor, Tensor]:
+    return torch.empty_like(x, dtype=torch.float8_e4m3fn), torch.empty_like(x)
+
+
 def fadd_inplace(
     x: Tensor,
     x_residual: Tensor,
@@ -66,9 +80,19 @@ def rms_quant(x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor) -
     return q
 
 
+def fadd_quant(
+    x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
+) -> tuple[Tensor, Tensor]:
+    out: tuple[Tensor, Tensor] = torch.ops.ir_passes_test.fadd_quant(
+        x, x_residual, weight, epsilon, scale
+    )
+    return out
+
+
 ops.fused_add_rms_norm.register_impl("t_inplace", inplace=True)(fadd_inplace)
 ops.fused_add_rms_norm.register_impl("t_outofplace")(fadd)
 ops.rms_norm_static_quant_fp8.register_impl("t_fused")(rms_quant)
+ops.fused_add_rms_norm_static_quant_fp8.register_impl("t_fused")(fadd_quant)
 
 
 @pytest.fixture(autouse=True)

@@ -115,6 +115,24 @@ def test_residual_adds_are_fused_and_match_eager(provider: str) -> None:
         assert torch.equal(a, b)  # the in-place kernel wrote only the graph's own buffers
 
 
+def test_add_norm_and_quant_compile_to_the_composite_kernel() -> None:
+    def f(x: Tensor, r: Tensor, w: Tensor, scale: Tensor) -> tuple[Tensor, Tensor]:
+        hidden = x + r
+        return ops.static_quant_fp8(ops.rms_norm(hidden, w, 1e-6), scale), hidden
+
+    ir_dispatch.set_priority(fused_add_rms_norm_static_quant_fp8=["t_fused"])
+    x, r, w = args()
+    scale = torch.tensor([0.02])
+    q, hidden = ir_passes.compile(f)(x, r, w, scale)
+    report = ir_passes.last_report()
+    assert report is not None
+    assert report.fusions == {"add+rms_norm": 1, "fused_add_rms_norm+static_quant_fp8": 1}
+    assert list(report.selected_impls) == ["fused_add_rms_norm_static_quant_fp8"]
+    expected_q, expected_hidden = f(x, r, w, scale)
+    assert torch.equal(q.view(torch.uint8), expected_q.view(torch.uint8))
+    assert torch.equal(hidden, expected_hidden)
+
+
 def test_priority_change_recompiles_and_nothing_else_does() -> None:
     compiled = ir_passes.compile(residual_chain)
     ir_dispatch.set_priority(fused_add_rms_norm=["t_outofplace"])

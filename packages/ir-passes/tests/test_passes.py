@@ -362,3 +362,36 @@ def test_residual_add_norm_and_quant_become_one_op() -> None:
     got, expect = gm(*args), f(*args)
     assert torch.equal(got[0].view(torch.uint8), expect[0].view(torch.uint8))
     assert torch.equal(got[1], expect[1])
+
+
+def residual_norm_quant(x: Tensor, r: Tensor, w: Tensor, scale: Tensor) -> Any:
+    hidden = x + r
+    return ops.static_quant_fp8(ops.rms_norm(hidden, w, 1e-6), scale), hidden
+
+
+def test_add_fuses_where_only_the_quant_composite_has_a_kernel() -> None:
+    """Compiled, fused_add_rms_norm runs natively by default on CUDA while the quant composites
+    have kernels: the add must still fuse where the chain then becomes one composite kernel."""
+    example = (torch.randn(4, 16), torch.randn(4, 16), torch.randn(16), torch.ones(1))
+    gm = trace(residual_norm_quant, *example)
+    report = PassReport()
+    FusionPass(report)(gm.graph)
+    assert report.fusions == {}
+    ir_dispatch.set_priority(fused_add_rms_norm_static_quant_fp8=["t_fused"])
+    FusionPass(report)(gm.graph)
+    assert report.fusions == {"add+rms_norm": 1, "fused_add_rms_norm+static_quant_fp8": 1}
+    assert [t for t in targets(gm.graph) if t.startswith("ir.")] == [
+        "ir.fused_add_rms_norm_static_quant_fp8.default"
+    ]
+
+
+def test_add_stays_where_the_unquantized_norm_is_read_too() -> None:
+    def f(x: Tensor, r: Tensor, w: Tensor, scale: Tensor) -> Any:
+        y = ops.rms_norm(x + r, w, 1e-6)
+        return ops.static_quant_fp8(y, scale), y
+
+    gm = trace(f, torch.randn(4, 16), torch.randn(4, 16), torch.randn(16), torch.ones(1))
+    ir_dispatch.set_priority(fused_add_rms_norm_static_quant_fp8=["t_fused"])
+    report = PassReport()
+    FusionPass(report)(gm.graph)
+    assert report.fusions == {}

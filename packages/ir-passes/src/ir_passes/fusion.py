@@ -2,7 +2,8 @@
 
 - a residual add followed by ``rms_norm`` becomes ``fused_add_rms_norm``
   (`RESIDUAL_ADD_PATTERN`): models written without the fused op, Hugging Face decoder layers
-  among them, add the residual with a plain ``+`` and normalize the sum;
+  among them, add the residual with a plain ``+`` and normalize the sum. It runs first, so
+  an add, a norm and a static quantization end as one composite;
 - a norm or activation followed by fp8 quantization becomes one composite op (`PATTERNS`).
 
 A fusion applies where the composite's selected implementation is a real kernel (Inductor
@@ -121,7 +122,9 @@ class FusionPass:
             return
         fused_op = ops.fused_add_rms_norm
         fused_args = [*addends, *norm_args[1:]]
-        if not self.worth_it(fused_op, fused_args):
+        if not (
+            self.worth_it(fused_op, fused_args) or self._quant_composite_worth_it(norm, fused_args)
+        ):
             return
         with graph.inserting_after(total):
             fused = graph.call_function(fused_op.torch_op.default, tuple(fused_args))
@@ -136,6 +139,22 @@ class FusionPass:
         graph.erase_node(total)
         self.report.fusions[RESIDUAL_ADD_PATTERN] += 1
         logger.debug("ir_passes: fused %s -> %s", RESIDUAL_ADD_PATTERN, fused.name)
+
+    def _quant_composite_worth_it(self, norm: fx.Node, fused_args: list[Any]) -> bool:
+        """Whether the norm's only reader is a static quantization that, once the add is fused,
+        joins it in a real ``fused_add_rms_norm_static_quant_fp8`` kernel: where the fused add
+        alone would run natively, the add + norm + quant chain still becomes one kernel."""
+        if len(norm.users) != 1 or fused_args[-1] is not None:  # variance_size
+            return False
+        (quant,) = norm.users
+        found = ir_op_of(quant.target) if quant.op == "call_function" else None
+        if found is None or found[0] is not ops.static_quant_fp8 or found[1] != "default":
+            return False
+        quant_args = bound_args(ops.static_quant_fp8, quant)
+        if quant_args[0] is not norm:
+            return False
+        composite = ops.fused_add_rms_norm_static_quant_fp8
+        return self.worth_it(composite, [*fused_args[:-1], *quant_args[1:]])
 
     def _try(self, graph: fx.Graph, pattern: FusionPattern, quant: fx.Node) -> None:
         quant_op = getattr(ops, pattern.quant)
