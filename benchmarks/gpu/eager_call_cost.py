@@ -1,0 +1,71 @@
+"""What an eager call of an op costs the host, per provider, at a decode size (16 rows of a 1B
+model's width): µs a call over 3000 calls issued back to back (the kernels are too small to
+keep the GPU busy, so the host sets the pace), through the op (``ir_spec.ops``, dispatch
+included) and calling the provider's function directly. Run on the GPU machine from the
+repository root after ``source benchmarks/gpu/env.sh``."""
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import ir_dispatch
+from ir_spec import ops
+from ir_stack.bench.kernels import import_providers
+
+PROVIDERS = ("native", "triton", "cuda")
+
+
+def per_call_us(fn: Callable[[], Any], calls: int = 3000) -> float:
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def main() -> None:
+    import_providers()  # run from source, the packages have no entry points
+    torch.manual_seed(0)
+    cuda, bf16 = "cuda", torch.bfloat16
+    x = torch.randn(16, 2048, device=cuda, dtype=bf16)
+    weight = torch.rand(2048, device=cuda, dtype=bf16)
+    cases: dict[str, tuple[Any, ...]] = {
+        "rms_norm": (x, weight, 1e-5),
+        "fused_add_rms_norm": (x, torch.randn_like(x), weight, 1e-5),
+        "silu_and_mul": (torch.randn(16, 16384, device=cuda, dtype=bf16),),
+        "rotary_embedding": (
+            torch.arange(16, device=cuda),
+            torch.randn(16, 2048, device=cuda, dtype=bf16),
+            torch.randn(16, 512, device=cuda, dtype=bf16),
+            64,
+            torch.randn(4096, 64, device=cuda),
+            True,
+        ),
+    }
+    print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}")
+    print(f"a one-kernel torch op (x.mul(1)): {per_call_us(lambda: x.mul(1)):.1f} µs a call")
+    for name, args in cases.items():
+        op = getattr(ops, name)
+        cells = []
+        for provider in PROVIDERS:
+            if provider != "native" and provider not in op.impls:
+                cells.append(f"{provider}: not registered")
+                continue
+            with ir_dispatch.priority(**{name: [provider]}):
+                selected = ir_dispatch.select(name, *args).provider
+                through_op = per_call_us(lambda op=op, args=args: op(*args))
+            fn = op.native if provider == "native" else op.impls[provider].fn
+            direct = per_call_us(lambda fn=fn, args=args: fn(*args))
+            cells.append(
+                f"{provider} (selected {selected}): op {through_op:.1f}, direct {direct:.1f}"
+            )
+        print(f"{name}: " + " | ".join(cells))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""A transformers Llama of Llama 3.2 1B's shape (random weights, bf16) on the GPU, forward
+latency in six ways, in one process:
+
+- ``hf eager``: the model as transformers runs it;
+- ``hf torch.compile``: stock ``torch.compile`` of that model with Inductor's CUDA graphs (as
+  ``mode="reduce-overhead"``), what a user would otherwise run;
+- ``ir eager``: after ``convert_hf_model`` (the IR ops on the kernels selected for the GPU);
+- ``ir compile``: ``ir_passes.compile`` of the converted model (Inductor's CUDA graphs too),
+  default priorities: compiled, the simple ops run as Inductor's code;
+- ``ir compile, kernels, no add fusion`` / ``ir compile, kernels``: the same with the op
+  kernels ahead of Inductor's code, without and with the fusion of each residual add and the
+  norm after it into ``fused_add_rms_norm``.
+
+Each way runs a batch of one-token sequences (decode-sized rows, no KV cache) and one prompt;
+times are ``triton.testing.do_bench`` medians in µs, and every way's logits are compared with
+``hf eager``'s. Run on the GPU machine from the repository root after ``source
+benchmarks/gpu/env.sh``; ``--out DIR`` writes ``hf-llama-compile-<card>.json`` and ``.md``.
+"""
+
+import argparse
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import transformers
+import triton.testing
+
+import ir_dispatch
+import ir_passes
+from ir_stack.bench.kernels import import_providers
+from ir_stack.models.hf import convert_hf_model
+
+logger = logging.getLogger("hf_llama_compile")
+
+#: Llama 3.2 1B's shape; vocabulary cut to keep the logits small beside the layers
+LLAMA_1B = {
+    "hidden_size": 2048,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": True,
+}
+SHAPES = {"decode 16 x 1": (16, 1), "prompt 1 x 1024": (1, 1024)}
+#: Inductor's CUDA graphs (what ``mode="reduce-overhead"`` turns on; ``ir_passes.compile``
+#: passes its hooks as options, which torch.compile does not take beside a mode)
+GRAPHS = {"triton.cudagraphs": True}
+#: the op kernels ahead of Inductor's code for the ops a converted model calls
+KERNELS = {
+    op: ["triton", "cuda", "native"]
+    for op in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding")
+}
+#: (name, fuse, priority) of each compiled way of the converted model
+COMPILED: list[tuple[str, bool, dict[str, list[str]]]] = [
+    ("ir compile", True, {}),
+    ("ir compile, kernels, no add fusion", False, KERNELS),
+    ("ir compile, kernels", True, KERNELS),
+]
+
+
+def build(layers: int) -> Any:
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(**{**LLAMA_1B, "num_hidden_layers": layers})
+    config._attn_implementation = "sdpa"
+    with torch.device("cuda"):
+        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    with torch.no_grad():  # not ones, so that a norm applied wrongly would show
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(0.5, 1.5)
+    return model
+
+
+def forward_of(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    def forward(ids: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = model(ids, use_cache=False).logits
+        return logits
+
+    return forward
+
+
+def measure(
+    name: str, fn: Callable[[torch.Tensor], torch.Tensor], inputs: dict[str, torch.Tensor]
+) -> dict[str, Any]:
+    """Warm `fn` up on every shape (compiling, where it compiles), then time each shape."""
+    start = time.perf_counter()
+    logits = {shape: fn(ids).clone() for shape, ids in inputs.items()}
+    for ids in inputs.values():  # reduce-overhead records its graphs on the later calls
+        for _ in range(3):
+            fn(ids)
+    torch.cuda.synchronize()
+    warm_s = time.perf_counter() - start
+    times = {
+        shape: 1e3 * float(triton.testing.do_bench(lambda ids=ids: fn(ids), warmup=50, rep=300))
+        for shape, ids in inputs.items()
+    }
+    logger.info("%s: warm-up %.0f s, %s", name, warm_s, times)
+    return {"name": name, "warmup_s": warm_s, "us": times, "logits": logits}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, help="directory for JSON and markdown")
+    parser.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    import_providers()  # run from source, the packages have no entry points
+    model = build(args.layers)
+    gen = torch.Generator("cuda").manual_seed(1)
+    inputs = {
+        shape: torch.randint(0, LLAMA_1B["vocab_size"], size, device="cuda", generator=gen)
+        for shape, size in SHAPES.items()
+    }
+    runs = []
+    with torch.no_grad():
+        runs.append(measure("hf eager", forward_of(model), inputs))
+        stock = torch.compile(forward_of(model), options=GRAPHS, dynamic=False)
+        runs.append(measure("hf torch.compile", stock, inputs))
+        torch._dynamo.reset()
+        conversion = convert_hf_model(model)
+        assert not conversion.skipped, conversion.skipped
+        runs.append(measure("ir eager", forward_of(model), inputs))
+        reports = {}
+        for name, fuse, priority in COMPILED:
+            torch._dynamo.reset()
+            with ir_dispatch.priority(**priority):
+                compiled = ir_passes.compile(
+                    forward_of(model),
+                    config=ir_passes.PassConfig(fuse=fuse),
+                    options=GRAPHS,
+                    dynamic=False,
+                )
+                runs.append(measure(name, compiled, inputs))
+            report = ir_passes.last_report()
+            reports[name] = {
+                "fusions": dict(report.fusions) if report else {},
+                "selected": {op: sorted(set(p.values())) for op, p in report.selected_impls.items()}
+                if report
+                else {},
+            }
+    reference = runs[0]["logits"]
+    for run in runs:
+        logits = run.pop("logits")
+        run["max_abs_diff_vs_hf_eager"] = {
+            s: float((logits[s].float() - reference[s].float()).abs().max()) for s in SHAPES
+        }
+    card = torch.cuda.get_device_name().replace("NVIDIA ", "").split()[0]
+    result = {
+        "card": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "layers": args.layers,
+        "config": LLAMA_1B,
+        "runs": runs,
+        "passes": reports,
+    }
+    lines = [
+        f"# transformers Llama, 1B shape, {args.layers} layers, bf16, on an {result['card']}",
+        "",
+        f"torch {torch.__version__}, transformers {transformers.__version__}; "
+        "`benchmarks/gpu/hf_llama_compile.py`; `triton.testing.do_bench` medians, µs.",
+        "",
+        "| way | " + " | ".join(SHAPES) + " | max abs diff of logits vs hf eager | warm-up s |",
+        "|---|" + "---|" * (len(SHAPES) + 2),
+    ]
+    for run in runs:
+        diffs = ", ".join(f"{d:.3g}" for d in run["max_abs_diff_vs_hf_eager"].values())
+        times = " | ".join(f"{run['us'][s]:.1f}" for s in SHAPES)
+        lines.append(f"| {run['name']} | {times} | {diffs} | {run['warmup_s']:.0f} |")
+    lines.append("")
+    for name, report in reports.items():
+        lines.append(f"- {name}: fusions {report['fusions']}, kernels {report['selected']}")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / f"hf-llama-compile-{card}.json").write_text(json.dumps(result, indent=2))
+        (args.out / f"hf-llama-compile-{card}.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
