@@ -239,6 +239,18 @@ def test_fusion_applies_for_a_real_kernel_or_when_forced() -> None:
     assert report.fusions["rms_norm+static_quant_fp8"] == 2
 
 
+def assert_one_fused_add_quant_like(gm: fx.GraphModule, f: Any) -> None:
+    """`gm` calls one IR op, the fused add + norm + quant composite, and gives `f`'s bits."""
+    assert [t for t in targets(gm.graph) if t.startswith("ir.")] == [
+        "ir.fused_add_rms_norm_static_quant_fp8.default"
+    ]
+    gm.recompile()
+    args = (torch.randn(4, 16), torch.randn(4, 16), torch.randn(16), torch.tensor([0.01]))
+    got, expect = gm(*args), f(*args)
+    assert torch.equal(got[0].view(torch.uint8), expect[0].view(torch.uint8))
+    assert torch.equal(got[1], expect[1])
+
+
 def test_fusion_of_fused_add_keeps_the_residual() -> None:
     def f(x: Tensor, r: Tensor, w: Tensor, scale: Tensor) -> Any:
         out, residual = ops.fused_add_rms_norm(x, r, w, 1e-6)
@@ -248,14 +260,7 @@ def test_fusion_of_fused_add_keeps_the_residual() -> None:
     report = PassReport()
     FusionPass(report, force=True)(gm.graph)
     assert report.fusions == {"fused_add_rms_norm+static_quant_fp8": 1}
-    assert [t for t in targets(gm.graph) if t.startswith("ir.")] == [
-        "ir.fused_add_rms_norm_static_quant_fp8.default"
-    ]
-    gm.recompile()
-    args = (torch.randn(4, 16), torch.randn(4, 16), torch.randn(16), torch.tensor([0.01]))
-    got, expect = gm(*args), f(*args)
-    assert torch.equal(got[0].view(torch.uint8), expect[0].view(torch.uint8))
-    assert torch.equal(got[1], expect[1])
+    assert_one_fused_add_quant_like(gm, f)
 
 
 def test_no_fusion_when_the_unquantized_result_is_used_elsewhere() -> None:
@@ -354,14 +359,7 @@ def test_residual_add_norm_and_quant_become_one_op() -> None:
     report = PassReport()
     FusionPass(report, force=True)(gm.graph)
     assert report.fusions == {"add+rms_norm": 1, "fused_add_rms_norm+static_quant_fp8": 1}
-    assert [t for t in targets(gm.graph) if t.startswith("ir.")] == [
-        "ir.fused_add_rms_norm_static_quant_fp8.default"
-    ]
-    gm.recompile()
-    args = (torch.randn(4, 16), torch.randn(4, 16), torch.randn(16), torch.tensor([0.01]))
-    got, expect = gm(*args), f(*args)
-    assert torch.equal(got[0].view(torch.uint8), expect[0].view(torch.uint8))
-    assert torch.equal(got[1], expect[1])
+    assert_one_fused_add_quant_like(gm, f)
 
 
 def residual_norm_quant(x: Tensor, r: Tensor, w: Tensor, scale: Tensor) -> Any:
@@ -380,9 +378,7 @@ def test_add_fuses_where_only_the_quant_composite_has_a_kernel() -> None:
     ir_dispatch.set_priority(fused_add_rms_norm_static_quant_fp8=["t_fused"])
     FusionPass(report)(gm.graph)
     assert report.fusions == {"add+rms_norm": 1, "fused_add_rms_norm+static_quant_fp8": 1}
-    assert [t for t in targets(gm.graph) if t.startswith("ir.")] == [
-        "ir.fused_add_rms_norm_static_quant_fp8.default"
-    ]
+    assert_one_fused_add_quant_like(gm, residual_norm_quant)
 
 
 def test_add_stays_where_the_unquantized_norm_is_read_too() -> None:
