@@ -95,10 +95,13 @@ class FusionPass:
             return ir_dispatch.select(fused, *[_fake(a) for a in args]).provider != "native"
 
     def __call__(self, graph: fx.Graph) -> fx.Graph:
+        # the order of the graph's nodes; fusing erases and inserts nodes but never reorders
+        # the others, so it stays valid for them
+        position = {node: i for i, node in enumerate(graph.nodes)}
         for node in list(graph.nodes):
             found = ir_op_of(node.target) if node.op == "call_function" else None
             if found is not None and found[0] is ops.rms_norm and found[1] == "default":
-                self._try_residual_add(graph, node)
+                self._try_residual_add(graph, node, position)
         for pattern in PATTERNS:
             for node in list(graph.nodes):
                 found = ir_op_of(node.target) if node.op == "call_function" else None
@@ -108,7 +111,9 @@ class FusionPass:
         graph.lint()
         return graph
 
-    def _try_residual_add(self, graph: fx.Graph, norm: fx.Node) -> None:
+    def _try_residual_add(
+        self, graph: fx.Graph, norm: fx.Node, position: dict[fx.Node, int]
+    ) -> None:
         norm_args = bound_args(ops.rms_norm, norm)  # x, weight, epsilon, variance_size
         total = norm_args[0]
         addends = _same_layout_addends(total) if isinstance(total, fx.Node) else None
@@ -116,9 +121,10 @@ class FusionPass:
             return
         assert isinstance(total, fx.Node)
         # the fused op replaces the add where the add stands, so the norm's other arguments
-        # must exist there already
-        position = {node: i for i, node in enumerate(graph.nodes)}
-        if any(position[a] > position[total] for a in norm_args[1:] if isinstance(a, fx.Node)):
+        # must exist there already (a node the pass made has no position: left alone)
+        before = position[total]
+        others = [a for a in norm_args[1:] if isinstance(a, fx.Node)]
+        if any(position.get(a, before + 1) > before for a in others):
             return
         fused_op = ops.fused_add_rms_norm
         fused_args = [*addends, *norm_args[1:]]
