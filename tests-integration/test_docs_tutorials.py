@@ -22,3 +22,11 @@ def test_tutorial_runs(script: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_every_tutorial_script_is_shown_on_a_page() -> None:
+    """Each script is included by a tutorial page with the snippet marker the docs build
+    expands (a malformed marker, such as ``--8 < --``, renders as literal text)."""
+    pages = "\n".join(p.read_text() for p in CODE.parent.glob("*.md"))
+    for script in CODE.glob("*.py"):
+        assert f'--8<-- "{script.name}"' in pages, script.name
