@@ -182,7 +182,8 @@ def run_package_tests(session: nox.Session, package: str) -> None:
 def integration(session: nox.Session) -> None:
     """End-to-end tests with every layer installed, plus the out-of-tree provider example."""
     install_packages(session, PACKAGES)
-    session.install(*TEST_TOOLS, "numpy", "tests-integration/oot_provider")
+    # the transformers tutorial converts a randomly initialised transformers model
+    session.install(*TEST_TOOLS, "numpy", "transformers>=4.56", "tests-integration/oot_provider")
     session.run("pytest", "tests-integration", *session.posargs, env={"TRITON_INTERPRET": "1"})
 
 
@@ -277,7 +278,8 @@ def minimums(session: nox.Session, package: str) -> None:
 def gpu(session: nox.Session) -> None:
     """The GPU test matrix (needs a CUDA GPU; the tests skip or run reduced without one)."""
     install_packages(session, PACKAGES)
-    session.install(*TEST_TOOLS, "numpy", "tests-integration/oot_provider")
+    # the transformers tutorial converts a randomly initialised transformers model
+    session.install(*TEST_TOOLS, "numpy", "transformers>=4.56", "tests-integration/oot_provider")
     session.run(
         "pytest",
         "packages/ir-kernels-triton/tests",
