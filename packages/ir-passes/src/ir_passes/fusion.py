@@ -80,6 +80,12 @@ def _fake(value: Any) -> Any:
     return value.meta["val"] if isinstance(value, fx.Node) else value
 
 
+def _default_call_of(node: fx.Node) -> IrOp | None:
+    """The IR op whose default overload `node` calls (the overload every fusion matches)."""
+    found = ir_op_of(node.target) if node.op == "call_function" else None
+    return found[0] if found is not None and found[1] == "default" else None
+
+
 class FusionPass:
     """Fuse residual adds into ``fused_add_rms_norm``, then apply every pattern of `PATTERNS`
     (each counted in the report)."""
@@ -99,15 +105,12 @@ class FusionPass:
         # the others, so it stays valid for them
         position = {node: i for i, node in enumerate(graph.nodes)}
         for node in list(graph.nodes):
-            found = ir_op_of(node.target) if node.op == "call_function" else None
-            if found is not None and found[0] is ops.rms_norm and found[1] == "default":
+            if _default_call_of(node) is ops.rms_norm:
                 self._try_residual_add(graph, node, position)
         for pattern in PATTERNS:
             for node in list(graph.nodes):
-                found = ir_op_of(node.target) if node.op == "call_function" else None
-                if found is None or found[0].name != pattern.quant or found[1] != "default":
-                    continue
-                self._try(graph, pattern, node)
+                if _default_call_of(node) is getattr(ops, pattern.quant):
+                    self._try(graph, pattern, node)
         graph.lint()
         return graph
 
@@ -153,8 +156,7 @@ class FusionPass:
         if len(norm.users) != 1 or fused_args[-1] is not None:  # variance_size
             return False
         (quant,) = norm.users
-        found = ir_op_of(quant.target) if quant.op == "call_function" else None
-        if found is None or found[0] is not ops.static_quant_fp8 or found[1] != "default":
+        if _default_call_of(quant) is not ops.static_quant_fp8:
             return False
         quant_args = bound_args(ops.static_quant_fp8, quant)
         if quant_args[0] is not norm:
@@ -176,12 +178,11 @@ class FusionPass:
             if not isinstance(source, fx.Node):
                 return
             producer = source
-        found = ir_op_of(producer.target) if producer.op == "call_function" else None
-        if found is None or found[0].name != pattern.producer or found[1] != "default":
+        producer_op = _default_call_of(producer)
+        if producer_op is None or producer_op.name != pattern.producer:
             return
         if len(value.users) != 1:  # the unquantized result is needed elsewhere
             return
-        producer_op = found[0]
         producer_args = bound_args(producer_op, producer)
         names = list(producer_op.signature.parameters)
         if "variance_size" in names and producer_args[names.index("variance_size")] is not None:
