@@ -116,7 +116,7 @@ def _rotary_attention_forward(
     **kwargs: Any,
 ) -> tuple[Tensor, Tensor | None]:
     """The forward of a converted attention layer (bound to the instance)."""
-    cos_sin_cache, position_ids = position_embeddings
+    cos_sin_cache, positions = position_embeddings  # positions: one per token, dense
     input_shape = hidden_states.shape[:-1]
     head_dim: int = self.head_dim
     q = self.q_proj(hidden_states)
@@ -125,7 +125,6 @@ def _rotary_attention_forward(
     if hasattr(self, "q_norm"):  # Qwen3: RMSNorm over each head, before the rotation
         q = self.q_norm(q.unflatten(-1, (-1, head_dim))).flatten(-2)
         k = self.k_norm(k.unflatten(-1, (-1, head_dim))).flatten(-2)
-    positions = position_ids.expand(input_shape)
     q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, True)
     hidden_shape = (*input_shape, -1, head_dim)
     q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
