@@ -60,6 +60,11 @@ def set_programmatic_launch(enabled: bool) -> bool:
     return previous
 
 
+def programmatic_launch_enabled() -> bool:
+    """Whether programmatic launch is turned on (`set_programmatic_launch`)."""
+    return _enabled
+
+
 @contextmanager
 def programmatic_launch(enabled: bool) -> Iterator[None]:
     """`set_programmatic_launch(enabled)` inside the block, the previous setting after it."""

@@ -30,7 +30,8 @@ import triton.language as tl
 from ir_spec import shares_memory
 
 from .fp8 import exact_rounding, quantize, round_to_dtype
-from .launch import await_previous_grid, launch_options
+from .launch import await_previous_grid, launch_options, programmatic_launch_enabled
+from .plans import current_device, launch_plans_enabled, layout_key, plans_for
 from .platform import (
     LOOP_BLOCK,
     MAX_SINGLE_PASS,
@@ -505,6 +506,18 @@ def _rows_aligned(x: torch.Tensor) -> bool:
     return x2.data_ptr() % 16 == 0 and x2.stride(0) % 16 == 0
 
 
+def _writes_over_input(
+    x: torch.Tensor,
+    out: torch.Tensor,
+    residual: torch.Tensor | None,
+    residual_out: torch.Tensor | None,
+) -> bool:
+    """Whether an output shares memory with an input (in place, or any overlap)."""
+    inputs = [t for t in (x, residual) if t is not None]
+    outputs = [t for t in (out, residual_out) if t is not None]
+    return any(shares_memory(o, i) for o in outputs for i in inputs)
+
+
 def row_split(
     x: torch.Tensor,
     out: torch.Tensor,
@@ -522,13 +535,15 @@ def row_split(
     split = split_for(
         num_rows(x), block, quant, single_pass, sm_count(x), residual=residual is not None
     )
-    if split == 1:
+    if split == 1 or not _rows_aligned(x):
         return 1
-    if not _rows_aligned(x):
-        return 1
-    inputs = [t for t in (x, residual) if t is not None]
-    outputs = [t for t in (out, residual_out) if t is not None]
-    return 1 if any(shares_memory(o, i) for o in outputs for i in inputs) else split
+    return 1 if _writes_over_input(x, out, residual, residual_out) else split
+
+
+#: Plans of `launch_norm` (`plans`), and the positions among `norm_kernel`'s arguments of
+#: the values that change between calls of one plan: the eight tensors and epsilon.
+_NORM_PLANS = plans_for("norm")
+_NORM_SLOTS = (0, 2, 4, 5, 7, 9, 10, 11, 14)
 
 
 def launch_norm(
@@ -564,11 +579,53 @@ def launch_norm(
     `early_weight` says (its peak is reduced with the sum). `reload` reads a single-pass row
     again after its sum instead of holding it through the reduction (`reload_for`; when set,
     the default is no register cap); `keep_masks` keeps the masks of a row that fills its
-    block (`full_row_for`). Neither changes the results."""
+    block (`full_row_for`). Neither changes the results. Launches that override nothing are
+    replayed from plans (`plans`) after the first of their key."""
     hidden = x.shape[-1]
     n = num_rows(x)
     if n == 0:
         return
+    epsilon = float(epsilon)
+    values = (
+        x,
+        x if residual is None else residual,
+        x if weight is None else weight,
+        out,
+        x if residual_out is None else residual_out,
+        x if scale is None else scale,
+        x if scale_out is None else scale_out,
+        x if scale_ub is None else scale_ub,
+        epsilon,
+    )
+    # only launches that override nothing are planned (the overrides are for tuning)
+    untuned = (
+        single_pass is None
+        and block is None
+        and num_warps is None
+        and early_weight is None
+        and evict_first is None
+        and max_registers is None
+        and split is None
+        and reload is None
+        and not keep_masks
+    )
+    key = None
+    if untuned and launch_plans_enabled():
+        key = _norm_key(
+            x, weight, variance_size, out, residual, residual_out, quant, scale, scale_out, scale_ub
+        )
+        plan = _NORM_PLANS.get(key)
+        # where the rule splits rows, a call whose outputs overlap its inputs has a plan of
+        # its own (rows not split), which may be the only one of the key
+        if plan is None or plan.detail:
+            overlap_plan = _NORM_PLANS.get((key, "overlap"))
+            if (plan is not None or overlap_plan is not None) and _writes_over_input(
+                x, out, residual, residual_out
+            ):
+                plan = overlap_plan
+        if plan is not None:
+            plan.launch(values)
+            return
     x2 = rows(x)
     out2 = rows(out)
     r2 = rows(residual) if residual is not None else x2
@@ -602,8 +659,14 @@ def launch_norm(
         same_width=weight is None or weight.element_size() == x.element_size(),
         capped=max_registers is not None,
     )
+    # whether the rule splits the rows but for an overlap (a replay checks that again)
+    may_split = False
     if split is None:
         split = row_split(x, out, residual, residual_out, block, quant, single)
+        may_split = (
+            _rows_aligned(x)
+            and split_for(n, block, quant, single, sm_count(x), residual=has_residual) > 1
+        )
     elif (
         split < 1
         or split & (split - 1)
@@ -616,7 +679,7 @@ def launch_norm(
             f"(x: address {x.data_ptr():#x}, row stride {x2.stride(0)})"
         )
     warps = norm_warps(block, quant, has_residual) if num_warps is None else num_warps
-    norm_kernel[(n, split)](
+    args = (
         x2,
         x2.stride(0),
         r2,
@@ -632,6 +695,8 @@ def launch_norm(
         hidden,
         hidden if variance_size is None else variance_size,
         epsilon,
+    )
+    kwargs = dict(
         HAS_RESIDUAL=residual is not None,
         HAS_WEIGHT=weight is not None,
         QUANT=quant,
@@ -651,4 +716,48 @@ def launch_norm(
         RELOAD=reload and single,
         **({} if max_registers is None else {"maxnreg": max_registers}),
         **launch_options(x2, (n, split), warps),
+    )
+    compiled = norm_kernel[(n, split)](*args, **kwargs)
+    if key is not None:
+        overlap = may_split and split == 1
+        _NORM_PLANS.record(
+            (key, "overlap") if overlap else key,
+            norm_kernel,
+            compiled,
+            (n, split),
+            args,
+            kwargs,
+            _NORM_SLOTS,
+            detail=may_split,
+        )
+
+
+def _norm_key(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    variance_size: int | None,
+    out: torch.Tensor,
+    residual: torch.Tensor | None,
+    residual_out: torch.Tensor | None,
+    quant: int,
+    scale: torch.Tensor | None,
+    scale_out: torch.Tensor | None,
+    scale_ub: torch.Tensor | None,
+) -> tuple[object, ...]:
+    """Everything `launch_norm`'s configuration and Triton's specialization read of a call
+    that overrides nothing (whether outputs overlap inputs aside)."""
+    return (
+        current_device(),
+        x.get_device(),
+        layout_key(x),
+        layout_key(weight),
+        layout_key(out),
+        layout_key(residual),
+        layout_key(residual_out),
+        layout_key(scale),
+        layout_key(scale_out),
+        layout_key(scale_ub),
+        variance_size,
+        quant,
+        programmatic_launch_enabled(),
     )

@@ -12,7 +12,8 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from .fp8 import exact_rounding, quantize, round_to_dtype
-from .launch import await_previous_grid, launch_options
+from .launch import await_previous_grid, launch_options, programmatic_launch_enabled
+from .plans import LaunchPlans, current_device, launch_plans_enabled, layout_key, plans_for
 from .platform import (
     LOOP_BLOCK,
     MAX_SINGLE_PASS,
@@ -233,6 +234,12 @@ def launch_gated(
     n = num_rows(x)
     if n == 0 or d == 0:
         return
+    values = (x, out, x if scale is None else scale)
+    key = None
+    if flat is None and block is None and num_warps is None and launch_plans_enabled():
+        key = _pointwise_key(act, x, out, scale)
+        if _replayed(_GATED_PLANS, key, values):
+            return
     x2, out2 = rows(x), rows(out)
     dense = x2.stride(0) == 2 * d and out2.stride(0) == d and 2 * n * d < FLAT_INDEX_LIMIT
     if dense and block is None and num_warps is None:
@@ -243,12 +250,10 @@ def launch_gated(
             gbps = dram_gbps_per_sm(x) if streaming else None
             flat = flat_config(n * d, streaming, act, scale is not None, gbps)
         flat_block, warps = flat
-        grid = (triton.cdiv(n * d, flat_block),)
-        flat_gated_kernel[grid](
-            x2,
-            out2,
-            scale if scale is not None else x2,
-            n * d,
+        grid: tuple[int, ...] = (triton.cdiv(n * d, flat_block),)
+        kernel, slots = flat_gated_kernel, (0, 1, 2)
+        args: tuple[object, ...] = (x2, out2, scale if scale is not None else x2, n * d)
+        kwargs = dict(
             D=d,
             ACT=act,
             QUANT=scale is not None,
@@ -258,27 +263,65 @@ def launch_gated(
             num_warps=warps,
             **launch_options(x2, grid, warps),
         )
-        return
-    default_block, default_warps = pointwise_config(
-        n, d, compute_heavy=act != ACT_SILU, fp8_out=scale is not None
+    else:
+        default_block, default_warps = pointwise_config(
+            n, d, compute_heavy=act != ACT_SILU, fp8_out=scale is not None
+        )
+        block = block or default_block
+        warps = num_warps or default_warps
+        grid = (n * triton.cdiv(d, block),)
+        kernel, slots = gated_kernel, (0, 2, 4)
+        args = (
+            x2,
+            x2.stride(0),
+            out2,
+            out2.stride(0),
+            scale if scale is not None else x2,
+            d,
+        )
+        kwargs = dict(
+            ACT=act,
+            QUANT=scale is not None,
+            BLOCK=block,
+            INTERPRETED=interpreting(),
+            num_warps=warps,
+            **launch_options(x2, grid, warps),
+        )
+    compiled = kernel[grid](*args, **kwargs)
+    if key is not None:
+        _GATED_PLANS.record(key, kernel, compiled, grid, args, kwargs, slots)
+
+
+#: Plans of the launchers below (`plans`). A replay passes the launcher's `values` tuple,
+#: which each kernel variant takes at its own slots.
+_GATED_PLANS = plans_for("gated")
+_STATIC_QUANT_PLANS = plans_for("static_quant")
+_DYNAMIC_QUANT_PLANS = plans_for("dynamic_quant")
+_GROUP_QUANT_PLANS = plans_for("group_quant")
+
+
+def _pointwise_key(kind: int, *tensors: torch.Tensor | None) -> tuple[object, ...]:
+    """What these launchers' configuration and Triton's specialization read of a call: the
+    devices, each tensor's layout, the launcher's own selector (`kind`) and the global
+    switches."""
+    first = tensors[0]
+    assert first is not None
+    return (
+        current_device(),
+        first.get_device(),
+        kind,
+        programmatic_launch_enabled(),
+        *(layout_key(t) for t in tensors),
     )
-    block = block or default_block
-    warps = num_warps or default_warps
-    grid = (n * triton.cdiv(d, block),)
-    gated_kernel[grid](
-        x2,
-        x2.stride(0),
-        out2,
-        out2.stride(0),
-        scale if scale is not None else x2,
-        d,
-        ACT=act,
-        QUANT=scale is not None,
-        BLOCK=block,
-        INTERPRETED=interpreting(),
-        num_warps=warps,
-        **launch_options(x2, grid, warps),
-    )
+
+
+def _replayed(plans: LaunchPlans, key: object, values: tuple[object, ...]) -> bool:
+    """Launch `key`'s plan with `values` if there is one."""
+    plan = plans.get(key)
+    if plan is None:
+        return False
+    plan.launch(values)
+    return True
 
 
 @triton.jit
@@ -337,37 +380,30 @@ def launch_static_quant(
     n = num_rows(x)
     if n == 0:
         return
+    values = (x, q, scale)
+    key = None
+    if flat is None and launch_plans_enabled():
+        key = _pointwise_key(0, x, scale, q)
+        if _replayed(_STATIC_QUANT_PLANS, key, values):
+            return
     x2, q2 = rows(x), rows(q)
     total = n * hidden
     if x2.stride(0) == hidden and q2.stride(0) == hidden and total < FLAT_INDEX_LIMIT:
         block, warps = flat or flat_config(total, streams_from_dram(x, tensor_bytes(x, q)))
         grid = (triton.cdiv(total, block),)
-        flat_static_quant_kernel[grid](
-            x2,
-            q2,
-            scale,
-            total,
-            BLOCK=block,
-            EVEN=total % block == 0,
-            EXACT_FP8=exact_rounding(),
-            num_warps=warps,
-            **launch_options(x2, grid, warps),
-        )
-        return
-    block, warps = pointwise_config(n, hidden, compute_heavy=False, fp8_out=True)
-    grid = (n * triton.cdiv(hidden, block),)
-    static_quant_kernel[grid](
-        x2,
-        x2.stride(0),
-        q2,
-        q2.stride(0),
-        scale,
-        hidden,
-        BLOCK=block,
-        EXACT_FP8=exact_rounding(),
-        num_warps=warps,
-        **launch_options(x2, grid, warps),
-    )
+        kernel, slots = flat_static_quant_kernel, (0, 1, 2)
+        args: tuple[object, ...] = (x2, q2, scale, total)
+        kwargs = dict(BLOCK=block, EVEN=total % block == 0)
+    else:
+        block, warps = pointwise_config(n, hidden, compute_heavy=False, fp8_out=True)
+        grid = (n * triton.cdiv(hidden, block),)
+        kernel, slots = static_quant_kernel, (0, 2, 4)
+        args = (x2, x2.stride(0), q2, q2.stride(0), scale, hidden)
+        kwargs = dict(BLOCK=block)
+    kwargs.update(EXACT_FP8=exact_rounding(), num_warps=warps, **launch_options(x2, grid, warps))
+    compiled = kernel[grid](*args, **kwargs)
+    if key is not None:
+        _STATIC_QUANT_PLANS.record(key, kernel, compiled, grid, args, kwargs, slots)
 
 
 @triton.jit
@@ -427,11 +463,17 @@ def launch_dynamic_quant(
     n = num_rows(x)
     if n == 0:
         return
+    values = (x, q, scale, scale if scale_ub is None else scale_ub)
+    key = None
+    if launch_plans_enabled():
+        key = _pointwise_key(0, x, scale_ub, q, scale)
+        if _replayed(_DYNAMIC_QUANT_PLANS, key, values):
+            return
     x2, q2 = rows(x), rows(q)
     single = hidden <= MAX_SINGLE_PASS
     block = next_power_of_2(hidden) if single else LOOP_BLOCK
     warps = warps_for(block)
-    dynamic_quant_kernel[(n,)](
+    args = (
         x2,
         x2.stride(0),
         q2,
@@ -439,6 +481,8 @@ def launch_dynamic_quant(
         scale,
         scale_ub if scale_ub is not None else scale,
         hidden,
+    )
+    kwargs = dict(
         HAS_UB=scale_ub is not None,
         BLOCK=block,
         SINGLE_PASS=single,
@@ -446,6 +490,11 @@ def launch_dynamic_quant(
         num_warps=warps,
         **launch_options(x2, (n,), warps),
     )
+    compiled = dynamic_quant_kernel[(n,)](*args, **kwargs)
+    if key is not None:
+        _DYNAMIC_QUANT_PLANS.record(
+            key, dynamic_quant_kernel, compiled, (n,), args, kwargs, (0, 2, 4, 5)
+        )
 
 
 @triton.jit
@@ -498,14 +547,20 @@ def launch_group_quant(
     if n == 0:
         return
     groups = hidden // group_size
-    x2, q2 = rows(x), rows(q)
     scale2 = scale.reshape(n, groups) if scale.dim() != 2 else scale
+    values = (x, q, scale2)
+    key = None
+    if per_program is None and num_warps is None and launch_plans_enabled():
+        key = _pointwise_key(group_size, x, q, scale2)
+        if _replayed(_GROUP_QUANT_PLANS, key, values):
+            return
+    x2, q2 = rows(x), rows(q)
     group_block = next_power_of_2(group_size)
     default_per_program, default_warps = default_group_quant_config(x, group_size, q, scale)
     per_program = per_program or default_per_program
     warps = num_warps or default_warps
     grid = (n * triton.cdiv(groups, per_program),)
-    group_quant_kernel[grid](
+    args = (
         x2,
         x2.stride(0),
         q2,
@@ -516,12 +571,17 @@ def launch_group_quant(
         hidden,
         group_size,
         groups,
+    )
+    kwargs = dict(
         GROUPS_PER_PROGRAM=per_program,
         GROUP_BLOCK=group_block,
         EXACT_FP8=exact_rounding(),
         num_warps=warps,
         **launch_options(x2, grid, warps),
     )
+    compiled = group_quant_kernel[grid](*args, **kwargs)
+    if key is not None:
+        _GROUP_QUANT_PLANS.record(key, group_quant_kernel, compiled, grid, args, kwargs, (0, 2, 4))
 
 
 def default_group_quant_config(

@@ -11,8 +11,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import await_previous_grid, launch_options
+from .launch import await_previous_grid, launch_options, programmatic_launch_enabled
+from .plans import current_device, launch_plans_enabled, layout_key, plans_for
 from .platform import next_power_of_2, num_rows, rows
+
+#: Plans of `launch_rotary` (`plans`), and the positions among `rotary_kernel`'s arguments of
+#: the tensors that change between calls of one plan.
+_ROTARY_PLANS = plans_for("rotary")
+_ROTARY_SLOTS = (0, 1, 3, 5, 7, 9)
 
 
 @triton.jit
@@ -135,6 +141,24 @@ def launch_rotary(
     tokens = num_rows(query)
     if tokens == 0:
         return
+    flat_positions = positions.reshape(-1)
+    values = (flat_positions, query, key, query_out, key_out, cos_sin_cache)
+    plan_key = None
+    if head_block is None and num_warps == 4 and launch_plans_enabled():
+        plan_key = (
+            current_device(),
+            query.get_device(),
+            head_size,
+            is_neox_style,
+            # out of place the kernel copies the tail too
+            query_out.data_ptr() == query.data_ptr(),
+            programmatic_launch_enabled(),
+            *(layout_key(t) for t in values),
+        )
+        plan = _ROTARY_PLANS.get(plan_key)
+        if plan is not None:
+            plan.launch(values)
+            return
     half = cos_sin_cache.shape[-1] // 2
     q_heads = query.shape[-1] // head_size
     k_heads = key.shape[-1] // head_size
@@ -145,8 +169,8 @@ def launch_rotary(
     if head_block is None:
         head_block = rotary_head_block(tokens, heads)
     grid = (tokens, triton.cdiv(heads, head_block))
-    rotary_kernel[grid](
-        positions.reshape(-1),
+    args = (
+        flat_positions,
         q2,
         q2.stride(0),
         k2,
@@ -161,6 +185,8 @@ def launch_rotary(
         k_heads,
         head_size,
         half,
+    )
+    kwargs = dict(
         IS_NEOX=is_neox_style,
         COPY_TAIL=copy_tail,
         HEAD_BLOCK=head_block,
@@ -169,6 +195,9 @@ def launch_rotary(
         num_warps=num_warps,
         **launch_options(q2, grid, num_warps),
     )
+    compiled = rotary_kernel[grid](*args, **kwargs)
+    if plan_key is not None:
+        _ROTARY_PLANS.record(plan_key, rotary_kernel, compiled, grid, args, kwargs, _ROTARY_SLOTS)
 
 
 def rotary_head_block(tokens: int, heads: int) -> int:
