@@ -1,8 +1,10 @@
 """What an eager call of an op costs the host, per provider, at a decode size (16 rows of a 1B
 model's width): µs a call over 3000 calls issued back to back (the kernels are too small to
 keep the GPU busy, so the host sets the pace), through the op (``ir_spec.ops``, dispatch
-included) and calling the provider's function directly. Run on the GPU machine from the
-repository root after ``source benchmarks/gpu/env.sh``."""
+included) and calling the provider's function directly; the Triton provider also with its
+launch plans turned off (``ir_kernels_triton.launch_plans``: every call through its
+configuration rules and Triton's own launch path). Run on the GPU machine from the repository
+root after ``source benchmarks/gpu/env.sh``."""
 
 import time
 from collections.abc import Callable
@@ -11,6 +13,7 @@ from typing import Any
 import torch
 
 import ir_dispatch
+from ir_kernels_triton import launch_plans
 from ir_spec import ops
 from ir_stack.bench.kernels import import_providers
 
@@ -64,6 +67,11 @@ def main() -> None:
             cells.append(
                 f"{provider} (selected {selected}): op {through_op:.1f}, direct {direct:.1f}"
             )
+            if provider == "triton":
+                with launch_plans(False), ir_dispatch.priority(**{name: [provider]}):
+                    through_op = per_call_us(lambda op=op, args=args: op(*args))
+                    direct = per_call_us(lambda fn=fn, args=args: fn(*args))
+                cells.append(f"triton, plans off: op {through_op:.1f}, direct {direct:.1f}")
         print(f"{name}: " + " | ".join(cells))
 
 

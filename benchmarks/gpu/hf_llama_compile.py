@@ -4,7 +4,8 @@ latency in six ways, in one process:
 - ``hf eager``: the model as transformers runs it;
 - ``hf torch.compile``: stock ``torch.compile`` of that model with Inductor's CUDA graphs (as
   ``mode="reduce-overhead"``), what a user would otherwise run;
-- ``ir eager``: after ``convert_hf_model`` (the IR ops on the kernels selected for the GPU);
+- ``ir eager``: after ``convert_hf_model`` (the IR ops on the kernels selected for the GPU),
+  and ``ir eager, plans off`` the same with the Triton kernels' launch plans turned off;
 - ``ir compile``: ``ir_passes.compile`` of the converted model (Inductor's CUDA graphs too),
   default priorities: compiled, the simple ops run as Inductor's code;
 - ``ir compile, kernels, no add fusion`` / ``ir compile, kernels``: the same with the op
@@ -14,7 +15,8 @@ latency in six ways, in one process:
 Each way runs a batch of one-token sequences (decode-sized rows, no KV cache) and one prompt;
 times are ``triton.testing.do_bench`` medians in µs, and every way's logits are compared with
 ``hf eager``'s. Run on the GPU machine from the repository root after ``source
-benchmarks/gpu/env.sh``; ``--out DIR`` writes ``hf-llama-compile-<card>.json`` and ``.md``.
+benchmarks/gpu/env.sh``; ``--out DIR`` writes ``hf-llama-compile-<card>.json`` and ``.md``
+(``hf-llama-eager-<card>.*`` with ``--eager-only``, which runs the three eager ways only).
 """
 
 import argparse
@@ -31,6 +33,8 @@ import triton.testing
 
 import ir_dispatch
 import ir_passes
+from ir_kernels_triton import launch_plans
+from ir_kernels_triton.plans import ALL_PLANS
 from ir_stack.bench.kernels import import_providers
 from ir_stack.models.hf import convert_hf_model
 
@@ -109,6 +113,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="directory for JSON and markdown")
     parser.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
+    parser.add_argument("--eager-only", action="store_true", help="only the eager ways")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import_providers()  # run from source, the packages have no entry points
@@ -121,14 +126,19 @@ def main() -> None:
     runs = []
     with torch.no_grad():
         runs.append(measure("hf eager", forward_of(model), inputs))
-        stock = torch.compile(forward_of(model), options=GRAPHS, dynamic=False)
-        runs.append(measure("hf torch.compile", stock, inputs))
-        torch._dynamo.reset()
+        if not args.eager_only:
+            stock = torch.compile(forward_of(model), options=GRAPHS, dynamic=False)
+            runs.append(measure("hf torch.compile", stock, inputs))
+            torch._dynamo.reset()
         conversion = convert_hf_model(model)
         assert not conversion.skipped, conversion.skipped
+        with launch_plans(False):
+            runs.append(measure("ir eager, plans off", forward_of(model), inputs))
         runs.append(measure("ir eager", forward_of(model), inputs))
+        # the Triton launches the converted model made eagerly, by launcher
+        planned = {name: len(plans) for name, plans in ALL_PLANS.items() if len(plans)}
         reports = {}
-        for name, fuse, priority in COMPILED:
+        for name, fuse, priority in [] if args.eager_only else COMPILED:
             torch._dynamo.reset()
             with ir_dispatch.priority(**priority):
                 compiled = ir_passes.compile(
@@ -152,6 +162,7 @@ def main() -> None:
             s: float((logits[s].float() - reference[s].float()).abs().max()) for s in SHAPES
         }
     card = torch.cuda.get_device_name().replace("NVIDIA ", "").split()[0]
+    stem = "hf-llama-eager" if args.eager_only else "hf-llama-compile"
     result = {
         "card": torch.cuda.get_device_name(),
         "torch": torch.__version__,
@@ -160,6 +171,7 @@ def main() -> None:
         "config": LLAMA_1B,
         "runs": runs,
         "passes": reports,
+        "eager_launch_plans": planned,
     }
     lines = [
         f"# transformers Llama, 1B shape, {args.layers} layers, bf16, on an {result['card']}",
@@ -175,14 +187,15 @@ def main() -> None:
         times = " | ".join(f"{run['us'][s]:.1f}" for s in SHAPES)
         lines.append(f"| {run['name']} | {times} | {diffs} | {run['warmup_s']:.0f} |")
     lines.append("")
+    lines.append(f"- ir eager: Triton launch plans by launcher {planned}")
     for name, report in reports.items():
         lines.append(f"- {name}: fusions {report['fusions']}, kernels {report['selected']}")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"hf-llama-compile-{card}.json").write_text(json.dumps(result, indent=2))
-        (args.out / f"hf-llama-compile-{card}.md").write_text(text)
+        (args.out / f"{stem}-{card}.json").write_text(json.dumps(result, indent=2))
+        (args.out / f"{stem}-{card}.md").write_text(text)
 
 
 if __name__ == "__main__":
