@@ -1,6 +1,7 @@
-"""`convert_hf_model` on randomly initialised transformers Llama, Mistral, Qwen2 and Qwen3 models
-(no downloads): outputs equal before and after, the IR ops really run, generation with a KV
-cache and `ir_stack.compile` agree, and the compiled residual adds become fused adds."""
+"""`convert_hf_model` on randomly initialised transformers Llama, Mistral, Qwen2, Qwen3, Gemma
+and Gemma 2 models (no downloads): outputs equal before and after, the IR ops really run,
+generation with a KV cache and `ir_stack.compile` agree, and the compiled residual adds become
+fused adds."""
 
 from typing import Any
 
@@ -31,13 +32,28 @@ FAMILIES = {
     "mistral": ("MistralConfig", "MistralForCausalLM"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM"),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+}
+#: what a family needs beside `SIZES`: Gemma's heads are 256 wide by default; for Gemma 2, a
+#: sliding window shorter than the prompt (its local layers differ from its global ones) and
+#: attention logits capped at 1 (at the default 50 a forgotten cap would not show)
+FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
+    "gemma": {"head_dim": 16},
+    "gemma2": {
+        "head_dim": 16,
+        "query_pre_attn_scalar": 16,
+        "sliding_window": 4,
+        "attn_logit_softcapping": 1.0,
+    },
 }
 
 
 def build(family: str, **overrides: Any) -> Any:
     torch.manual_seed(0)
     config_class, model_class = (getattr(transformers, name) for name in FAMILIES[family])
-    model = model_class(config_class(**SIZES, **overrides)).eval()
+    options = {**FAMILY_OPTIONS.get(family, {}), **overrides}
+    model = model_class(config_class(**SIZES, **options)).eval()
     with torch.no_grad():  # norm weights of ones would hide a norm applied to the wrong axis
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -46,7 +62,12 @@ def build(family: str, **overrides: Any) -> Any:
 
 
 def norms_per_layer(family: str) -> int:
-    return 4 if family == "qwen3" else 2  # Qwen3 adds a query and a key norm
+    # Qwen3 adds a query and a key norm; Gemma 2 a norm after attention and after the MLP
+    return 4 if family in ("qwen3", "gemma2") else 2
+
+
+def gated_op(family: str) -> str:
+    return "gelu_and_mul" if family.startswith("gemma") else "silu_and_mul"
 
 
 def prompt() -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,12 +99,12 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     assert isinstance(model.model.layers[0].mlp, IRGatedMLP)
     assert isinstance(model.model.rotary_emb, IRRotaryCache)
     calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
-    assert calls == {"rms_norm": norms, "silu_and_mul": layers, "rotary_embedding": layers}
+    assert calls == {"rms_norm": norms, gated_op(family): layers, "rotary_embedding": layers}
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
     assert torch.equal(converted_tokens, tokens)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma"])
 def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:
     model = build(family)
     ids, mask = prompt()
@@ -108,12 +129,50 @@ def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> N
 
 
 def test_parts_that_cannot_be_converted_exactly_are_left_alone() -> None:
-    model = build("llama", hidden_act="gelu", rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    model = build("llama", hidden_act="relu", rope_scaling={"rope_type": "dynamic", "factor": 2.0})
     report = convert_hf_model(model)
-    assert "activation 'gelu'" in report.skipped["model.layers.0.mlp"]
+    assert "activation 'relu'" in report.skipped["model.layers.0.mlp"]
     assert "rope type 'dynamic'" in report.skipped["model.rotary_emb"]
     assert report.mlps == report.attentions == []
     assert len(report.norms) == 5
+
+
+def test_norm_and_activation_forms_are_found_by_running_them() -> None:
+    """A Llama given Gemma's norm (1 + weight) and an exact GELU: each converted as it computes,
+    and a norm of neither form left alone."""
+    model = build("llama", hidden_act="gelu")
+    gemma_norm = transformers.models.gemma.modeling_gemma.GemmaRMSNorm
+    layer = model.model.layers[0]
+    layer.input_layernorm = gemma_norm(SIZES["hidden_size"], eps=1e-6)
+    with torch.no_grad():
+        layer.input_layernorm.weight.uniform_(-0.5, 0.5)
+
+    class ScaledRMSNorm(torch.nn.Module):  # x / rms * 2w: neither form
+        def __init__(self, weight: torch.nn.Parameter) -> None:
+            super().__init__()
+            self.weight = weight
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return ops.rms_norm.native(x, 2 * self.weight, 1e-6)
+
+    layer.post_attention_layernorm = ScaledRMSNorm(layer.post_attention_layernorm.weight)
+    ids, mask = prompt()
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask).logits
+        report = convert_hf_model(model)
+        converted = model(ids, attention_mask=mask).logits
+    norm = model.model.layers[0].input_layernorm
+    assert isinstance(norm, IRRMSNorm)
+    assert norm.offset == 1.0
+    assert "(1 + w)" in report.skipped["model.layers.0.post_attention_layernorm"]
+    assert [m.activation for m in (model.model.layers[0].mlp, model.model.layers[1].mlp)] == [
+        "gelu",
+        "gelu",
+    ]
+    # the module keeps the original weight, so its state dict is the original's
+    assert "model.layers.0.input_layernorm.weight" in model.state_dict()
+    assert "model.layers.0.input_layernorm.scale" not in model.state_dict()
+    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
 
 
 def test_other_model_types_are_refused() -> None:

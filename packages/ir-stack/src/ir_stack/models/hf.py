@@ -1,11 +1,13 @@
-"""`convert_hf_model`: run a Hugging Face ``transformers`` Llama, Mistral, Qwen2 or Qwen3 model
-on IR ops.
+"""`convert_hf_model`: run a Hugging Face ``transformers`` Llama, Mistral, Qwen2, Qwen3, Gemma or
+Gemma 2 model on IR ops.
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
-- every RMSNorm becomes `IRRMSNorm` (``ir_spec.ops.rms_norm``);
-- every gated MLP with a SiLU activation becomes `IRGatedMLP`: gate and up projections joined
-  into one ``gate_up`` linear layer, then ``ir_spec.ops.silu_and_mul``;
+- every RMSNorm becomes `IRRMSNorm` (``ir_spec.ops.rms_norm``); Gemma's, which scale by
+  ``1 + weight``, take that sum (in float32, computed once) as the op's weight;
+- every gated MLP with a SiLU or GELU activation (exact or tanh) becomes `IRGatedMLP`: gate and
+  up projections joined into one ``gate_up`` linear layer, then ``ir_spec.ops.silu_and_mul`` or
+  ``gelu_and_mul``;
 - rotary embeddings are applied by ``ir_spec.ops.rotary_embedding``: the model's rotary module
   becomes `IRRotaryCache` (one ``cos_sin_cache`` table computed from its frequencies), and
   each attention layer rotates its projections with it before the model's own attention
@@ -13,6 +15,11 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
 
 The residual adds stay plain ``+``: under ``ir_stack.compile`` the fusion pass turns each add
 followed by a norm into ``fused_add_rms_norm``.
+
+Which norm form and which activation a module computes is found by running it once on a probe
+input beside each candidate, so a module that computes neither is left alone (and reported),
+whatever its class is called. The joined MLP weights and Gemma's norm weights are copies: load
+weights before converting.
 
 ``transformers`` is imported only by the functions that need it; it is not a dependency of
 ir-stack (``pip install ir-stack[hf]`` adds it).
@@ -31,7 +38,7 @@ from ir_spec import ops
 
 logger = logging.getLogger("ir_stack")
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
 #: rope types whose frequencies are fixed at construction (a table holds them exactly)
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
@@ -47,26 +54,56 @@ class ConversionReport:
 
 
 class IRRMSNorm(nn.Module):
-    """RMSNorm over the last dimension with ``ir_spec.ops.rms_norm``."""
+    """RMSNorm over the last dimension with ``ir_spec.ops.rms_norm``. With `offset` (Gemma's
+    norms: 1) the op's weight is ``offset + weight`` in float32, computed here once; the module
+    keeps `weight` itself, so its state dict is the original's."""
 
-    def __init__(self, weight: nn.Parameter, eps: float) -> None:
+    def __init__(self, weight: nn.Parameter, eps: float, offset: float = 0.0) -> None:
         super().__init__()
         self.weight = weight
         self.eps = eps
+        self.offset = offset
+        if offset:
+            with torch.no_grad():
+                scale = weight.detach().float() + offset
+            self.register_buffer("scale", scale, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
-        out: Tensor = ops.rms_norm(x, self.weight, self.eps)
+        weight = self.scale if self.offset else self.weight
+        out: Tensor = ops.rms_norm(x, weight, self.eps)
         return out
 
     def extra_repr(self) -> str:
-        return f"{tuple(self.weight.shape)}, eps={self.eps}"
+        offset = f", offset={self.offset}" if self.offset else ""
+        return f"{tuple(self.weight.shape)}, eps={self.eps}{offset}"
+
+
+#: the gated activations the IR has: name -> (op, ``approximate`` for gelu_and_mul)
+GATED_ACTIVATIONS: dict[str, tuple[str, str | None]] = {
+    "silu": ("silu_and_mul", None),
+    "gelu": ("gelu_and_mul", "none"),
+    "gelu_tanh": ("gelu_and_mul", "tanh"),
+}
 
 
 class IRGatedMLP(nn.Module):
-    """``down_proj(silu_and_mul(gate_up(x)))``: the gate and up projections as one matrix."""
+    """``down_proj(act_and_mul(gate_up(x)))``: the gate and up projections as one matrix, then
+    ``ir_spec.ops.silu_and_mul`` or ``gelu_and_mul`` (`activation`, a `GATED_ACTIVATIONS`
+    name)."""
 
-    def __init__(self, gate_proj: nn.Linear, up_proj: nn.Linear, down_proj: nn.Linear) -> None:
+    def __init__(
+        self,
+        gate_proj: nn.Linear,
+        up_proj: nn.Linear,
+        down_proj: nn.Linear,
+        activation: str = "silu",
+    ) -> None:
         super().__init__()
+        if activation not in GATED_ACTIVATIONS:
+            raise ValueError(
+                f"IRGatedMLP: activation {activation!r}; expected one of {list(GATED_ACTIVATIONS)}"
+            )
+        self.activation = activation
         bias = gate_proj.bias is not None
         self.gate_up = nn.Linear(
             gate_proj.in_features,
@@ -82,8 +119,16 @@ class IRGatedMLP(nn.Module):
         self.down_proj = down_proj
 
     def forward(self, x: Tensor) -> Tensor:
-        out: Tensor = self.down_proj(ops.silu_and_mul(self.gate_up(x)))
+        h = self.gate_up(x)
+        if self.activation == "silu":
+            h = ops.silu_and_mul(h)
+        else:
+            h = ops.gelu_and_mul(h, GATED_ACTIVATIONS[self.activation][1])
+        out: Tensor = self.down_proj(h)
         return out
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation}"
 
 
 class IRRotaryCache(nn.Module):
@@ -132,10 +177,12 @@ def _rotary_attention_forward(
     cache = kwargs.pop("cache", None) or kwargs.pop("past_key_values", None)
     if cache is not None:
         k, v = _update_cache(cache, k, v, self.layer_idx, kwargs)
-    if hasattr(self, "sliding_window"):  # Qwen2 / Qwen3: per layer
+    if hasattr(self, "sliding_window"):  # Qwen2 / Qwen3 / Gemma 2: per layer
         kwargs["sliding_window"] = self.sliding_window
     elif hasattr(self.config, "sliding_window"):  # Mistral: the model's
         kwargs["sliding_window"] = self.config.sliding_window
+    if hasattr(self, "attn_logit_softcapping"):  # Gemma 2
+        kwargs["softcap"] = self.attn_logit_softcapping
     attend = _attention_function(self)
     out, weights = attend(
         self,
@@ -169,6 +216,52 @@ def _attention_function(attention: nn.Module) -> Any:
     if implementation == "eager":
         return sys.modules[type(attention).__module__].eager_attention_forward
     return ALL_ATTENTION_FUNCTIONS[implementation]
+
+
+#: probe rows for `_norm_offset` and `_gated_activation` (fixed, so conversions repeat)
+_PROBE_SEED = 20261130
+
+
+def _probe(shape: tuple[int, ...], device: torch.device) -> Tensor:
+    generator = torch.Generator().manual_seed(_PROBE_SEED)
+    return torch.randn(shape, generator=generator).mul_(3).to(device)
+
+
+def _norm_offset(module: nn.Module, eps: float) -> float | None:
+    """0 where `module` computes ``x / rms * weight``, 1 where it computes
+    ``x / rms * (1 + weight)`` (Gemma), None otherwise: run on a float32 probe beside both."""
+    weight: Tensor = module.weight  # type: ignore[assignment]
+    if weight.device.type == "meta":
+        return None
+    x = _probe((4, weight.shape[-1]), weight.device)
+    with torch.no_grad():
+        got = module(x).float()
+        for offset in (0.0, 1.0):
+            want = ops.rms_norm.native(x, weight.float() + offset, eps)
+            if torch.allclose(got, want, rtol=1e-5, atol=1e-6):
+                return offset
+    return None
+
+
+def _gated_activation(mlp: nn.Module) -> str | None:
+    """The `GATED_ACTIVATIONS` name of the MLP's ``act_fn``, or None where it has none or
+    computes none of them: run on a float32 probe beside each."""
+    act_fn = getattr(mlp, "act_fn", None)
+    weight: Tensor = mlp.gate_proj.weight  # type: ignore[union-attr, assignment]
+    if not callable(act_fn) or weight.device.type == "meta":
+        return None
+    x = _probe((97,), weight.device)
+    with torch.no_grad():
+        got = act_fn(x).float()
+        candidates = {
+            "silu": torch.nn.functional.silu(x),
+            "gelu": torch.nn.functional.gelu(x),
+            "gelu_tanh": torch.nn.functional.gelu(x, approximate="tanh"),
+        }
+    for name, want in candidates.items():
+        if torch.allclose(got, want, rtol=1e-6, atol=1e-7):
+            return name
+    return None
 
 
 def _is_rms_norm(module: nn.Module) -> bool:
@@ -211,12 +304,13 @@ def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
 
 
 def convert_hf_model(model: nn.Module) -> ConversionReport:
-    """Swap the norms, SiLU gated MLPs and rotary embeddings of a ``transformers`` Llama,
-    Mistral, Qwen2 or Qwen3 model (``*ForCausalLM`` or the bare model) for IR ops, in place.
+    """Swap the norms, gated MLPs and rotary embeddings of a ``transformers`` Llama, Mistral,
+    Qwen2, Qwen3, Gemma or Gemma 2 model (``*ForCausalLM`` or the bare model) for IR ops, in
+    place.
 
     Raises ValueError for other model types. Parts that cannot be converted exactly (another
-    activation, a rope type whose frequencies change with the sequence length) are left as they
-    are and listed in the report's ``skipped``.
+    activation, a norm of another form, a rope type whose frequencies change with the sequence
+    length) are left as they are and listed in the report's ``skipped``.
     """
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
@@ -234,16 +328,23 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
     report = ConversionReport()
     for path, module in list(model.named_modules()):
         if _is_rms_norm(module):
-            eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
-            _set_submodule(model, path, IRRMSNorm(module.weight, float(eps)))  # type: ignore[arg-type]
+            eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)))
+            offset = _norm_offset(module, eps)
+            if offset is None:
+                report.skipped[path] = "computes neither x / rms * w nor x / rms * (1 + w)"
+                continue
+            _set_submodule(model, path, IRRMSNorm(module.weight, eps, offset))
             report.norms.append(path)
         elif _is_gated_mlp(module):
-            activation = getattr(config, "hidden_act", None)
-            if activation != "silu":
-                report.skipped[path] = f"activation {activation!r}, not 'silu'"
+            activation = _gated_activation(module)
+            if activation is None:
+                name = getattr(config, "hidden_activation", None) or getattr(
+                    config, "hidden_act", None
+                )
+                report.skipped[path] = f"activation {name!r}: not silu, gelu or gelu_pytorch_tanh"
                 continue
-            parts = [getattr(module, n) for n in _MLP_PARTS]
-            _set_submodule(model, path, IRGatedMLP(*parts))
+            gate, up, down = (getattr(module, n) for n in _MLP_PARTS)
+            _set_submodule(model, path, IRGatedMLP(gate, up, down, activation))
             report.mlps.append(path)
     _convert_rotary(model, config, report)
     logger.info(
