@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from ir_spec import last_choice, ops
+from ir_spec import last_choice, ops, row_view
 
 pytestmark = pytest.mark.skipif(not last_choice.available(), reason="no tensor guard in torch")
 
@@ -140,3 +140,45 @@ def test_bad_arguments_after_a_good_call_still_raise() -> None:
         ops.rms_norm(x, torch.randn(32), 1e-6)
     with pytest.raises((ValueError, TypeError)):
         ops.rms_norm([1.0, 2.0], w, 1e-6)  # type: ignore[arg-type]
+
+
+@pytest.mark.usefixtures("picky")
+def test_a_leading_size_that_changes_contiguity_misses() -> None:
+    """One row of a wider buffer is contiguous; two rows of it, with the same strides, are not:
+    the guard may not leave the leading size free for such a tensor."""
+    buffer, w = torch.randn(4, 128), torch.randn(64)
+    assert picked(buffer[:1, :64], w)
+    assert not picked(buffer[:2, :64], w)
+
+
+@pytest.fixture
+def rows_only(prefer: Callable[[str], None], temporary_impls: list[Any]) -> None:
+    """Provider `test_rows` (fills 7) takes rows one stride apart (`ir_spec.row_view`), as the
+    kernel providers do."""
+
+    def supports(
+        x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
+    ) -> bool:
+        return row_view(x) is not None
+
+    ops.rms_norm.register_impl("test_rows", supports_args=supports)(marker(7.0))
+    temporary_impls.append((ops.rms_norm, "test_rows"))
+    prefer("test_rows")
+
+
+@pytest.mark.usefixtures("rows_only")
+def test_rows_that_do_not_collapse_are_chosen_for_again() -> None:
+    """Neither contiguous: rows 128 apart in a [2, 4, 128] buffer collapse into one row index,
+    rows of a [2, 8, 64] buffer's first four do not. The key must tell them apart, and so must
+    the guard where the leading size would make the difference."""
+    w = torch.randn(64)
+    collapsing = torch.randn(2, 4, 128)[..., :64]
+    split = torch.randn(2, 8, 64)[:, :4]
+    assert row_view(collapsing) is not None
+    assert row_view(split) is None
+    assert picked(collapsing, w)
+    assert not picked(split, w)
+    assert picked(collapsing, w)
+    one_batch = torch.randn(2, 8, 64)
+    assert picked(one_batch[:1, :4], w)  # a single leading row collapses whatever its stride
+    assert not picked(one_batch[:, :4], w)

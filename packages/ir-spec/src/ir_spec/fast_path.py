@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from . import last_choice
+from .dispatch_key import CONTIGUOUS, row_layout
 from .dispatcher import _Hook
 
 if TYPE_CHECKING:
@@ -67,7 +68,9 @@ def maybe_inplace(self, {params}):
 
 
 def _tensor_key(name: str) -> str:
-    return f"{name}.dtype, {name}.device, {name}.dim(), {name}.shape[-1], {name}.is_contiguous()"
+    # `dispatch_key.row_layout`, its common case inline
+    layout = f"({CONTIGUOUS} if {name}.is_contiguous() else _row_layout({name}))"
+    return f"{name}.dtype, {name}.device, {name}.dim(), {name}.shape[-1], {layout}"
 
 
 # A required tensor's summary is spliced into the key tuple (one flat tuple hashes faster than
@@ -75,7 +78,7 @@ def _tensor_key(name: str) -> str:
 
 
 def generic_key_expression(native: Callable[..., Any]) -> str:
-    """The generic dispatch key: per tensor its dtype, device, rank, last size and contiguity;
+    """The generic dispatch key: per tensor its dtype, device, rank, last size and row layout;
     every other argument as it is."""
     parts = []
     for p in inspect.signature(native, eval_str=True).parameters.values():
@@ -124,6 +127,7 @@ def build(
         "_is_compiling": torch.compiler.is_compiling,
         "_depth": torch._C._len_torch_dispatch_stack,
         "_hook": _Hook,
+        "_row_layout": row_layout,
         "_none_tensor": last_choice.NONE_TENSOR,
         "_max_rebuilds": last_choice.MAX_REBUILDS,
     }

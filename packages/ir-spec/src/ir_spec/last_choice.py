@@ -3,7 +3,8 @@
 A decoding loop calls each op with arguments of the same properties over and over. Instead of
 building the dispatch key each time (about 0.2 µs per tensor argument), an op's generated
 ``__call__`` first asks a guard built from the previous call whether the tensors still have
-the same dtype, device, sizes (except the leading one of a tensor of rank 2 or more), strides,
+the same dtype, device, sizes (except the leading one of a tensor of rank 2 or more laid out
+row-major with the usual strides, whose layout no leading size changes), strides,
 ``requires_grad`` and dispatch keys, and whether the other arguments are equal; then the previous
 choice stands. The guard is Dynamo's C++ tensor check (``torch._C._dynamo.guards.TensorGuards``,
 one call for all tensors). It checks more than the dispatch key records, so it never admits
@@ -42,12 +43,27 @@ def available() -> bool:
     return _TensorGuards is not None
 
 
+def _row_major(t: torch.Tensor) -> bool:
+    """`t`'s strides are those of a new row-major tensor of its shape: then, with the same
+    strides, every leading size gives a contiguous tensor. Otherwise a leading size of 1 can
+    make a tensor contiguous, or its rows collapse, that are not at another size."""
+    expected = 1
+    for size, stride in zip(reversed(t.shape), reversed(t.stride()), strict=True):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def guard(tensors: tuple[torch.Tensor, ...], *, exact: bool = False) -> Any | None:
     """A guard that accepts tensors like `tensors` (any leading size where the rank is 2 or
     more, unless `exact`), or None where it cannot be built."""
     if _TensorGuards is None:
         return None
-    sizes = [[None, *t.shape[1:]] if t.dim() >= 2 and not exact else list(t.shape) for t in tensors]
+    sizes = [
+        [None, *t.shape[1:]] if t.dim() >= 2 and not exact and _row_major(t) else list(t.shape)
+        for t in tensors
+    ]
     strides = [list(t.stride()) for t in tensors]
     try:
         return _TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
