@@ -138,12 +138,29 @@ def test_demo_runs_on_gpu_with_cuda_graphs() -> None:
     print(done.stdout)
 
 
-def test_converted_transformers_model_agrees_on_gpu() -> None:
+#: (config, model class, options) of each transformers family the converter takes
+HF_FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 64}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 64}),
+    "gemma2": (
+        "Gemma2Config",
+        "Gemma2ForCausalLM",
+        {"head_dim": 64, "query_pre_attn_scalar": 64, "sliding_window": 8},
+    ),
+}
+
+
+@pytest.mark.parametrize("family", list(HF_FAMILIES))
+def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
+    """bf16 on the GPU: the converted model's logits agree, and every converted op ran on a
+    kernel provider (Gemma's norms with a float32 weight beside bf16 rows)."""
     transformers = pytest.importorskip("transformers")
     from ir_stack.models import convert_hf_model
 
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
+    config_name, model_name, options = HF_FAMILIES[family]
+    config = getattr(transformers, config_name)(
         vocab_size=256,
         hidden_size=256,
         intermediate_size=512,
@@ -151,11 +168,28 @@ def test_converted_transformers_model_agrees_on_gpu() -> None:
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=128,
+        **options,
     )
-    model = transformers.LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
+    model = getattr(transformers, model_name)(config).to("cuda", torch.bfloat16).eval()
+    # weights not ones (Gemma's scale by 1 + w), so that a norm applied wrongly would show
+    low, high = (-0.5, 0.5) if family.startswith("gemma") else (0.5, 1.5)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(low, high)
     ids = torch.randint(0, 256, (2, 17), device="cuda")
     with torch.no_grad():
         before = model(ids).logits.float()
-        convert_hf_model(model)
-        after = model(ids).logits.float()
+        report = convert_hf_model(model)
+        ir_dispatch.reset_stats()
+        ir_dispatch.collect_stats(True)
+        try:
+            after = model(ids).logits.float()
+        finally:
+            ir_dispatch.collect_stats(False)
+    assert report.skipped == {}
+    calls = ir_dispatch.stats()
+    gated = "gelu_and_mul" if family.startswith("gemma") else "silu_and_mul"
+    assert {op for op, _ in calls} == {"rms_norm", gated, "rotary_embedding"}
+    assert all(provider != "native" for _, provider in calls), calls
     assert (after - before).abs().max() < 0.05 * before.abs().max()
