@@ -154,7 +154,7 @@ HF_FAMILIES = {
 @pytest.mark.parametrize("family", list(HF_FAMILIES))
 def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     """bf16 on the GPU: the converted model's logits agree, and every converted op ran on a
-    kernel provider (Gemma's norms with a float32 weight beside bf16 rows)."""
+    kernel provider."""
     transformers = pytest.importorskip("transformers")
     from ir_stack.models import convert_hf_model
 
@@ -187,9 +187,12 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
             after = model(ids).logits.float()
         finally:
             ir_dispatch.collect_stats(False)
-    assert report.skipped == {}
+    gemma = family.startswith("gemma")
+    # Gemma's norms scale by 1 + w in float32: in a bf16 model they stay as they are
+    assert all("float32 weight" in why for why in report.skipped.values())
+    assert bool(report.skipped) == gemma
     calls = ir_dispatch.stats()
-    gated = "gelu_and_mul" if family.startswith("gemma") else "silu_and_mul"
-    assert {op for op, _ in calls} == {"rms_norm", gated, "rotary_embedding"}
+    expected = {"gelu_and_mul"} if gemma else {"rms_norm", "silu_and_mul"}
+    assert {op for op, _ in calls} == {*expected, "rotary_embedding"}
     assert all(provider != "native" for _, provider in calls), calls
     assert (after - before).abs().max() < 0.05 * before.abs().max()

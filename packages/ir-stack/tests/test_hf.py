@@ -137,6 +137,24 @@ def test_parts_that_cannot_be_converted_exactly_are_left_alone() -> None:
     assert len(report.norms) == 5
 
 
+def test_gemma_norms_stay_as_they_are_in_half_precision() -> None:
+    """Gemma scales by 1 + w in float32; rounded to a bf16 weight, that scale would round too,
+    and rms_norm takes only a weight of the rows' dtype: the norms are left alone, the rest
+    converts."""
+    model = build("gemma").to(torch.bfloat16)
+    ids, mask = prompt()
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask).logits
+        report = convert_hf_model(model)
+        converted = model(ids, attention_mask=mask).logits
+    layers = SIZES["num_hidden_layers"]
+    assert report.norms == []
+    assert len(report.skipped) == 2 * layers + 1
+    assert all("exact only as a float32 weight" in why for why in report.skipped.values())
+    assert len(report.mlps) == len(report.attentions) == layers
+    torch.testing.assert_close(converted, logits, atol=0.05, rtol=0.05)
+
+
 def test_norm_and_activation_forms_are_found_by_running_them() -> None:
     """A Llama given Gemma's norm (1 + weight) and an exact GELU: each converted as it computes,
     and a norm of neither form left alone."""

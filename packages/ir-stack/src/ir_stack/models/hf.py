@@ -4,7 +4,9 @@ Gemma 2 model on IR ops.
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
 - every RMSNorm becomes `IRRMSNorm` (``ir_spec.ops.rms_norm``); Gemma's, which scale by
-  ``1 + weight``, take that sum (in float32, computed once) as the op's weight;
+  ``1 + weight`` in float32, take that sum (computed once) as the op's weight in float32
+  models, and stay as they are in half-precision ones (rms_norm takes a weight of the rows'
+  dtype, and ``1 + weight`` rounded to it would round the scale);
 - every gated MLP with a SiLU or GELU activation (exact or tanh) becomes `IRGatedMLP`: gate and
   up projections joined into one ``gate_up`` linear layer, then ``ir_spec.ops.silu_and_mul`` or
   ``gelu_and_mul``;
@@ -332,6 +334,15 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
             offset = _norm_offset(module, eps)
             if offset is None:
                 report.skipped[path] = "computes neither x / rms * w nor x / rms * (1 + w)"
+                continue
+            dtype = module.weight.dtype
+            if offset and dtype != torch.float32:
+                # 1 + w rounded to a half-precision weight would round the scale too, and
+                # rms_norm takes only a weight of the rows' dtype
+                report.skipped[path] = (
+                    f"scales by 1 + w, exact only as a float32 weight, and rms_norm takes a "
+                    f"weight of the rows' dtype ({dtype})"
+                )
                 continue
             _set_submodule(model, path, IRRMSNorm(module.weight, eps, offset))
             report.norms.append(path)
