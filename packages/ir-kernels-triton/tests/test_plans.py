@@ -397,3 +397,12 @@ def test_in_place_call_after_a_split_plan_gives_the_usual_bits() -> None:
     for got in (*usual, *placed):
         torch.testing.assert_close(got, expected, rtol=2e-2, atol=2e-2)
         assert all(torch.equal(a, b) for a, b in zip(got, usual[0], strict=True))
+
+
+def test_older_triton_gets_no_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    import triton
+
+    monkeypatch.setattr(triton, "__version__", "3.5.1")
+    assert plans._triton_launcher() is None
+    monkeypatch.setattr(triton, "__version__", "3.6.0+git1234")
+    assert plans._triton_version() == (3, 6)

@@ -13,11 +13,11 @@ launches of that key put the call's tensors (and float scalars) into their slots
 C launcher directly. Results are the same bits: the kernel, grid and every other argument are
 the ones the usual path chose for that key.
 
-Plans are used on a GPU only (never in the interpreter), with a Triton whose compiled kernels
-expose the launcher (``run``, ``function``, ``packed_metadata``; Triton 3.2 and later), and
-can be turned off: ``IR_TRITON_LAUNCH_PLANS=0`` in the environment, or
-`set_launch_plans(False)`. Each launcher keeps at most `PLAN_CAPACITY` plans, and starts
-afresh when full.
+Plans are used on a GPU only (never in the interpreter), with Triton 3.6 or later: its launch
+passes every parameter, constexprs included, to the compiled kernel's launcher, the form a plan
+replays (run on 3.6; 3.9's source does the same). They can be turned off:
+``IR_TRITON_LAUNCH_PLANS=0`` in the environment, or `set_launch_plans(False)`. Each launcher
+keeps at most `PLAN_CAPACITY` plans, and starts afresh when full.
 """
 
 import functools
@@ -56,8 +56,24 @@ def _env_enabled() -> bool:
     return True
 
 
+#: The oldest Triton whose launch a plan replays (see the module's docstring).
+MIN_TRITON = (3, 6)
+
+
+def _triton_version() -> tuple[int, ...]:
+    import triton
+
+    parts = []
+    for part in triton.__version__.split(".")[:2]:
+        digits = "".join(c for c in part if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
 def _triton_launcher() -> tuple[Any, Any] | None:
     """Triton's runtime knobs and driver where its compiled kernels can be launched directly."""
+    if _triton_version() < MIN_TRITON:
+        return None
     try:
         from triton import knobs
         from triton.compiler.compiler import CompiledKernel
