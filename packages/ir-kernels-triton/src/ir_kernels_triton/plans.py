@@ -4,14 +4,16 @@ between the op and the GPU.
 A launch goes through the launcher's configuration rules (row split, warps, register cap, what
 streams from memory) and then Triton's argument binding and specialization (dtype and 16-byte
 alignment of each pointer, each integer's value class) before Triton's C launcher runs. On an
-H200's host that costs about 20 and 25 µs of an rms_norm call's 60, against 10 µs for the C
-launch itself. A launcher first computes a *key* that determines all of it: the shape,
-strides, dtype and 16-byte alignment of every tensor, the scalar arguments that pick the
-configuration, the current device and the global switches. The first launch of a key runs the
-usual path and remembers the compiled kernel, its grid and its full argument list; later
-launches of that key put the call's tensors (and float scalars) into their slots and call the
-C launcher directly. Results are the same bits: the kernel, grid and every other argument are
-the ones the usual path chose for that key.
+H200's host, of an rms_norm call's 53-56 µs at 16 rows, that cost 16-18 and 14-15 µs, against
+6 µs for the C launch itself (`benchmarks/results/triton-launch-breakdown-H200.md`).
+
+A launcher first computes a *key* that determines all of it: the shape, strides, dtype and
+16-byte alignment of every tensor, the scalar arguments that pick the configuration, the
+current device and the global switches. The first launch of a key runs the usual path and
+remembers the compiled kernel, its grid and its full argument list; later launches of that key
+put the call's tensors (and float scalars) into their slots and call the C launcher directly.
+Results are the same bits: the kernel, grid and every other argument are the ones the usual
+path chose for that key.
 
 Plans are used on a GPU only (never in the interpreter), with Triton 3.6 or later: its launch
 passes every parameter, constexprs included, to the compiled kernel's launcher, the form a plan
