@@ -77,8 +77,7 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Launch]]:
     monkeypatch.setattr(
         plans, "_LAUNCHER", (SimpleNamespace(runtime=runtime), SimpleNamespace(active=active))
     )
-    for module in (nk, pk, rk):
-        monkeypatch.setattr(module, "current_device", lambda: 0)
+    monkeypatch.setattr(plans, "current_device", lambda: 0)
     monkeypatch.setattr(plans, "_enabled", True)
     plans.clear_launch_plans()
     yield recorded

@@ -30,8 +30,8 @@ import triton.language as tl
 from ir_spec import shares_memory
 
 from .fp8 import exact_rounding, quantize, round_to_dtype
-from .launch import await_previous_grid, launch_options, programmatic_launch_enabled
-from .plans import current_device, launch_plans_enabled, layout_key, plans_for
+from .launch import await_previous_grid, launch_options
+from .plans import launch_key, launch_plans_enabled, plans_for
 from .platform import (
     LOOP_BLOCK,
     MAX_SINGLE_PASS,
@@ -532,12 +532,19 @@ def row_split(
     alignment) or where an output shares memory with an input (in place: a program sharing a
     row reads all of it, possibly after others wrote their slices). The memory check runs only
     where the rule would split (it costs about a microsecond a launch)."""
-    split = split_for(
-        num_rows(x), block, quant, single_pass, sm_count(x), residual=residual is not None
-    )
-    if split == 1 or not _rows_aligned(x):
+    split = _aligned_split(x, block, quant, single_pass, residual is not None)
+    if split > 1 and _writes_over_input(x, out, residual, residual_out):
         return 1
-    return 1 if _writes_over_input(x, out, residual, residual_out) else split
+    return split
+
+
+def _aligned_split(
+    x: torch.Tensor, block: int, quant: int, single_pass: bool, residual: bool
+) -> int:
+    """`split_for` of a launch on `x`, but 1 where its rows are not 16-byte aligned (whether
+    outputs overlap inputs aside: `row_split`)."""
+    split = split_for(num_rows(x), block, quant, single_pass, sm_count(x), residual=residual)
+    return split if split > 1 and _rows_aligned(x) else 1
 
 
 #: Plans of `launch_norm` (`plans`), and the positions among `norm_kernel`'s arguments of
@@ -611,8 +618,16 @@ def launch_norm(
     )
     key = None
     if untuned and launch_plans_enabled():
-        key = _norm_key(
-            x, weight, variance_size, out, residual, residual_out, quant, scale, scale_out, scale_ub
+        key = launch_key(
+            (variance_size, quant),
+            x,
+            weight,
+            out,
+            residual,
+            residual_out,
+            scale,
+            scale_out,
+            scale_ub,
         )
         plan = _NORM_PLANS.get(key)
         # where the rule splits rows, a call whose outputs overlap its inputs has a plan of
@@ -662,11 +677,10 @@ def launch_norm(
     # whether the rule splits the rows but for an overlap (a replay checks that again)
     may_split = False
     if split is None:
-        split = row_split(x, out, residual, residual_out, block, quant, single)
-        may_split = (
-            _rows_aligned(x)
-            and split_for(n, block, quant, single, sm_count(x), residual=has_residual) > 1
-        )
+        split = _aligned_split(x, block, quant, single, has_residual)
+        may_split = split > 1
+        if may_split and _writes_over_input(x, out, residual, residual_out):
+            split = 1
     elif (
         split < 1
         or split & (split - 1)
@@ -730,34 +744,3 @@ def launch_norm(
             _NORM_SLOTS,
             detail=may_split,
         )
-
-
-def _norm_key(
-    x: torch.Tensor,
-    weight: torch.Tensor | None,
-    variance_size: int | None,
-    out: torch.Tensor,
-    residual: torch.Tensor | None,
-    residual_out: torch.Tensor | None,
-    quant: int,
-    scale: torch.Tensor | None,
-    scale_out: torch.Tensor | None,
-    scale_ub: torch.Tensor | None,
-) -> tuple[object, ...]:
-    """Everything `launch_norm`'s configuration and Triton's specialization read of a call
-    that overrides nothing (whether outputs overlap inputs aside)."""
-    return (
-        current_device(),
-        x.get_device(),
-        layout_key(x),
-        layout_key(weight),
-        layout_key(out),
-        layout_key(residual),
-        layout_key(residual_out),
-        layout_key(scale),
-        layout_key(scale_out),
-        layout_key(scale_ub),
-        variance_size,
-        quant,
-        programmatic_launch_enabled(),
-    )

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from .launch import programmatic_launch_enabled
 from .platform import interpreting
 
 logger = logging.getLogger(__name__)
@@ -130,6 +131,22 @@ def current_device() -> int:
     return torch.cuda.current_device()
 
 
+def launch_key(
+    selectors: tuple[Hashable, ...], first: torch.Tensor, *tensors: torch.Tensor | None
+) -> tuple[Hashable, ...]:
+    """A launcher's key: the current device and `first`'s, the programmatic-launch switch, the
+    launcher's own `selectors` (scalar arguments and flags that pick its configuration) and the
+    `layout_key` of `first` and every other tensor."""
+    return (
+        current_device(),
+        first.get_device(),
+        programmatic_launch_enabled(),
+        selectors,
+        layout_key(first),
+        *(layout_key(t) for t in tensors),
+    )
+
+
 class LaunchPlan:
     """One remembered launch: a compiled kernel, its grid and its full argument list, with the
     positions (`slots`) that each replay fills with the call's own values."""
@@ -199,6 +216,14 @@ class LaunchPlans:
     def get(self, key: Hashable) -> LaunchPlan | None:
         """The plan of `key`, or None (none yet, or plans turned off)."""
         return self._plans.get(key) if _enabled else None
+
+    def replay(self, key: Hashable, values: Sequence[Any]) -> bool:
+        """Launch `key`'s plan with `values` in its slots, if there is one."""
+        plan = self.get(key)
+        if plan is None:
+            return False
+        plan.launch(values)
+        return True
 
     def record(
         self,

@@ -12,8 +12,8 @@ import triton.language as tl
 from triton.language.extra import libdevice
 
 from .fp8 import exact_rounding, quantize, round_to_dtype
-from .launch import await_previous_grid, launch_options, programmatic_launch_enabled
-from .plans import LaunchPlans, current_device, launch_plans_enabled, layout_key, plans_for
+from .launch import await_previous_grid, launch_options
+from .plans import launch_key, launch_plans_enabled, plans_for
 from .platform import (
     LOOP_BLOCK,
     MAX_SINGLE_PASS,
@@ -237,8 +237,8 @@ def launch_gated(
     values = (x, out, x if scale is None else scale)
     key = None
     if flat is None and block is None and num_warps is None and launch_plans_enabled():
-        key = _pointwise_key(act, x, out, scale)
-        if _replayed(_GATED_PLANS, key, values):
+        key = launch_key((act,), x, out, scale)
+        if _GATED_PLANS.replay(key, values):
             return
     x2, out2 = rows(x), rows(out)
     dense = x2.stride(0) == 2 * d and out2.stride(0) == d and 2 * n * d < FLAT_INDEX_LIMIT
@@ -300,30 +300,6 @@ _DYNAMIC_QUANT_PLANS = plans_for("dynamic_quant")
 _GROUP_QUANT_PLANS = plans_for("group_quant")
 
 
-def _pointwise_key(kind: int, *tensors: torch.Tensor | None) -> tuple[object, ...]:
-    """What these launchers' configuration and Triton's specialization read of a call: the
-    devices, each tensor's layout, the launcher's own selector (`kind`) and the global
-    switches."""
-    first = tensors[0]
-    assert first is not None
-    return (
-        current_device(),
-        first.get_device(),
-        kind,
-        programmatic_launch_enabled(),
-        *(layout_key(t) for t in tensors),
-    )
-
-
-def _replayed(plans: LaunchPlans, key: object, values: tuple[object, ...]) -> bool:
-    """Launch `key`'s plan with `values` if there is one."""
-    plan = plans.get(key)
-    if plan is None:
-        return False
-    plan.launch(values)
-    return True
-
-
 @triton.jit
 def static_quant_kernel(
     x_ptr,
@@ -383,8 +359,8 @@ def launch_static_quant(
     values = (x, q, scale)
     key = None
     if flat is None and launch_plans_enabled():
-        key = _pointwise_key(0, x, scale, q)
-        if _replayed(_STATIC_QUANT_PLANS, key, values):
+        key = launch_key((), x, scale, q)
+        if _STATIC_QUANT_PLANS.replay(key, values):
             return
     x2, q2 = rows(x), rows(q)
     total = n * hidden
@@ -466,8 +442,8 @@ def launch_dynamic_quant(
     values = (x, q, scale, scale if scale_ub is None else scale_ub)
     key = None
     if launch_plans_enabled():
-        key = _pointwise_key(0, x, scale_ub, q, scale)
-        if _replayed(_DYNAMIC_QUANT_PLANS, key, values):
+        key = launch_key((), x, scale_ub, q, scale)
+        if _DYNAMIC_QUANT_PLANS.replay(key, values):
             return
     x2, q2 = rows(x), rows(q)
     single = hidden <= MAX_SINGLE_PASS
@@ -551,8 +527,8 @@ def launch_group_quant(
     values = (x, q, scale2)
     key = None
     if per_program is None and num_warps is None and launch_plans_enabled():
-        key = _pointwise_key(group_size, x, q, scale2)
-        if _replayed(_GROUP_QUANT_PLANS, key, values):
+        key = launch_key((group_size,), x, q, scale2)
+        if _GROUP_QUANT_PLANS.replay(key, values):
             return
     x2, q2 = rows(x), rows(q)
     group_block = next_power_of_2(group_size)

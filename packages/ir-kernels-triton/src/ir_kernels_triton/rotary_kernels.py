@@ -11,8 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import await_previous_grid, launch_options, programmatic_launch_enabled
-from .plans import current_device, launch_plans_enabled, layout_key, plans_for
+from .launch import await_previous_grid, launch_options
+from .plans import launch_key, launch_plans_enabled, plans_for
 from .platform import next_power_of_2, num_rows, rows
 
 #: Plans of `launch_rotary` (`plans`), and the positions among `rotary_kernel`'s arguments of
@@ -145,19 +145,10 @@ def launch_rotary(
     values = (flat_positions, query, key, query_out, key_out, cos_sin_cache)
     plan_key = None
     if head_block is None and num_warps == 4 and launch_plans_enabled():
-        plan_key = (
-            current_device(),
-            query.get_device(),
-            head_size,
-            is_neox_style,
-            # out of place the kernel copies the tail too
-            query_out.data_ptr() == query.data_ptr(),
-            programmatic_launch_enabled(),
-            *(layout_key(t) for t in values),
-        )
-        plan = _ROTARY_PLANS.get(plan_key)
-        if plan is not None:
-            plan.launch(values)
+        # out of place the kernel copies the tail too
+        in_place = query_out.data_ptr() == query.data_ptr()
+        plan_key = launch_key((head_size, is_neox_style, in_place), *values)
+        if _ROTARY_PLANS.replay(plan_key, values):
             return
     half = cos_sin_cache.shape[-1] // 2
     q_heads = query.shape[-1] // head_size
