@@ -29,8 +29,11 @@ def row_layout(t: torch.Tensor) -> int:
     """`CONTIGUOUS`; else `ROWS` where the rows are one stride apart (`row_view`: the layout the
     kernel providers address); else `OTHER`. Contiguity alone would let a choice made for
     rows that collapse into one row index be reused for rows that do not."""
-    if t.is_contiguous():
-        return CONTIGUOUS
+    return CONTIGUOUS if t.is_contiguous() else strided_row_layout(t)
+
+
+def strided_row_layout(t: torch.Tensor) -> int:
+    """`row_layout` of a tensor known not to be contiguous."""
     return ROWS if row_view(t) is not None else OTHER
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from . import last_choice
-from .dispatch_key import CONTIGUOUS, row_layout
+from .dispatch_key import CONTIGUOUS, strided_row_layout
 from .dispatcher import _Hook
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def maybe_inplace(self, {params}):
 
 def _tensor_key(name: str) -> str:
     # `dispatch_key.row_layout`, its common case inline
-    layout = f"({CONTIGUOUS} if {name}.is_contiguous() else _row_layout({name}))"
+    layout = f"({CONTIGUOUS} if {name}.is_contiguous() else _strided_row_layout({name}))"
     return f"{name}.dtype, {name}.device, {name}.dim(), {name}.shape[-1], {layout}"
 
 
@@ -127,7 +127,7 @@ def build(
         "_is_compiling": torch.compiler.is_compiling,
         "_depth": torch._C._len_torch_dispatch_stack,
         "_hook": _Hook,
-        "_row_layout": row_layout,
+        "_strided_row_layout": strided_row_layout,
         "_none_tensor": last_choice.NONE_TENSOR,
         "_max_rebuilds": last_choice.MAX_REBUILDS,
     }
