@@ -80,12 +80,16 @@ class IRRMSNorm(nn.Module):
         return f"{tuple(self.weight.shape)}, eps={self.eps}{offset}"
 
 
-#: the gated activations the IR has: name -> (op, ``approximate`` for gelu_and_mul)
-GATED_ACTIVATIONS: dict[str, tuple[str, str | None]] = {
-    "silu": ("silu_and_mul", None),
-    "gelu": ("gelu_and_mul", "none"),
-    "gelu_tanh": ("gelu_and_mul", "tanh"),
-}
+#: the gated activations the IR has: name -> None for ``silu_and_mul``, else the
+#: ``approximate`` argument of ``gelu_and_mul``
+GATED_ACTIVATIONS: dict[str, str | None] = {"silu": None, "gelu": "none", "gelu_tanh": "tanh"}
+
+
+def _gate(x: Tensor, approximate: str | None) -> Tensor:
+    """The activation a `GATED_ACTIVATIONS` entry applies to the gate, in torch."""
+    if approximate is None:
+        return torch.nn.functional.silu(x)
+    return torch.nn.functional.gelu(x, approximate=approximate)
 
 
 class IRGatedMLP(nn.Module):
@@ -122,10 +126,8 @@ class IRGatedMLP(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.gate_up(x)
-        if self.activation == "silu":
-            h = ops.silu_and_mul(h)
-        else:
-            h = ops.gelu_and_mul(h, GATED_ACTIVATIONS[self.activation][1])
+        approximate = GATED_ACTIVATIONS[self.activation]
+        h = ops.silu_and_mul(h) if approximate is None else ops.gelu_and_mul(h, approximate)
         out: Tensor = self.down_proj(h)
         return out
 
@@ -255,14 +257,9 @@ def _gated_activation(mlp: nn.Module) -> str | None:
     x = _probe((97,), weight.device)
     with torch.no_grad():
         got = act_fn(x).float()
-        candidates = {
-            "silu": torch.nn.functional.silu(x),
-            "gelu": torch.nn.functional.gelu(x),
-            "gelu_tanh": torch.nn.functional.gelu(x, approximate="tanh"),
-        }
-    for name, want in candidates.items():
-        if torch.allclose(got, want, rtol=1e-6, atol=1e-7):
-            return name
+        for name, approximate in GATED_ACTIVATIONS.items():
+            if torch.allclose(got, _gate(x, approximate), rtol=1e-6, atol=1e-7):
+                return name
     return None
 
 
