@@ -6,11 +6,10 @@ launch plans turned off (``ir_kernels_triton.launch_plans``: every call through 
 configuration rules and Triton's own launch path). Run on the GPU machine from the repository
 root after ``source benchmarks/gpu/env.sh``."""
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
+from timing import per_call_us  # benchmarks/gpu/timing.py
 
 import ir_dispatch
 from ir_kernels_triton import launch_plans
@@ -18,17 +17,6 @@ from ir_spec import ops
 from ir_stack.bench.kernels import import_providers
 
 PROVIDERS = ("native", "triton", "cuda")
-
-
-def per_call_us(fn: Callable[[], Any], calls: int = 3000) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 def main() -> None:

@@ -6,28 +6,17 @@ arguments; and the compiled kernel's C launcher called directly. µs a call over
 on the GPU machine from the repository root after ``source benchmarks/gpu/env.sh``."""
 
 import inspect
-import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import triton
+from timing import per_call_us  # benchmarks/gpu/timing.py
 
 import ir_kernels_triton.impls  # noqa: F401  (registers provider triton; the cuda one is not needed)
 from ir_kernels_triton import launch_plans
 from ir_kernels_triton import norm_kernels as nk
 from ir_spec import empty_rows, ops
-
-
-def per_call_us(fn: Callable[[], Any], calls: int = 3000) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / calls * 1e6
 
 
 class StubKernel:
