@@ -177,6 +177,18 @@ BAD_INPUTS: list[tuple[str, Callable[[], Any], str]] = [
     ("rms_norm", lambda: ops.rms_norm(torch.randn(4, 8), torch.ones(9), 1e-6), "'weight'.*size 8"),
     (
         "rms_norm",
+        lambda: ops.rms_norm(
+            torch.randn(4, 8, dtype=torch.bfloat16), torch.ones(8, dtype=torch.float16), 1e-6
+        ),
+        "'weight'.*expected dtype torch.bfloat16 \\(as x\\) or float32",
+    ),
+    (
+        "rms_norm",
+        lambda: ops.rms_norm(torch.randn(4, 8), torch.ones(8, dtype=torch.bfloat16), 1e-6),
+        "'weight'.*expected dtype float32 on cpu",
+    ),
+    (
+        "rms_norm",
         lambda: ops.rms_norm(torch.randn(4, 8, dtype=torch.float64), None, 1e-6),
         "'x'.*float64.*expected dtype float32, float16 or bfloat16",
     ),

@@ -175,6 +175,24 @@ def test_weight_none_is_ones(dtype: torch.dtype) -> None:
     assert torch.equal(ops.rms_norm(x, None, eps), ops.rms_norm(x, ones, eps))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_float32_weight_beside_half_rows(dtype: torch.dtype) -> None:
+    """A float32 weight multiplies unrounded: Gemma's ``1 + w`` (w near zero) keeps the digits
+    that the rows' dtype would drop, and both norms take it."""
+    x, _, eps, _ = sample_inputs(ops.rms_norm, hidden_size=769, dtype=dtype)
+    w = 1.0 + 1e-3 * torch.randn(769, generator=torch.Generator().manual_seed(5))
+    assert not torch.equal(w.to(dtype).float(), w)  # the half weight would be another one
+    out = ops.rms_norm(x, w, eps)
+    close("rms_norm", out, ref_rms_norm(x, w, eps))
+    assert torch.equal(
+        out, (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, True) + eps) * w).to(dtype)
+    )
+    r = torch.randn(x.shape).to(dtype)
+    normed, residual = ops.fused_add_rms_norm(x, r, w, eps)
+    assert torch.equal(residual, x + r)
+    assert torch.equal(normed, ops.rms_norm(x + r, w, eps))
+
+
 def test_fp8_saturates_at_format_maximum() -> None:
     x = torch.tensor([[1e6, -1e6, 448.0, 500.0, 1.0]])
     q = ops.static_quant_fp8(x, torch.ones(1))

@@ -42,7 +42,10 @@ def like(op: str, arg: str, t: Any, x: torch.Tensor, x_name: str) -> torch.Tenso
 
 
 def norm_weight(op: str, weight: Any, x: torch.Tensor) -> None:
-    """None, or a 1-D weight of x's hidden size, dtype and device."""
+    """None, or a 1-D weight of x's hidden size on x's device, of x's dtype or float32.
+
+    The norms multiply in float32, so a float32 weight beside half-precision rows is exact
+    where the rows' dtype would round it (Gemma's ``1 + w``)."""
     if weight is None:
         return
     if not isinstance(weight, torch.Tensor):
@@ -50,8 +53,9 @@ def norm_weight(op: str, weight: Any, x: torch.Tensor) -> None:
     hidden = x.shape[-1]
     if weight.dim() != 1 or weight.shape[0] != hidden:
         raise argument_error(op, "weight", weight, f"a 1-D tensor of size {hidden} (x.shape[-1])")
-    if weight.dtype != x.dtype or weight.device != x.device:
-        raise argument_error(op, "weight", weight, f"dtype {x.dtype} on {x.device} (as x)")
+    if weight.dtype not in (x.dtype, torch.float32) or weight.device != x.device:
+        dtypes = "float32" if x.dtype == torch.float32 else f"{x.dtype} (as x) or float32"
+        raise argument_error(op, "weight", weight, f"dtype {dtypes} on {x.device}")
 
 
 def epsilon(op: str, eps: Any) -> None:

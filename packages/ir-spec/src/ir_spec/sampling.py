@@ -46,9 +46,10 @@ class SampleSpec:
         return (full * std).to(self.dtype)[..., :width]
 
     def weight(self, gen: torch.Generator, width: int) -> torch.Tensor:
-        """A 1-D weight near one, never zero."""
+        """A 1-D weight near one, never zero, of the activations' dtype (or of the
+        ``weight_dtype`` option)."""
         w = 1.0 + 0.5 * torch.randn(width, generator=gen, device=self.device)
-        return w.to(self.dtype)
+        return w.to(self.options.get("weight_dtype", self.dtype))
 
     def randint(self, gen: torch.Generator, high: int) -> torch.Tensor:
         """Integers in ``[0, high)`` of shape `batch_shape` (for example positions)."""

@@ -18,7 +18,8 @@ def rms_norm(
     """Root-mean-square normalization over the last dimension, optionally weighted.
 
     ``out = x / sqrt(mean(x[..., :variance_size] ** 2) + epsilon) * weight``, computed in float32
-    and rounded once to ``x.dtype``. ``weight=None`` means a weight of ones.
+    and rounded once to ``x.dtype``. ``weight=None`` means a weight of ones; a weight is of
+    ``x.dtype`` or float32 (exact where half precision would round it, as Gemma's ``1 + w``).
     """
     xf = x.float()
     x_var = xf if variance_size is None else xf[..., :variance_size]
