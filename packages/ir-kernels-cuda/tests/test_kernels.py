@@ -169,10 +169,38 @@ def test_matches_native(
 @pytest.mark.parametrize(("name", "options"), OPTION_VARIANTS, ids=OPTION_VARIANT_IDS)
 def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout: str) -> None:
     op = getattr(ops, name)
+    args = sample_inputs(op, spec_for(dtype, 256, 7, layout, **options))
     for provider in [p for p in op.impls if p.startswith("cuda")]:
-        assert_impl_matches_native(
-            op, provider, sample_inputs(op, spec_for(dtype, 256, 7, layout, **options))
-        )
+        if options.get("weight_dtype", dtype) != dtype:
+            assert not op.impls[provider].accepts(args)  # `test_norm_weight_of_the_rows_dtype`
+        else:
+            assert_impl_matches_native(op, provider, args)
+
+
+NORM_OPS = [op for op in ops if "weight" in op.signature.parameters]
+
+
+@pytest.mark.parametrize("op", NORM_OPS, ids=lambda op: op.name)
+def test_norm_weight_of_the_rows_dtype(op: IrOp) -> None:
+    """The kernels read a norm's weight in the rows' dtype: a float32 weight beside half rows,
+    which the op allows, is left to other providers (checked on fake CUDA tensors, so it runs
+    without a GPU too)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    real = sample_inputs(op, matrix_spec(torch.bfloat16, 64, 3, "contiguous", device="cpu"))
+    supported = op.impls["cuda"].supports_args
+    assert supported is not None
+    with FakeTensorMode():
+        args = [
+            torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="cuda")
+            if isinstance(a, torch.Tensor)
+            else a
+            for a in real
+        ]
+        weight = list(op.signature.parameters).index("weight")
+        assert supported(*args)
+        args[weight] = torch.empty(64, device="cuda", dtype=torch.float32)
+        assert not supported(*args)
 
 
 @on_gpu

@@ -54,6 +54,11 @@ def _params_ok(*params: Tensor | None) -> bool:
     return all(p is None or (p.is_cuda and p.is_contiguous()) for p in params)
 
 
+def _norm_weight_ok(weight: Tensor | None, x: Tensor) -> bool:
+    # the kernels read the weight in the rows' dtype; a float32 one beside half rows goes on
+    return weight is None or weight.dtype == x.dtype
+
+
 def _provides(
     op: IrOp, supports_args: Callable[..., bool], *, inplace: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -79,7 +84,7 @@ def _as_rows(t: Tensor) -> Tensor:
 def rms_norm_supported(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> bool:
-    return _rowwise(x) and _params_ok(weight)
+    return _rowwise(x) and _params_ok(weight) and _norm_weight_ok(weight, x)
 
 
 @_provides(ops.rms_norm, rms_norm_supported)
@@ -99,7 +104,7 @@ def fused_add_rms_norm_supported(
     epsilon: float,
     variance_size: int | None = None,
 ) -> bool:
-    return _rowwise(x, x_residual) and _params_ok(weight)
+    return _rowwise(x, x_residual) and _params_ok(weight) and _norm_weight_ok(weight, x)
 
 
 @_provides(ops.fused_add_rms_norm, fused_add_rms_norm_supported)
@@ -139,7 +144,7 @@ def fused_add_rms_norm_inplace(
 def rms_norm_static_quant_fp8_supported(
     x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> bool:
-    return _rowwise(x) and _params_ok(weight, scale)
+    return _rowwise(x) and _params_ok(weight, scale) and _norm_weight_ok(weight, x)
 
 
 @_provides(ops.rms_norm_static_quant_fp8, rms_norm_static_quant_fp8_supported)
@@ -154,7 +159,7 @@ def rms_norm_static_quant_fp8(
 def fused_add_rms_norm_static_quant_fp8_supported(
     x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> bool:
-    return _rowwise(x, x_residual) and _params_ok(weight, scale)
+    return _rowwise(x, x_residual) and _params_ok(weight, scale) and _norm_weight_ok(weight, x)
 
 
 @_provides(ops.fused_add_rms_norm_static_quant_fp8, fused_add_rms_norm_static_quant_fp8_supported)
@@ -177,7 +182,7 @@ def fused_add_rms_norm_static_quant_fp8(
 def rms_norm_dynamic_quant_fp8_supported(
     x: Tensor, weight: Tensor | None, epsilon: float, scale_ub: Tensor | None = None
 ) -> bool:
-    return _rowwise(x) and _params_ok(weight, scale_ub)
+    return _rowwise(x) and _params_ok(weight, scale_ub) and _norm_weight_ok(weight, x)
 
 
 @_provides(ops.rms_norm_dynamic_quant_fp8, rms_norm_dynamic_quant_fp8_supported)
