@@ -142,11 +142,28 @@ LARGEST_BATCH = 4096 if GPU else 256
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
 def test_batch_invariant(op: IrOp, provider: str, hidden: int) -> None:
     """Row 0 gives bitwise the same result inside batches of 1, 7 and 4096 (256 on CPU)."""
-    impl = op.impls[provider]
     # a cos/sin cache of 5000 positions, so that only batch-shaped tensors have 4096 rows
     big = sample_inputs(
         op, spec_for(torch.float16, hidden, LARGEST_BATCH, "contiguous", max_position=5000)
     )
+    assert_row_zero_batch_invariant(op.impls[provider], big)
+
+
+NORM_PROVIDERS = [(op, p) for op, p in PROVIDERS if "weight" in op.signature.parameters]
+
+
+@pytest.mark.parametrize("hidden", BATCH_INVARIANCE_HIDDEN)
+@pytest.mark.parametrize(
+    ("op", "provider"), NORM_PROVIDERS, ids=[f"{o.name}-{p}" for o, p in NORM_PROVIDERS]
+)
+def test_batch_invariant_beside_a_float32_weight(op: IrOp, provider: str, hidden: int) -> None:
+    """Half rows beside a float32 weight (wider accesses than the rows') too."""
+    spec = spec_for(torch.float16, hidden, LARGEST_BATCH, "contiguous", weight_dtype=torch.float32)
+    assert_row_zero_batch_invariant(op.impls[provider], sample_inputs(op, spec))
+
+
+def assert_row_zero_batch_invariant(impl: Any, big: tuple[Any, ...]) -> None:
+    """Row 0 of `big`'s batch gives bitwise the same outputs alone, in 7 rows and in all."""
     results = []
     for tokens in (1, 7, LARGEST_BATCH):
         args = tuple(
