@@ -188,11 +188,11 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
         finally:
             ir_dispatch.collect_stats(False)
     gemma = family.startswith("gemma")
-    # Gemma's norms scale by 1 + w in float32: in a bf16 model they stay as they are
-    assert all("float32 weight" in why for why in report.skipped.values())
-    assert bool(report.skipped) == gemma
+    assert report.skipped == {}
     calls = ir_dispatch.stats()
-    expected = {"gelu_and_mul"} if gemma else {"rms_norm", "silu_and_mul"}
+    expected = {"rms_norm", "gelu_and_mul" if gemma else "silu_and_mul"}
     assert {op for op, _ in calls} == {*expected, "rotary_embedding"}
     assert all(provider != "native" for _, provider in calls), calls
+    if gemma:  # Gemma's norms pass a float32 scale, which the cuda kernels leave to triton
+        assert {p for op, p in calls if op == "rms_norm"} <= {"triton"}, calls
     assert (after - before).abs().max() < 0.05 * before.abs().max()

@@ -137,22 +137,41 @@ def test_parts_that_cannot_be_converted_exactly_are_left_alone() -> None:
     assert len(report.norms) == 5
 
 
-def test_gemma_norms_stay_as_they_are_in_half_precision() -> None:
-    """Gemma scales by 1 + w in float32; rounded to a bf16 weight, that scale would round too,
-    and rms_norm takes only a weight of the rows' dtype: the norms are left alone, the rest
-    converts."""
+def test_gemma_norms_take_a_float32_scale_in_half_precision() -> None:
+    """Gemma scales by 1 + w in float32; rounded to bf16 that scale would round too. In a bf16
+    model the converted norms pass it as a float32 weight: each gives bitwise Gemma's own
+    result, and the scale stays float32 through casts and follows ``load_state_dict``."""
     model = build("gemma").to(torch.bfloat16)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(-0.5, 0.5)
+    original = model.model.layers[0].input_layernorm
     ids, mask = prompt()
+    x = torch.randn(3, SIZES["hidden_size"]).to(torch.bfloat16)
     with torch.no_grad():
         logits = model(ids, attention_mask=mask).logits
+        want = original(x)
         report = convert_hf_model(model)
         converted = model(ids, attention_mask=mask).logits
+        norm = model.model.layers[0].input_layernorm
+        assert isinstance(norm, IRRMSNorm)
+        assert torch.equal(norm(x), want)
     layers = SIZES["num_hidden_layers"]
-    assert report.norms == []
-    assert len(report.skipped) == 2 * layers + 1
-    assert all("exact only as a float32 weight" in why for why in report.skipped.values())
+    assert len(report.norms) == 2 * layers + 1
+    assert report.skipped == {}
     assert len(report.mlps) == len(report.attentions) == layers
-    torch.testing.assert_close(converted, logits, atol=0.05, rtol=0.05)
+    torch.testing.assert_close(converted, logits, atol=0.02, rtol=0.02)
+
+    assert norm.scale is not None
+    assert norm.scale.dtype == torch.float32
+    model.to(torch.float16).to(torch.bfloat16)  # a round trip rounds no float32 scale
+    assert norm.scale.dtype == torch.float32
+    assert torch.equal(norm.scale, norm.weight.float() + 1)
+    state = model.state_dict()
+    state["model.layers.0.input_layernorm.weight"] = torch.full_like(norm.weight, 0.25)
+    model.load_state_dict(state)
+    assert torch.equal(norm.scale, torch.full_like(norm.scale, 1.25))
 
 
 def test_norm_and_activation_forms_are_found_by_running_them() -> None:

@@ -4,9 +4,8 @@ Gemma 2 model on IR ops.
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
 - every RMSNorm becomes `IRRMSNorm` (``ir_spec.ops.rms_norm``); Gemma's, which scale by
-  ``1 + weight`` in float32, take that sum (computed once) as the op's weight in float32
-  models, and stay as they are in half-precision ones (rms_norm takes a weight of the rows'
-  dtype, and ``1 + weight`` rounded to it would round the scale);
+  ``1 + weight`` in float32, take that sum as a float32 weight whatever the model's dtype
+  (rounded to bf16 it would round the scale);
 - every gated MLP with a SiLU or GELU activation (exact or tanh) becomes `IRGatedMLP`: gate and
   up projections joined into one ``gate_up`` linear layer, then ``ir_spec.ops.silu_and_mul`` or
   ``gelu_and_mul``;
@@ -20,8 +19,8 @@ followed by a norm into ``fused_add_rms_norm``.
 
 Which norm form and which activation a module computes is found by running it once on a probe
 input beside each candidate, so a module that computes neither is left alone (and reported),
-whatever its class is called. The joined MLP weights and Gemma's norm weights are copies: load
-weights before converting.
+whatever its class is called. The joined MLP weights are copies: load weights before
+converting (Gemma's norm scales follow their weights through ``load_state_dict``).
 
 ``transformers`` is imported only by the functions that need it; it is not a dependency of
 ir-stack (``pip install ir-stack[hf]`` adds it).
@@ -57,21 +56,36 @@ class ConversionReport:
 
 class IRRMSNorm(nn.Module):
     """RMSNorm over the last dimension with ``ir_spec.ops.rms_norm``. With `offset` (Gemma's
-    norms: 1) the op's weight is ``offset + weight`` in float32, computed here once; the module
-    keeps `weight` itself, so its state dict is the original's."""
+    norms: 1) the op's weight is ``offset + weight`` in float32, computed here and again
+    after every move or cast of the module (``.to``, ``.cuda``, ``.half``: never rounded to
+    the model's dtype) and every ``load_state_dict``; the module keeps `weight` itself, so its
+    state dict is the original's."""
+
+    scale: Tensor | None
 
     def __init__(self, weight: nn.Parameter, eps: float, offset: float = 0.0) -> None:
         super().__init__()
         self.weight = weight
         self.eps = eps
         self.offset = offset
-        if offset:
+        self.register_buffer("scale", None, persistent=False)
+        self.refresh_scale()
+        refresh = self.register_load_state_dict_post_hook  # torch leaves it untyped
+        refresh(lambda module, _keys: module.refresh_scale())  # type: ignore[no-untyped-call]
+
+    def refresh_scale(self) -> None:
+        """Compute the op's weight, ``offset + weight`` in float32, from `weight` as it is."""
+        if self.offset:
             with torch.no_grad():
-                scale = weight.detach().float() + offset
-            self.register_buffer("scale", scale, persistent=False)
+                self.scale = self.weight.detach().float() + self.offset
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "IRRMSNorm":
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        self.refresh_scale()  # from the moved weight, so float32 again after a cast
+        return self
 
     def forward(self, x: Tensor) -> Tensor:
-        weight = self.scale if self.offset else self.weight
+        weight = self.weight if self.scale is None else self.scale
         out: Tensor = ops.rms_norm(x, weight, self.eps)
         return out
 
@@ -331,15 +345,6 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
             offset = _norm_offset(module, eps)
             if offset is None:
                 report.skipped[path] = "computes neither x / rms * w nor x / rms * (1 + w)"
-                continue
-            dtype = module.weight.dtype
-            if offset and dtype != torch.float32:
-                # 1 + w rounded to a half-precision weight would round the scale too, and
-                # rms_norm takes only a weight of the rows' dtype
-                report.skipped[path] = (
-                    f"scales by 1 + w, exact only as a float32 weight, and rms_norm takes a "
-                    f"weight of the rows' dtype ({dtype})"
-                )
                 continue
             _set_submodule(model, path, IRRMSNorm(module.weight, eps, offset))
             report.norms.append(path)
