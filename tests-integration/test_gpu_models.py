@@ -148,6 +148,20 @@ HF_FAMILIES = {
         "Gemma2ForCausalLM",
         {"head_dim": 64, "query_pre_attn_scalar": 64, "sliding_window": 8},
     ),
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        {
+            "head_dim": 64,
+            "query_pre_attn_scalar": 64,
+            "sliding_window": 8,
+            "layer_types": ["sliding_attention", "full_attention"],
+            "rope_parameters": {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            },
+        },
+    ),
 }
 
 

@@ -1,5 +1,5 @@
-"""`convert_hf_model` on randomly initialised transformers Llama, Mistral, Qwen2, Qwen3, Gemma
-and Gemma 2 models (no downloads): outputs equal before and after, the IR ops really run,
+"""`convert_hf_model` on randomly initialised transformers Llama, Mistral, Qwen2, Qwen3, Gemma,
+Gemma 2 and Gemma 3 models (no downloads): outputs equal before and after, the IR ops really run,
 generation with a KV cache and `ir_stack.compile` agree, and the compiled residual adds become
 fused adds."""
 
@@ -34,6 +34,7 @@ FAMILIES = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
     "gemma": ("GemmaConfig", "GemmaForCausalLM"),
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
 }
 #: what a family needs beside `SIZES`: Gemma's heads are 256 wide by default; for Gemma 2, a
 #: sliding window shorter than the prompt (its local layers differ from its global ones) and
@@ -45,6 +46,17 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "query_pre_attn_scalar": 16,
         "sliding_window": 4,
         "attn_logit_softcapping": 1.0,
+    },
+    # a sliding layer and a full one, whose ropes differ in base and scaling (linear, x8)
+    "gemma3": {
+        "head_dim": 16,
+        "query_pre_attn_scalar": 16,
+        "sliding_window": 4,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+        },
     },
 }
 
@@ -62,8 +74,9 @@ def build(family: str, **overrides: Any) -> Any:
 
 
 def norms_per_layer(family: str) -> int:
-    # Qwen3 adds a query and a key norm; Gemma 2 a norm after attention and after the MLP
-    return 4 if family in ("qwen3", "gemma2") else 2
+    # Qwen3 adds a query and a key norm; Gemma 2 a norm after attention and after the MLP;
+    # Gemma 3 both
+    return {"qwen3": 4, "gemma2": 4, "gemma3": 6}.get(family, 2)
 
 
 def gated_op(family: str) -> str:
@@ -104,7 +117,7 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     assert torch.equal(converted_tokens, tokens)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3"])
 def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:
     model = build(family)
     ids, mask = prompt()

@@ -1,5 +1,5 @@
-"""`convert_hf_model`: run a Hugging Face ``transformers`` Llama, Mistral, Qwen2, Qwen3, Gemma or
-Gemma 2 model on IR ops.
+"""`convert_hf_model`: run a Hugging Face ``transformers`` Llama, Mistral, Qwen2, Qwen3, Gemma,
+Gemma 2 or Gemma 3 (text) model on IR ops.
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -10,7 +10,8 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   up projections joined into one ``gate_up`` linear layer, then ``ir_spec.ops.silu_and_mul`` or
   ``gelu_and_mul``;
 - rotary embeddings are applied by ``ir_spec.ops.rotary_embedding``: the model's rotary module
-  becomes `IRRotaryCache` (one ``cos_sin_cache`` table computed from its frequencies), and
+  becomes `IRRotaryCache` (one ``cos_sin_cache`` table computed from its frequencies; Gemma
+  3's local and global ropes one each), and
   each attention layer rotates its projections with it before the model's own attention
   function runs (Qwen3's per-head query and key norms, converted like the others, first).
 
@@ -39,7 +40,7 @@ from ir_spec import ops
 
 logger = logging.getLogger("ir_stack")
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2")
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")
 #: rope types whose frequencies are fixed at construction (a table holds them exactly)
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
@@ -151,23 +152,39 @@ class IRGatedMLP(nn.Module):
 
 class IRRotaryCache(nn.Module):
     """Stands in for the model's rotary module: returns ``(cos_sin_cache, positions)`` instead
-    of ``(cos, sin)``; converted attention layers take that pair."""
+    of ``(cos, sin)``; converted attention layers take that pair.
 
-    cos_sin_cache: Tensor
+    `tables` maps a layer type to its ``(inv_freq, attention_scaling)``; a model with one rope
+    for every layer has the single type None. Gemma 3's module is asked per layer type
+    (``"sliding_attention"`` and ``"full_attention"`` have their own frequencies): each type
+    gets its own table, ``<type>_cos_sin_cache`` (``cos_sin_cache`` for None)."""
 
-    def __init__(self, inv_freq: Tensor, scaling: float, max_positions: int) -> None:
+    def __init__(self, tables: dict[str | None, tuple[Tensor, float]], max_positions: int) -> None:
         super().__init__()
-        positions = torch.arange(max_positions, dtype=torch.float32, device=inv_freq.device)
-        freqs = torch.outer(positions, inv_freq.float())
-        cache = torch.cat([freqs.cos(), freqs.sin()], dim=-1) * scaling
-        self.register_buffer("cos_sin_cache", cache, persistent=False)
+        self.layer_types = list(tables)
+        for layer_type, (inv_freq, scaling) in tables.items():
+            positions = torch.arange(max_positions, dtype=torch.float32, device=inv_freq.device)
+            freqs = torch.outer(positions, inv_freq.float())
+            cache = torch.cat([freqs.cos(), freqs.sin()], dim=-1) * scaling
+            self.register_buffer(self._buffer_name(layer_type), cache, persistent=False)
 
-    def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+    @staticmethod
+    def _buffer_name(layer_type: str | None) -> str:
+        return "cos_sin_cache" if layer_type is None else f"{layer_type}_cos_sin_cache"
+
+    def cache_for(self, layer_type: str | None = None) -> Tensor:
+        """The ``cat(cos, sin)`` table of `layer_type`'s rope."""
+        table: Tensor = getattr(self, self._buffer_name(layer_type))
+        return table
+
+    def forward(
+        self, x: Tensor, position_ids: Tensor, layer_type: str | None = None
+    ) -> tuple[Tensor, Tensor]:
         # transformers passes one row of positions for a whole batch; the rotary kernels read
         # a dense position per token (a broadcast one sent them to the native function), so
         # the rows are copied out once here rather than in every layer
         positions = position_ids.expand(x.shape[:-1]).contiguous()
-        return self.cos_sin_cache, positions
+        return self.cache_for(layer_type), positions
 
 
 def _rotary_attention_forward(
@@ -318,8 +335,8 @@ def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
 
 def convert_hf_model(model: nn.Module) -> ConversionReport:
     """Swap the norms, gated MLPs and rotary embeddings of a ``transformers`` Llama, Mistral,
-    Qwen2, Qwen3, Gemma or Gemma 2 model (``*ForCausalLM`` or the bare model) for IR ops, in
-    place.
+    Qwen2, Qwen3, Gemma, Gemma 2 or Gemma 3 text model (``*ForCausalLM`` or the bare model) for
+    IR ops, in place.
 
     Raises ValueError for other model types. Parts that cannot be converted exactly (another
     activation, a norm of another form, a rope type whose frequencies change with the sequence
@@ -370,16 +387,36 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
     return report
 
 
+def _rope_tables(rotary: nn.Module) -> tuple[dict[str | None, tuple[Tensor, float]], str]:
+    """The rotary module's ``{layer type: (inv_freq, attention_scaling)}`` (the single type None
+    where one rope serves every layer), or ``({}, why)`` where a rope's frequencies are not
+    fixed at construction."""
+    rope_types = getattr(rotary, "rope_type", "default")
+    if isinstance(rope_types, dict):  # Gemma 3: per layer type, as `<type>_inv_freq`
+        prefixes: dict[str | None, str] = {t: f"{t}_" for t in rope_types}
+    else:
+        prefixes, rope_types = {None: ""}, {None: rope_types}
+    tables: dict[str | None, tuple[Tensor, float]] = {}
+    for layer_type, prefix in prefixes.items():
+        rope_type = rope_types[layer_type]
+        if rope_type not in STATIC_ROPE_TYPES:
+            return {}, f"rope type {rope_type!r} changes its frequencies with the length"
+        inv_freq = getattr(rotary, f"{prefix}inv_freq", None)
+        if not isinstance(inv_freq, Tensor):
+            return {}, f"no {prefix}inv_freq buffer"
+        tables[layer_type] = (inv_freq, float(getattr(rotary, f"{prefix}attention_scaling", 1.0)))
+    return tables, ""
+
+
 def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> None:
     rotary_paths = [p for p, m in model.named_modules() if p.endswith("rotary_emb")]
     if len(rotary_paths) != 1:
         report.skipped["rotary_emb"] = f"expected one rotary module, found {rotary_paths}"
         return
     path = rotary_paths[0]
-    rotary = model.get_submodule(path)
-    rope_type = getattr(rotary, "rope_type", "default")
-    if rope_type not in STATIC_ROPE_TYPES:
-        report.skipped[path] = f"rope type {rope_type!r} changes its frequencies with the length"
+    tables, why = _rope_tables(model.get_submodule(path))
+    if not tables:
+        report.skipped[path] = why
         return
     attentions = [(p, m) for p, m in model.named_modules() if _is_attention(m)]
     misfits = [p for p, m in attentions if not _head_norms_fit(m)]
@@ -387,14 +424,11 @@ def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> 
         report.skipped[path] = f"query / key norms not over one head in {misfits[0]}"
         return
     head_dim = attentions[0][1].head_dim if attentions else None
-    inv_freq: Tensor = rotary.inv_freq  # type: ignore[assignment]
-    if head_dim is None or 2 * inv_freq.numel() != head_dim:
-        report.skipped[path] = f"rotary dimension {2 * inv_freq.numel()} != head_dim {head_dim}"
-        return
-    scaling = float(getattr(rotary, "attention_scaling", 1.0))
-    _set_submodule(
-        model, path, IRRotaryCache(inv_freq, scaling, int(config.max_position_embeddings))
-    )
+    for inv_freq, _ in tables.values():
+        if head_dim is None or 2 * inv_freq.numel() != head_dim:
+            report.skipped[path] = f"rotary dimension {2 * inv_freq.numel()} != head_dim {head_dim}"
+            return
+    _set_submodule(model, path, IRRotaryCache(tables, int(config.max_position_embeddings)))
     for attention_path, attention in attentions:
         attention.forward = types.MethodType(_rotary_attention_forward, attention)
         report.attentions.append(attention_path)
