@@ -1,5 +1,5 @@
-"""A transformers Llama of Llama 3.2 1B's shape (random weights, bf16) on the GPU, forward
-latency in six ways, in one process:
+"""A transformers Llama of Llama 3.2 1B's shape, or with ``--family gemma3`` a Gemma 3 of Gemma 3
+1B's (random weights, bf16), on the GPU: forward latency in six ways, in one process:
 
 - ``hf eager``: the model as transformers runs it;
 - ``hf torch.compile``: stock ``torch.compile`` of that model with Inductor's CUDA graphs (as
@@ -15,8 +15,8 @@ latency in six ways, in one process:
 Each way runs a batch of one-token sequences (decode-sized rows, no KV cache) and one prompt;
 times are ``triton.testing.do_bench`` medians in µs, and every way's logits are compared with
 ``hf eager``'s. Run on the GPU machine from the repository root after ``source
-benchmarks/gpu/env.sh``; ``--out DIR`` writes ``hf-llama-compile-<card>.json`` and ``.md``
-(``hf-llama-eager-<card>.*`` with ``--eager-only``, which runs the three eager ways only).
+benchmarks/gpu/env.sh``; ``--out DIR`` writes ``hf-<family>-compile-<card>.json`` and ``.md``
+(``hf-<family>-eager-<card>.*`` with ``--eager-only``, which runs the three eager ways only).
 """
 
 import argparse
@@ -52,14 +52,43 @@ LLAMA_1B = {
     "rope_theta": 500000.0,
     "tie_word_embeddings": True,
 }
+#: Gemma 3 1B's shape (five sliding-window layers to one global, ropes of base 10^4 and 10^6);
+#: vocabulary cut as for Llama
+GEMMA3_1B = {
+    "hidden_size": 1152,
+    "intermediate_size": 6912,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "head_dim": 256,
+    "query_pre_attn_scalar": 256,
+    "sliding_window": 512,
+    "vocab_size": 32000,
+    "max_position_embeddings": 32768,
+    "rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+    },
+}
+#: family -> (config class, model class, shape, name in titles)
+FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", LLAMA_1B, "Llama, 1B shape"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", GEMMA3_1B, "Gemma 3, 1B shape"),
+}
 SHAPES = {"decode 16 x 1": (16, 1), "prompt 1 x 1024": (1, 1024)}
 #: Inductor's CUDA graphs (what ``mode="reduce-overhead"`` turns on; ``ir_passes.compile``
 #: passes its hooks as options, which torch.compile does not take beside a mode)
-GRAPHS = {"triton.cudagraphs": True}
+GRAPHS: dict[str, str | int | bool | Callable[..., Any]] = {"triton.cudagraphs": True}
 #: the op kernels ahead of Inductor's code for the ops a converted model calls
 KERNELS = {
     op: ["triton", "cuda", "native"]
-    for op in ("rms_norm", "fused_add_rms_norm", "silu_and_mul", "rotary_embedding")
+    for op in (
+        "rms_norm",
+        "fused_add_rms_norm",
+        "silu_and_mul",
+        "gelu_and_mul",
+        "rotary_embedding",
+    )
 }
 #: (name, fuse, priority) of each compiled way of the converted model
 COMPILED: list[tuple[str, bool, dict[str, list[str]]]] = [
@@ -69,16 +98,25 @@ COMPILED: list[tuple[str, bool, dict[str, list[str]]]] = [
 ]
 
 
-def build(layers: int) -> Any:
+def build(family: str, layers: int) -> Any:
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(**{**LLAMA_1B, "num_hidden_layers": layers})
+    config_name, model_name, shape, _ = FAMILIES[family]
+    options: dict[str, Any] = {**shape, "num_hidden_layers": layers}
+    if family == "gemma3":  # every sixth layer global
+        options["layer_types"] = [
+            "full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)
+        ]
+    config = getattr(transformers, config_name)(**options)
     config._attn_implementation = "sdpa"
     with torch.device("cuda"):
-        model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
-    with torch.no_grad():  # not ones, so that a norm applied wrongly would show
+        model = getattr(transformers, model_name)(config).to(torch.bfloat16).eval()
+    # not ones (Gemma's: not zeros, its norms scale by 1 + w), so that a norm applied wrongly
+    # would show
+    low, high = (-0.5, 0.5) if family.startswith("gemma") else (0.5, 1.5)
+    with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
-                param.uniform_(0.5, 1.5)
+                param.uniform_(low, high)
     return model
 
 
@@ -112,15 +150,18 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="directory for JSON and markdown")
-    parser.add_argument("--layers", type=int, default=LLAMA_1B["num_hidden_layers"])
+    parser.add_argument("--family", choices=sorted(FAMILIES), default="llama")
+    parser.add_argument("--layers", type=int, default=None, help="default: the 1B model's")
     parser.add_argument("--eager-only", action="store_true", help="only the eager ways")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import_providers()  # run from source, the packages have no entry points
-    model = build(args.layers)
+    _, _, config, title = FAMILIES[args.family]
+    layers = args.layers or config["num_hidden_layers"]
+    model = build(args.family, layers)
     gen = torch.Generator("cuda").manual_seed(1)
     inputs = {
-        shape: torch.randint(0, LLAMA_1B["vocab_size"], size, device="cuda", generator=gen)
+        shape: torch.randint(0, config["vocab_size"], size, device="cuda", generator=gen)
         for shape, size in SHAPES.items()
     }
     runs = []
@@ -162,22 +203,24 @@ def main() -> None:
             s: float((logits[s].float() - reference[s].float()).abs().max()) for s in SHAPES
         }
     card = torch.cuda.get_device_name().replace("NVIDIA ", "").split()[0]
-    stem = "hf-llama-eager" if args.eager_only else "hf-llama-compile"
+    stem = f"hf-{args.family}-{'eager' if args.eager_only else 'compile'}"
     result = {
         "card": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "layers": args.layers,
-        "config": LLAMA_1B,
+        "family": args.family,
+        "layers": layers,
+        "config": config,
         "runs": runs,
         "passes": reports,
         "eager_launch_plans": planned,
     }
     lines = [
-        f"# transformers Llama, 1B shape, {args.layers} layers, bf16, on an {result['card']}",
+        f"# transformers {title}, {layers} layers, bf16, on an {result['card']}",
         "",
         f"torch {torch.__version__}, transformers {transformers.__version__}; "
-        "`benchmarks/gpu/hf_llama_compile.py`; `triton.testing.do_bench` medians, µs.",
+        f"`benchmarks/gpu/hf_llama_compile.py --family {args.family}`; "
+        "`triton.testing.do_bench` medians, µs.",
         "",
         "| way | " + " | ".join(SHAPES) + " | max abs diff of logits vs hf eager | warm-up s |",
         "|---|" + "---|" * (len(SHAPES) + 2),
@@ -188,8 +231,8 @@ def main() -> None:
         lines.append(f"| {run['name']} | {times} | {diffs} | {run['warmup_s']:.0f} |")
     lines.append("")
     lines.append(f"- ir eager: Triton launch plans by launcher {planned}")
-    for name, report in reports.items():
-        lines.append(f"- {name}: fusions {report['fusions']}, kernels {report['selected']}")
+    for name, summary in reports.items():
+        lines.append(f"- {name}: fusions {summary['fusions']}, kernels {summary['selected']}")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out is not None:
