@@ -225,6 +225,17 @@ def test_norm_and_activation_forms_are_found_by_running_them() -> None:
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
 
 
+def test_rotary_cache_names_the_layer_types_it_has() -> None:
+    model = build("gemma3")
+    convert_hf_model(model)
+    rotary = model.model.rotary_emb
+    assert isinstance(rotary, IRRotaryCache)
+    assert sorted(rotary.layer_types) == ["full_attention", "sliding_attention"]
+    x, positions = torch.randn(1, 3, 64), torch.arange(3)[None]
+    with pytest.raises(ValueError, match="'layer_type' got 'chunked_attention'; expected one of"):
+        rotary(x, positions, "chunked_attention")
+
+
 def test_other_model_types_are_refused() -> None:
     config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)
     with pytest.raises(ValueError, match="type 'gpt2'; expected a transformers model of type"):

@@ -60,7 +60,8 @@ class IRRMSNorm(nn.Module):
     norms: 1) the op's weight is ``offset + weight`` in float32, computed here and again
     after every move or cast of the module (``.to``, ``.cuda``, ``.half``: never rounded to
     the model's dtype) and every ``load_state_dict``; the module keeps `weight` itself, so its
-    state dict is the original's."""
+    state dict is the original's. The sum is made without autograd: the conversion is for
+    inference, and gradients would not reach `weight` through it."""
 
     scale: Tensor | None
 
@@ -174,6 +175,11 @@ class IRRotaryCache(nn.Module):
 
     def cache_for(self, layer_type: str | None = None) -> Tensor:
         """The ``cat(cos, sin)`` table of `layer_type`'s rope."""
+        if layer_type not in self.layer_types:
+            raise ValueError(
+                f"IRRotaryCache: argument 'layer_type' got {layer_type!r}; expected one of "
+                f"{self.layer_types}"
+            )
         table: Tensor = getattr(self, self._buffer_name(layer_type))
         return table
 
