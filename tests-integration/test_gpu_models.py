@@ -162,6 +162,8 @@ HF_FAMILIES = {
             },
         },
     ),
+    # one qkv projection (the rotary kernels take its views) and a rope over half of each head
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", {"partial_rotary_factor": 0.5, "pad_token_id": 0}),
 }
 
 

@@ -12,7 +12,13 @@ import ir_dispatch
 import ir_passes
 import ir_stack
 from ir_spec import ops
-from ir_stack.models.hf import IRGatedMLP, IRRMSNorm, IRRotaryCache, convert_hf_model
+from ir_stack.models.hf import (
+    IRGatedMLP,
+    IRJoinedGatedMLP,
+    IRRMSNorm,
+    IRRotaryCache,
+    convert_hf_model,
+)
 
 transformers = pytest.importorskip("transformers")
 
@@ -35,6 +41,7 @@ FAMILIES = {
     "gemma": ("GemmaConfig", "GemmaForCausalLM"),
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM"),
 }
 #: what a family needs beside `SIZES`: Gemma's heads are 256 wide by default; for Gemma 2, a
 #: sliding window shorter than the prompt (its local layers differ from its global ones) and
@@ -58,6 +65,9 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
             "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
         },
     },
+    # one qkv and one gate-up projection; the rope over half of each head (Phi-4 mini rotates
+    # three quarters)
+    "phi3": {"partial_rotary_factor": 0.5, "pad_token_id": 0, "eos_token_id": 1},
 }
 
 
@@ -109,7 +119,8 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     assert len(report.mlps) == len(report.attentions) == layers
     assert report.skipped == {}
     assert isinstance(model.model.norm, IRRMSNorm)
-    assert isinstance(model.model.layers[0].mlp, IRGatedMLP)
+    mlp_class = IRJoinedGatedMLP if family == "phi3" else IRGatedMLP
+    assert isinstance(model.model.layers[0].mlp, mlp_class)
     assert isinstance(model.model.rotary_emb, IRRotaryCache)
     calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
     assert calls == {"rms_norm": norms, gated_op(family): layers, "rotary_embedding": layers}
@@ -117,7 +128,7 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     assert torch.equal(converted_tokens, tokens)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3", "phi3"])
 def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:
     model = build(family)
     ids, mask = prompt()
@@ -222,6 +233,38 @@ def test_norm_and_activation_forms_are_found_by_running_them() -> None:
     # the module keeps the original weight, so its state dict is the original's
     assert "model.layers.0.input_layernorm.weight" in model.state_dict()
     assert "model.layers.0.input_layernorm.scale" not in model.state_dict()
+    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
+
+
+def test_phi3_keeps_its_state_dict_and_leaves_a_long_rope_alone() -> None:
+    """Phi-3's joined projections convert in place of the original layers (the state dict
+    keeps its keys, so a checkpoint still loads); a long rope (Phi-3 128k, Phi-3.5, Phi-4
+    mini), whose factors change with the length, leaves the attention alone and the rest
+    converted."""
+    model = build("phi3")
+    keys = set(model.state_dict())
+    convert_hf_model(model)
+    assert set(model.state_dict()) == keys
+    model.load_state_dict(build("phi3").state_dict())
+
+    half = SIZES["hidden_size"] // SIZES["num_attention_heads"] // 4  # rope of 8: factors of 4
+    long_rope = {
+        "rope_type": "longrope",
+        "short_factor": [1.0] * half,
+        "long_factor": [2.0] * half,
+        "original_max_position_embeddings": 32,
+        "partial_rotary_factor": 0.5,
+    }
+    model = build("phi3", rope_parameters=long_rope)
+    ids, mask = prompt()
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask).logits
+        report = convert_hf_model(model)
+        converted = model(ids, attention_mask=mask).logits
+    why = "rope type 'longrope' changes its frequencies with the length"
+    assert report.skipped == {"model.rotary_emb": why}
+    assert report.attentions == []
+    assert len(report.mlps) == SIZES["num_hidden_layers"]
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
 
 

@@ -1,5 +1,5 @@
 """`convert_hf_model`: run a Hugging Face ``transformers`` Llama, Mistral, Qwen2, Qwen3, Gemma,
-Gemma 2 or Gemma 3 (text) model on IR ops.
+Gemma 2, Gemma 3 (text) or Phi-3 (Phi-4) model on IR ops.
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -8,20 +8,22 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   (rounded to bf16 it would round the scale);
 - every gated MLP with a SiLU or GELU activation (exact or tanh) becomes `IRGatedMLP`: gate and
   up projections joined into one ``gate_up`` linear layer, then ``ir_spec.ops.silu_and_mul`` or
-  ``gelu_and_mul``;
+  ``gelu_and_mul``; Phi-3's, joined already, become `IRJoinedGatedMLP` around its own layers;
 - rotary embeddings are applied by ``ir_spec.ops.rotary_embedding``: the model's rotary module
   becomes `IRRotaryCache` (one ``cos_sin_cache`` table computed from its frequencies; Gemma
-  3's local and global ropes one each), and
-  each attention layer rotates its projections with it before the model's own attention
-  function runs (Qwen3's per-head query and key norms, converted like the others, first).
+  3's local and global ropes one each), and each attention layer rotates its projections with
+  it before the model's own attention function runs (Qwen3's per-head query and key norms,
+  converted like the others, first; Phi-3's one ``qkv_proj`` split into views; a rope
+  narrower than the head rotates its leading part, as transformers' partial rotary does).
 
 The residual adds stay plain ``+``: under ``ir_stack.compile`` the fusion pass turns each add
 followed by a norm into ``fused_add_rms_norm``.
 
 Which norm form and which activation a module computes is found by running it once on a probe
 input beside each candidate, so a module that computes neither is left alone (and reported),
-whatever its class is called. The joined MLP weights are copies: load weights before
-converting (Gemma's norm scales follow their weights through ``load_state_dict``).
+whatever its class is called. The MLP weights joined here are copies: load weights before
+converting (Phi-3's MLPs keep their own layers, and Gemma's norm scales follow their weights
+through ``load_state_dict``).
 
 ``transformers`` is imported only by the functions that need it; it is not a dependency of
 ir-stack (``pip install ir-stack[hf]`` adds it).
@@ -40,7 +42,16 @@ from ir_spec import ops
 
 logger = logging.getLogger("ir_stack")
 
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")
+SUPPORTED_MODEL_TYPES = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "phi3",
+)
 #: rope types whose frequencies are fixed at construction (a table holds them exactly)
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
@@ -121,10 +132,7 @@ class IRGatedMLP(nn.Module):
         activation: str = "silu",
     ) -> None:
         super().__init__()
-        if activation not in GATED_ACTIVATIONS:
-            raise ValueError(
-                f"IRGatedMLP: activation {activation!r}; expected one of {list(GATED_ACTIVATIONS)}"
-            )
+        _check_activation("IRGatedMLP", activation)
         self.activation = activation
         bias = gate_proj.bias is not None
         self.gate_up = nn.Linear(
@@ -141,14 +149,46 @@ class IRGatedMLP(nn.Module):
         self.down_proj = down_proj
 
     def forward(self, x: Tensor) -> Tensor:
-        h = self.gate_up(x)
-        approximate = GATED_ACTIVATIONS[self.activation]
-        h = ops.silu_and_mul(h) if approximate is None else ops.gelu_and_mul(h, approximate)
-        out: Tensor = self.down_proj(h)
+        out: Tensor = self.down_proj(_act_and_mul(self.gate_up(x), self.activation))
         return out
 
     def extra_repr(self) -> str:
         return f"activation={self.activation}"
+
+
+class IRJoinedGatedMLP(nn.Module):
+    """A gated MLP whose gate and up projections are one layer already (Phi-3's
+    ``gate_up_proj``, gate first): ``down_proj(act_and_mul(gate_up_proj(x)))``. It holds the
+    original layers under their names, so its state dict is the original's."""
+
+    def __init__(self, gate_up_proj: nn.Linear, down_proj: nn.Linear, activation: str) -> None:
+        super().__init__()
+        _check_activation("IRJoinedGatedMLP", activation)
+        self.activation = activation
+        self.gate_up_proj = gate_up_proj
+        self.down_proj = down_proj
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.down_proj(_act_and_mul(self.gate_up_proj(x), self.activation))
+        return out
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation}"
+
+
+def _check_activation(owner: str, activation: str) -> None:
+    if activation not in GATED_ACTIVATIONS:
+        raise ValueError(
+            f"{owner}: argument 'activation' got {activation!r}; expected one of "
+            f"{list(GATED_ACTIVATIONS)}"
+        )
+
+
+def _act_and_mul(h: Tensor, activation: str) -> Tensor:
+    """``act(h[..., :d]) * h[..., d:]`` with the IR op of `activation`."""
+    approximate = GATED_ACTIVATIONS[activation]
+    out: Tensor = ops.silu_and_mul(h) if approximate is None else ops.gelu_and_mul(h, approximate)
+    return out
 
 
 class IRRotaryCache(nn.Module):
@@ -205,9 +245,7 @@ def _rotary_attention_forward(
     cos_sin_cache, positions = position_embeddings  # positions: one per token, dense
     input_shape = hidden_states.shape[:-1]
     head_dim: int = self.head_dim
-    q = self.q_proj(hidden_states)
-    k = self.k_proj(hidden_states)
-    v = self.v_proj(hidden_states)
+    q, k, v = _project_qkv(self, hidden_states)
     if hasattr(self, "q_norm"):  # Qwen3: RMSNorm over each head, before the rotation
         q = self.q_norm(q.unflatten(-1, (-1, head_dim))).flatten(-2)
         k = self.k_norm(k.unflatten(-1, (-1, head_dim))).flatten(-2)
@@ -237,6 +275,22 @@ def _rotary_attention_forward(
     )
     out = out.reshape(*input_shape, -1).contiguous()
     return self.o_proj(out), weights
+
+
+def _project_qkv(attention: Any, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Queries, keys and values: from three layers, or from Phi-3's one ``qkv_proj`` (views of
+    its output, rows a stride apart, which the rotary kernels take)."""
+    if not hasattr(attention, "qkv_proj"):
+        return (
+            attention.q_proj(hidden_states),
+            attention.k_proj(hidden_states),
+            attention.v_proj(hidden_states),
+        )
+    head_dim: int = attention.head_dim
+    query = attention.config.num_attention_heads * head_dim
+    key_value = attention.config.num_key_value_heads * head_dim
+    q, k, v = attention.qkv_proj(hidden_states).split([query, key_value, key_value], dim=-1)
+    return q, k, v
 
 
 #: transformers 5 passes the call's keyword arguments to ``Cache.update``, 4 a dict; set once
@@ -285,10 +339,11 @@ def _norm_offset(module: nn.Module, eps: float) -> float | None:
 
 
 def _gated_activation(mlp: nn.Module) -> str | None:
-    """The `GATED_ACTIVATIONS` name of the MLP's ``act_fn``, or None where it has none or
-    computes none of them: run on a float32 probe beside each."""
-    act_fn = getattr(mlp, "act_fn", None)
-    weight: Tensor = mlp.gate_proj.weight  # type: ignore[union-attr, assignment]
+    """The `GATED_ACTIVATIONS` name of the MLP's ``act_fn`` (Phi-3: ``activation_fn``), or
+    None where it has none or computes none of them: run on a float32 probe beside each."""
+    act_fn = getattr(mlp, "act_fn", None) or getattr(mlp, "activation_fn", None)
+    first = getattr(mlp, "gate_proj", None) or mlp.gate_up_proj
+    weight: Tensor = first.weight  # type: ignore[union-attr, assignment]
     if not callable(act_fn) or weight.device.type == "meta":
         return None
     x = _probe((97,), weight.device)
@@ -306,13 +361,17 @@ def _is_rms_norm(module: nn.Module) -> bool:
     )
 
 
+def _has_linears(module: nn.Module, names: tuple[str, ...]) -> bool:
+    return all(isinstance(getattr(module, n, None), nn.Linear) for n in names)
+
+
 def _is_gated_mlp(module: nn.Module) -> bool:
-    return all(isinstance(getattr(module, n, None), nn.Linear) for n in _MLP_PARTS)
+    return _has_linears(module, _MLP_PARTS) or _has_linears(module, _JOINED_MLP_PARTS)
 
 
 def _is_attention(module: nn.Module) -> bool:
-    return type(module).__name__.endswith("Attention") and all(
-        isinstance(getattr(module, n, None), nn.Linear) for n in _ATTENTION_PARTS
+    return type(module).__name__.endswith("Attention") and (
+        _has_linears(module, _ATTENTION_PARTS) or _has_linears(module, _JOINED_ATTENTION_PARTS)
     )
 
 
@@ -331,7 +390,9 @@ def _head_norms_fit(attention: nn.Module) -> bool:
 
 
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
+_JOINED_MLP_PARTS = ("gate_up_proj", "down_proj")  # Phi-3
 _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj")
+_JOINED_ATTENTION_PARTS = ("qkv_proj", "o_proj")  # Phi-3
 
 
 def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
@@ -341,8 +402,8 @@ def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
 
 def convert_hf_model(model: nn.Module) -> ConversionReport:
     """Swap the norms, gated MLPs and rotary embeddings of a ``transformers`` Llama, Mistral,
-    Qwen2, Qwen3, Gemma, Gemma 2 or Gemma 3 text model (``*ForCausalLM`` or the bare model) for
-    IR ops, in place.
+    Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3 text or Phi-3 model (``*ForCausalLM`` or the bare
+    model) for IR ops, in place.
 
     Raises ValueError for other model types. Parts that cannot be converted exactly (another
     activation, a norm of another form, a rope type whose frequencies change with the sequence
@@ -379,8 +440,13 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
                 )
                 report.skipped[path] = f"activation {name!r}: not silu, gelu or gelu_pytorch_tanh"
                 continue
-            gate, up, down = (getattr(module, n) for n in _MLP_PARTS)
-            _set_submodule(model, path, IRGatedMLP(gate, up, down, activation))
+            if _has_linears(module, _MLP_PARTS):
+                gate, up, down = (getattr(module, n) for n in _MLP_PARTS)
+                converted: nn.Module = IRGatedMLP(gate, up, down, activation)
+            else:
+                gate_up, down = (getattr(module, n) for n in _JOINED_MLP_PARTS)
+                converted = IRJoinedGatedMLP(gate_up, down, activation)
+            _set_submodule(model, path, converted)
             report.mlps.append(path)
     _convert_rotary(model, config, report)
     logger.info(
@@ -431,8 +497,10 @@ def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> 
         return
     head_dim = attentions[0][1].head_dim if attentions else None
     for inv_freq, _ in tables.values():
-        if head_dim is None or 2 * inv_freq.numel() != head_dim:
-            report.skipped[path] = f"rotary dimension {2 * inv_freq.numel()} != head_dim {head_dim}"
+        # a rope narrower than the head rotates its leading part (transformers' partial rotary,
+        # Phi-3's `partial_rotary_factor`), as the op does
+        if head_dim is None or 2 * inv_freq.numel() > head_dim:
+            report.skipped[path] = f"rotary dimension {2 * inv_freq.numel()} > head_dim {head_dim}"
             return
     _set_submodule(model, path, IRRotaryCache(tables, int(config.max_position_embeddings)))
     for attention_path, attention in attentions:
