@@ -1,5 +1,6 @@
 """A transformers Llama of Llama 3.2 1B's shape, or with ``--family gemma3`` a Gemma 3 of Gemma 3
-1B's (random weights, bf16), on the GPU: forward latency in six ways, in one process:
+1B's, or with ``--family phi3`` a Phi-3 of Phi-3 mini's (random weights, bf16), on the GPU:
+forward latency in six ways, in one process:
 
 - ``hf eager``: the model as transformers runs it;
 - ``hf torch.compile``: stock ``torch.compile`` of that model with Inductor's CUDA graphs (as
@@ -70,10 +71,23 @@ GEMMA3_1B = {
         "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
     },
 }
+#: Phi-3 mini (4k)'s shape: one qkv and one gate-up projection; vocabulary cut as for Llama
+PHI3_MINI = {
+    "hidden_size": 3072,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+}
 #: family -> (config class, model class, shape, name in titles)
 FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", LLAMA_1B, "Llama, 1B shape"),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", GEMMA3_1B, "Gemma 3, 1B shape"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", PHI3_MINI, "Phi-3 mini shape"),
 }
 SHAPES = {"decode 16 x 1": (16, 1), "prompt 1 x 1024": (1, 1024)}
 #: Inductor's CUDA graphs (what ``mode="reduce-overhead"`` turns on; ``ir_passes.compile``
