@@ -164,6 +164,14 @@ HF_FAMILIES = {
     ),
     # one qkv projection (the rotary kernels take its views) and a rope over half of each head
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {"partial_rotary_factor": 0.5, "pad_token_id": 0}),
+    # its own scalings of embeddings, residuals, attention and logits
+    "granite": (
+        "GraniteConfig",
+        "GraniteForCausalLM",
+        {"embedding_multiplier": 2.0, "residual_multiplier": 0.5, "attention_multiplier": 0.1},
+    ),
+    # query and key norms over the whole projection
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
 }
 
 

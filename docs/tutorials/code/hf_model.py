@@ -8,7 +8,7 @@ import ir_stack
 from ir_stack.models import convert_hf_model
 
 # A small Llama with random weights (no download); a checkpoint loads the same way with
-# `from_pretrained`. Mistral, Qwen2, Qwen3, Gemma 1-3 and Phi-3 models convert alike.
+# `from_pretrained`. The other families `convert_hf_model` takes convert alike.
 sizes = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2}
 heads = {"num_attention_heads": 4, "num_key_value_heads": 2}
 torch.manual_seed(0)

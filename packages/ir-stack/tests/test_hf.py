@@ -1,7 +1,6 @@
-"""`convert_hf_model` on randomly initialised transformers Llama, Mistral, Qwen2, Qwen3, Gemma,
-Gemma 2 and Gemma 3 models (no downloads): outputs equal before and after, the IR ops really run,
-generation with a KV cache and `ir_stack.compile` agree, and the compiled residual adds become
-fused adds."""
+"""`convert_hf_model` on randomly initialised transformers models of every family it takes (no
+downloads): outputs equal before and after, the IR ops really run, generation with a KV cache
+and `ir_stack.compile` agree, and the compiled residual adds become fused adds."""
 
 from typing import Any
 
@@ -42,6 +41,11 @@ FAMILIES = {
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM"),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
     "phi3": ("Phi3Config", "Phi3ForCausalLM"),
+    "granite": ("GraniteConfig", "GraniteForCausalLM"),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+    "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
 }
 #: what a family needs beside `SIZES`: Gemma's heads are 256 wide by default; for Gemma 2, a
 #: sliding window shorter than the prompt (its local layers differ from its global ones) and
@@ -68,6 +72,39 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     # one qkv and one gate-up projection; the rope over half of each head (Phi-4 mini rotates
     # three quarters)
     "phi3": {"partial_rotary_factor": 0.5, "pad_token_id": 0, "eos_token_id": 1},
+    # Granite scales embeddings, residual branches, attention and logits by its own factors
+    "granite": {
+        "embedding_multiplier": 2.0,
+        "residual_multiplier": 0.5,
+        "attention_multiplier": 0.3,
+        "logits_scaling": 4.0,
+    },
+    "mixtral": {"num_local_experts": 4, "num_experts_per_tok": 2},
+    "qwen2_moe": {
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 48,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+    },
+    "qwen3_moe": {
+        "moe_intermediate_size": 32,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "head_dim": 16,
+    },
+}
+#: per layer where a family differs from (2 norms, 1 converted MLP, nothing skipped): query and
+#: key norms (Qwen3, OLMo 2's over the projection), norms after attention and after the MLP
+#: (Gemma 2 and 3, OLMo 2, which has no norm before them), and mixture-of-experts blocks, whose
+#: routed experts stay (Qwen2-MoE's shared expert converts)
+LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
+    "qwen3": (4, 1, 0),
+    "gemma2": (4, 1, 0),
+    "gemma3": (6, 1, 0),
+    "olmo2": (4, 1, 0),
+    "mixtral": (2, 0, 1),
+    "qwen2_moe": (2, 1, 1),
+    "qwen3_moe": (4, 0, 1),
 }
 
 
@@ -81,12 +118,6 @@ def build(family: str, **overrides: Any) -> Any:
             if name.endswith("norm.weight"):
                 param.uniform_(0.5, 1.5)
     return model
-
-
-def norms_per_layer(family: str) -> int:
-    # Qwen3 adds a query and a key norm; Gemma 2 a norm after attention and after the MLP;
-    # Gemma 3 both
-    return {"qwen3": 4, "gemma2": 4, "gemma3": 6}.get(family, 2)
 
 
 def gated_op(family: str) -> str:
@@ -114,16 +145,23 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
             ids, attention_mask=mask, max_new_tokens=6, do_sample=False
         )
     layers = SIZES["num_hidden_layers"]
-    norms = norms_per_layer(family) * layers + 1
+    norms_a_layer, mlps_a_layer, moe_a_layer = LAYER_COUNTS.get(family, (2, 1, 0))
+    norms = norms_a_layer * layers + 1
     assert len(report.norms) == norms
-    assert len(report.mlps) == len(report.attentions) == layers
-    assert report.skipped == {}
+    assert len(report.mlps) == mlps_a_layer * layers
+    assert len(report.attentions) == layers
+    assert len(report.skipped) == moe_a_layer * layers
+    assert all(why.startswith("mixture of experts") for why in report.skipped.values())
     assert isinstance(model.model.norm, IRRMSNorm)
+    mlp = model.model.layers[0].mlp
     mlp_class = IRJoinedGatedMLP if family == "phi3" else IRGatedMLP
-    assert isinstance(model.model.layers[0].mlp, mlp_class)
+    assert isinstance(getattr(mlp, "shared_expert", mlp), mlp_class) == bool(mlps_a_layer)
     assert isinstance(model.model.rotary_emb, IRRotaryCache)
     calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
-    assert calls == {"rms_norm": norms, gated_op(family): layers, "rotary_embedding": layers}
+    expected = {"rms_norm": norms, "rotary_embedding": layers}
+    if mlps_a_layer:
+        expected[gated_op(family)] = layers
+    assert calls == expected
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
     assert torch.equal(converted_tokens, tokens)
 
@@ -285,13 +323,15 @@ def test_other_model_types_are_refused() -> None:
         convert_hf_model(transformers.GPT2LMHeadModel(config))
 
 
-def test_query_and_key_norms_over_more_than_a_head_leave_the_rotary_alone() -> None:
+def test_query_and_key_norms_of_mixed_forms_leave_the_rotary_alone() -> None:
+    """A query norm over the whole projection (OLMo 2's form) beside a key norm over each head
+    (Qwen3's) is neither form the converted attention applies."""
     model = build("qwen3")
     attention = model.model.layers[0].self_attn
     width = attention.q_proj.out_features
-    attention.q_norm = type(attention.q_norm)(width, eps=1e-6)  # over the whole projection
+    attention.q_norm = type(attention.q_norm)(width, eps=1e-6)
     report = convert_hf_model(model)
-    assert "query / key norms not over one head" in report.skipped["model.rotary_emb"]
+    assert "neither over one head nor over the projection" in report.skipped["model.rotary_emb"]
     assert report.attentions == []
 
 

@@ -1,5 +1,6 @@
-"""`convert_hf_model`: run a Hugging Face ``transformers`` Llama, Mistral, Qwen2, Qwen3, Gemma,
-Gemma 2, Gemma 3 (text) or Phi-3 (Phi-4) model on IR ops.
+"""`convert_hf_model`: run a Hugging Face ``transformers`` model on IR ops: Llama, Mistral, Qwen2,
+Qwen3, Gemma 1-3 (text), Phi-3 (Phi-4), Granite, OLMo 2, and the dense parts of Mixtral,
+Qwen2-MoE and Qwen3-MoE.
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -13,8 +14,11 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   becomes `IRRotaryCache` (one ``cos_sin_cache`` table computed from its frequencies; Gemma
   3's local and global ropes one each), and each attention layer rotates its projections with
   it before the model's own attention function runs (Qwen3's per-head query and key norms,
-  converted like the others, first; Phi-3's one ``qkv_proj`` split into views; a rope
-  narrower than the head rotates its leading part, as transformers' partial rotary does).
+  converted like the others, first, whether over each head or, as OLMo 2's, over the whole
+  projection; Phi-3's one ``qkv_proj`` split into views; a rope narrower than the head rotates
+  its leading part, as transformers' partial rotary does);
+- mixture-of-experts blocks keep their routed experts (transformers holds them as one tensor
+  per projection, not as gated MLPs) and are reported; a shared expert converts.
 
 The residual adds stay plain ``+``: under ``ir_stack.compile`` the fusion pass turns each add
 followed by a norm into ``fused_add_rms_norm``.
@@ -42,6 +46,7 @@ from ir_spec import ops
 
 logger = logging.getLogger("ir_stack")
 
+#: the ``config.model_type`` values `convert_hf_model` takes
 SUPPORTED_MODEL_TYPES = (
     "llama",
     "mistral",
@@ -51,6 +56,11 @@ SUPPORTED_MODEL_TYPES = (
     "gemma2",
     "gemma3_text",
     "phi3",
+    "granite",
+    "olmo2",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
 )
 #: rope types whose frequencies are fixed at construction (a table holds them exactly)
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -246,9 +256,12 @@ def _rotary_attention_forward(
     input_shape = hidden_states.shape[:-1]
     head_dim: int = self.head_dim
     q, k, v = _project_qkv(self, hidden_states)
-    if hasattr(self, "q_norm"):  # Qwen3: RMSNorm over each head, before the rotation
-        q = self.q_norm(q.unflatten(-1, (-1, head_dim))).flatten(-2)
-        k = self.k_norm(k.unflatten(-1, (-1, head_dim))).flatten(-2)
+    if getattr(self, "q_norm", None) is not None:  # before the rotation
+        if self.q_norm.weight.numel() == head_dim:  # Qwen3, Gemma 3: over each head
+            q = self.q_norm(q.unflatten(-1, (-1, head_dim))).flatten(-2)
+            k = self.k_norm(k.unflatten(-1, (-1, head_dim))).flatten(-2)
+        else:  # OLMo 2: over the whole projection
+            q, k = self.q_norm(q), self.k_norm(k)
     q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, True)
     hidden_shape = (*input_shape, -1, head_dim)
     q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
@@ -369,6 +382,17 @@ def _is_gated_mlp(module: nn.Module) -> bool:
     return _has_linears(module, _MLP_PARTS) or _has_linears(module, _JOINED_MLP_PARTS)
 
 
+def _is_mixture_of_experts(module: nn.Module) -> bool:
+    """A routed block whose experts are not separate gated MLPs: transformers 5 holds them as
+    one tensor per projection (a list of gated MLPs would convert one by one)."""
+    experts = getattr(module, "experts", None)
+    return (
+        isinstance(experts, nn.Module)
+        and (hasattr(module, "gate") or hasattr(module, "router"))
+        and not any(_is_gated_mlp(m) for m in experts.children())
+    )
+
+
 def _is_attention(module: nn.Module) -> bool:
     return type(module).__name__.endswith("Attention") and (
         _has_linears(module, _ATTENTION_PARTS) or _has_linears(module, _JOINED_ATTENTION_PARTS)
@@ -376,17 +400,24 @@ def _is_attention(module: nn.Module) -> bool:
 
 
 def _head_norms_fit(attention: nn.Module) -> bool:
-    """No query / key norm, or both over one head (Qwen3's), which the forward applies."""
+    """No query / key norm, or both over one head (Qwen3's, Gemma 3's), or each over its whole
+    projection (OLMo 2's): the forms the converted forward applies."""
     norms = [getattr(attention, n, None) for n in ("q_norm", "k_norm")]
     if norms == [None, None]:
         return True
     head_dim = getattr(attention, "head_dim", None)
-    return all(
-        isinstance(n, nn.Module)
-        and isinstance(getattr(n, "weight", None), torch.Tensor)
-        and n.weight.shape == (head_dim,)
+    config = getattr(attention, "config", None)
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None)
+    if head_dim is None or heads is None or kv_heads is None:
+        return False
+    widths = [
+        getattr(getattr(n, "weight", None), "shape", None) if isinstance(n, nn.Module) else None
         for n in norms
-    )
+    ]
+    per_head = [(head_dim,), (head_dim,)]
+    per_projection = [(heads * head_dim,), (kv_heads * head_dim,)]
+    return widths in (per_head, per_projection)
 
 
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
@@ -401,9 +432,8 @@ def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
 
 
 def convert_hf_model(model: nn.Module) -> ConversionReport:
-    """Swap the norms, gated MLPs and rotary embeddings of a ``transformers`` Llama, Mistral,
-    Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3 text or Phi-3 model (``*ForCausalLM`` or the bare
-    model) for IR ops, in place.
+    """Swap the norms, gated MLPs and rotary embeddings of a ``transformers`` model of a type in
+    `SUPPORTED_MODEL_TYPES` (``*ForCausalLM`` or the bare model) for IR ops, in place.
 
     Raises ValueError for other model types. Parts that cannot be converted exactly (another
     activation, a norm of another form, a rope type whose frequencies change with the sequence
@@ -432,6 +462,9 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
                 continue
             _set_submodule(model, path, IRRMSNorm(module.weight, eps, offset))
             report.norms.append(path)
+        elif _is_mixture_of_experts(module):
+            shared = " (its shared expert converts)" if hasattr(module, "shared_expert") else ""
+            report.skipped[path] = f"mixture of experts: its routed experts stay{shared}"
         elif _is_gated_mlp(module):
             activation = _gated_activation(module)
             if activation is None:
@@ -493,7 +526,9 @@ def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> 
     attentions = [(p, m) for p, m in model.named_modules() if _is_attention(m)]
     misfits = [p for p, m in attentions if not _head_norms_fit(m)]
     if misfits:
-        report.skipped[path] = f"query / key norms not over one head in {misfits[0]}"
+        report.skipped[path] = (
+            f"query / key norms neither over one head nor over the projection in {misfits[0]}"
+        )
         return
     head_dim = attentions[0][1].head_dim if attentions else None
     for inv_freq, _ in tables.values():
