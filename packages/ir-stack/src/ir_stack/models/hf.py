@@ -244,7 +244,7 @@ class IRRotaryCache(nn.Module):
 
 
 def _rotary_attention_forward(
-    self: Any,  # a transformers attention module (q_proj, k_proj, v_proj, o_proj, head_dim)
+    self: Any,  # a transformers attention module (q_proj, k_proj, v_proj or qkv_proj; o_proj)
     hidden_states: Tensor,
     position_embeddings: tuple[Tensor, Tensor],
     attention_mask: Tensor | None = None,
