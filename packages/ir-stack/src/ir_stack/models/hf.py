@@ -355,8 +355,7 @@ def _gated_activation(mlp: nn.Module) -> str | None:
     """The `GATED_ACTIVATIONS` name of the MLP's ``act_fn`` (Phi-3: ``activation_fn``), or
     None where it has none or computes none of them: run on a float32 probe beside each."""
     act_fn = getattr(mlp, "act_fn", None) or getattr(mlp, "activation_fn", None)
-    first = getattr(mlp, "gate_proj", None) or mlp.gate_up_proj
-    weight: Tensor = first.weight  # type: ignore[union-attr, assignment]
+    weight: Tensor = mlp.down_proj.weight  # type: ignore[union-attr, assignment]
     if not callable(act_fn) or weight.device.type == "meta":
         return None
     x = _probe((97,), weight.device)
