@@ -46,6 +46,10 @@ FAMILIES = {
     "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
     "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM"),
     "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM"),
+    "granitemoe": ("GraniteMoeConfig", "GraniteMoeForCausalLM"),
+    "granitemoeshared": ("GraniteMoeSharedConfig", "GraniteMoeSharedForCausalLM"),
+    "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM"),
 }
 #: what a family needs beside `SIZES`: Gemma's heads are 256 wide by default; for Gemma 2, a
 #: sliding window shorter than the prompt (its local layers differ from its global ones) and
@@ -92,11 +96,32 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 2,
         "head_dim": 16,
     },
+    # OLMoE: query and key norms over the whole projection, as OLMo 2's
+    "olmoe": {"num_experts": 4, "num_experts_per_tok": 2, "pad_token_id": 0, "eos_token_id": 1},
+    "granitemoe": {"num_local_experts": 4, "num_experts_per_tok": 2, "residual_multiplier": 0.5},
+    "granitemoeshared": {
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "shared_intermediate_size": 48,
+    },
+    # GLM-4 MoE: every layer routed (the first is dense by default), a shared expert, per-head
+    # query and key norms, the rope over half of each head
+    "glm4_moe": {
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "first_k_dense_replace": 0,
+        "n_group": 1,
+        "topk_group": 1,
+        "use_qk_norm": True,
+        "head_dim": 16,
+    },
 }
-#: per layer where a family differs from (2 norms, 1 converted MLP, nothing skipped): query and
-#: key norms (Qwen3, OLMo 2's over the projection), norms after attention and after the MLP
+#: per layer where a family differs from (2 norms, 1 converted MLP, no routed experts): query
+#: and key norms (Qwen3, OLMo 2's over the projection), norms after attention and after the MLP
 #: (Gemma 2 and 3, OLMo 2, which has no norm before them), and mixture-of-experts blocks, whose
-#: routed experts stay (Qwen2-MoE's shared expert converts)
+#: routed experts gate on the IR op and whose shared expert, where there is one (Qwen2-MoE,
+#: GLM-4 MoE), converts as a gated MLP
 LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "qwen3": (4, 1, 0),
     "gemma2": (4, 1, 0),
@@ -105,6 +130,10 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "mixtral": (2, 0, 1),
     "qwen2_moe": (2, 1, 1),
     "qwen3_moe": (4, 0, 1),
+    "olmoe": (4, 0, 1),
+    "granitemoe": (2, 0, 1),
+    "granitemoeshared": (2, 1, 1),
+    "glm4_moe": (4, 1, 1),
 }
 
 
@@ -145,28 +174,30 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
             ids, attention_mask=mask, max_new_tokens=6, do_sample=False
         )
     layers = SIZES["num_hidden_layers"]
-    norms_a_layer, mlps_a_layer, moe_a_layer = LAYER_COUNTS.get(family, (2, 1, 0))
+    norms_a_layer, mlps_a_layer, experts_a_layer = LAYER_COUNTS.get(family, (2, 1, 0))
     norms = norms_a_layer * layers + 1
     assert len(report.norms) == norms
     assert len(report.mlps) == mlps_a_layer * layers
+    assert len(report.experts) == experts_a_layer * layers
     assert len(report.attentions) == layers
-    assert len(report.skipped) == moe_a_layer * layers
-    assert all(why.startswith("mixture of experts") for why in report.skipped.values())
+    assert report.skipped == {}
     assert isinstance(model.model.norm, IRRMSNorm)
-    mlp = model.model.layers[0].mlp
-    mlp_class = IRJoinedGatedMLP if family == "phi3" else IRGatedMLP
-    assert isinstance(getattr(mlp, "shared_expert", mlp), mlp_class) == bool(mlps_a_layer)
+    mlp = model.model.layers[0].mlp if hasattr(model.model.layers[0], "mlp") else None
+    if experts_a_layer:  # the routed experts keep their class and their weights' names
+        assert all(path.endswith(".experts") for path in report.experts)
+    elif mlps_a_layer:
+        assert isinstance(mlp, IRJoinedGatedMLP if family == "phi3" else IRGatedMLP)
     assert isinstance(model.model.rotary_emb, IRRotaryCache)
     calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
     expected = {"rms_norm": norms, "rotary_embedding": layers}
-    if mlps_a_layer:
-        expected[gated_op(family)] = layers
+    if mlps_a_layer or experts_a_layer:
+        expected[gated_op(family)] = (mlps_a_layer + experts_a_layer) * layers
     assert calls == expected
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
     assert torch.equal(converted_tokens, tokens)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3", "phi3"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3", "phi3", "qwen3_moe"])
 def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:
     model = build(family)
     ids, mask = prompt()
@@ -304,6 +335,48 @@ def test_phi3_keeps_its_state_dict_and_leaves_a_long_rope_alone() -> None:
     assert report.attentions == []
     assert len(report.mlps) == SIZES["num_hidden_layers"]
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["mixtral", "granitemoeshared"])
+def test_mixtures_of_experts_keep_their_state_dict(family: str) -> None:
+    """The routed experts keep their module, and Granite's joined shared expert its layers'
+    names, so a checkpoint still loads after the conversion (a shared expert of separate gate
+    and up layers joins them into a copy, as a dense MLP does)."""
+    model = build(family)
+    keys = set(model.state_dict())
+    convert_hf_model(model)
+    assert set(model.state_dict()) == keys
+    model.load_state_dict(build(family).state_dict())
+
+
+def test_experts_gating_inline_or_in_their_own_way_are_left_alone() -> None:
+    """transformers' ``"eager"`` experts loop gates inline, not through ``_apply_gate``; and a
+    model's own ``_apply_gate`` (GPT-OSS clamps its gate) is not ``silu_and_mul``. Either
+    leaves the experts as they are, reported, and the outputs unchanged."""
+    model = build("qwen3_moe")
+    model.set_experts_implementation("eager")
+    ids, mask = prompt()
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask).logits
+        report = convert_hf_model(model)
+        converted = model(ids, attention_mask=mask).logits
+    assert report.experts == []
+    why = report.skipped["model.layers.0.mlp.experts"]
+    assert "experts implementation 'eager' gates inline" in why
+    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
+
+    model = build("mixtral")
+    experts = model.model.layers[1].mlp.experts
+
+    class ClampedExperts(type(experts)):  # type: ignore[misc]
+        def _apply_gate(self, gate_up: torch.Tensor) -> torch.Tensor:
+            gate, up = gate_up.clamp(max=1.0).chunk(2, dim=-1)
+            return self.act_fn(gate) * up
+
+    experts.__class__ = ClampedExperts
+    report = convert_hf_model(model)
+    assert report.experts == ["model.layers.0.mlp.experts"]
+    assert "gate in their own way" in report.skipped["model.layers.1.mlp.experts"]
 
 
 def test_rotary_cache_names_the_layer_types_it_has() -> None:

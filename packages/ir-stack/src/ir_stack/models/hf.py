@@ -1,6 +1,6 @@
 """`convert_hf_model`: run a Hugging Face ``transformers`` model on IR ops: Llama, Mistral, Qwen2,
-Qwen3, Gemma 1-3 (text), Phi-3 (Phi-4), Granite, OLMo 2, and the dense parts of Mixtral,
-Qwen2-MoE and Qwen3-MoE.
+Qwen3, Gemma 1-3 (text), Phi-3 (Phi-4), Granite, OLMo 2, and the mixtures of experts Mixtral,
+Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE (and its shared-expert form) and GLM-4 MoE.
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -17,8 +17,12 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   converted like the others, first, whether over each head or, as OLMo 2's, over the whole
   projection; Phi-3's one ``qkv_proj`` split into views; a rope narrower than the head rotates
   its leading part, as transformers' partial rotary does);
-- mixture-of-experts blocks keep their routed experts (transformers holds them as one tensor
-  per projection, not as gated MLPs) and are reported; a shared expert converts.
+- the routed experts of a mixture-of-experts block (transformers holds them as one tensor per
+  projection) gate with the IR op: their ``_apply_gate`` hook, which transformers' grouped,
+  batched and fused experts implementations call on the ``(tokens x experts, 2 x width)`` rows
+  of all the experts at once, runs ``silu_and_mul`` or ``gelu_and_mul``; their weights and
+  matrix products stay transformers'. Under the ``"eager"`` experts implementation, whose loop
+  gates inline, they are left alone and reported. A shared expert converts as a gated MLP.
 
 The residual adds stay plain ``+``: under ``ir_stack.compile`` the fusion pass turns each add
 followed by a norm into ``fused_add_rms_norm``.
@@ -33,6 +37,7 @@ through ``load_state_dict``).
 ir-stack (``pip install ir-stack[hf]`` adds it).
 """
 
+import functools
 import logging
 import sys
 import types
@@ -61,6 +66,10 @@ SUPPORTED_MODEL_TYPES = (
     "mixtral",
     "qwen2_moe",
     "qwen3_moe",
+    "olmoe",
+    "granitemoe",
+    "granitemoeshared",
+    "glm4_moe",
 )
 #: rope types whose frequencies are fixed at construction (a table holds them exactly)
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -72,6 +81,8 @@ class ConversionReport:
 
     norms: list[str] = field(default_factory=list)
     mlps: list[str] = field(default_factory=list)
+    #: routed experts whose gating runs on the IR op (their module keeps its class)
+    experts: list[str] = field(default_factory=list)
     attentions: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
 
@@ -167,19 +178,28 @@ class IRGatedMLP(nn.Module):
 
 
 class IRJoinedGatedMLP(nn.Module):
-    """A gated MLP whose gate and up projections are one layer already (Phi-3's
-    ``gate_up_proj``, gate first): ``down_proj(act_and_mul(gate_up_proj(x)))``. It holds the
-    original layers under their names, so its state dict is the original's."""
+    """A gated MLP whose gate and up projections are one layer already, gate rows first (Phi-3's
+    ``gate_up_proj`` and ``down_proj``; Granite MoE's shared expert's ``input_linear`` and
+    ``output_linear``): ``down(act_and_mul(gate_up(x)))``. It holds the original layers under
+    their own `names`, so its state dict is the original's."""
 
-    def __init__(self, gate_up_proj: nn.Linear, down_proj: nn.Linear, activation: str) -> None:
+    def __init__(
+        self,
+        gate_up: nn.Linear,
+        down: nn.Linear,
+        activation: str,
+        names: tuple[str, str] = ("gate_up_proj", "down_proj"),
+    ) -> None:
         super().__init__()
         _check_activation("IRJoinedGatedMLP", activation)
         self.activation = activation
-        self.gate_up_proj = gate_up_proj
-        self.down_proj = down_proj
+        self.names = names
+        setattr(self, names[0], gate_up)
+        setattr(self, names[1], down)
 
     def forward(self, x: Tensor) -> Tensor:
-        out: Tensor = self.down_proj(_act_and_mul(self.gate_up_proj(x), self.activation))
+        gate_up, down = (getattr(self, name) for name in self.names)
+        out: Tensor = down(_act_and_mul(gate_up(x), self.activation))
         return out
 
     def extra_repr(self) -> str:
@@ -352,11 +372,19 @@ def _norm_offset(module: nn.Module, eps: float) -> float | None:
 
 
 def _gated_activation(mlp: nn.Module) -> str | None:
-    """The `GATED_ACTIVATIONS` name of the MLP's ``act_fn`` (Phi-3: ``activation_fn``), or
-    None where it has none or computes none of them: run on a float32 probe beside each."""
-    act_fn = getattr(mlp, "act_fn", None) or getattr(mlp, "activation_fn", None)
-    weight: Tensor = mlp.down_proj.weight  # type: ignore[union-attr, assignment]
-    if not callable(act_fn) or weight.device.type == "meta":
+    """The `GATED_ACTIVATIONS` name of the MLP's ``act_fn`` (Phi-3: ``activation_fn``, Granite
+    MoE's shared expert: ``activation``), or None where it has none or computes none of them:
+    run on a float32 probe beside each."""
+    act_fn = next(
+        (
+            f
+            for n in ("act_fn", "activation_fn", "activation")
+            if callable(f := getattr(mlp, n, None))
+        ),
+        None,
+    )
+    weight = next(mlp.parameters(), None)
+    if not callable(act_fn) or weight is None or weight.device.type == "meta":
         return None
     x = _probe((97,), weight.device)
     with torch.no_grad():
@@ -377,8 +405,13 @@ def _has_linears(module: nn.Module, names: tuple[str, ...]) -> bool:
     return all(isinstance(getattr(module, n, None), nn.Linear) for n in names)
 
 
+def _joined_parts(module: nn.Module) -> tuple[str, str] | None:
+    """The names of a joined gated MLP's two layers, where `module` is one."""
+    return next((p for p in _JOINED_MLP_PARTS if _has_linears(module, p)), None)
+
+
 def _is_gated_mlp(module: nn.Module) -> bool:
-    return _has_linears(module, _MLP_PARTS) or _has_linears(module, _JOINED_MLP_PARTS)
+    return _has_linears(module, _MLP_PARTS) or _joined_parts(module) is not None
 
 
 def _is_mixture_of_experts(module: nn.Module) -> bool:
@@ -390,6 +423,32 @@ def _is_mixture_of_experts(module: nn.Module) -> bool:
         and (hasattr(module, "gate") or hasattr(module, "router"))
         and not any(_is_gated_mlp(m) for m in experts.children())
     )
+
+
+def _experts_gating(experts: nn.Module) -> tuple[str | None, str]:
+    """The `GATED_ACTIVATIONS` name the routed `experts` gate with, where the IR op can do it
+    through their ``_apply_gate`` hook; else ``(None, why)``. The hook must be transformers'
+    default (gate rows first, then up rows: ``silu_and_mul``'s layout; a model with its own,
+    as GPT-OSS's clamped one, keeps it) and called: the ``"eager"`` implementation gates
+    inline."""
+    hook = getattr(type(experts), "_apply_gate", None)
+    if hook is None:
+        return None, "mixture of experts: its routed experts have no _apply_gate hook"
+    from transformers.integrations import moe
+
+    if hook is not moe._default_apply_gate or not getattr(experts, "is_concatenated", False):
+        return None, "mixture of experts: its routed experts gate in their own way"
+    config = getattr(experts, "config", None)
+    implementation = getattr(config, "_experts_implementation", None)
+    if implementation in (None, "eager"):
+        return None, (
+            f"mixture of experts: experts implementation {implementation!r} gates inline; "
+            "'grouped_mm' or 'batched_mm' gate through the IR op"
+        )
+    activation = _gated_activation(experts)
+    if activation is None:
+        return None, "mixture of experts: its experts' activation is not silu or gelu"
+    return activation, ""
 
 
 def _is_attention(module: nn.Module) -> bool:
@@ -420,7 +479,8 @@ def _head_norms_fit(attention: nn.Module) -> bool:
 
 
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
-_JOINED_MLP_PARTS = ("gate_up_proj", "down_proj")  # Phi-3
+#: Phi-3's; Granite MoE's shared expert's
+_JOINED_MLP_PARTS = (("gate_up_proj", "down_proj"), ("input_linear", "output_linear"))
 _ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj")
 _JOINED_ATTENTION_PARTS = ("qkv_proj", "o_proj")  # Phi-3
 
@@ -431,8 +491,9 @@ def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
 
 
 def convert_hf_model(model: nn.Module) -> ConversionReport:
-    """Swap the norms, gated MLPs and rotary embeddings of a ``transformers`` model of a type in
-    `SUPPORTED_MODEL_TYPES` (``*ForCausalLM`` or the bare model) for IR ops, in place.
+    """Swap the norms, gated MLPs, routed experts' gating and rotary embeddings of a
+    ``transformers`` model of a type in `SUPPORTED_MODEL_TYPES` (``*ForCausalLM`` or the bare
+    model) for IR ops, in place.
 
     Raises ValueError for other model types. Parts that cannot be converted exactly (another
     activation, a norm of another form, a rope type whose frequencies change with the sequence
@@ -462,8 +523,14 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
             _set_submodule(model, path, IRRMSNorm(module.weight, eps, offset))
             report.norms.append(path)
         elif _is_mixture_of_experts(module):
-            shared = " (its shared expert converts)" if hasattr(module, "shared_expert") else ""
-            report.skipped[path] = f"mixture of experts: its routed experts stay{shared}"
+            experts_path = f"{path}.experts" if path else "experts"
+            activation, why = _experts_gating(module.experts)
+            if activation is None:
+                report.skipped[experts_path] = why
+                continue
+            # an instance attribute: the class, and every other model's experts, keep theirs
+            module.experts._apply_gate = functools.partial(_act_and_mul, activation=activation)
+            report.experts.append(experts_path)
         elif _is_gated_mlp(module):
             activation = _gated_activation(module)
             if activation is None:
@@ -476,8 +543,10 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
                 gate, up, down = (getattr(module, n) for n in _MLP_PARTS)
                 converted: nn.Module = IRGatedMLP(gate, up, down, activation)
             else:
-                gate_up, down = (getattr(module, n) for n in _JOINED_MLP_PARTS)
-                converted = IRJoinedGatedMLP(gate_up, down, activation)
+                names = _joined_parts(module)
+                assert names is not None
+                gate_up, down = (getattr(module, n) for n in names)
+                converted = IRJoinedGatedMLP(gate_up, down, activation, names)
             _set_submodule(model, path, converted)
             report.mlps.append(path)
     _convert_rotary(model, config, report)
