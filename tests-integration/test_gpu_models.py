@@ -172,6 +172,35 @@ HF_FAMILIES = {
     ),
     # query and key norms over the whole projection
     "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": 8}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    # mixtures of experts: routed experts gating on the IR op inside transformers' grouped
+    # matrix products; Qwen2-MoE's and GLM-4 MoE's shared experts convert as gated MLPs
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", {"num_local_experts": 8}),
+    "qwen2_moe": (
+        "Qwen2MoeConfig",
+        "Qwen2MoeForCausalLM",
+        {"num_experts": 8, "moe_intermediate_size": 128, "shared_expert_intermediate_size": 256},
+    ),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        {"num_experts": 8, "moe_intermediate_size": 128, "head_dim": 64},
+    ),
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", {"num_experts": 8, "pad_token_id": 0}),
+    "glm4_moe": (
+        "Glm4MoeConfig",
+        "Glm4MoeForCausalLM",
+        {
+            "n_routed_experts": 8,
+            "moe_intermediate_size": 128,
+            "first_k_dense_replace": 0,
+            "n_group": 1,
+            "topk_group": 1,
+            "use_qk_norm": True,
+            "head_dim": 64,
+        },
+    ),
 }
 
 
@@ -213,6 +242,7 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
             ir_dispatch.collect_stats(False)
     gemma = family.startswith("gemma")
     assert report.skipped == {}
+    assert bool(report.experts) == family.endswith(("moe", "mixtral"))
     calls = ir_dispatch.stats()
     expected = {"rms_norm", "gelu_and_mul" if gemma else "silu_and_mul"}
     assert {op for op, _ in calls} == {*expected, "rotary_embedding"}

@@ -1,6 +1,7 @@
 """A transformers Llama of Llama 3.2 1B's shape, or with ``--family gemma3`` a Gemma 3 of Gemma 3
-1B's, or with ``--family phi3`` a Phi-3 of Phi-3 mini's (random weights, bf16), on the GPU:
-forward latency in six ways, in one process:
+1B's, ``--family phi3`` a Phi-3 of Phi-3 mini's, ``--family qwen3_moe`` a Qwen3 MoE of Qwen3
+30B-A3B's (128 experts, 8 a token; random weights, bf16), on the GPU: forward latency in six
+ways, in one process:
 
 - ``hf eager``: the model as transformers runs it;
 - ``hf torch.compile``: stock ``torch.compile`` of that model with Inductor's CUDA graphs (as
@@ -83,11 +84,33 @@ PHI3_MINI = {
     "pad_token_id": 0,
     "eos_token_id": 1,
 }
+#: Qwen3 30B-A3B's shape: 128 routed experts of width 768, 8 a token (transformers' grouped
+#: matrix products); vocabulary cut as for Llama
+QWEN3_30B_A3B = {
+    "hidden_size": 2048,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "norm_topk_prob": True,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "rope_theta": 1000000.0,
+}
 #: family -> (config class, model class, shape, name in titles)
 FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", LLAMA_1B, "Llama, 1B shape"),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", GEMMA3_1B, "Gemma 3, 1B shape"),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", PHI3_MINI, "Phi-3 mini shape"),
+    "qwen3_moe": (
+        "Qwen3MoeConfig",
+        "Qwen3MoeForCausalLM",
+        QWEN3_30B_A3B,
+        "Qwen3 MoE, 30B-A3B shape",
+    ),
 }
 SHAPES = {"decode 16 x 1": (16, 1), "prompt 1 x 1024": (1, 1024)}
 #: Inductor's CUDA graphs (what ``mode="reduce-overhead"`` turns on; ``ir_passes.compile``
@@ -165,7 +188,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="directory for JSON and markdown")
     parser.add_argument("--family", choices=sorted(FAMILIES), default="llama")
-    parser.add_argument("--layers", type=int, default=None, help="default: the 1B model's")
+    parser.add_argument("--layers", type=int, default=None, help="default: the model's own")
     parser.add_argument("--eager-only", action="store_true", help="only the eager ways")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -228,6 +251,10 @@ def main() -> None:
         "runs": runs,
         "passes": reports,
         "eager_launch_plans": planned,
+        "converted": {
+            part: len(getattr(conversion, part))
+            for part in ("norms", "mlps", "experts", "attentions")
+        },
     }
     lines = [
         f"# transformers {title}, {layers} layers, bf16, on an {result['card']}",
@@ -244,6 +271,7 @@ def main() -> None:
         times = " | ".join(f"{run['us'][s]:.1f}" for s in SHAPES)
         lines.append(f"| {run['name']} | {times} | {diffs} | {run['warmup_s']:.0f} |")
     lines.append("")
+    lines.append(f"- converted: {result['converted']}")
     lines.append(f"- ir eager: Triton launch plans by launcher {planned}")
     for name, summary in reports.items():
         lines.append(f"- {name}: fusions {summary['fusions']}, kernels {summary['selected']}")
