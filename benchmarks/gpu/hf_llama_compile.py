@@ -202,7 +202,12 @@ def main() -> None:
         for shape, size in SHAPES.items()
     }
     runs = []
-    with torch.no_grad():
+    # no compiled graph from an earlier run's cache: the passes' reports below are this run's
+    with (
+        torch.no_grad(),
+        torch._inductor.config.patch(fx_graph_cache=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
         runs.append(measure("hf eager", forward_of(model), inputs))
         if not args.eager_only:
             stock = torch.compile(forward_of(model), options=GRAPHS, dynamic=False)
