@@ -81,10 +81,10 @@ class ConversionReport:
 
     norms: list[str] = field(default_factory=list)
     mlps: list[str] = field(default_factory=list)
-    #: routed experts whose gating runs on the IR op (their module keeps its class)
-    experts: list[str] = field(default_factory=list)
     attentions: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    #: routed experts whose gating runs on the IR op (their module keeps its class)
+    experts: list[str] = field(default_factory=list)
 
 
 class IRRMSNorm(nn.Module):
@@ -551,9 +551,11 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
             report.mlps.append(path)
     _convert_rotary(model, config, report)
     logger.info(
-        "convert_hf_model: %d norms, %d MLPs, %d attention layers on IR ops; skipped %s",
+        "convert_hf_model: %d norms, %d MLPs, %d routed experts' gating, %d attention layers on "
+        "IR ops; skipped %s",
         len(report.norms),
         len(report.mlps),
+        len(report.experts),
         len(report.attentions),
         report.skipped or "nothing",
     )
