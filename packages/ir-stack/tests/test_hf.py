@@ -50,6 +50,20 @@ FAMILIES = {
     "granitemoe": ("GraniteMoeConfig", "GraniteMoeForCausalLM"),
     "granitemoeshared": ("GraniteMoeSharedConfig", "GraniteMoeSharedForCausalLM"),
     "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM"),
+    "deepseek_v2": ("DeepseekV2Config", "DeepseekV2ForCausalLM"),
+    "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM"),
+}
+_DEEPSEEK: dict[str, Any] = {
+    "n_routed_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "first_k_dense_replace": 0,
+    "n_group": 1,
+    "topk_group": 1,
+    "kv_lora_rank": 16,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 16,
 }
 #: what a family needs beside `SIZES`: Gemma's heads are 256 wide by default; for Gemma 2, a
 #: sliding window shorter than the prompt (its local layers differ from its global ones) and
@@ -116,12 +130,19 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "use_qk_norm": True,
         "head_dim": 16,
     },
+    # DeepSeek: latent attention (queries through a low-rank projection and its norm, keys and
+    # values through another), a shared expert, every layer routed
+    "deepseek_v2": {**_DEEPSEEK, "q_lora_rank": None},
+    "deepseek_v3": {**_DEEPSEEK, "q_lora_rank": 24},
 }
+#: families whose attention stays as it is (DeepSeek's latent attention rotates on its own)
+ATTENTION_STAYS = {"deepseek_v2", "deepseek_v3"}
 #: per layer where a family differs from (2 norms, 1 converted MLP, no routed experts): query
 #: and key norms (Qwen3, OLMo 2's over the projection), norms after attention and after the MLP
 #: (Gemma 2 and 3, OLMo 2, which has no norm before them), and mixture-of-experts blocks, whose
 #: routed experts gate on the IR op and whose shared expert, where there is one (Qwen2-MoE,
-#: GLM-4 MoE), converts as a gated MLP
+#: GLM-4 MoE, DeepSeek), converts as a gated MLP; DeepSeek's latent attention has a norm after its
+#: key-value projection, and V3's one after its query projection too
 LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "qwen3": (4, 1, 0),
     "gemma2": (4, 1, 0),
@@ -134,6 +155,8 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "granitemoe": (2, 0, 1),
     "granitemoeshared": (2, 1, 1),
     "glm4_moe": (4, 1, 1),
+    "deepseek_v2": (3, 1, 1),
+    "deepseek_v3": (4, 1, 1),
 }
 
 
@@ -179,17 +202,21 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     assert len(report.norms) == norms
     assert len(report.mlps) == mlps_a_layer * layers
     assert len(report.experts) == experts_a_layer * layers
-    assert len(report.attentions) == layers
-    assert report.skipped == {}
+    attention_stays = family in ATTENTION_STAYS
+    assert len(report.attentions) == (0 if attention_stays else layers)
+    why = "attention of another form in model.layers.0.self_attn"
+    assert report.skipped == ({"model.rotary_emb": why} if attention_stays else {})
     assert isinstance(model.model.norm, IRRMSNorm)
     mlp = model.model.layers[0].mlp if hasattr(model.model.layers[0], "mlp") else None
     if experts_a_layer:  # the routed experts keep their class and their weights' names
         assert all(path.endswith(".experts") for path in report.experts)
     elif mlps_a_layer:
         assert isinstance(mlp, IRJoinedGatedMLP if family == "phi3" else IRGatedMLP)
-    assert isinstance(model.model.rotary_emb, IRRotaryCache)
+    assert isinstance(model.model.rotary_emb, IRRotaryCache) != attention_stays
     calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
-    expected = {"rms_norm": norms, "rotary_embedding": layers}
+    expected = (
+        {"rms_norm": norms} if attention_stays else {"rms_norm": norms, "rotary_embedding": layers}
+    )
     if mlps_a_layer or experts_a_layer:
         expected[gated_op(family)] = (mlps_a_layer + experts_a_layer) * layers
     assert calls == expected

@@ -1,6 +1,7 @@
 """`convert_hf_model`: run a Hugging Face ``transformers`` model on IR ops: Llama, Mistral, Qwen2,
 Qwen3, Gemma 1-3 (text), Phi-3 (Phi-4), Granite, OLMo 2, and the mixtures of experts Mixtral,
-Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE (and its shared-expert form) and GLM-4 MoE.
+Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE (and its shared-expert form), GLM-4 MoE and DeepSeek V2
+and V3 (their latent attention, which rotates its own way, stays).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -70,6 +71,8 @@ SUPPORTED_MODEL_TYPES = (
     "granitemoe",
     "granitemoeshared",
     "glm4_moe",
+    "deepseek_v2",
+    "deepseek_v3",
 )
 #: rope types whose frequencies are fixed at construction (a table holds them exactly)
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -593,18 +596,26 @@ def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> 
     if not tables:
         report.skipped[path] = why
         return
-    attentions = [(p, m) for p, m in model.named_modules() if _is_attention(m)]
+    layers = [(p, m) for p, m in model.named_modules() if type(m).__name__.endswith("Attention")]
+    others = [p for p, m in layers if not _is_attention(m)]
+    if others or not layers:
+        # DeepSeek's latent attention, say: it rotates with the model's (cos, sin) itself
+        report.skipped[path] = (
+            f"attention of another form in {others[0]}" if others else "no attention layers"
+        )
+        return
+    attentions = [(p, m) for p, m in layers if _is_attention(m)]
     misfits = [p for p, m in attentions if not _head_norms_fit(m)]
     if misfits:
         report.skipped[path] = (
             f"query / key norms neither over one head nor over the projection in {misfits[0]}"
         )
         return
-    head_dim = attentions[0][1].head_dim if attentions else None
+    head_dim = attentions[0][1].head_dim
     for inv_freq, _ in tables.values():
         # a rope narrower than the head rotates its leading part (transformers' partial rotary,
         # Phi-3's `partial_rotary_factor`), as the op does
-        if head_dim is None or 2 * inv_freq.numel() > head_dim:
+        if 2 * inv_freq.numel() > head_dim:
             report.skipped[path] = f"rotary dimension {2 * inv_freq.numel()} > head_dim {head_dim}"
             return
     _set_submodule(model, path, IRRotaryCache(tables, int(config.max_position_embeddings)))
