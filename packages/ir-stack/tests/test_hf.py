@@ -2,6 +2,7 @@
 downloads): outputs equal before and after, the IR ops really run, generation with a KV cache
 and `ir_stack.compile` agree, and the compiled residual adds become fused adds."""
 
+import sys
 from typing import Any
 
 import pytest
@@ -52,6 +53,15 @@ FAMILIES = {
     "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM"),
     "deepseek_v2": ("DeepseekV2Config", "DeepseekV2ForCausalLM"),
     "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM"),
+    "ministral": ("MinistralConfig", "MinistralForCausalLM"),
+    "olmo3": ("Olmo3Config", "Olmo3ForCausalLM"),
+    "glm": ("GlmConfig", "GlmForCausalLM"),
+    "glm4": ("Glm4Config", "Glm4ForCausalLM"),
+    "ernie4_5": ("Ernie4_5Config", "Ernie4_5ForCausalLM"),
+    "ernie4_5_moe": ("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM"),
+    "helium": ("HeliumConfig", "HeliumForCausalLM"),
+    "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM"),
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"),
 }
 _DEEPSEEK: dict[str, Any] = {
     "n_routed_experts": 4,
@@ -134,7 +144,31 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     # values through another), a shared expert, every layer routed
     "deepseek_v2": {**_DEEPSEEK, "q_lora_rank": None},
     "deepseek_v3": {**_DEEPSEEK, "q_lora_rank": 24},
+    # a sliding layer and a full one
+    "ministral": {
+        "head_dim": 16,
+        "sliding_window": 4,
+        "layer_types": ["sliding_attention", "full_attention"],
+    },
+    "olmo3": {"sliding_window": 4, "layer_types": ["sliding_attention", "full_attention"]},
+    # GLM, GLM-4 and ERNIE 4.5 rotate pairs, not halves (GLM's over half of each head); GLM's
+    # gate and up projections are one layer, GLM-4 adds norms after attention and the MLP
+    "glm": {"pad_token_id": 0, "eos_token_id": 1},
+    "glm4": {"pad_token_id": 0, "eos_token_id": 1},
+    "ernie4_5_moe": {
+        "moe_num_experts": 4,
+        "moe_k": 2,
+        "moe_intermediate_size": 32,
+        "moe_layer_start_index": 0,
+        "moe_num_shared_experts": 1,
+    },
+    "helium": {"head_dim": 16},
+    "seed_oss": {"head_dim": 16},
+    # the second layer without rotary embeddings (NoPE)
+    "smollm3": {"pad_token_id": 0, "no_rope_layer_interval": 2},
 }
+#: families whose gate and up projections are one layer already
+JOINED_MLPS = {"phi3", "glm", "glm4"}
 #: families whose attention stays as it is (DeepSeek's latent attention rotates on its own)
 ATTENTION_STAYS = {"deepseek_v2", "deepseek_v3"}
 #: per layer where a family differs from (2 norms, 1 converted MLP, no routed experts): query
@@ -157,11 +191,17 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "glm4_moe": (4, 1, 1),
     "deepseek_v2": (3, 1, 1),
     "deepseek_v3": (4, 1, 1),
+    "olmo3": (4, 1, 0),
+    "glm4": (4, 1, 0),
+    "ernie4_5_moe": (2, 1, 1),
 }
 
 
 def build(family: str, **overrides: Any) -> Any:
     torch.manual_seed(0)
+    missing = [name for name in FAMILIES[family] if not hasattr(transformers, name)]
+    if missing:  # a family newer than the installed transformers
+        pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
     config_class, model_class = (getattr(transformers, name) for name in FAMILIES[family])
     options = {**FAMILY_OPTIONS.get(family, {}), **overrides}
     model = model_class(config_class(**SIZES, **options)).eval()
@@ -211,11 +251,13 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     if experts_a_layer:  # the routed experts keep their class and their weights' names
         assert all(path.endswith(".experts") for path in report.experts)
     elif mlps_a_layer:
-        assert isinstance(mlp, IRJoinedGatedMLP if family == "phi3" else IRGatedMLP)
+        assert isinstance(mlp, IRJoinedGatedMLP if family in JOINED_MLPS else IRGatedMLP)
     assert isinstance(model.model.rotary_emb, IRRotaryCache) != attention_stays
     calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
+    # SmolLM3's NoPE layers rotate nothing
+    rotated = sum(getattr(layer.self_attn, "use_rope", True) for layer in model.model.layers)
     expected = (
-        {"rms_norm": norms} if attention_stays else {"rms_norm": norms, "rotary_embedding": layers}
+        {"rms_norm": norms} if attention_stays else {"rms_norm": norms, "rotary_embedding": rotated}
     )
     if mlps_a_layer or experts_a_layer:
         expected[gated_op(family)] = (mlps_a_layer + experts_a_layer) * layers
@@ -404,6 +446,38 @@ def test_experts_gating_inline_or_in_their_own_way_are_left_alone() -> None:
     report = convert_hf_model(model)
     assert report.experts == ["model.layers.0.mlp.experts"]
     assert "gate in their own way" in report.skipped["model.layers.1.mlp.experts"]
+
+
+def test_the_rotation_form_is_found_by_running_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GLM rotates pairs and Llama halves: each converted attention rotates as its model does.
+    A rotation of neither form (here Llama's with the sines negated) leaves the attention and
+    the rotary module alone, reported."""
+    forms = {}
+    for family in ("glm", "llama"):
+        model = build(family)
+        convert_hf_model(model)
+        forms[family] = {layer.self_attn.rotary_is_neox_style for layer in model.model.layers}
+    assert forms == {"glm": {False}, "llama": {True}}
+
+    model = build("llama")
+    module = sys.modules[type(model.model.layers[0].self_attn).__module__]
+    rotate = module.apply_rotary_pos_emb
+
+    def backwards(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Any:
+        return rotate(q, k, cos, -sin)
+
+    monkeypatch.setattr(module, "apply_rotary_pos_emb", backwards)
+    ids, mask = prompt()
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask).logits
+        report = convert_hf_model(model)
+        converted = model(ids, attention_mask=mask).logits
+    assert (
+        "rotates in neither the op's neox nor its interleaved form"
+        in report.skipped["model.rotary_emb"]
+    )
+    assert report.attentions == []
+    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
 
 
 def test_rotary_cache_names_the_layer_types_it_has() -> None:

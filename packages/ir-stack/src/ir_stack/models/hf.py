@@ -1,7 +1,8 @@
-"""`convert_hf_model`: run a Hugging Face ``transformers`` model on IR ops: Llama, Mistral, Qwen2,
-Qwen3, Gemma 1-3 (text), Phi-3 (Phi-4), Granite, OLMo 2, and the mixtures of experts Mixtral,
-Qwen2-MoE, Qwen3-MoE, OLMoE, Granite MoE (and its shared-expert form), GLM-4 MoE and DeepSeek V2
-and V3 (their latent attention, which rotates its own way, stays).
+"""`convert_hf_model`: run a Hugging Face ``transformers`` model on IR ops: Llama, Mistral,
+Ministral, Qwen2, Qwen3, Gemma 1-3 (text), Phi-3 (Phi-4), Granite, OLMo 2 and 3, GLM and GLM-4,
+ERNIE 4.5, Helium, Seed-OSS, SmolLM3, and the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE,
+OLMoE, Granite MoE (and its shared-expert form), GLM-4 MoE, ERNIE 4.5 MoE and DeepSeek V2 and V3
+(their latent attention, which rotates its own way, stays).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -14,10 +15,13 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
 - rotary embeddings are applied by ``ir_spec.ops.rotary_embedding``: the model's rotary module
   becomes `IRRotaryCache` (one ``cos_sin_cache`` table computed from its frequencies; Gemma
   3's local and global ropes one each), and each attention layer rotates its projections with
-  it before the model's own attention function runs (Qwen3's per-head query and key norms,
-  converted like the others, first, whether over each head or, as OLMo 2's, over the whole
-  projection; Phi-3's one ``qkv_proj`` split into views; a rope narrower than the head rotates
-  its leading part, as transformers' partial rotary does);
+  it before the model's own attention function runs, in the form that the model's
+  ``apply_rotary_pos_emb`` is found to rotate by a probe: the halves of each head, or pairs
+  (GLM, ERNIE, Helium). Query and key norms come first, as converted norms, over each head
+  (Qwen3) or over the whole projection (OLMo 2); Phi-3's one ``qkv_proj`` is split into
+  views; a rope narrower than the head rotates its leading part, as transformers' partial
+  rotary does; SmolLM3's NoPE layers rotate nothing. A model with an attention layer of
+  another form (DeepSeek's latent attention) keeps its rotary module;
 - the routed experts of a mixture-of-experts block (transformers holds them as one tensor per
   projection) gate with the IR op: their ``_apply_gate`` hook, which transformers' grouped,
   batched and fused experts implementations call on the ``(tokens x experts, 2 x width)`` rows
@@ -73,6 +77,15 @@ SUPPORTED_MODEL_TYPES = (
     "glm4_moe",
     "deepseek_v2",
     "deepseek_v3",
+    "glm",
+    "glm4",
+    "ernie4_5",
+    "ernie4_5_moe",
+    "helium",
+    "ministral",
+    "olmo3",
+    "seed_oss",
+    "smollm3",
 )
 #: rope types whose frequencies are fixed at construction (a table holds them exactly)
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -285,7 +298,9 @@ def _rotary_attention_forward(
             k = self.k_norm(k.unflatten(-1, (-1, head_dim))).flatten(-2)
         else:  # OLMo 2: over the whole projection
             q, k = self.q_norm(q), self.k_norm(k)
-    q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, True)
+    if getattr(self, "use_rope", True):  # SmolLM3's NoPE layers have none
+        neox: bool = self.rotary_is_neox_style  # set by the conversion, which found the form
+        q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, neox)
     hidden_shape = (*input_shape, -1, head_dim)
     q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
     kwargs.pop("position_ids", None)
@@ -618,7 +633,52 @@ def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> 
         if 2 * inv_freq.numel() > head_dim:
             report.skipped[path] = f"rotary dimension {2 * inv_freq.numel()} > head_dim {head_dim}"
             return
-    _set_submodule(model, path, IRRotaryCache(tables, int(config.max_position_embeddings)))
+    cache = IRRotaryCache(tables, int(config.max_position_embeddings))
+    neox = _rotation_form(model.get_submodule(path), cache, attentions[0][1])
+    if neox is None:
+        report.skipped[path] = (
+            "its attention rotates in neither the op's neox nor its interleaved form"
+        )
+        return
+    _set_submodule(model, path, cache)
     for attention_path, attention in attentions:
+        attention.rotary_is_neox_style = neox
         attention.forward = types.MethodType(_rotary_attention_forward, attention)
         report.attentions.append(attention_path)
+
+
+#: positions of the rotary probe: the first few and some far apart
+_PROBE_POSITIONS = (0, 1, 2, 3, 7, 100, 1000)
+
+
+def _rotation_form(rotary: nn.Module, cache: IRRotaryCache, attention: nn.Module) -> bool | None:
+    """True where the model's ``apply_rotary_pos_emb``, given its rotary module's cosines and
+    sines, rotates as ``rotary_embedding`` with `cache` does in the neox form (the halves of
+    each head: Llama, Qwen, Gemma), False where in the interleaved form (pairs: GLM, ERNIE),
+    None where in neither. Run on float32 probe heads at every layer type's table, so the
+    tables are checked too."""
+    apply = getattr(sys.modules[type(attention).__module__], "apply_rotary_pos_emb", None)
+    device = cache.cache_for(cache.layer_types[0]).device
+    if not callable(apply) or device.type == "meta":
+        return None
+    head_dim: int = attention.head_dim  # type: ignore[assignment]
+    limit = cache.cache_for(cache.layer_types[0]).shape[0]
+    positions = torch.tensor([p for p in _PROBE_POSITIONS if p < limit], device=device)
+    q, k = (_probe((1, 2, len(positions), head_dim), device) for _ in range(2))
+    k = k.flip(-1)  # not the query's values
+    flat = [t.transpose(1, 2).reshape(len(positions), -1) for t in (q, k)]
+    forms = {True, False}
+    with torch.no_grad():
+        for layer_type in cache.layer_types:
+            extra = () if layer_type is None else (layer_type,)
+            cos, sin = rotary(q, positions[None], *extra)
+            want = [t.transpose(1, 2).reshape(len(positions), -1) for t in apply(q, k, cos, sin)]
+            table = cache.cache_for(layer_type)
+            for neox in list(forms):
+                got = ops.rotary_embedding.native(positions, *flat, head_dim, table, neox)
+                if not all(
+                    torch.allclose(g, w, rtol=1e-4, atol=1e-4)
+                    for g, w in zip(got, want, strict=True)
+                ):
+                    forms.discard(neox)
+    return forms.pop() if len(forms) == 1 else None
