@@ -201,6 +201,20 @@ HF_FAMILIES = {
             "head_dim": 64,
         },
     ),
+    # pairs rotated, not halves (GLM-4 over half of each head, with one gate-up layer)
+    "glm4": ("Glm4Config", "Glm4ForCausalLM", {"pad_token_id": 0, "eos_token_id": 1}),
+    "ernie4_5": ("Ernie4_5Config", "Ernie4_5ForCausalLM", {}),
+    # a layer without rotary embeddings (NoPE); a sliding and a full layer
+    "smollm3": (
+        "SmolLM3Config",
+        "SmolLM3ForCausalLM",
+        {"no_rope_layer_interval": 2, "pad_token_id": 0},
+    ),
+    "olmo3": (
+        "Olmo3Config",
+        "Olmo3ForCausalLM",
+        {"sliding_window": 8, "layer_types": ["sliding_attention", "full_attention"]},
+    ),
     # latent attention, which stays (it rotates its own way): norms, MLPs and experts convert
     "deepseek_v3": (
         "DeepseekV3Config",
