@@ -63,13 +63,18 @@ FAMILIES = {
     "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM"),
     "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"),
 }
-_DEEPSEEK: dict[str, Any] = {
+#: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
+#: default)
+_GROUPED_ROUTING: dict[str, Any] = {
     "n_routed_experts": 4,
     "num_experts_per_tok": 2,
     "moe_intermediate_size": 32,
     "first_k_dense_replace": 0,
     "n_group": 1,
     "topk_group": 1,
+}
+_DEEPSEEK: dict[str, Any] = {
+    **_GROUPED_ROUTING,
     "kv_lora_rank": 16,
     "qk_rope_head_dim": 8,
     "qk_nope_head_dim": 8,
@@ -128,18 +133,8 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 2,
         "shared_intermediate_size": 48,
     },
-    # GLM-4 MoE: every layer routed (the first is dense by default), a shared expert, per-head
-    # query and key norms, the rope over half of each head
-    "glm4_moe": {
-        "n_routed_experts": 4,
-        "num_experts_per_tok": 2,
-        "moe_intermediate_size": 32,
-        "first_k_dense_replace": 0,
-        "n_group": 1,
-        "topk_group": 1,
-        "use_qk_norm": True,
-        "head_dim": 16,
-    },
+    # GLM-4 MoE: a shared expert, per-head query and key norms, the rope over half of each head
+    "glm4_moe": {**_GROUPED_ROUTING, "use_qk_norm": True, "head_dim": 16},
     # DeepSeek: latent attention (queries through a low-rank projection and its norm, keys and
     # values through another), a shared expert, every layer routed
     "deepseek_v2": {**_DEEPSEEK, "q_lora_rank": None},
