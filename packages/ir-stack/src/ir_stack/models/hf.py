@@ -454,7 +454,8 @@ def _experts_gating(experts: nn.Module) -> tuple[str | None, str]:
         return None, "mixture of experts: its routed experts have no _apply_gate hook"
     from transformers.integrations import moe
 
-    if hook is not moe._default_apply_gate or not getattr(experts, "is_concatenated", False):
+    default = getattr(moe, "_default_apply_gate", None)  # private: absent, nothing converts
+    if hook is not default or not getattr(experts, "is_concatenated", False):
         return None, "mixture of experts: its routed experts gate in their own way"
     config = getattr(experts, "config", None)
     implementation = getattr(config, "_experts_implementation", None)
