@@ -486,6 +486,15 @@ def test_rotary_cache_names_the_layer_types_it_has() -> None:
         rotary(x, positions, "chunked_attention")
 
 
+def test_a_converted_model_is_not_converted_again() -> None:
+    """A second conversion would find the converted modules' forms unknown and report them
+    as skipped for the wrong reasons; it is refused, naming a converted module."""
+    model = build("phi3")
+    convert_hf_model(model)
+    with pytest.raises(ValueError, match=r"'model' is converted already \(model.layers.0"):
+        convert_hf_model(model)
+
+
 def test_other_model_types_are_refused() -> None:
     config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)
     with pytest.raises(ValueError, match="type 'gpt2'; expected a transformers model of type"):

@@ -509,14 +509,19 @@ def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
     setattr(root.get_submodule(parent_path) if parent_path else root, name, module)
 
 
+#: the modules a conversion puts in: a model holding one was converted
+_CONVERTED_MODULES = (IRRMSNorm, IRGatedMLP, IRJoinedGatedMLP, IRRotaryCache)
+
+
 def convert_hf_model(model: nn.Module) -> ConversionReport:
     """Swap the norms, gated MLPs, routed experts' gating and rotary embeddings of a
     ``transformers`` model of a type in `SUPPORTED_MODEL_TYPES` (``*ForCausalLM`` or the bare
     model) for IR ops, in place.
 
-    Raises ValueError for other model types. Parts that cannot be converted exactly (another
-    activation, a norm of another form, a rope type whose frequencies change with the sequence
-    length) are left as they are and listed in the report's ``skipped``.
+    Raises ValueError for other model types and for a model converted already. Parts that
+    cannot be converted exactly (another activation, a norm of another form, a rope type whose
+    frequencies change with the sequence length) are left as they are and listed in the
+    report's ``skipped``.
     """
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
@@ -526,6 +531,15 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
             f"model of type {' or '.join(SUPPORTED_MODEL_TYPES)}"
         )
     assert config is not None
+    converted_already = next(
+        ((p, m) for p, m in model.named_modules() if isinstance(m, _CONVERTED_MODULES)), None
+    )
+    if converted_already is not None:
+        path, module = converted_already
+        raise ValueError(
+            f"convert_hf_model: argument 'model' is converted already ({path} is an "
+            f"{type(module).__name__}); convert each model once"
+        )
     import transformers
     from packaging.version import Version
 
