@@ -261,7 +261,9 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     assert torch.equal(converted_tokens, tokens)
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3", "phi3", "qwen3_moe"])
+@pytest.mark.parametrize(
+    "family", ["llama", "qwen3", "gemma", "gemma3", "phi3", "qwen3_moe", "glm4", "smollm3"]
+)
 def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:
     model = build(family)
     ids, mask = prompt()
