@@ -402,7 +402,7 @@ def _gated_activation(mlp: nn.Module) -> str | None:
         None,
     )
     weight = next(mlp.parameters(), None)
-    if not callable(act_fn) or weight is None or weight.device.type == "meta":
+    if act_fn is None or weight is None or weight.device.type == "meta":
         return None
     x = _probe((97,), weight.device)
     with torch.no_grad():
@@ -423,13 +423,15 @@ def _has_linears(module: nn.Module, names: tuple[str, ...]) -> bool:
     return all(isinstance(getattr(module, n, None), nn.Linear) for n in names)
 
 
-def _joined_parts(module: nn.Module) -> tuple[str, str] | None:
-    """The names of a joined gated MLP's two layers, where `module` is one."""
-    return next((p for p in _JOINED_MLP_PARTS if _has_linears(module, p)), None)
+def _gated_mlp_parts(module: nn.Module) -> tuple[str, ...] | None:
+    """The names of a gated MLP's layers, where `module` is one: gate, up and down
+    (`_MLP_PARTS`), or gate-up and down (one of `_JOINED_MLP_PARTS`)."""
+    forms = (_MLP_PARTS, *_JOINED_MLP_PARTS)
+    return next((parts for parts in forms if _has_linears(module, parts)), None)
 
 
 def _is_gated_mlp(module: nn.Module) -> bool:
-    return _has_linears(module, _MLP_PARTS) or _joined_parts(module) is not None
+    return _gated_mlp_parts(module) is not None
 
 
 def _is_mixture_of_experts(module: nn.Module) -> bool:
@@ -564,7 +566,7 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
             # an instance attribute: the class, and every other model's experts, keep theirs
             module.experts._apply_gate = functools.partial(_act_and_mul, activation=activation)
             report.experts.append(experts_path)
-        elif _is_gated_mlp(module):
+        elif (parts := _gated_mlp_parts(module)) is not None:
             activation = _gated_activation(module)
             if activation is None:
                 name = getattr(config, "hidden_activation", None) or getattr(
@@ -572,14 +574,12 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
                 )
                 report.skipped[path] = f"activation {name!r}: not silu, gelu or gelu_pytorch_tanh"
                 continue
-            if _has_linears(module, _MLP_PARTS):
-                gate, up, down = (getattr(module, n) for n in _MLP_PARTS)
+            if len(parts) == 3:
+                gate, up, down = (getattr(module, n) for n in parts)
                 converted: nn.Module = IRGatedMLP(gate, up, down, activation)
             else:
-                names = _joined_parts(module)
-                assert names is not None
-                gate_up, down = (getattr(module, n) for n in names)
-                converted = IRJoinedGatedMLP(gate_up, down, activation, names)
+                gate_up, down = (getattr(module, n) for n in parts)
+                converted = IRJoinedGatedMLP(gate_up, down, activation, (parts[0], parts[1]))
             _set_submodule(model, path, converted)
             report.mlps.append(path)
     _convert_rotary(model, config, report)
@@ -634,7 +634,7 @@ def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> 
             f"attention of another form in {others[0]}" if others else "no attention layers"
         )
         return
-    attentions = [(p, m) for p, m in layers if _is_attention(m)]
+    attentions = layers  # every one of the forms converted
     misfits = [p for p, m in attentions if not _head_norms_fit(m)]
     if misfits:
         report.skipped[path] = (
@@ -673,14 +673,14 @@ def _rotation_form(rotary: nn.Module, cache: IRRotaryCache, attention: nn.Module
     None where in neither. Run on float32 probe heads at every layer type's table, so the
     tables are checked too."""
     apply = getattr(sys.modules[type(attention).__module__], "apply_rotary_pos_emb", None)
-    device = cache.cache_for(cache.layer_types[0]).device
-    if not callable(apply) or device.type == "meta":
+    first = cache.cache_for(cache.layer_types[0])
+    if not callable(apply) or first.device.type == "meta":
         return None
     head_dim: int = attention.head_dim  # type: ignore[assignment]
-    limit = cache.cache_for(cache.layer_types[0]).shape[0]
-    positions = torch.tensor([p for p in _PROBE_POSITIONS if p < limit], device=device)
-    q, k = (_probe((1, 2, len(positions), head_dim), device) for _ in range(2))
-    k = k.flip(-1)  # not the query's values
+    positions = torch.tensor([p for p in _PROBE_POSITIONS if p < first.shape[0]])
+    positions = positions.to(first.device)
+    q = _probe((1, 2, len(positions), head_dim), first.device)
+    k = q.flip(-1)  # not the query's values
     flat = [t.transpose(1, 2).reshape(len(positions), -1) for t in (q, k)]
     forms = {True, False}
     with torch.no_grad():
