@@ -190,6 +190,10 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "glm4": (4, 1, 0),
     "ernie4_5_moe": (2, 1, 1),
 }
+#: families whose norms are LayerNorms (they stay), the final one too
+LAYER_NORMS: set[str] = set()
+#: families with layers that rotate nothing (NoPE), and how many of the two rotate
+ROTATING_LAYERS = {"smollm3": 1}
 
 
 def build(family: str, **overrides: Any) -> Any:
@@ -208,7 +212,7 @@ def build(family: str, **overrides: Any) -> Any:
 
 
 def gated_op(family: str) -> str:
-    return "gelu_and_mul" if family.startswith("gemma") else "silu_and_mul"
+    return "gelu_and_mul" if "gemma" in family else "silu_and_mul"
 
 
 def prompt() -> tuple[torch.Tensor, torch.Tensor]:
@@ -233,7 +237,7 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
         )
     layers = SIZES["num_hidden_layers"]
     norms_a_layer, mlps_a_layer, experts_a_layer = LAYER_COUNTS.get(family, (2, 1, 0))
-    norms = norms_a_layer * layers + 1
+    norms = norms_a_layer * layers + (0 if family in LAYER_NORMS else 1)
     assert len(report.norms) == norms
     assert len(report.mlps) == mlps_a_layer * layers
     assert len(report.experts) == experts_a_layer * layers
@@ -241,7 +245,7 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     assert len(report.attentions) == (0 if attention_stays else layers)
     why = "attention of another form in model.layers.0.self_attn"
     assert report.skipped == ({"model.rotary_emb": why} if attention_stays else {})
-    assert isinstance(model.model.norm, IRRMSNorm)
+    assert isinstance(model.model.norm, IRRMSNorm) != (family in LAYER_NORMS)
     mlp = model.model.layers[0].mlp if hasattr(model.model.layers[0], "mlp") else None
     if experts_a_layer:  # the routed experts keep their class and their weights' names
         assert all(path.endswith(".experts") for path in report.experts)
@@ -249,16 +253,64 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
         assert isinstance(mlp, IRJoinedGatedMLP if family in JOINED_MLPS else IRGatedMLP)
     assert isinstance(model.model.rotary_emb, IRRotaryCache) != attention_stays
     calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
-    # SmolLM3's NoPE layers rotate nothing
-    rotated = sum(getattr(layer.self_attn, "use_rope", True) for layer in model.model.layers)
-    expected = (
-        {"rms_norm": norms} if attention_stays else {"rms_norm": norms, "rotary_embedding": rotated}
-    )
+    expected = {"rms_norm": norms} if norms else {}
+    if not attention_stays:
+        expected["rotary_embedding"] = ROTATING_LAYERS.get(family, layers)
     if mlps_a_layer or experts_a_layer:
         expected[gated_op(family)] = (mlps_a_layer + experts_a_layer) * layers
     assert calls == expected
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
     assert torch.equal(converted_tokens, tokens)
+
+
+_attention_calls: list[dict[str, Any]] = []
+
+
+def _recording_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: Any,
+    **kwargs: Any,
+) -> Any:
+    """Records the keyword arguments, then attends as the family's eager function does."""
+    _attention_calls.append({"layer": module.layer_idx, **kwargs})
+    eager = sys.modules[type(module).__module__].eager_attention_forward
+    return eager(module, query, key, value, mask, **kwargs)
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in ATTENTION_STAYS])
+def test_converted_attention_calls_its_attention_function_as_the_original(family: str) -> None:
+    """Beside the tensors, a family's attention forward gives its attention function a sliding
+    window (per layer, the model's, or only in sliding layers), a logit cap, the positions...:
+    the converted forward gives each layer's function the same keyword arguments. (The
+    default ``sdpa`` function ignores some of them, which flash attention reads.)"""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register("test_recording", _recording_attention)
+    AttentionMaskInterface.register("test_recording", eager_mask)
+    model = build(family)
+    model.set_attn_implementation("test_recording")
+    ids, mask = prompt()
+    calls = []
+    for convert in (False, True):
+        if convert:
+            convert_hf_model(model)
+        _attention_calls.clear()
+        with torch.no_grad():
+            model(ids, attention_mask=mask)
+        calls.append(list(_attention_calls))
+    original, converted = calls
+    assert len(converted) == len(original) == SIZES["num_hidden_layers"]
+    for want, got in zip(original, converted, strict=True):
+        assert sorted(got) == sorted(want)
+        for name, value in want.items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(got[name], value), name
+            else:
+                assert got[name] == value, name
 
 
 @pytest.mark.parametrize(
@@ -453,7 +505,7 @@ def test_the_rotation_form_is_found_by_running_it(monkeypatch: pytest.MonkeyPatc
     for family in ("glm", "llama"):
         model = build(family)
         convert_hf_model(model)
-        forms[family] = {layer.self_attn.rotary_is_neox_style for layer in model.model.layers}
+        forms[family] = {layer.self_attn.ir_attention_plan.neox for layer in model.model.layers}
     assert forms == {"glm": {False}, "llama": {True}}
 
     model = build("llama")

@@ -42,10 +42,12 @@ through ``load_state_dict``).
 ir-stack (``pip install ir-stack[hf]`` adds it).
 """
 
+import copy
 import functools
 import logging
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -279,6 +281,29 @@ class IRRotaryCache(nn.Module):
         return self.cache_for(layer_type), positions
 
 
+@dataclass(frozen=True)
+class AttentionPlan:
+    """How a converted attention layer runs, decided once by `convert_hf_model` from what its
+    family's forward does (each family's was read before it joined `SUPPORTED_MODEL_TYPES`).
+    A converted layer holds its plan as ``ir_attention_plan``."""
+
+    #: rotates the halves of each head (Llama, Qwen, Gemma) rather than pairs (GLM, ERNIE)
+    neox: bool
+    #: False for a layer without rotary embeddings (NoPE: SmolLM3's every fourth layer,
+    #: Cohere 2's and EXAONE 4's global layers)
+    rotates: bool = True
+    #: the query and key norms' attribute names, where the layer has them
+    head_norms: tuple[str, str] | None = None
+    #: each norm over one head (Qwen3, Gemma 3) rather than over its whole projection (OLMo 2)
+    norms_per_head: bool = True
+    #: the norms applied to the rotated queries and keys (Hunyuan) rather than before
+    norms_after_rotation: bool = False
+    #: the keyword arguments the layer's own forward gives its attention function beside
+    #: dropout and scaling (a sliding window, Gemma 2's logit cap, the positions), found by
+    #: running it
+    attention_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
 def _rotary_attention_forward(
     self: Any,  # a transformers attention module (q_proj, k_proj, v_proj or qkv_proj; o_proj)
     hidden_states: Tensor,
@@ -288,31 +313,23 @@ def _rotary_attention_forward(
     **kwargs: Any,
 ) -> tuple[Tensor, Tensor | None]:
     """The forward of a converted attention layer (bound to the instance)."""
+    plan: AttentionPlan = self.ir_attention_plan
     cos_sin_cache, positions = position_embeddings  # positions: one per token, dense
     input_shape = hidden_states.shape[:-1]
     head_dim: int = self.head_dim
     q, k, v = _project_qkv(self, hidden_states)
-    if getattr(self, "q_norm", None) is not None:  # before the rotation
-        if self.q_norm.weight.numel() == head_dim:  # Qwen3, Gemma 3: over each head
-            q = self.q_norm(q.unflatten(-1, (-1, head_dim))).flatten(-2)
-            k = self.k_norm(k.unflatten(-1, (-1, head_dim))).flatten(-2)
-        else:  # OLMo 2: over the whole projection
-            q, k = self.q_norm(q), self.k_norm(k)
-    if getattr(self, "use_rope", True):  # SmolLM3's NoPE layers have none
-        neox: bool = self.rotary_is_neox_style  # set by the conversion, which found the form
-        q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, neox)
+    if plan.head_norms is not None and not plan.norms_after_rotation:
+        q, k = _norm_heads(self, plan, q, k)
+    if plan.rotates:
+        q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, plan.neox)
+    if plan.head_norms is not None and plan.norms_after_rotation:
+        q, k = _norm_heads(self, plan, q, k)
     hidden_shape = (*input_shape, -1, head_dim)
     q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
-    kwargs.pop("position_ids", None)
     cache = kwargs.pop("cache", None) or kwargs.pop("past_key_values", None)
     if cache is not None:
         k, v = _update_cache(cache, k, v, self.layer_idx, kwargs)
-    if hasattr(self, "sliding_window"):  # Qwen2 / Qwen3 / Gemma 2: per layer
-        kwargs["sliding_window"] = self.sliding_window
-    elif hasattr(self.config, "sliding_window"):  # Mistral: the model's
-        kwargs["sliding_window"] = self.config.sliding_window
-    if hasattr(self, "attn_logit_softcapping"):  # Gemma 2
-        kwargs["softcap"] = self.attn_logit_softcapping
+    kwargs.update(plan.attention_kwargs)
     attend = _attention_function(self)
     out, weights = attend(
         self,
@@ -326,6 +343,19 @@ def _rotary_attention_forward(
     )
     out = out.reshape(*input_shape, -1).contiguous()
     return self.o_proj(out), weights
+
+
+def _norm_heads(attention: Any, plan: AttentionPlan, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """The query and key norms of `plan`, on ``[tokens, heads * head_dim]`` projections."""
+    assert plan.head_norms is not None
+    q_norm, k_norm = (getattr(attention, name) for name in plan.head_norms)
+    if not plan.norms_per_head:
+        return q_norm(q), k_norm(k)
+    head_dim: int = attention.head_dim
+    return (
+        q_norm(q.unflatten(-1, (-1, head_dim))).flatten(-2),
+        k_norm(k.unflatten(-1, (-1, head_dim))).flatten(-2),
+    )
 
 
 def _project_qkv(attention: Any, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -478,25 +508,124 @@ def _is_attention(module: nn.Module) -> bool:
     )
 
 
-def _head_norms_fit(attention: nn.Module) -> bool:
-    """No query / key norm, or both over one head (Qwen3's, Gemma 3's), or each over its whole
-    projection (OLMo 2's): the forms the converted forward applies."""
-    norms = [getattr(attention, n, None) for n in ("q_norm", "k_norm")]
-    if norms == [None, None]:
-        return True
+#: the query and key norms' attribute names
+_HEAD_NORM_NAMES = (("q_norm", "k_norm"),)
+#: families whose query and key norms take the rotated projections
+_NORMS_AFTER_ROTATION: tuple[str, ...] = ()
+#: families whose forward decides per layer whether to rotate, and how (the rest rotate in
+#: every layer)
+_ROTATES: dict[str, Callable[[Any], bool]] = {
+    "smollm3": lambda attention: bool(attention.use_rope),
+}
+
+
+def _attention_plan(
+    attention: Any, neox: bool, rotary: nn.Module, layer_type: str | None
+) -> AttentionPlan | str:
+    """What `attention`'s own forward does, as an `AttentionPlan`; or why the converted forward
+    cannot do it."""
+    names = next(
+        (p for p in _HEAD_NORM_NAMES if any(getattr(attention, n, None) is not None for n in p)),
+        None,
+    )
+    per_head = True
+    if names is not None:
+        form = _head_norm_form(attention, names)
+        if form is None:
+            return "query / key norms neither over one head nor over the projection"
+        per_head = form
+    attention_kwargs = _attention_kwargs(attention, rotary, layer_type)
+    if isinstance(attention_kwargs, str):
+        return attention_kwargs
+    model_type = attention.config.model_type
+    rotates = _ROTATES.get(model_type)
+    return AttentionPlan(
+        neox=neox,
+        rotates=True if rotates is None else rotates(attention),
+        head_norms=names,
+        norms_per_head=per_head,
+        norms_after_rotation=model_type in _NORMS_AFTER_ROTATION,
+        attention_kwargs=attention_kwargs,
+    )
+
+
+def _head_norm_form(attention: Any, names: tuple[str, str]) -> bool | None:
+    """True where the query and key norms are each over one head (Qwen3's, Gemma 3's), False
+    where each is over its whole projection (OLMo 2's), None where neither."""
+    norms = [getattr(attention, n, None) for n in names]
     head_dim = getattr(attention, "head_dim", None)
     config = getattr(attention, "config", None)
     heads = getattr(config, "num_attention_heads", None)
     kv_heads = getattr(config, "num_key_value_heads", None)
     if head_dim is None or heads is None or kv_heads is None:
-        return False
+        return None
     widths = [
         getattr(getattr(n, "weight", None), "shape", None) if isinstance(n, nn.Module) else None
         for n in norms
     ]
-    per_head = [(head_dim,), (head_dim,)]
-    per_projection = [(heads * head_dim,), (kv_heads * head_dim,)]
-    return widths in (per_head, per_projection)
+    if widths == [(head_dim,), (head_dim,)]:
+        return True
+    if widths == [(heads * head_dim,), (kv_heads * head_dim,)]:
+        return False
+    return None
+
+
+class _Recorded(Exception):
+    """Raised by `_record_attention_call` to end a probe forward, with what it was given."""
+
+    def __init__(self, kwargs: dict[str, Any]) -> None:
+        super().__init__("recorded")
+        self.kwargs = kwargs
+
+
+def _record_attention_call(
+    module: nn.Module, query: Tensor, key: Tensor, value: Tensor, mask: Any, **kwargs: Any
+) -> Any:
+    raise _Recorded(kwargs)
+
+
+#: the name `_record_attention_call` is registered under in transformers' attention functions
+_RECORDING_IMPLEMENTATION = "ir_stack_record"
+#: the keyword arguments the converted forward passes itself
+_OWN_ATTENTION_KWARGS = ("dropout", "scaling")
+
+
+def _attention_kwargs(
+    attention: Any, rotary: nn.Module, layer_type: str | None
+) -> dict[str, Any] | str:
+    """The keyword arguments `attention`'s own forward gives its attention function beside
+    dropout and scaling (a sliding window, a logit cap), or why they cannot be found: run on
+    a probe, under a config copy that names an attention function which records its keyword
+    arguments and stops the forward. `rotary` (of `layer_type`'s rope) gives the probe's
+    cosines and sines."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(_RECORDING_IMPLEMENTATION, _record_attention_call)
+    projection = attention.q_proj if hasattr(attention, "q_proj") else attention.qkv_proj
+    weight = projection.weight
+    if weight.device.type == "meta":
+        return "its weights are on the meta device"
+    hidden = _probe((1, 2, projection.in_features), weight.device).to(weight.dtype)
+    extra = () if layer_type is None else (layer_type,)
+    with torch.no_grad():
+        cos_sin = rotary(hidden, torch.arange(2, device=weight.device)[None], *extra)
+    config = attention.config
+    recording = copy.copy(config)
+    recording._attn_implementation_internal = _RECORDING_IMPLEMENTATION
+    attention.config = recording
+    try:
+        with torch.no_grad():
+            type(attention).forward(attention, hidden, cos_sin, None)
+    except _Recorded as recorded:
+        kwargs = recorded.kwargs
+    else:
+        return "its forward called no attention function"
+    finally:
+        attention.config = config
+    tensors = [name for name, value in kwargs.items() if isinstance(value, Tensor)]
+    if tensors:
+        return f"its forward gives its attention function a tensor, {tensors[0]!r}"
+    return {k: v for k, v in kwargs.items() if k not in _OWN_ATTENTION_KWARGS}
 
 
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
@@ -634,14 +763,7 @@ def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> 
             f"attention of another form in {others[0]}" if others else "no attention layers"
         )
         return
-    attentions = layers  # every one of the forms converted
-    misfits = [p for p, m in attentions if not _head_norms_fit(m)]
-    if misfits:
-        report.skipped[path] = (
-            f"query / key norms neither over one head nor over the projection in {misfits[0]}"
-        )
-        return
-    head_dim = attentions[0][1].head_dim
+    head_dim = layers[0][1].head_dim
     for inv_freq, _ in tables.values():
         # a rope narrower than the head rotates its leading part (transformers' partial rotary,
         # Phi-3's `partial_rotary_factor`), as the op does
@@ -649,15 +771,21 @@ def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> 
             report.skipped[path] = f"rotary dimension {2 * inv_freq.numel()} > head_dim {head_dim}"
             return
     cache = IRRotaryCache(tables, int(config.max_position_embeddings))
-    neox = _rotation_form(model.get_submodule(path), cache, attentions[0][1])
+    rotary = model.get_submodule(path)
+    neox = _rotation_form(rotary, cache, layers[0][1])
     if neox is None:
         report.skipped[path] = (
             "its attention rotates in neither the op's neox nor its interleaved form"
         )
         return
+    plans = [(p, m, _attention_plan(m, neox, rotary, cache.layer_types[0])) for p, m in layers]
+    misfit = next(((p, plan) for p, _, plan in plans if isinstance(plan, str)), None)
+    if misfit is not None:
+        report.skipped[path] = f"{misfit[1]} in {misfit[0]}"
+        return
     _set_submodule(model, path, cache)
-    for attention_path, attention in attentions:
-        attention.rotary_is_neox_style = neox
+    for attention_path, attention, plan in plans:
+        attention.ir_attention_plan = plan
         attention.forward = types.MethodType(_rotary_attention_forward, attention)
         report.attentions.append(attention_path)
 
