@@ -62,6 +62,19 @@ FAMILIES = {
     "helium": ("HeliumConfig", "HeliumForCausalLM"),
     "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM"),
     "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM"),
+    "cohere": ("CohereConfig", "CohereForCausalLM"),
+    "cohere2": ("Cohere2Config", "Cohere2ForCausalLM"),
+    "cohere2_moe": ("Cohere2MoeConfig", "Cohere2MoeForCausalLM"),
+    "exaone4": ("Exaone4Config", "Exaone4ForCausalLM"),
+    "exaone_moe": ("ExaoneMoeConfig", "ExaoneMoeForCausalLM"),
+    "hunyuan_v1_dense": ("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM"),
+    "hunyuan_v1_moe": ("HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM"),
+    "dots1": ("Dots1Config", "Dots1ForCausalLM"),
+    "vaultgemma": ("VaultGemmaConfig", "VaultGemmaForCausalLM"),
+    "flex_olmo": ("FlexOlmoConfig", "FlexOlmoForCausalLM"),
+    "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2ForCausalLM"),
+    "apertus": ("ApertusConfig", "ApertusForCausalLM"),
+    "arcee": ("ArceeConfig", "ArceeForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -79,6 +92,13 @@ _DEEPSEEK: dict[str, Any] = {
     "qk_rope_head_dim": 8,
     "qk_nope_head_dim": 8,
     "v_head_dim": 16,
+}
+#: special tokens inside the small vocabulary
+_TOKENS: dict[str, Any] = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+#: a sliding-window layer shorter than the prompt, then a global one
+_SLIDING_THEN_FULL: dict[str, Any] = {
+    "sliding_window": 4,
+    "layer_types": ["sliding_attention", "full_attention"],
 }
 #: what a family needs beside `SIZES`: Gemma's heads are 256 wide by default; for Gemma 2, a
 #: sliding window shorter than the prompt (its local layers differ from its global ones) and
@@ -161,6 +181,56 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     "seed_oss": {"head_dim": 16},
     # the second layer without rotary embeddings (NoPE)
     "smollm3": {"pad_token_id": 0, "no_rope_layer_interval": 2},
+    # Cohere rotates pairs, with its query and key LayerNorms weighted per head; Cohere 2 and
+    # EXAONE 4 rotate in their sliding-window layers only
+    "cohere": {**_TOKENS, "use_qk_norm": True},
+    "cohere2": {**_TOKENS, **_SLIDING_THEN_FULL},
+    "cohere2_moe": {
+        **_TOKENS,
+        **_SLIDING_THEN_FULL,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "mlp_layer_types": ["sparse", "sparse"],
+    },
+    "exaone4": _SLIDING_THEN_FULL,
+    "exaone_moe": {
+        **_SLIDING_THEN_FULL,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "mlp_layer_types": ["sparse", "sparse"],
+        "first_k_dense_replace": 0,
+    },
+    # Hunyuan normalizes the rotated queries and keys, and its rope stretches its base by a
+    # fixed alpha (NTK)
+    "hunyuan_v1_dense": {
+        **_TOKENS,
+        "head_dim": 16,
+        "rope_parameters": {
+            "rope_type": "dynamic",
+            "alpha": 1000.0,
+            "factor": 1.0,
+            "rope_theta": 1e4,
+        },
+    },
+    "hunyuan_v1_moe": {
+        **_TOKENS,
+        "head_dim": 16,
+        "num_experts": 4,
+        "moe_topk": 2,
+        "moe_intermediate_size": 32,
+    },
+    "dots1": {**_GROUPED_ROUTING, "n_shared_experts": 1},
+    "vaultgemma": {
+        "head_dim": 16,
+        "query_pre_attn_scalar": 16,
+        "attn_logit_softcapping": 1.0,
+        **_SLIDING_THEN_FULL,
+    },
+    "flex_olmo": {"num_experts": 4, "num_experts_per_tok": 2, **_TOKENS},
+    "minimax_m2": {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 16},
+    "apertus": _TOKENS,
+    "arcee": _TOKENS,
 }
 #: families whose gate and up projections are one layer already
 JOINED_MLPS = {"phi3", "glm", "glm4"}
@@ -189,11 +259,23 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "olmo3": (4, 1, 0),
     "glm4": (4, 1, 0),
     "ernie4_5_moe": (2, 1, 1),
+    "cohere": (0, 1, 0),
+    "cohere2": (0, 1, 0),
+    "cohere2_moe": (0, 0, 1),
+    "exaone4": (4, 1, 0),
+    "exaone_moe": (4, 1, 1),
+    "hunyuan_v1_dense": (4, 1, 0),
+    "hunyuan_v1_moe": (4, 1, 1),
+    "dots1": (4, 1, 1),
+    "flex_olmo": (4, 0, 1),
+    "minimax_m2": (4, 0, 1),
+    "apertus": (4, 0, 0),
+    "arcee": (2, 0, 0),
 }
 #: families whose norms are LayerNorms (they stay), the final one too
-LAYER_NORMS: set[str] = set()
+LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe"}
 #: families with layers that rotate nothing (NoPE), and how many of the two rotate
-ROTATING_LAYERS = {"smollm3": 1}
+ROTATING_LAYERS = {"smollm3": 1, "cohere2": 1, "cohere2_moe": 1, "exaone4": 1, "exaone_moe": 1}
 
 
 def build(family: str, **overrides: Any) -> Any:
@@ -314,7 +396,18 @@ def test_converted_attention_calls_its_attention_function_as_the_original(family
 
 
 @pytest.mark.parametrize(
-    "family", ["llama", "qwen3", "gemma", "gemma3", "phi3", "qwen3_moe", "glm4", "smollm3"]
+    "family",
+    [
+        "llama",
+        "qwen3",
+        "gemma",
+        "gemma3",
+        "phi3",
+        "qwen3_moe",
+        "glm4",
+        "smollm3",
+        "hunyuan_v1_dense",
+    ],
 )
 def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:
     model = build(family)

@@ -1,8 +1,10 @@
 """`convert_hf_model`: run a Hugging Face ``transformers`` model on IR ops: Llama, Mistral,
-Ministral, Qwen2, Qwen3, Gemma 1-3 (text), Phi-3 (Phi-4), Granite, OLMo 2 and 3, GLM and GLM-4,
-ERNIE 4.5, Helium, Seed-OSS, SmolLM3, and the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE,
-OLMoE, Granite MoE (and its shared-expert form), GLM-4 MoE, ERNIE 4.5 MoE and DeepSeek V2 and V3
-(their latent attention, which rotates its own way, stays).
+Ministral, Qwen2, Qwen3, Gemma 1-3 (text), VaultGemma, Phi-3 (Phi-4), Granite, OLMo 2 and 3,
+GLM and GLM-4, ERNIE 4.5, Helium, Seed-OSS, SmolLM3, Cohere (Command R) and Cohere 2, EXAONE 4,
+Hunyuan, Apertus, Arcee, and the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE,
+FlexOlmo, Granite MoE (and its shared-expert form), GLM-4 MoE, ERNIE 4.5 MoE, Cohere 2 MoE,
+EXAONE MoE, Hunyuan MoE, dots.llm1, MiniMax M2 and DeepSeek V2 and V3 (their latent
+attention, which rotates its own way, stays).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -17,11 +19,15 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   3's local and global ropes one each), and each attention layer rotates its projections with
   it before the model's own attention function runs, in the form that the model's
   ``apply_rotary_pos_emb`` is found to rotate by a probe: the halves of each head, or pairs
-  (GLM, ERNIE, Helium). Query and key norms come first, as converted norms, over each head
-  (Qwen3) or over the whole projection (OLMo 2); Phi-3's one ``qkv_proj`` is split into
-  views; a rope narrower than the head rotates its leading part, as transformers' partial
-  rotary does; SmolLM3's NoPE layers rotate nothing. A model with an attention layer of
-  another form (DeepSeek's latent attention) keeps its rotary module;
+  (GLM, ERNIE, Helium, Cohere). Query and key norms come first (Hunyuan's after the
+  rotation), as converted norms, over each head (Qwen3) or over the whole projection (OLMo 2);
+  Phi-3's one ``qkv_proj`` is split into views; a rope narrower than the head rotates its
+  leading part, as transformers' partial rotary does; NoPE layers (SmolLM3's, and Cohere 2's
+  and EXAONE 4's global layers) rotate nothing. The keyword arguments each layer's own
+  forward gives its attention function (a sliding window, a logit cap) are found by running
+  it, and the converted forward gives the same. Each layer keeps what the conversion found
+  in an `AttentionPlan`. A model with an attention layer of another form (DeepSeek's latent
+  attention) keeps its rotary module;
 - the routed experts of a mixture-of-experts block (transformers holds them as one tensor per
   projection) gate with the IR op: their ``_apply_gate`` hook, which transformers' grouped,
   batched and fused experts implementations call on the ``(tokens x experts, 2 x width)`` rows
@@ -88,9 +94,23 @@ SUPPORTED_MODEL_TYPES = (
     "olmo3",
     "seed_oss",
     "smollm3",
+    "cohere",
+    "cohere2",
+    "exaone4",
+    "hunyuan_v1_dense",
+    "hunyuan_v1_moe",
+    "dots1",
+    "vaultgemma",
+    "flex_olmo",
+    "exaone_moe",
+    "minimax_m2",
+    "cohere2_moe",
+    "apertus",
+    "arcee",
 )
-#: rope types whose frequencies are fixed at construction (a table holds them exactly)
-STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+#: rope types whose frequencies are fixed at construction (a table holds them exactly);
+#: ``ntk_alpha`` is Hunyuan's NTK scaling with a fixed alpha, which only stretches the base
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha")
 
 
 @dataclass
@@ -508,14 +528,18 @@ def _is_attention(module: nn.Module) -> bool:
     )
 
 
-#: the query and key norms' attribute names
-_HEAD_NORM_NAMES = (("q_norm", "k_norm"),)
+#: the query and key norms' attribute names: most families', Hunyuan's
+_HEAD_NORM_NAMES = (("q_norm", "k_norm"), ("query_layernorm", "key_layernorm"))
 #: families whose query and key norms take the rotated projections
-_NORMS_AFTER_ROTATION: tuple[str, ...] = ()
+_NORMS_AFTER_ROTATION = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 #: families whose forward decides per layer whether to rotate, and how (the rest rotate in
 #: every layer)
 _ROTATES: dict[str, Callable[[Any], bool]] = {
     "smollm3": lambda attention: bool(attention.use_rope),
+    "cohere2": lambda attention: attention.sliding_window is not None,
+    "exaone4": lambda attention: attention.sliding_window is None or attention.is_sliding,
+    "exaone_moe": lambda attention: attention.sliding_window is None or attention.is_sliding,
+    "cohere2_moe": lambda attention: attention.sliding_window is not None or attention.force_rope,
 }
 
 
@@ -550,8 +574,9 @@ def _attention_plan(
 
 
 def _head_norm_form(attention: Any, names: tuple[str, str]) -> bool | None:
-    """True where the query and key norms are each over one head (Qwen3's, Gemma 3's), False
-    where each is over its whole projection (OLMo 2's), None where neither."""
+    """True where the query and key norms are each over one head (Qwen3's, Gemma 3's; Cohere's
+    with a weight per head), False where each is over its whole projection (OLMo 2's), None
+    where neither."""
     norms = [getattr(attention, n, None) for n in names]
     head_dim = getattr(attention, "head_dim", None)
     config = getattr(attention, "config", None)
@@ -563,7 +588,7 @@ def _head_norm_form(attention: Any, names: tuple[str, str]) -> bool | None:
         getattr(getattr(n, "weight", None), "shape", None) if isinstance(n, nn.Module) else None
         for n in norms
     ]
-    if widths == [(head_dim,), (head_dim,)]:
+    if widths in ([(head_dim,), (head_dim,)], [(heads, head_dim), (kv_heads, head_dim)]):
         return True
     if widths == [(heads * head_dim,), (kv_heads * head_dim,)]:
         return False
