@@ -201,18 +201,8 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "mlp_layer_types": ["sparse", "sparse"],
         "first_k_dense_replace": 0,
     },
-    # Hunyuan normalizes the rotated queries and keys, and its rope stretches its base by a
-    # fixed alpha (NTK)
-    "hunyuan_v1_dense": {
-        **_TOKENS,
-        "head_dim": 16,
-        "rope_parameters": {
-            "rope_type": "dynamic",
-            "alpha": 1000.0,
-            "factor": 1.0,
-            "rope_theta": 1e4,
-        },
-    },
+    # Hunyuan normalizes the rotated queries and keys
+    "hunyuan_v1_dense": {**_TOKENS, "head_dim": 16},
     "hunyuan_v1_moe": {
         **_TOKENS,
         "head_dim": 16,
@@ -619,6 +609,28 @@ def test_the_rotation_form_is_found_by_running_it(monkeypatch: pytest.MonkeyPatc
         in report.skipped["model.rotary_emb"]
     )
     assert report.attentions == []
+    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
+
+
+def test_hunyuan_ntk_alpha_rope_converts_where_its_frequencies_are_fixed() -> None:
+    """Hunyuan's checkpoints name their rope "dynamic" with an ``alpha``, which stretches the
+    base once. transformers 5.24 gives that rope its own type, ``ntk_alpha``, whose
+    frequencies are fixed: it converts. Earlier versions keep the type "dynamic", whose module
+    recomputes the frequencies past its longest position: the rotary stays, with the reason."""
+    rope = {"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0, "rope_theta": 1e4}
+    model = build("hunyuan_v1_dense", rope_parameters=rope)
+    ids, mask = prompt()
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask).logits
+        fixed = model.model.rotary_emb.rope_type == "ntk_alpha"
+        report = convert_hf_model(model)
+        converted = model(ids, attention_mask=mask).logits
+    if fixed:
+        assert report.skipped == {}
+        assert len(report.attentions) == SIZES["num_hidden_layers"]
+    else:
+        why = "rope type 'dynamic' changes its frequencies with the length"
+        assert report.skipped == {"model.rotary_emb": why}
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
 
 
