@@ -634,6 +634,35 @@ def test_hunyuan_ntk_alpha_rope_converts_where_its_frequencies_are_fixed() -> No
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
 
 
+def test_an_attention_doing_more_than_its_plan_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A forward that scales its rotated queries (Ministral 3 does, by position) does what no
+    plan describes. Each plan is checked by running both forwards on a probe: the converted
+    queries differ from those the original gives its attention function, so the attention
+    and the rotary module are left alone, reported, and the outputs unchanged."""
+    model = build("llama")
+    module = sys.modules[type(model.model.layers[0].self_attn).__module__]
+    rotate = module.apply_rotary_pos_emb
+
+    def scaled(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> Any:
+        q, k = rotate(q, k, cos, sin)
+        # the model's queries have more heads than its keys; the rotation-form probe's do not
+        return (1.5 * q if q.shape[1] != k.shape[1] else q), k
+
+    monkeypatch.setattr(module, "apply_rotary_pos_emb", scaled)
+    ids, mask = prompt()
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask).logits
+        report = convert_hf_model(model)
+        converted = model(ids, attention_mask=mask).logits
+    why = "does not give its attention function the original's inputs in model.layers.0.self_attn"
+    assert why in report.skipped["model.rotary_emb"]
+    assert report.attentions == []
+    assert len(report.mlps) == SIZES["num_hidden_layers"]
+    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
+
+
 def test_rotary_cache_names_the_layer_types_it_has() -> None:
     model = build("gemma3")
     convert_hf_model(model)

@@ -26,7 +26,8 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   and EXAONE 4's global layers) rotate nothing. The keyword arguments each layer's own
   forward gives its attention function (a sliding window, a logit cap) are found by running
   it, and the converted forward gives the same. Each layer keeps what the conversion found
-  in an `AttentionPlan`. A model with an attention layer of another form (DeepSeek's latent
+  in an `AttentionPlan`, checked on a probe: a layer whose converted forward would give its
+  attention function other queries, keys or values than its own stays as it is. A model with an attention layer of another form (DeepSeek's latent
   attention) keeps its rotary module;
 - the routed experts of a mixture-of-experts block (transformers holds them as one tensor per
   projection) gate with the IR op: their ``_apply_gate`` hook, which transformers' grouped,
@@ -53,7 +54,6 @@ import functools
 import logging
 import sys
 import types
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -304,13 +304,16 @@ class IRRotaryCache(nn.Module):
 @dataclass(frozen=True)
 class AttentionPlan:
     """How a converted attention layer runs, decided once by `convert_hf_model` from what its
-    family's forward does (each family's was read before it joined `SUPPORTED_MODEL_TYPES`).
-    A converted layer holds its plan as ``ir_attention_plan``."""
+    family's forward does (each family's was read before it joined `SUPPORTED_MODEL_TYPES`)
+    and checked by running both on a probe: the converted forward must give the attention
+    function the queries, keys and values the original gives it. A converted layer holds its
+    plan as ``ir_attention_plan``."""
 
     #: rotates the halves of each head (Llama, Qwen, Gemma) rather than pairs (GLM, ERNIE)
     neox: bool
     #: False for a layer without rotary embeddings (NoPE: SmolLM3's every fourth layer,
-    #: Cohere 2's and EXAONE 4's global layers)
+    #: Cohere 2's and EXAONE 4's global layers), found by running its forward with and
+    #: without a rotation
     rotates: bool = True
     #: the query and key norms' attribute names, where the layer has them
     head_norms: tuple[str, str] | None = None
@@ -336,16 +339,7 @@ def _rotary_attention_forward(
     plan: AttentionPlan = self.ir_attention_plan
     cos_sin_cache, positions = position_embeddings  # positions: one per token, dense
     input_shape = hidden_states.shape[:-1]
-    head_dim: int = self.head_dim
-    q, k, v = _project_qkv(self, hidden_states)
-    if plan.head_norms is not None and not plan.norms_after_rotation:
-        q, k = _norm_heads(self, plan, q, k)
-    if plan.rotates:
-        q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, plan.neox)
-    if plan.head_norms is not None and plan.norms_after_rotation:
-        q, k = _norm_heads(self, plan, q, k)
-    hidden_shape = (*input_shape, -1, head_dim)
-    q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
+    q, k, v = _queries_keys_values(self, plan, hidden_states, cos_sin_cache, positions)
     cache = kwargs.pop("cache", None) or kwargs.pop("past_key_values", None)
     if cache is not None:
         k, v = _update_cache(cache, k, v, self.layer_idx, kwargs)
@@ -363,6 +357,28 @@ def _rotary_attention_forward(
     )
     out = out.reshape(*input_shape, -1).contiguous()
     return self.o_proj(out), weights
+
+
+def _queries_keys_values(
+    attention: Any,
+    plan: AttentionPlan,
+    hidden_states: Tensor,
+    cos_sin_cache: Tensor,
+    positions: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """What a converted layer gives its attention function: queries, keys and values,
+    ``[batch, heads, tokens, head_dim]``, projected, normed and rotated as `plan` says."""
+    head_dim: int = attention.head_dim
+    q, k, v = _project_qkv(attention, hidden_states)
+    if plan.head_norms is not None and not plan.norms_after_rotation:
+        q, k = _norm_heads(attention, plan, q, k)
+    if plan.rotates:
+        q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, plan.neox)
+    if plan.head_norms is not None and plan.norms_after_rotation:
+        q, k = _norm_heads(attention, plan, q, k)
+    hidden_shape = (*hidden_states.shape[:-1], -1, head_dim)
+    q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
+    return q, k, v
 
 
 def _norm_heads(attention: Any, plan: AttentionPlan, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
@@ -532,22 +548,13 @@ def _is_attention(module: nn.Module) -> bool:
 _HEAD_NORM_NAMES = (("q_norm", "k_norm"), ("query_layernorm", "key_layernorm"))
 #: families whose query and key norms take the rotated projections
 _NORMS_AFTER_ROTATION = ("hunyuan_v1_dense", "hunyuan_v1_moe")
-#: families whose forward decides per layer whether to rotate, and how (the rest rotate in
-#: every layer)
-_ROTATES: dict[str, Callable[[Any], bool]] = {
-    "smollm3": lambda attention: bool(attention.use_rope),
-    "cohere2": lambda attention: attention.sliding_window is not None,
-    "exaone4": lambda attention: attention.sliding_window is None or attention.is_sliding,
-    "exaone_moe": lambda attention: attention.sliding_window is None or attention.is_sliding,
-    "cohere2_moe": lambda attention: attention.sliding_window is not None or attention.force_rope,
-}
 
 
 def _attention_plan(
-    attention: Any, neox: bool, rotary: nn.Module, layer_type: str | None
+    attention: Any, neox: bool, rotary: nn.Module, cache: IRRotaryCache
 ) -> AttentionPlan | str:
-    """What `attention`'s own forward does, as an `AttentionPlan`; or why the converted forward
-    cannot do it."""
+    """What `attention`'s own forward does, as an `AttentionPlan`, checked on a probe; or why
+    the converted forward cannot do it."""
     names = next(
         (p for p in _HEAD_NORM_NAMES if any(getattr(attention, n, None) is not None for n in p)),
         None,
@@ -558,18 +565,48 @@ def _attention_plan(
         if form is None:
             return "query / key norms neither over one head nor over the projection"
         per_head = form
-    attention_kwargs = _attention_kwargs(attention, rotary, layer_type)
-    if isinstance(attention_kwargs, str):
-        return attention_kwargs
-    model_type = attention.config.model_type
-    rotates = _ROTATES.get(model_type)
-    return AttentionPlan(
+    projection = attention.q_proj if hasattr(attention, "q_proj") else attention.qkv_proj
+    weight: Tensor = projection.weight
+    if weight.device.type == "meta":
+        return "its weights are on the meta device"
+    layer_type = cache.layer_types[0]
+    table = cache.cache_for(layer_type)
+    hidden = _probe((1, 2, projection.in_features), weight.device).to(weight.dtype)
+    positions = torch.tensor([[1, min(100, table.shape[0] - 1)]], device=weight.device)
+    with torch.no_grad():
+        cos, sin = rotary(hidden, positions, *(() if layer_type is None else (layer_type,)))
+        call = _run_to_attention_function(attention, hidden, (cos, sin))
+        if call is None:
+            return "its forward called no attention function"
+        unrotated = _run_to_attention_function(
+            attention, hidden, (torch.ones_like(cos), torch.zeros_like(sin))
+        )
+    assert unrotated is not None
+    tensors = [name for name, value in call.kwargs.items() if isinstance(value, Tensor)]
+    if tensors:
+        return f"its forward gives its attention function a tensor, {tensors[0]!r}"
+    plan = AttentionPlan(
         neox=neox,
-        rotates=True if rotates is None else rotates(attention),
+        rotates=not torch.equal(call.query, unrotated.query),
         head_norms=names,
         norms_per_head=per_head,
-        norms_after_rotation=model_type in _NORMS_AFTER_ROTATION,
-        attention_kwargs=attention_kwargs,
+        norms_after_rotation=attention.config.model_type in _NORMS_AFTER_ROTATION,
+        attention_kwargs={k: v for k, v in call.kwargs.items() if k not in _OWN_ATTENTION_KWARGS},
+    )
+    with torch.no_grad():
+        got = _queries_keys_values(attention, plan, hidden, table, positions)
+    want = (call.query, call.key, call.value)
+    if not all(_close(g, w) for g, w in zip(got, want, strict=True)):
+        return "the converted forward does not give its attention function the original's inputs"
+    return plan
+
+
+def _close(got: Tensor, want: Tensor) -> bool:
+    """Equal up to the rounding of the model's dtype (bf16: a few units in the last place)."""
+    want = want.float()
+    scale = float(want.abs().max())
+    return got.shape == want.shape and torch.allclose(
+        got.float(), want, rtol=2e-2, atol=2e-2 * scale
     )
 
 
@@ -595,18 +632,28 @@ def _head_norm_form(attention: Any, names: tuple[str, str]) -> bool | None:
     return None
 
 
+@dataclass
+class _AttentionCall:
+    """What a layer's forward gave its attention function."""
+
+    query: Tensor
+    key: Tensor
+    value: Tensor
+    kwargs: dict[str, Any]
+
+
 class _Recorded(Exception):
     """Raised by `_record_attention_call` to end a probe forward, with what it was given."""
 
-    def __init__(self, kwargs: dict[str, Any]) -> None:
+    def __init__(self, call: _AttentionCall) -> None:
         super().__init__("recorded")
-        self.kwargs = kwargs
+        self.call = call
 
 
 def _record_attention_call(
     module: nn.Module, query: Tensor, key: Tensor, value: Tensor, mask: Any, **kwargs: Any
 ) -> Any:
-    raise _Recorded(kwargs)
+    raise _Recorded(_AttentionCall(query, key, value, kwargs))
 
 
 #: the name `_record_attention_call` is registered under in transformers' attention functions
@@ -615,42 +662,26 @@ _RECORDING_IMPLEMENTATION = "ir_stack_record"
 _OWN_ATTENTION_KWARGS = ("dropout", "scaling")
 
 
-def _attention_kwargs(
-    attention: Any, rotary: nn.Module, layer_type: str | None
-) -> dict[str, Any] | str:
-    """The keyword arguments `attention`'s own forward gives its attention function beside
-    dropout and scaling (a sliding window, a logit cap), or why they cannot be found: run on
-    a probe, under a config copy that names an attention function which records its keyword
-    arguments and stops the forward. `rotary` (of `layer_type`'s rope) gives the probe's
-    cosines and sines."""
+def _run_to_attention_function(
+    attention: Any, hidden: Tensor, cos_sin: tuple[Tensor, Tensor]
+) -> _AttentionCall | None:
+    """Run `attention`'s own forward on `hidden` up to its attention function, and return what
+    it gave that function (None where it called none): under a config copy that names a
+    function which records its arguments and stops the forward."""
     from transformers import AttentionInterface
 
     AttentionInterface.register(_RECORDING_IMPLEMENTATION, _record_attention_call)
-    projection = attention.q_proj if hasattr(attention, "q_proj") else attention.qkv_proj
-    weight = projection.weight
-    if weight.device.type == "meta":
-        return "its weights are on the meta device"
-    hidden = _probe((1, 2, projection.in_features), weight.device).to(weight.dtype)
-    extra = () if layer_type is None else (layer_type,)
-    with torch.no_grad():
-        cos_sin = rotary(hidden, torch.arange(2, device=weight.device)[None], *extra)
     config = attention.config
     recording = copy.copy(config)
     recording._attn_implementation_internal = _RECORDING_IMPLEMENTATION
     attention.config = recording
     try:
-        with torch.no_grad():
-            type(attention).forward(attention, hidden, cos_sin, None)
+        type(attention).forward(attention, hidden, cos_sin, None)
     except _Recorded as recorded:
-        kwargs = recorded.kwargs
-    else:
-        return "its forward called no attention function"
+        return recorded.call
     finally:
         attention.config = config
-    tensors = [name for name, value in kwargs.items() if isinstance(value, Tensor)]
-    if tensors:
-        return f"its forward gives its attention function a tensor, {tensors[0]!r}"
-    return {k: v for k, v in kwargs.items() if k not in _OWN_ATTENTION_KWARGS}
+    return None
 
 
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
@@ -803,7 +834,7 @@ def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> 
             "its attention rotates in neither the op's neox nor its interleaved form"
         )
         return
-    plans = [(p, m, _attention_plan(m, neox, rotary, cache.layer_types[0])) for p, m in layers]
+    plans = [(p, m, _attention_plan(m, neox, rotary, cache)) for p, m in layers]
     misfit = next(((p, plan) for p, _, plan in plans if isinstance(plan, str)), None)
     if misfit is not None:
         report.skipped[path] = f"{misfit[1]} in {misfit[0]}"
