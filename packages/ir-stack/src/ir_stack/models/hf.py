@@ -27,8 +27,8 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   forward gives its attention function (a sliding window, a logit cap) are found by running
   it, and the converted forward gives the same. Each layer keeps what the conversion found
   in an `AttentionPlan`, checked on a probe: a layer whose converted forward would give its
-  attention function other queries, keys or values than its own stays as it is. A model with an attention layer of another form (DeepSeek's latent
-  attention) keeps its rotary module;
+  attention function other queries, keys or values than its own stays as it is. A model with
+  an attention layer of another form (DeepSeek's latent attention) keeps its rotary module;
 - the routed experts of a mixture-of-experts block (transformers holds them as one tensor per
   projection) gate with the IR op: their ``_apply_gate`` hook, which transformers' grouped,
   batched and fused experts implementations call on the ``(tokens x experts, 2 x width)`` rows
