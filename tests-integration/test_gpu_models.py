@@ -326,6 +326,22 @@ HF_FAMILIES = {
     # MLPs of another activation (xIELU, ReLU squared), which stay
     "apertus": ("ApertusConfig", "ApertusForCausalLM", _GPU_TOKENS),
     "arcee": ("ArceeConfig", "ArceeForCausalLM", {**_GPU_TOKENS, "head_dim": 64}),
+    # queries scaled by position past the fourth (Llama 4's scale)
+    "ministral3": (
+        "Ministral3Config",
+        "Ministral3ForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "head_dim": 64,
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 4,
+                "llama_4_scaling_beta": 0.5,
+                "rope_theta": 1e4,
+            },
+        },
+    ),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {

@@ -75,6 +75,7 @@ FAMILIES = {
     "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2ForCausalLM"),
     "apertus": ("ApertusConfig", "ApertusForCausalLM"),
     "arcee": ("ArceeConfig", "ArceeForCausalLM"),
+    "ministral3": ("Ministral3Config", "Ministral3ForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -221,6 +222,18 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     "minimax_m2": {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 16},
     "apertus": _TOKENS,
     "arcee": _TOKENS,
+    # queries scaled from the fourth position on (Llama 4's scale), so the prompt shows it
+    "ministral3": {
+        **_TOKENS,
+        "head_dim": 16,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "factor": 4.0,
+            "original_max_position_embeddings": 4,
+            "llama_4_scaling_beta": 0.5,
+            "rope_theta": 1e4,
+        },
+    },
 }
 #: families whose gate and up projections are one layer already
 JOINED_MLPS = {"phi3", "glm", "glm4"}

@@ -1,10 +1,10 @@
 """`convert_hf_model`: run a Hugging Face ``transformers`` model on IR ops: Llama, Mistral,
-Ministral, Qwen2, Qwen3, Gemma 1-3 (text), VaultGemma, Phi-3 (Phi-4), Granite, OLMo 2 and 3,
-GLM and GLM-4, ERNIE 4.5, Helium, Seed-OSS, SmolLM3, Cohere (Command R) and Cohere 2, EXAONE 4,
-Hunyuan, Apertus, Arcee, and the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE,
-FlexOlmo, Granite MoE (and its shared-expert form), GLM-4 MoE, ERNIE 4.5 MoE, Cohere 2 MoE,
-EXAONE MoE, Hunyuan MoE, dots.llm1, MiniMax M2 and DeepSeek V2 and V3 (their latent
-attention, which rotates its own way, stays).
+Ministral and Ministral 3, Qwen2, Qwen3, Gemma 1-3 (text), VaultGemma, Phi-3 (Phi-4), Granite,
+OLMo 2 and 3, GLM and GLM-4, ERNIE 4.5, Helium, Seed-OSS, SmolLM3, Cohere (Command R) and
+Cohere 2, EXAONE 4, Hunyuan, Apertus, Arcee, and the mixtures of experts Mixtral, Qwen2-MoE,
+Qwen3-MoE, OLMoE, FlexOlmo, Granite MoE (and its shared-expert form), GLM-4 MoE, ERNIE 4.5
+MoE, Cohere 2 MoE, EXAONE MoE, Hunyuan MoE, dots.llm1, MiniMax M2 and DeepSeek V2 and V3
+(their latent attention, which rotates its own way, stays).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -23,7 +23,8 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   rotation), as converted norms, over each head (Qwen3) or over the whole projection (OLMo 2);
   Phi-3's one ``qkv_proj`` is split into views; a rope narrower than the head rotates its
   leading part, as transformers' partial rotary does; NoPE layers (SmolLM3's, and Cohere 2's
-  and EXAONE 4's global layers) rotate nothing. The keyword arguments each layer's own
+  and EXAONE 4's global layers) rotate nothing; Ministral 3's rotated queries are scaled by
+  position, as its forward does. The keyword arguments each layer's own
   forward gives its attention function (a sliding window, a logit cap) are found by running
   it, and the converted forward gives the same. Each layer keeps what the conversion found
   in an `AttentionPlan`, checked on a probe: a layer whose converted forward would give its
@@ -107,6 +108,7 @@ SUPPORTED_MODEL_TYPES = (
     "cohere2_moe",
     "apertus",
     "arcee",
+    "ministral3",
 )
 #: rope types whose frequencies are fixed at construction (a table holds them exactly);
 #: ``ntk_alpha`` is Hunyuan's NTK scaling with a fixed alpha, which only stretches the base
@@ -321,6 +323,9 @@ class AttentionPlan:
     norms_per_head: bool = True
     #: the norms applied to the rotated queries and keys (Hunyuan) rather than before
     norms_after_rotation: bool = False
+    #: ``(beta, length)``: the rotated queries scaled by ``1 + beta * log(1 + floor(position /
+    #: length))`` (Ministral 3's, from Llama 4), or None
+    query_position_scale: tuple[float, int] | None = None
     #: the keyword arguments the layer's own forward gives its attention function beside
     #: dropout and scaling (a sliding window, Gemma 2's logit cap, the positions), found by
     #: running it
@@ -374,6 +379,10 @@ def _queries_keys_values(
         q, k = _norm_heads(attention, plan, q, k)
     if plan.rotates:
         q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, plan.neox)
+    if plan.query_position_scale is not None:
+        beta, length = plan.query_position_scale
+        scale = 1 + beta * torch.log(1 + torch.floor(positions / length))
+        q = q * scale.unsqueeze(-1).to(q.dtype)
     if plan.head_norms is not None and plan.norms_after_rotation:
         q, k = _norm_heads(attention, plan, q, k)
     hidden_shape = (*hidden_states.shape[:-1], -1, head_dim)
@@ -550,6 +559,14 @@ _HEAD_NORM_NAMES = (("q_norm", "k_norm"), ("query_layernorm", "key_layernorm"))
 _NORMS_AFTER_ROTATION = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 
 
+def _query_position_scale(attention: Any) -> tuple[float, int] | None:
+    """Ministral 3's query scale by position, as `AttentionPlan.query_position_scale`."""
+    if attention.config.model_type != "ministral3":
+        return None
+    rope = attention.config.rope_parameters
+    return float(rope["llama_4_scaling_beta"]), int(rope["original_max_position_embeddings"])
+
+
 def _attention_plan(
     attention: Any, neox: bool, rotary: nn.Module, cache: IRRotaryCache
 ) -> AttentionPlan | str:
@@ -572,17 +589,19 @@ def _attention_plan(
     layer_type = cache.layer_types[0]
     table = cache.cache_for(layer_type)
     hidden = _probe((1, 2, projection.in_features), weight.device).to(weight.dtype)
-    positions = torch.tensor([[1, min(100, table.shape[0] - 1)]], device=weight.device)
+    # the last position shows what changes far out (Ministral 3's query scale)
+    positions = torch.tensor([[1, table.shape[0] - 1]], device=weight.device)
     with torch.no_grad():
         cos, sin = rotary(hidden, positions, *(() if layer_type is None else (layer_type,)))
-        call = _run_to_attention_function(attention, hidden, (cos, sin))
+        call = _run_to_attention_function(attention, hidden, (cos, sin), positions)
         if call is None:
             return "its forward called no attention function"
         unrotated = _run_to_attention_function(
-            attention, hidden, (torch.ones_like(cos), torch.zeros_like(sin))
+            attention, hidden, (torch.ones_like(cos), torch.zeros_like(sin)), positions
         )
     assert unrotated is not None
-    tensors = [name for name, value in call.kwargs.items() if isinstance(value, Tensor)]
+    kwargs = {k: v for k, v in call.kwargs.items() if k not in _OWN_ATTENTION_KWARGS}
+    tensors = [name for name, value in kwargs.items() if isinstance(value, Tensor)]
     if tensors:
         return f"its forward gives its attention function a tensor, {tensors[0]!r}"
     plan = AttentionPlan(
@@ -591,6 +610,7 @@ def _attention_plan(
         head_norms=names,
         norms_per_head=per_head,
         norms_after_rotation=attention.config.model_type in _NORMS_AFTER_ROTATION,
+        query_position_scale=_query_position_scale(attention),
         attention_kwargs={k: v for k, v in call.kwargs.items() if k not in _OWN_ATTENTION_KWARGS},
     )
     with torch.no_grad():
@@ -658,16 +678,17 @@ def _record_attention_call(
 
 #: the name `_record_attention_call` is registered under in transformers' attention functions
 _RECORDING_IMPLEMENTATION = "ir_stack_record"
-#: the keyword arguments the converted forward passes itself
-_OWN_ATTENTION_KWARGS = ("dropout", "scaling")
+#: the keyword arguments the converted forward passes itself, or takes from its caller
+_OWN_ATTENTION_KWARGS = ("dropout", "scaling", "position_ids")
 
 
 def _run_to_attention_function(
-    attention: Any, hidden: Tensor, cos_sin: tuple[Tensor, Tensor]
+    attention: Any, hidden: Tensor, cos_sin: tuple[Tensor, Tensor], positions: Tensor
 ) -> _AttentionCall | None:
     """Run `attention`'s own forward on `hidden` up to its attention function, and return what
     it gave that function (None where it called none): under a config copy that names a
-    function which records its arguments and stops the forward."""
+    function which records its arguments and stops the forward. The decoder layers pass
+    ``position_ids``; so does this."""
     from transformers import AttentionInterface
 
     AttentionInterface.register(_RECORDING_IMPLEMENTATION, _record_attention_call)
@@ -676,7 +697,7 @@ def _run_to_attention_function(
     recording._attn_implementation_internal = _RECORDING_IMPLEMENTATION
     attention.config = recording
     try:
-        type(attention).forward(attention, hidden, cos_sin, None)
+        type(attention).forward(attention, hidden, cos_sin, None, position_ids=positions)
     except _Recorded as recorded:
         return recorded.call
     finally:
