@@ -676,6 +676,23 @@ def test_an_attention_doing_more_than_its_plan_is_left_alone(
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
 
 
+def test_an_attention_failing_on_the_probe_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer whose own forward cannot run on the probe is not converted: the report says why,
+    and the conversion goes on with the other parts."""
+    model = build("llama")
+    attention_class = type(model.model.layers[0].self_attn)
+
+    def needs_more(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("needs an argument the probe does not pass")
+
+    monkeypatch.setattr(attention_class, "forward", needs_more)
+    report = convert_hf_model(model)
+    why = report.skipped["model.rotary_emb"]
+    assert "failed on a probe (RuntimeError: needs an argument" in why
+    assert report.attentions == []
+    assert len(report.mlps) == SIZES["num_hidden_layers"]
+
+
 def test_rotary_cache_names_the_layer_types_it_has() -> None:
     model = build("gemma3")
     convert_hf_model(model)

@@ -591,15 +591,17 @@ def _attention_plan(
     hidden = _probe((1, 2, projection.in_features), weight.device).to(weight.dtype)
     # the last position shows what changes far out (Ministral 3's query scale)
     positions = torch.tensor([[1, table.shape[0] - 1]], device=weight.device)
-    with torch.no_grad():
-        cos, sin = rotary(hidden, positions, *(() if layer_type is None else (layer_type,)))
-        call = _run_to_attention_function(attention, hidden, (cos, sin), positions)
-        if call is None:
-            return "its forward called no attention function"
-        unrotated = _run_to_attention_function(
-            attention, hidden, (torch.ones_like(cos), torch.zeros_like(sin)), positions
-        )
-    assert unrotated is not None
+    try:
+        with torch.no_grad():
+            cos, sin = rotary(hidden, positions, *(() if layer_type is None else (layer_type,)))
+            call = _run_to_attention_function(attention, hidden, (cos, sin), positions)
+            unrotated = _run_to_attention_function(
+                attention, hidden, (torch.ones_like(cos), torch.zeros_like(sin)), positions
+            )
+    except Exception as error:  # the layer stays as it is; the report says why
+        return f"its forward failed on a probe ({type(error).__name__}: {error})"
+    if call is None or unrotated is None:
+        return "its forward called no attention function"
     kwargs = {k: v for k, v in call.kwargs.items() if k not in _OWN_ATTENTION_KWARGS}
     tensors = [name for name, value in kwargs.items() if isinstance(value, Tensor)]
     if tensors:
@@ -611,7 +613,7 @@ def _attention_plan(
         norms_per_head=per_head,
         norms_after_rotation=attention.config.model_type in _NORMS_AFTER_ROTATION,
         query_position_scale=_query_position_scale(attention),
-        attention_kwargs={k: v for k, v in call.kwargs.items() if k not in _OWN_ATTENTION_KWARGS},
+        attention_kwargs=kwargs,
     )
     with torch.no_grad():
         got = _queries_keys_values(attention, plan, hidden, table, positions)
