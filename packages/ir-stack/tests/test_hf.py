@@ -371,18 +371,39 @@ def test_converted_attention_calls_its_attention_function_as_the_original(family
     window (per layer, the model's, or only in sliding layers), a logit cap, the positions...:
     the converted forward gives each layer's function the same keyword arguments. (The
     default ``sdpa`` function ignores some of them, which flash attention reads.)"""
+    _assert_same_attention_calls(build(family))
+
+
+def test_a_forward_keeping_the_positions_is_followed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A forward that names ``position_ids`` and does not hand them on (Ministral 3's under
+    transformers 5.17): the converted one does not hand them on either."""
+    model = build("llama")
+    attention_class = type(model.model.layers[0].self_attn)
+    forward = attention_class.forward
+
+    def keeps_positions(self: Any, *args: Any, position_ids: Any = None, **kwargs: Any) -> Any:
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(attention_class, "forward", keeps_positions)
+    _assert_same_attention_calls(model)
+    assert not model.model.layers[0].self_attn.ir_attention_plan.passes_position_ids
+
+
+def _assert_same_attention_calls(model: Any) -> None:
+    """`model`'s attention layers call their attention function with the same keyword
+    arguments after `convert_hf_model` as before, layer by layer."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
     AttentionInterface.register("test_recording", _recording_attention)
     AttentionMaskInterface.register("test_recording", eager_mask)
-    model = build(family)
     model.set_attn_implementation("test_recording")
     ids, mask = prompt()
     calls = []
     for convert in (False, True):
         if convert:
-            convert_hf_model(model)
+            report = convert_hf_model(model)
+            assert len(report.attentions) == SIZES["num_hidden_layers"], report.skipped
         _attention_calls.clear()
         with torch.no_grad():
             model(ids, attention_mask=mask)

@@ -327,9 +327,13 @@ class AttentionPlan:
     #: length))`` (Ministral 3's, from Llama 4), or None
     query_position_scale: tuple[float, int] | None = None
     #: the keyword arguments the layer's own forward gives its attention function beside
-    #: dropout and scaling (a sliding window, Gemma 2's logit cap, the positions), found by
+    #: dropout, scaling and its caller's (a sliding window, Gemma 2's logit cap), found by
     #: running it
     attention_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: whether the forward hands its caller's ``position_ids`` on to the attention function
+    #: (most take them in ``**kwargs`` and do; Ministral 3 under transformers 5.17 names and
+    #: keeps them)
+    passes_position_ids: bool = True
 
 
 def _rotary_attention_forward(
@@ -349,6 +353,8 @@ def _rotary_attention_forward(
     if cache is not None:
         k, v = _update_cache(cache, k, v, self.layer_idx, kwargs)
     kwargs.update(plan.attention_kwargs)
+    if not plan.passes_position_ids:
+        kwargs.pop("position_ids", None)
     attend = _attention_function(self)
     out, weights = attend(
         self,
@@ -614,6 +620,7 @@ def _attention_plan(
         norms_after_rotation=attention.config.model_type in _NORMS_AFTER_ROTATION,
         query_position_scale=_query_position_scale(attention),
         attention_kwargs=kwargs,
+        passes_position_ids="position_ids" in call.kwargs,
     )
     with torch.no_grad():
         got = _queries_keys_values(attention, plan, hidden, table, positions)
