@@ -305,6 +305,18 @@ def prompt() -> tuple[torch.Tensor, torch.Tensor]:
     return ids, torch.ones_like(ids)
 
 
+def convert_keeping_logits(model: Any) -> Any:
+    """`convert_hf_model(model)`, checking that the logits on `prompt()` stay (float32); its
+    report."""
+    ids, mask = prompt()
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask).logits
+        report = convert_hf_model(model)
+        converted = model(ids, attention_mask=mask).logits
+    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
+    return report
+
+
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     model = build(family)
@@ -521,11 +533,7 @@ def test_norm_and_activation_forms_are_found_by_running_them() -> None:
             return ops.rms_norm.native(x, 2 * self.weight, 1e-6)
 
     layer.post_attention_layernorm = ScaledRMSNorm(layer.post_attention_layernorm.weight)
-    ids, mask = prompt()
-    with torch.no_grad():
-        logits = model(ids, attention_mask=mask).logits
-        report = convert_hf_model(model)
-        converted = model(ids, attention_mask=mask).logits
+    report = convert_keeping_logits(model)
     norm = model.model.layers[0].input_layernorm
     assert isinstance(norm, IRRMSNorm)
     assert norm.offset == 1.0
@@ -537,7 +545,6 @@ def test_norm_and_activation_forms_are_found_by_running_them() -> None:
     # the module keeps the original weight, so its state dict is the original's
     assert "model.layers.0.input_layernorm.weight" in model.state_dict()
     assert "model.layers.0.input_layernorm.scale" not in model.state_dict()
-    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
 
 
 def test_phi3_keeps_its_state_dict_and_leaves_a_long_rope_alone() -> None:
@@ -560,16 +567,11 @@ def test_phi3_keeps_its_state_dict_and_leaves_a_long_rope_alone() -> None:
         "partial_rotary_factor": 0.5,
     }
     model = build("phi3", rope_parameters=long_rope)
-    ids, mask = prompt()
-    with torch.no_grad():
-        logits = model(ids, attention_mask=mask).logits
-        report = convert_hf_model(model)
-        converted = model(ids, attention_mask=mask).logits
+    report = convert_keeping_logits(model)
     why = "rope type 'longrope' changes its frequencies with the length"
     assert report.skipped == {"model.rotary_emb": why}
     assert report.attentions == []
     assert len(report.mlps) == SIZES["num_hidden_layers"]
-    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("family", ["mixtral", "granitemoeshared"])
@@ -590,15 +592,10 @@ def test_experts_gating_inline_or_in_their_own_way_are_left_alone() -> None:
     leaves the experts as they are, reported, and the outputs unchanged."""
     model = build("qwen3_moe")
     model.set_experts_implementation("eager")
-    ids, mask = prompt()
-    with torch.no_grad():
-        logits = model(ids, attention_mask=mask).logits
-        report = convert_hf_model(model)
-        converted = model(ids, attention_mask=mask).logits
+    report = convert_keeping_logits(model)
     assert report.experts == []
     why = report.skipped["model.layers.0.mlp.experts"]
     assert "experts implementation 'eager' gates inline" in why
-    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
 
     model = build("mixtral")
     experts = model.model.layers[1].mlp.experts
@@ -633,17 +630,12 @@ def test_the_rotation_form_is_found_by_running_it(monkeypatch: pytest.MonkeyPatc
         return rotate(q, k, cos, -sin)
 
     monkeypatch.setattr(module, "apply_rotary_pos_emb", backwards)
-    ids, mask = prompt()
-    with torch.no_grad():
-        logits = model(ids, attention_mask=mask).logits
-        report = convert_hf_model(model)
-        converted = model(ids, attention_mask=mask).logits
+    report = convert_keeping_logits(model)
     assert (
         "rotates in neither the op's neox nor its interleaved form"
         in report.skipped["model.rotary_emb"]
     )
     assert report.attentions == []
-    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
 
 
 def test_hunyuan_ntk_alpha_rope_converts_where_its_frequencies_are_fixed() -> None:
@@ -653,19 +645,14 @@ def test_hunyuan_ntk_alpha_rope_converts_where_its_frequencies_are_fixed() -> No
     recomputes the frequencies past its longest position: the rotary stays, with the reason."""
     rope = {"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0, "rope_theta": 1e4}
     model = build("hunyuan_v1_dense", rope_parameters=rope)
-    ids, mask = prompt()
-    with torch.no_grad():
-        logits = model(ids, attention_mask=mask).logits
-        fixed = model.model.rotary_emb.rope_type == "ntk_alpha"
-        report = convert_hf_model(model)
-        converted = model(ids, attention_mask=mask).logits
+    fixed = model.model.rotary_emb.rope_type == "ntk_alpha"
+    report = convert_keeping_logits(model)
     if fixed:
         assert report.skipped == {}
         assert len(report.attentions) == SIZES["num_hidden_layers"]
     else:
         why = "rope type 'dynamic' changes its frequencies with the length"
         assert report.skipped == {"model.rotary_emb": why}
-    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
 
 
 def test_an_attention_doing_more_than_its_plan_is_left_alone(
@@ -685,16 +672,11 @@ def test_an_attention_doing_more_than_its_plan_is_left_alone(
         return (1.5 * q if q.shape[1] != k.shape[1] else q), k
 
     monkeypatch.setattr(module, "apply_rotary_pos_emb", scaled)
-    ids, mask = prompt()
-    with torch.no_grad():
-        logits = model(ids, attention_mask=mask).logits
-        report = convert_hf_model(model)
-        converted = model(ids, attention_mask=mask).logits
+    report = convert_keeping_logits(model)
     why = "does not give its attention function the original's inputs in model.layers.0.self_attn"
     assert why in report.skipped["model.rotary_emb"]
     assert report.attentions == []
     assert len(report.mlps) == SIZES["num_hidden_layers"]
-    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
 
 
 def test_an_attention_failing_on_the_probe_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
