@@ -443,6 +443,7 @@ def _assert_same_attention_calls(model: Any) -> None:
         "glm4",
         "smollm3",
         "hunyuan_v1_dense",
+        "ministral3",
     ],
 )
 def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:
