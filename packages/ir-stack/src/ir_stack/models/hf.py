@@ -445,7 +445,8 @@ def _attention_function(attention: nn.Module) -> Any:
     return ALL_ATTENTION_FUNCTIONS[implementation]
 
 
-#: probe rows for `_norm_offset` and `_gated_activation` (fixed, so conversions repeat)
+#: seed of every probe input (norms, activations, the rotation form, attention plans); fixed,
+#: so conversions repeat
 _PROBE_SEED = 20261130
 
 
