@@ -342,6 +342,24 @@ HF_FAMILIES = {
             },
         },
     ),
+    # a rotating layer with a query-key norm without a weight, then a NoPE layer whose
+    # queries are scaled past the fourth position; routed experts with their own forward
+    "llama4": (
+        "Llama4TextConfig",
+        "Llama4ForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "head_dim": 64,
+            "intermediate_size_mlp": 512,
+            "no_rope_layers": [1, 0],
+            "floor_scale": 4,
+            "attn_scale": 0.5,
+            "attention_chunk_size": 8,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 1,
+            "moe_layers": [1],
+        },
+    ),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {
@@ -361,6 +379,7 @@ HF_MOE = {
     "dots1",
     "flex_olmo",
     "minimax_m2",
+    "llama4",
 }
 #: families whose norms are LayerNorms, which stay
 HF_LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe"}

@@ -12,11 +12,13 @@ import ir_dispatch
 import ir_passes
 import ir_stack
 from ir_spec import ops
+from ir_stack.models import hf
 from ir_stack.models.hf import (
     IRGatedMLP,
     IRJoinedGatedMLP,
     IRRMSNorm,
     IRRotaryCache,
+    QueryScale,
     convert_hf_model,
 )
 
@@ -76,6 +78,7 @@ FAMILIES = {
     "apertus": ("ApertusConfig", "ApertusForCausalLM"),
     "arcee": ("ArceeConfig", "ArceeForCausalLM"),
     "ministral3": ("Ministral3Config", "Ministral3ForCausalLM"),
+    "llama4": ("Llama4TextConfig", "Llama4ForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -222,6 +225,21 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     "minimax_m2": {"num_local_experts": 4, "num_experts_per_tok": 2, "head_dim": 16},
     "apertus": _TOKENS,
     "arcee": _TOKENS,
+    # Llama 4: a rotating layer (pairs, by complex numbers) with a query-key norm without a
+    # weight after the rotation, then a NoPE layer whose queries are scaled by their position
+    # in the cache from the third on (its temperature); routed experts in both layers, of
+    # one bmm each way, and a shared expert
+    "llama4": {
+        **_TOKENS,
+        "head_dim": 16,
+        "no_rope_layers": [1, 0],
+        "floor_scale": 3,
+        "attn_scale": 0.5,
+        "attention_chunk_size": 4,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 1,
+        "moe_layers": [0, 1],
+    },
     # queries scaled from the fourth position on (Llama 4's scale), so the prompt shows it
     "ministral3": {
         **_TOKENS,
@@ -274,11 +292,22 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "minimax_m2": (4, 0, 1),
     "apertus": (4, 0, 0),
     "arcee": (2, 0, 0),
+    "llama4": (2, 1, 1),
 }
 #: families whose norms are LayerNorms (they stay), the final one too
 LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe"}
 #: families with layers that rotate nothing (NoPE), and how many of the two rotate
-ROTATING_LAYERS = {"smollm3": 1, "cohere2": 1, "cohere2_moe": 1, "exaone4": 1, "exaone_moe": 1}
+ROTATING_LAYERS = {
+    "smollm3": 1,
+    "cohere2": 1,
+    "cohere2_moe": 1,
+    "exaone4": 1,
+    "exaone_moe": 1,
+    "llama4": 1,
+}
+#: families whose rotating layers alone have a query and key norm, one module for both (run
+#: twice a layer)
+SHARED_HEAD_NORMS = {"llama4"}
 
 
 def build(family: str, **overrides: Any) -> Any:
@@ -335,6 +364,10 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     layers = SIZES["num_hidden_layers"]
     norms_a_layer, mlps_a_layer, experts_a_layer = LAYER_COUNTS.get(family, (2, 1, 0))
     norms = norms_a_layer * layers + (0 if family in LAYER_NORMS else 1)
+    norm_calls = norms
+    if family in SHARED_HEAD_NORMS:
+        norms += ROTATING_LAYERS[family]
+        norm_calls += 2 * ROTATING_LAYERS[family]
     assert len(report.norms) == norms
     assert len(report.mlps) == mlps_a_layer * layers
     assert len(report.experts) == experts_a_layer * layers
@@ -350,7 +383,7 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
         assert isinstance(mlp, IRJoinedGatedMLP if family in JOINED_MLPS else IRGatedMLP)
     assert isinstance(model.model.rotary_emb, IRRotaryCache) != attention_stays
     calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
-    expected = {"rms_norm": norms} if norms else {}
+    expected = {"rms_norm": norm_calls} if norms else {}
     if not attention_stays:
         expected["rotary_embedding"] = ROTATING_LAYERS.get(family, layers)
     if mlps_a_layer or experts_a_layer:
@@ -444,6 +477,7 @@ def _assert_same_attention_calls(model: Any) -> None:
         "smollm3",
         "hunyuan_v1_dense",
         "ministral3",
+        "llama4",
     ],
 )
 def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:
@@ -612,16 +646,71 @@ def test_experts_gating_inline_or_in_their_own_way_are_left_alone() -> None:
     assert "gate in their own way" in report.skipped["model.layers.1.mlp.experts"]
 
 
+def test_llama4_experts_gate_on_the_op_where_their_forward_is_found_to_do_so() -> None:
+    """Llama 4's routed experts gate inline in their own forward (no ``_apply_gate`` hook):
+    that forward becomes one gating with the IR op, with the same weights (the same
+    parameters, under the same names). Experts whose forward computes anything else (here the
+    activation on the up half) stay, reported."""
+    model = build("llama4")
+    before = {n: p for n, p in model.named_parameters() if ".experts." in n}
+    report = convert_keeping_logits(model)
+    assert report.experts == [f"model.layers.{i}.feed_forward.experts" for i in range(2)]
+    after = {n: p for n, p in model.named_parameters() if ".experts." in n}
+    assert after.keys() == before.keys()
+    assert all(after[n] is p for n, p in before.items())
+
+    model = build("llama4")
+    experts = model.model.layers[1].feed_forward.experts
+
+    class UpGatedExperts(type(experts)):  # type: ignore[misc]
+        def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+            rows = hidden_states.view(self.num_experts, -1, self.hidden_size)
+            gate, up = torch.bmm(rows, self.gate_up_proj).chunk(2, dim=-1)
+            return torch.bmm(gate * self.act_fn(up), self.down_proj).view(-1, self.hidden_size)
+
+    experts.__class__ = UpGatedExperts
+    report = convert_keeping_logits(model)
+    assert report.experts == ["model.layers.0.feed_forward.experts"]
+    assert "gate in their own way" in report.skipped["model.layers.1.feed_forward.experts"]
+
+
+def test_llama4_plans_its_norms_without_weight_and_its_nope_layers_scale() -> None:
+    """Llama 4's rotating layers norm the rotated queries and keys with one norm without a
+    weight (an `IRRMSNorm` of none); its NoPE layers scale their queries by their position in
+    the KV cache, counted from 1, not by the caller's positions: a batch with left padding,
+    whose caller numbers each row's tokens from its first real one, keeps its logits."""
+    model = build("llama4")
+    ids, mask = prompt()
+    mask[0, :4] = 0
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask, position_ids=positions).logits
+        convert_hf_model(model)
+        converted = model(ids, attention_mask=mask, position_ids=positions).logits
+    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
+    rotating, nope = (layer.self_attn for layer in model.model.layers)
+    assert isinstance(rotating.qk_norm, IRRMSNorm)
+    assert rotating.qk_norm.weight is None
+    assert rotating.ir_attention_plan.head_norms == ("qk_norm", "qk_norm")
+    assert rotating.ir_attention_plan.norms_after_rotation
+    assert rotating.ir_attention_plan.query_scale is None
+    assert not nope.ir_attention_plan.rotates
+    assert nope.ir_attention_plan.query_scale == QueryScale(
+        0.5, 3, offset=1, from_cache=True, in_float=True
+    )
+
+
 def test_the_rotation_form_is_found_by_running_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """GLM rotates pairs and Llama halves: each converted attention rotates as its model does.
     A rotation of neither form (here Llama's with the sines negated) leaves the attention and
     the rotary module alone, reported."""
     forms = {}
-    for family in ("glm", "llama"):
+    for family in ("glm", "llama", "llama4"):
         model = build(family)
         convert_hf_model(model)
         forms[family] = {layer.self_attn.ir_attention_plan.neox for layer in model.model.layers}
-    assert forms == {"glm": {False}, "llama": {True}}
+    # Llama 4 multiplies pairs by complex numbers: the interleaved form
+    assert forms == {"glm": {False}, "llama": {True}, "llama4": {False}}
 
     model = build("llama")
     module = sys.modules[type(model.model.layers[0].self_attn).__module__]
@@ -697,6 +786,31 @@ def test_an_attention_failing_on_the_probe_is_left_alone(monkeypatch: pytest.Mon
     assert len(report.mlps) == SIZES["num_hidden_layers"]
 
 
+def test_max_positions_sizes_the_rotary_table(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``max_positions`` sets the rotary table's rows (the prompt's 9 positions fit in 16); a
+    bad value is refused, naming the argument; a table over 1 GiB is reported with the way to
+    shrink it (its size computed before it is built)."""
+    model = build("llama")
+    ids, mask = prompt()
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask).logits
+        convert_hf_model(model, max_positions=16)
+        converted = model(ids, attention_mask=mask).logits
+    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
+    assert model.model.rotary_emb.cache_for().shape == (16, SIZES["hidden_size"] // 4)
+    for bad in (0, -3, 2.5, True):
+        with pytest.raises(ValueError, match=f"'max_positions' got {bad!r}; expected a positive"):
+            convert_hf_model(build("llama"), max_positions=bad)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hf, "_LARGE_TABLE_BYTES", 16 * 16 * 4 - 1)  # this table, less a byte
+    with caplog.at_level("WARNING", logger="ir_stack"):
+        convert_hf_model(build("llama"), max_positions=16)
+    assert "rotary table of 16 positions" in caplog.text
+    assert "max_positions=" in caplog.text
+
+
 def test_rotary_cache_names_the_layer_types_it_has() -> None:
     model = build("gemma3")
     convert_hf_model(model)
@@ -721,6 +835,43 @@ def test_other_model_types_are_refused() -> None:
     config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)
     with pytest.raises(ValueError, match="type 'gpt2'; expected a transformers model of type"):
         convert_hf_model(transformers.GPT2LMHeadModel(config))
+
+
+def test_a_multimodal_model_is_refused_with_the_way_to_convert_its_language_model() -> None:
+    """Llama 4's multimodal model is of type 'llama4'; its language model is a
+    ``Llama4ForCausalLM`` of type 'llama4_text', which converts (its logits stay). Gemma 3's
+    is named one level down."""
+    text = {**SIZES, **FAMILY_OPTIONS["llama4"]}
+    vision = {
+        "hidden_size": 32,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "intermediate_size": 64,
+        "image_size": 28,
+        "patch_size": 14,
+        "vision_output_dim": 32,
+        "projector_input_dim": 32,
+        "projector_output_dim": SIZES["hidden_size"],
+    }
+    torch.manual_seed(0)
+    config = transformers.Llama4Config(text_config=text, vision_config=vision)
+    model = transformers.Llama4ForConditionalGeneration(config).eval()
+    hint = r"language model is of type 'llama4_text'.*convert_hf_model\(model.language_model\)"
+    with pytest.raises(ValueError, match=f"type 'llama4'; expected .*{hint}"):
+        convert_hf_model(model)
+    report = convert_keeping_logits(model.language_model)
+    assert len(report.attentions) == SIZES["num_hidden_layers"]
+
+    # Gemma 3's holds its language model, a bare Gemma3TextModel, one level down (transformers
+    # versions may name it at the top as well)
+    text = {**SIZES, **FAMILY_OPTIONS["gemma3"]}
+    config = transformers.Gemma3Config(text_config=text, vision_config=vision)
+    model = transformers.Gemma3ForConditionalGeneration(config).eval()
+    hint = r"type 'gemma3_text'.*convert_hf_model\(model(\.model)?\.language_model\)"
+    with pytest.raises(ValueError, match=f"type 'gemma3'; expected .*{hint}"):
+        convert_hf_model(model)
+    report = convert_hf_model(model.model.language_model)
+    assert len(report.attentions) == SIZES["num_hidden_layers"]
 
 
 def test_query_and_key_norms_of_mixed_forms_leave_the_rotary_alone() -> None:

@@ -3,12 +3,13 @@ Ministral and Ministral 3, Qwen2, Qwen3, Gemma 1-3 (text), VaultGemma, Phi-3 (Ph
 OLMo 2 and 3, GLM and GLM-4, ERNIE 4.5, Helium, Seed-OSS, SmolLM3, Cohere (Command R) and
 Cohere 2, EXAONE 4, Hunyuan, Apertus, Arcee, and the mixtures of experts Mixtral, Qwen2-MoE,
 Qwen3-MoE, OLMoE, FlexOlmo, Granite MoE (and its shared-expert form), GLM-4 MoE, ERNIE 4.5
-MoE, Cohere 2 MoE, EXAONE MoE, Hunyuan MoE, dots.llm1, MiniMax M2 and DeepSeek V2 and V3
-(their latent attention, which rotates its own way, stays).
+MoE, Cohere 2 MoE, EXAONE MoE, Hunyuan MoE, dots.llm1, MiniMax M2, Llama 4 (text) and
+DeepSeek V2 and V3 (their latent attention, which rotates its own way, stays).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
-- every RMSNorm becomes `IRRMSNorm` (``ir_spec.ops.rms_norm``); Gemma's, which scale by
+- every RMSNorm becomes `IRRMSNorm` (``ir_spec.ops.rms_norm``), so does a norm without a weight
+  (Llama 4's query and key norm); Gemma's, which scale by
   ``1 + weight`` in float32, take that sum as a float32 weight whatever the model's dtype
   (rounded to bf16 it would round the scale);
 - every gated MLP with a SiLU or GELU activation (exact or tanh) becomes `IRGatedMLP`: gate and
@@ -18,13 +19,15 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   becomes `IRRotaryCache` (one ``cos_sin_cache`` table computed from its frequencies; Gemma
   3's local and global ropes one each), and each attention layer rotates its projections with
   it before the model's own attention function runs, in the form that the model's
-  ``apply_rotary_pos_emb`` is found to rotate by a probe: the halves of each head, or pairs
-  (GLM, ERNIE, Helium, Cohere). Query and key norms come first (Hunyuan's after the
-  rotation), as converted norms, over each head (Qwen3) or over the whole projection (OLMo 2);
+  ``apply_rotary_pos_emb`` (Llama 4: ``apply_rotary_emb``, by complex numbers) is found to
+  rotate by a probe: the halves of each head, or pairs (GLM, ERNIE, Helium, Cohere, Llama 4).
+  Query and key norms come first (Hunyuan's and Llama 4's after the rotation), as converted
+  norms, over each head (Qwen3) or over the whole projection (OLMo 2);
   Phi-3's one ``qkv_proj`` is split into views; a rope narrower than the head rotates its
   leading part, as transformers' partial rotary does; NoPE layers (SmolLM3's, and Cohere 2's
-  and EXAONE 4's global layers) rotate nothing; Ministral 3's rotated queries are scaled by
-  position, as its forward does. The keyword arguments each layer's own
+  and EXAONE 4's global layers, Llama 4's NoPE layers) rotate nothing; Ministral 3's rotated
+  queries and the queries of Llama 4's NoPE layers are scaled by position (`QueryScale`), as
+  their forwards do. The keyword arguments each layer's own
   forward gives its attention function (a sliding window, a logit cap) are found by running
   it, and the converted forward gives the same. Each layer keeps what the conversion found
   in an `AttentionPlan`, checked on a probe: a layer whose converted forward would give its
@@ -35,7 +38,9 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   batched and fused experts implementations call on the ``(tokens x experts, 2 x width)`` rows
   of all the experts at once, runs ``silu_and_mul`` or ``gelu_and_mul``; their weights and
   matrix products stay transformers'. Under the ``"eager"`` experts implementation, whose loop
-  gates inline, they are left alone and reported. A shared expert converts as a gated MLP.
+  gates inline, they are left alone and reported. Llama 4's experts, which have no hook and
+  gate in their own forward between two batched products, get a forward (checked on a probe)
+  that gates with the op between the same products. A shared expert converts as a gated MLP.
 
 The residual adds stay plain ``+``: under ``ir_stack.compile`` the fusion pass turns each add
 followed by a norm into ``fused_add_rms_norm``.
@@ -52,9 +57,11 @@ ir-stack (``pip install ir-stack[hf]`` adds it).
 
 import copy
 import functools
+import inspect
 import logging
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +116,7 @@ SUPPORTED_MODEL_TYPES = (
     "apertus",
     "arcee",
     "ministral3",
+    "llama4_text",
 )
 #: rope types whose frequencies are fixed at construction (a table holds them exactly);
 #: ``ntk_alpha`` is Hunyuan's NTK scaling with a fixed alpha, which only stretches the base
@@ -128,17 +136,23 @@ class ConversionReport:
 
 
 class IRRMSNorm(nn.Module):
-    """RMSNorm over the last dimension with ``ir_spec.ops.rms_norm``. With `offset` (Gemma's
-    norms: 1) the op's weight is ``offset + weight`` in float32, computed here and again
-    after every move or cast of the module (``.to``, ``.cuda``, ``.half``: never rounded to
-    the model's dtype) and every ``load_state_dict``; the module keeps `weight` itself, so its
-    state dict is the original's. The sum is made without autograd: the conversion is for
-    inference, and gradients would not reach `weight` through it."""
+    """RMSNorm over the last dimension with ``ir_spec.ops.rms_norm``; `weight` None for a norm
+    without one (Llama 4's query and key norms). With `offset` (Gemma's norms: 1) the op's
+    weight is ``offset + weight`` in float32, computed here and again after every move or cast
+    of the module (``.to``, ``.cuda``, ``.half``: never rounded to the model's dtype) and every
+    ``load_state_dict``; the module keeps `weight` itself, so its state dict is the original's.
+    The sum is made without autograd: the conversion is for inference, and gradients would not
+    reach `weight` through it."""
 
+    weight: nn.Parameter | None
     scale: Tensor | None
 
-    def __init__(self, weight: nn.Parameter, eps: float, offset: float = 0.0) -> None:
+    def __init__(self, weight: nn.Parameter | None, eps: float, offset: float = 0.0) -> None:
         super().__init__()
+        if weight is None and offset:
+            raise ValueError(
+                f"IRRMSNorm: argument 'offset' got {offset!r} without a weight; expected 0"
+            )
         self.weight = weight
         self.eps = eps
         self.offset = offset
@@ -149,7 +163,7 @@ class IRRMSNorm(nn.Module):
 
     def refresh_scale(self) -> None:
         """Compute the op's weight, ``offset + weight`` in float32, from `weight` as it is."""
-        if self.offset:
+        if self.offset and self.weight is not None:
             with torch.no_grad():
                 self.scale = self.weight.detach().float() + self.offset
 
@@ -165,7 +179,8 @@ class IRRMSNorm(nn.Module):
 
     def extra_repr(self) -> str:
         offset = f", offset={self.offset}" if self.offset else ""
-        return f"{tuple(self.weight.shape)}, eps={self.eps}{offset}"
+        width = "no weight" if self.weight is None else str(tuple(self.weight.shape))
+        return f"{width}, eps={self.eps}{offset}"
 
 
 #: the gated activations the IR has: name -> None for ``silu_and_mul``, else the
@@ -304,6 +319,28 @@ class IRRotaryCache(nn.Module):
 
 
 @dataclass(frozen=True)
+class QueryScale:
+    """A layer's queries scaled by their position ``p``, after the rotation and the norms, by
+    ``1 + beta * log1p(floor((p + offset) / length))``. Ministral 3's (its rope's
+    ``llama_4_scaling_beta``): ``p`` the caller's positions, the scale rounded to the queries'
+    dtype before the product. Llama 4's NoPE layers' temperature: ``p`` counted in the cache
+    (its length before the call plus the token's index: `from_cache`), from 1 (`offset`), the
+    product in float32 and rounded once (`in_float`)."""
+
+    beta: float
+    length: int
+    offset: int = 0
+    from_cache: bool = False
+    in_float: bool = False
+
+    def apply(self, q: Tensor, positions: Tensor) -> Tensor:
+        """`q` ``[..., tokens, width]`` scaled at `positions` (``[..., tokens]``)."""
+        steps = torch.floor((positions.float() + self.offset) / self.length)
+        scale = (1 + self.beta * torch.log1p(steps)).unsqueeze(-1)
+        return (q * scale).to(q.dtype) if self.in_float else q * scale.to(q.dtype)
+
+
+@dataclass(frozen=True)
 class AttentionPlan:
     """How a converted attention layer runs, decided once by `convert_hf_model` from what its
     family's forward does (each family's was read before it joined `SUPPORTED_MODEL_TYPES`)
@@ -323,9 +360,8 @@ class AttentionPlan:
     norms_per_head: bool = True
     #: the norms applied to the rotated queries and keys (Hunyuan) rather than before
     norms_after_rotation: bool = False
-    #: ``(beta, length)``: the rotated queries scaled by ``1 + beta * log(1 + floor(position /
-    #: length))`` (Ministral 3's, from Llama 4), or None
-    query_position_scale: tuple[float, int] | None = None
+    #: the queries scaled by their position last (Ministral 3, Llama 4's NoPE layers), or None
+    query_scale: QueryScale | None = None
     #: the keyword arguments the layer's own forward gives its attention function beside
     #: dropout, scaling and its caller's (a sliding window, Gemma 2's logit cap), found by
     #: running it
@@ -348,8 +384,14 @@ def _rotary_attention_forward(
     plan: AttentionPlan = self.ir_attention_plan
     cos_sin_cache, positions = position_embeddings  # positions: one per token, dense
     input_shape = hidden_states.shape[:-1]
-    q, k, v = _queries_keys_values(self, plan, hidden_states, cos_sin_cache, positions)
     cache = kwargs.pop("cache", None) or kwargs.pop("past_key_values", None)
+    scale_positions = positions
+    if plan.query_scale is not None and plan.query_scale.from_cache:
+        seen = cache.get_seq_length(self.layer_idx) if cache is not None else 0
+        scale_positions = torch.arange(input_shape[-1], device=positions.device) + seen
+    q, k, v = _queries_keys_values(
+        self, plan, hidden_states, cos_sin_cache, positions, scale_positions
+    )
     if cache is not None:
         k, v = _update_cache(cache, k, v, self.layer_idx, kwargs)
     kwargs.update(plan.attention_kwargs)
@@ -376,21 +418,21 @@ def _queries_keys_values(
     hidden_states: Tensor,
     cos_sin_cache: Tensor,
     positions: Tensor,
+    scale_positions: Tensor,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """What a converted layer gives its attention function: queries, keys and values,
-    ``[batch, heads, tokens, head_dim]``, projected, normed and rotated as `plan` says."""
+    ``[batch, heads, tokens, head_dim]``, projected, normed, rotated (at `positions`) and
+    scaled (at `scale_positions`) as `plan` says."""
     head_dim: int = attention.head_dim
     q, k, v = _project_qkv(attention, hidden_states)
     if plan.head_norms is not None and not plan.norms_after_rotation:
         q, k = _norm_heads(attention, plan, q, k)
     if plan.rotates:
         q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, plan.neox)
-    if plan.query_position_scale is not None:
-        beta, length = plan.query_position_scale
-        scale = 1 + beta * torch.log(1 + torch.floor(positions / length))
-        q = q * scale.unsqueeze(-1).to(q.dtype)
     if plan.head_norms is not None and plan.norms_after_rotation:
         q, k = _norm_heads(attention, plan, q, k)
+    if plan.query_scale is not None:
+        q = plan.query_scale.apply(q, scale_positions)
     hidden_shape = (*hidden_states.shape[:-1], -1, head_dim)
     q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
     return q, k, v
@@ -495,6 +537,29 @@ def _gated_activation(mlp: nn.Module) -> str | None:
     return None
 
 
+def _weightless_norm_eps(module: nn.Module, device: torch.device) -> float | None:
+    """The epsilon of a norm without a weight that computes ``x / rms`` (Llama 4's query and
+    key norm), found by running it on a float32 probe beside the op's; else None."""
+    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    if (
+        not type(module).__name__.endswith("Norm")
+        or not isinstance(eps, float)
+        or next(module.parameters(), None) is not None
+        or next(module.buffers(), None) is not None
+        or device.type == "meta"
+    ):
+        return None
+    x = _probe((4, 48), device)
+    try:
+        with torch.no_grad():
+            got = module(x)
+    except Exception:  # a norm of another shape (groups, channels): not this form
+        return None
+    want = ops.rms_norm.native(x, None, eps)
+    same = isinstance(got, Tensor) and got.shape == want.shape
+    return eps if same and torch.allclose(got.float(), want, rtol=1e-5, atol=1e-6) else None
+
+
 def _is_rms_norm(module: nn.Module) -> bool:
     return type(module).__name__.endswith("RMSNorm") and isinstance(
         getattr(module, "weight", None), nn.Parameter
@@ -527,6 +592,59 @@ def _is_mixture_of_experts(module: nn.Module) -> bool:
     )
 
 
+def _convert_experts(experts: Any) -> str:
+    """Make the routed `experts` gate with the IR op, through their ``_apply_gate`` hook
+    (`_experts_gating`) or, for Llama 4's, their forward (`_batched_experts_gating`); an
+    instance attribute either way, so the class and every other model's experts keep theirs.
+    Return why not, or ``""``."""
+    if getattr(type(experts), "_apply_gate", None) is not None:
+        activation, why = _experts_gating(experts)
+        if activation is not None:
+            experts._apply_gate = functools.partial(_act_and_mul, activation=activation)
+        return why
+    activation, why = _batched_experts_gating(experts)
+    if activation is not None:
+        experts.forward = functools.partial(_batched_experts_forward, experts, activation)
+    return why
+
+
+def _batched_experts_forward(experts: Any, activation: str, hidden_states: Tensor) -> Tensor:
+    """Llama 4's routed experts' forward, gating with the IR op: the rows of each expert in
+    turn (``[experts x rows, hidden]``) through its slice of ``gate_up_proj`` ``[experts,
+    hidden, 2 x width]`` (gate columns first), `_act_and_mul`, and its ``down_proj``."""
+    experts_count, hidden, _ = experts.gate_up_proj.shape
+    rows = hidden_states.view(experts_count, -1, hidden)
+    gated = _act_and_mul(torch.bmm(rows, experts.gate_up_proj), activation)
+    out: Tensor = torch.bmm(gated, experts.down_proj).view(-1, hidden)
+    return out
+
+
+def _batched_experts_gating(experts: nn.Module) -> tuple[str | None, str]:
+    """The `GATED_ACTIVATIONS` name of routed experts without an ``_apply_gate`` hook that
+    gate inline in their own forward on batched products with one gate-up tensor per layer
+    (Llama 4's), where that forward computes `_batched_experts_forward`'s (run both on a
+    probe); else ``(None, why)``."""
+    gate_up, down = (getattr(experts, name, None) for name in ("gate_up_proj", "down_proj"))
+    if not all(isinstance(w, nn.Parameter) and w.dim() == 3 for w in (gate_up, down)):
+        return None, "mixture of experts: its routed experts have no _apply_gate hook"
+    assert isinstance(gate_up, nn.Parameter)
+    if gate_up.device.type == "meta":
+        return None, "mixture of experts: its routed experts are on the meta device"
+    activation = _gated_activation(experts)
+    if activation is None:
+        return None, "mixture of experts: its experts' activation is not silu or gelu"
+    rows = _probe((2 * gate_up.shape[0], gate_up.shape[1]), gate_up.device).to(gate_up.dtype)
+    try:
+        with torch.no_grad():
+            want = experts(rows)
+            got = _batched_experts_forward(experts, activation, rows)
+    except Exception as error:
+        return None, f"mixture of experts: its experts failed on a probe ({error})"
+    if not _close(got, want):
+        return None, "mixture of experts: its routed experts gate in their own way"
+    return activation, ""
+
+
 def _experts_gating(experts: nn.Module) -> tuple[str | None, str]:
     """The `GATED_ACTIVATIONS` name the routed `experts` gate with, where the IR op can do it
     through their ``_apply_gate`` hook; else ``(None, why)``. The hook must be transformers'
@@ -534,8 +652,6 @@ def _experts_gating(experts: nn.Module) -> tuple[str | None, str]:
     as GPT-OSS's clamped one, keeps it) and called: the ``"eager"`` implementation gates
     inline."""
     hook = getattr(type(experts), "_apply_gate", None)
-    if hook is None:
-        return None, "mixture of experts: its routed experts have no _apply_gate hook"
     from transformers.integrations import moe
 
     default = getattr(moe, "_default_apply_gate", None)  # private: absent, nothing converts
@@ -560,18 +676,32 @@ def _is_attention(module: nn.Module) -> bool:
     )
 
 
-#: the query and key norms' attribute names: most families', Hunyuan's
-_HEAD_NORM_NAMES = (("q_norm", "k_norm"), ("query_layernorm", "key_layernorm"))
+#: the query and key norms' attribute names: most families', Hunyuan's, Llama 4's (one norm
+#: without a weight for both)
+_HEAD_NORM_NAMES = (
+    ("q_norm", "k_norm"),
+    ("query_layernorm", "key_layernorm"),
+    ("qk_norm", "qk_norm"),
+)
 #: families whose query and key norms take the rotated projections
-_NORMS_AFTER_ROTATION = ("hunyuan_v1_dense", "hunyuan_v1_moe")
+_NORMS_AFTER_ROTATION = ("hunyuan_v1_dense", "hunyuan_v1_moe", "llama4_text")
 
 
-def _query_position_scale(attention: Any) -> tuple[float, int] | None:
-    """Ministral 3's query scale by position, as `AttentionPlan.query_position_scale`."""
-    if attention.config.model_type != "ministral3":
-        return None
-    rope = attention.config.rope_parameters
-    return float(rope["llama_4_scaling_beta"]), int(rope["original_max_position_embeddings"])
+def _query_scale(attention: Any) -> QueryScale | None:
+    """The layer's query scale by position, as its family's forward computes it."""
+    config = attention.config
+    if config.model_type == "ministral3":
+        rope = config.rope_parameters
+        beta, length = rope["llama_4_scaling_beta"], rope["original_max_position_embeddings"]
+        return QueryScale(float(beta), int(length))
+    if (
+        config.model_type == "llama4_text"
+        and config.attn_temperature_tuning
+        and not attention.use_rope
+    ):
+        length = int(config.floor_scale)
+        return QueryScale(float(config.attn_scale), length, 1, from_cache=True, in_float=True)
+    return None
 
 
 def _attention_plan(
@@ -596,14 +726,19 @@ def _attention_plan(
     layer_type = cache.layer_types[0]
     table = cache.cache_for(layer_type)
     hidden = _probe((1, 2, projection.in_features), weight.device).to(weight.dtype)
-    # the last position shows what changes far out (Ministral 3's query scale)
-    positions = torch.tensor([[1, table.shape[0] - 1]], device=weight.device)
+    # the last positions show what changes far out (the query scales): the last row of the
+    # table, and a cache as long as the table less the probe's two tokens (Llama 4's scale)
+    last = table.shape[0] - 1
+    positions = torch.tensor([[1, last]], device=weight.device)
+    scale = _query_scale(attention)
+    from_cache = scale is not None and scale.from_cache
+    seen = last - 1 if from_cache else None
     try:
         with torch.no_grad():
-            cos, sin = rotary(hidden, positions, *(() if layer_type is None else (layer_type,)))
-            call = _run_to_attention_function(attention, hidden, (cos, sin), positions)
+            embeddings = rotary(hidden, positions, *(() if layer_type is None else (layer_type,)))
+            call = _run_to_attention_function(attention, hidden, embeddings, positions, seen)
             unrotated = _run_to_attention_function(
-                attention, hidden, (torch.ones_like(cos), torch.zeros_like(sin)), positions
+                attention, hidden, _identity_rotation(embeddings), positions, seen
             )
     except Exception as error:  # the layer stays as it is; the report says why
         return f"its forward failed on a probe ({type(error).__name__}: {error})"
@@ -619,12 +754,15 @@ def _attention_plan(
         head_norms=names,
         norms_per_head=per_head,
         norms_after_rotation=attention.config.model_type in _NORMS_AFTER_ROTATION,
-        query_position_scale=_query_position_scale(attention),
+        query_scale=scale,
         attention_kwargs=kwargs,
         passes_position_ids="position_ids" in call.kwargs,
     )
+    scale_positions = positions
+    if seen is not None:
+        scale_positions = torch.arange(seen, seen + 2, device=weight.device)
     with torch.no_grad():
-        got = _queries_keys_values(attention, plan, hidden, table, positions)
+        got = _queries_keys_values(attention, plan, hidden, table, positions, scale_positions)
     want = (call.query, call.key, call.value)
     if not all(_close(g, w) for g, w in zip(got, want, strict=True)):
         return "the converted forward does not give its attention function the original's inputs"
@@ -657,6 +795,8 @@ def _head_norm_form(attention: Any, names: tuple[str, str]) -> bool | None:
     ]
     if widths in ([(head_dim,), (head_dim,)], [(heads, head_dim), (kv_heads, head_dim)]):
         return True
+    if widths == [None, None] and all(isinstance(n, IRRMSNorm) for n in norms):
+        return True  # without weights (Llama 4's): over one head, which the plan check confirms
     if widths == [(heads * head_dim,), (kv_heads * head_dim,)]:
         return False
     return None
@@ -692,13 +832,28 @@ _RECORDING_IMPLEMENTATION = "ir_stack_record"
 _OWN_ATTENTION_KWARGS = ("dropout", "scaling", "position_ids")
 
 
+class _ProbeCache:
+    """A KV cache that says it has seen `length` tokens and hands back what it is given: where
+    a forward counts positions in its cache (Llama 4's query scale), a probe far out."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def update(self, key: Tensor, value: Tensor, *args: Any, **_: Any) -> tuple[Tensor, Tensor]:
+        return key, value
+
+
 def _run_to_attention_function(
-    attention: Any, hidden: Tensor, cos_sin: tuple[Tensor, Tensor], positions: Tensor
+    attention: Any, hidden: Tensor, embeddings: Any, positions: Tensor, seen: int | None = None
 ) -> _AttentionCall | None:
     """Run `attention`'s own forward on `hidden` up to its attention function, and return what
     it gave that function (None where it called none): under a config copy that names a
     function which records its arguments and stops the forward. The decoder layers pass
-    ``position_ids``; so does this."""
+    ``position_ids``; so does this. `seen`: the forward is given a `_ProbeCache` of that
+    length."""
     from transformers import AttentionInterface
 
     AttentionInterface.register(_RECORDING_IMPLEMENTATION, _record_attention_call)
@@ -706,8 +861,13 @@ def _run_to_attention_function(
     recording = copy.copy(config)
     recording._attn_implementation_internal = _RECORDING_IMPLEMENTATION
     attention.config = recording
+    kwargs: dict[str, Any] = {"position_ids": positions}
+    if seen is not None:
+        # transformers 5.24 names the cache `cache` (`past_key_values` deprecated), 5.17 not
+        parameters = inspect.signature(type(attention).forward).parameters
+        kwargs["cache" if "cache" in parameters else "past_key_values"] = _ProbeCache(seen)
     try:
-        type(attention).forward(attention, hidden, cos_sin, None, position_ids=positions)
+        type(attention).forward(attention, hidden, embeddings, None, **kwargs)
     except _Recorded as recorded:
         return recorded.call
     finally:
@@ -731,22 +891,34 @@ def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
 _CONVERTED_MODULES = (IRRMSNorm, IRGatedMLP, IRJoinedGatedMLP, IRRotaryCache)
 
 
-def convert_hf_model(model: nn.Module) -> ConversionReport:
+def convert_hf_model(model: nn.Module, *, max_positions: int | None = None) -> ConversionReport:
     """Swap the norms, gated MLPs, routed experts' gating and rotary embeddings of a
     ``transformers`` model of a type in `SUPPORTED_MODEL_TYPES` (``*ForCausalLM`` or the bare
     model) for IR ops, in place.
 
-    Raises ValueError for other model types and for a model converted already. Parts that
-    cannot be converted exactly (another activation, a norm of another form, a rope type whose
-    frequencies change with the sequence length) are left as they are and listed in the
-    report's ``skipped``.
+    `max_positions`: the rows of the rotary table (float32, ``rotary dim`` wide), so the
+    positions the converted model can run, 0 to ``max_positions - 1``; by default the config's
+    ``max_position_embeddings`` (Llama 4 Scout's 10M would make a 5 GiB table: give the
+    longest sequence you serve).
+
+    Raises ValueError for other model types, for a model converted already and for a
+    `max_positions` below 1. Parts that cannot be converted exactly (another activation, a
+    norm of another form, a rope type whose frequencies change with the sequence length) are
+    left as they are and listed in the report's ``skipped``.
     """
+    if max_positions is not None and (
+        isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1
+    ):
+        raise ValueError(
+            f"convert_hf_model: argument 'max_positions' got {max_positions!r}; expected a "
+            "positive int or None"
+        )
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ValueError(
             f"convert_hf_model: got a model of type {model_type!r}; expected a transformers "
-            f"model of type {' or '.join(SUPPORTED_MODEL_TYPES)}"
+            f"model of type {' or '.join(SUPPORTED_MODEL_TYPES)}{_language_model_hint(model)}"
         )
     assert config is not None
     converted_already = next(
@@ -764,8 +936,12 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
     global _cache_update_takes_kwargs
     _cache_update_takes_kwargs = Version(transformers.__version__).major >= 5
     report = ConversionReport()
+    device = next(model.parameters()).device
     for path, module in list(model.named_modules()):
-        if _is_rms_norm(module):
+        if (eps := _weightless_norm_eps(module, device)) is not None:
+            _set_submodule(model, path, IRRMSNorm(None, eps))
+            report.norms.append(path)
+        elif _is_rms_norm(module):
             eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)))
             offset = _norm_offset(module, eps)
             if offset is None:
@@ -775,12 +951,10 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
             report.norms.append(path)
         elif _is_mixture_of_experts(module):
             experts_path = f"{path}.experts" if path else "experts"
-            activation, why = _experts_gating(module.experts)
-            if activation is None:
+            why = _convert_experts(module.experts)
+            if why:
                 report.skipped[experts_path] = why
                 continue
-            # an instance attribute: the class, and every other model's experts, keep theirs
-            module.experts._apply_gate = functools.partial(_act_and_mul, activation=activation)
             report.experts.append(experts_path)
         elif (parts := _gated_mlp_parts(module)) is not None:
             activation = _gated_activation(module)
@@ -798,7 +972,8 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
                 converted = IRJoinedGatedMLP(gate_up, down, activation, (parts[0], parts[1]))
             _set_submodule(model, path, converted)
             report.mlps.append(path)
-    _convert_rotary(model, config, report)
+    positions = int(config.max_position_embeddings) if max_positions is None else max_positions
+    _convert_rotary(model, report, positions)
     logger.info(
         "convert_hf_model: %d norms, %d MLPs, %d routed experts' gating, %d attention layers on "
         "IR ops; skipped %s",
@@ -809,6 +984,27 @@ def convert_hf_model(model: nn.Module) -> ConversionReport:
         report.skipped or "nothing",
     )
     return report
+
+
+#: where multimodal models hold their language model: Llama 4's, Gemma 3's
+_LANGUAGE_MODEL_PATHS = ("language_model", "model.language_model")
+
+
+def _language_model_hint(model: nn.Module) -> str:
+    """Where a multimodal model's language model is of a type `convert_hf_model` takes, how to
+    convert it; else ``""``."""
+    for path in _LANGUAGE_MODEL_PATHS:
+        try:
+            language_model = model.get_submodule(path)
+        except AttributeError:
+            continue
+        text_type = getattr(getattr(language_model, "config", None), "model_type", None)
+        if text_type in SUPPORTED_MODEL_TYPES:
+            return (
+                f"; its language model is of type {text_type!r}: convert that, "
+                f"convert_hf_model(model.{path})"
+            )
+    return ""
 
 
 def _rope_tables(rotary: nn.Module) -> tuple[dict[str | None, tuple[Tensor, float]], str]:
@@ -832,7 +1028,7 @@ def _rope_tables(rotary: nn.Module) -> tuple[dict[str | None, tuple[Tensor, floa
     return tables, ""
 
 
-def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> None:
+def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: int) -> None:
     rotary_paths = [p for p, m in model.named_modules() if p.endswith("rotary_emb")]
     if len(rotary_paths) != 1:
         report.skipped["rotary_emb"] = f"expected one rotary module, found {rotary_paths}"
@@ -857,7 +1053,16 @@ def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> 
         if 2 * inv_freq.numel() > head_dim:
             report.skipped[path] = f"rotary dimension {2 * inv_freq.numel()} > head_dim {head_dim}"
             return
-    cache = IRRotaryCache(tables, int(config.max_position_embeddings))
+    # float32 cosines and sines, a row a position
+    table_bytes = sum(max_positions * 2 * inv_freq.numel() * 4 for inv_freq, _ in tables.values())
+    if table_bytes > _LARGE_TABLE_BYTES:
+        logger.warning(
+            "convert_hf_model: the rotary table of %d positions takes %.1f GiB; pass "
+            "max_positions=<the longest sequence you run> for a smaller one",
+            max_positions,
+            table_bytes / 2**30,
+        )
+    cache = IRRotaryCache(tables, max_positions)
     rotary = model.get_submodule(path)
     neox = _rotation_form(rotary, cache, layers[0][1])
     if neox is None:
@@ -877,19 +1082,51 @@ def _convert_rotary(model: nn.Module, config: Any, report: ConversionReport) -> 
         report.attentions.append(attention_path)
 
 
+#: a rotary table larger than this is reported: `convert_hf_model`'s ``max_positions`` shrinks it
+_LARGE_TABLE_BYTES = 1 << 30
+
 #: positions of the rotary probe: the first few and some far apart
 _PROBE_POSITIONS = (0, 1, 2, 3, 7, 100, 1000)
 
 
+def _model_rotation(attention: nn.Module) -> Callable[[Tensor, Tensor, Any], Any] | None:
+    """The model's own rotation, as ``rotate(q, k, position_embeddings)`` on ``[batch, heads,
+    tokens, head_dim]`` heads: ``apply_rotary_pos_emb(q, k, cos, sin)`` (most families), or
+    Llama 4's ``apply_rotary_emb(q, k, freqs_cis)``, which takes ``[batch, tokens, heads,
+    head_dim]`` heads and complex frequencies; None where the module has neither."""
+    module = sys.modules[type(attention).__module__]
+    apply = getattr(module, "apply_rotary_pos_emb", None)
+    if callable(apply):
+        return lambda q, k, embeddings: apply(q, k, *embeddings)
+    apply_complex = getattr(module, "apply_rotary_emb", None)
+    if not callable(apply_complex):
+        return None
+
+    def rotate(q: Tensor, k: Tensor, freqs_cis: Tensor) -> tuple[Tensor, Tensor]:
+        q, k = apply_complex(q.transpose(1, 2), k.transpose(1, 2), freqs_cis)
+        return q.transpose(1, 2), k.transpose(1, 2)
+
+    return rotate
+
+
+def _identity_rotation(embeddings: Any) -> Any:
+    """Position embeddings of the rotary module's kind that rotate nothing: ``(1, 0)`` for
+    ``(cos, sin)``, 1 for complex frequencies (Llama 4's)."""
+    if isinstance(embeddings, Tensor):
+        return torch.ones_like(embeddings)
+    cos, sin = embeddings
+    return torch.ones_like(cos), torch.zeros_like(sin)
+
+
 def _rotation_form(rotary: nn.Module, cache: IRRotaryCache, attention: nn.Module) -> bool | None:
-    """True where the model's ``apply_rotary_pos_emb``, given its rotary module's cosines and
-    sines, rotates as ``rotary_embedding`` with `cache` does in the neox form (the halves of
-    each head: Llama, Qwen, Gemma), False where in the interleaved form (pairs: GLM, ERNIE),
-    None where in neither. Run on float32 probe heads at every layer type's table, so the
-    tables are checked too."""
-    apply = getattr(sys.modules[type(attention).__module__], "apply_rotary_pos_emb", None)
+    """True where the model's own rotation (`_model_rotation`), given its rotary module's
+    output, rotates as ``rotary_embedding`` with `cache` does in the neox form (the halves of
+    each head: Llama, Qwen, Gemma), False where in the interleaved form (pairs: GLM, ERNIE,
+    Llama 4's complex numbers), None where in neither. Run on float32 probe heads at every
+    layer type's table, so the tables are checked too."""
+    rotate = _model_rotation(attention)
     first = cache.cache_for(cache.layer_types[0])
-    if not callable(apply) or first.device.type == "meta":
+    if rotate is None or first.device.type == "meta":
         return None
     head_dim: int = attention.head_dim  # type: ignore[assignment]
     positions = torch.tensor([p for p in _PROBE_POSITIONS if p < first.shape[0]])
@@ -901,8 +1138,8 @@ def _rotation_form(rotary: nn.Module, cache: IRRotaryCache, attention: nn.Module
     with torch.no_grad():
         for layer_type in cache.layer_types:
             extra = () if layer_type is None else (layer_type,)
-            cos, sin = rotary(q, positions[None], *extra)
-            want = [t.transpose(1, 2).reshape(len(positions), -1) for t in apply(q, k, cos, sin)]
+            embeddings = rotary(q, positions[None], *extra)
+            want = [t.transpose(1, 2).reshape(len(positions), -1) for t in rotate(q, k, embeddings)]
             table = cache.cache_for(layer_type)
             for neox in list(forms):
                 got = ops.rotary_embedding.native(positions, *flat, head_dim, table, neox)
