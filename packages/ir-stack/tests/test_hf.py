@@ -769,6 +769,29 @@ def test_an_attention_doing_more_than_its_plan_is_left_alone(
     assert len(report.mlps) == SIZES["num_hidden_layers"]
 
 
+def test_an_attention_doing_more_after_its_attention_function_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A forward that gates what its attention function returns (Laguna's multiplies it by a
+    softplus of another projection; here the projected output by its sigmoid) gives that
+    function the plan's inputs, but the converted forward would drop the gate. The probe runs
+    both forwards to the end, the attention function answering the same probe to each, and
+    compares what they return: the attention stays, reported."""
+    model = build("llama")
+    attention_class = type(model.model.layers[0].self_attn)
+    forward = attention_class.forward
+
+    def gated(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out, weights = forward(self, *args, **kwargs)
+        return out * torch.sigmoid(out), weights
+
+    monkeypatch.setattr(attention_class, "forward", gated)
+    report = convert_keeping_logits(model)
+    why = "does not make of its attention function's output what the original does"
+    assert why in report.skipped["model.rotary_emb"]
+    assert report.attentions == []
+
+
 def test_an_attention_failing_on_the_probe_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """A layer whose own forward cannot run on the probe is not converted: the report says why,
     and the conversion goes on with the other parts."""

@@ -31,7 +31,8 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   forward gives its attention function (a sliding window, a logit cap) are found by running
   it, and the converted forward gives the same. Each layer keeps what the conversion found
   in an `AttentionPlan`, checked on a probe: a layer whose converted forward would give its
-  attention function other queries, keys or values than its own stays as it is. A model with
+  attention function other queries, keys or values than its own, or make another output of
+  that function's answer (a gate after attention), stays as it is. A model with
   an attention layer of another form (DeepSeek's latent attention) keeps its rotary module;
 - the routed experts of a mixture-of-experts block (transformers holds them as one tensor per
   projection) gate with the IR op: their ``_apply_gate`` hook, which transformers' grouped,
@@ -381,7 +382,22 @@ def _rotary_attention_forward(
     **kwargs: Any,
 ) -> tuple[Tensor, Tensor | None]:
     """The forward of a converted attention layer (bound to the instance)."""
-    plan: AttentionPlan = self.ir_attention_plan
+    plan = self.ir_attention_plan
+    return _planned_forward(
+        self, hidden_states, position_embeddings, attention_mask, plan=plan, **kwargs
+    )
+
+
+def _planned_forward(
+    self: Any,
+    hidden_states: Tensor,
+    position_embeddings: tuple[Tensor, Tensor],
+    attention_mask: Tensor | None,
+    *,
+    plan: AttentionPlan,
+    **kwargs: Any,
+) -> tuple[Tensor, Tensor | None]:
+    """A converted attention layer's forward, as `plan` says."""
     cos_sin_cache, positions = position_embeddings  # positions: one per token, dense
     input_shape = hidden_states.shape[:-1]
     cache = kwargs.pop("cache", None) or kwargs.pop("past_key_values", None)
@@ -733,24 +749,26 @@ def _attention_plan(
     scale = _query_scale(attention)
     from_cache = scale is not None and scale.from_cache
     seen = last - 1 if from_cache else None
+    own = type(attention).forward
     try:
         with torch.no_grad():
             embeddings = rotary(hidden, positions, *(() if layer_type is None else (layer_type,)))
-            call = _run_to_attention_function(attention, hidden, embeddings, positions, seen)
-            unrotated = _run_to_attention_function(
-                attention, hidden, _identity_rotation(embeddings), positions, seen
+            original = _run_probe_forward(attention, own, hidden, embeddings, positions, seen)
+            unrotated = _run_probe_forward(
+                attention, own, hidden, _identity_rotation(embeddings), positions, seen
             )
     except Exception as error:  # the layer stays as it is; the report says why
         return f"its forward failed on a probe ({type(error).__name__}: {error})"
-    if call is None or unrotated is None:
-        return "its forward called no attention function"
+    if isinstance(original, str) or isinstance(unrotated, str):
+        return original if isinstance(original, str) else str(unrotated)
+    call = original.call
     kwargs = {k: v for k, v in call.kwargs.items() if k not in _OWN_ATTENTION_KWARGS}
     tensors = [name for name, value in kwargs.items() if isinstance(value, Tensor)]
     if tensors:
         return f"its forward gives its attention function a tensor, {tensors[0]!r}"
     plan = AttentionPlan(
         neox=neox,
-        rotates=not torch.equal(call.query, unrotated.query),
+        rotates=not torch.equal(call.query, unrotated.call.query),
         head_norms=names,
         norms_per_head=per_head,
         norms_after_rotation=attention.config.model_type in _NORMS_AFTER_ROTATION,
@@ -758,14 +776,27 @@ def _attention_plan(
         attention_kwargs=kwargs,
         passes_position_ids="position_ids" in call.kwargs,
     )
-    scale_positions = positions
-    if seen is not None:
-        scale_positions = torch.arange(seen, seen + 2, device=weight.device)
-    with torch.no_grad():
-        got = _queries_keys_values(attention, plan, hidden, table, positions, scale_positions)
-    want = (call.query, call.key, call.value)
-    if not all(_close(g, w) for g, w in zip(got, want, strict=True)):
+    planned = functools.partial(_planned_forward, plan=plan)
+    try:
+        with torch.no_grad():
+            converted = _run_probe_forward(
+                attention, planned, hidden, (table, positions), positions, seen
+            )
+    except Exception as error:
+        return f"the converted forward failed on a probe ({type(error).__name__}: {error})"
+    if isinstance(converted, str):
+        return f"the converted forward: {converted}"
+    got, want = converted.call, original.call
+    if not all(
+        _close(g, w)
+        for g, w in ((got.query, want.query), (got.key, want.key), (got.value, want.value))
+    ):
         return "the converted forward does not give its attention function the original's inputs"
+    if not _close(converted.output, original.output):
+        return (
+            "the converted forward does not make of its attention function's output what the "
+            "original does (it does more after attention)"
+        )
     return plan
 
 
@@ -812,18 +843,28 @@ class _AttentionCall:
     kwargs: dict[str, Any]
 
 
-class _Recorded(Exception):
-    """Raised by `_record_attention_call` to end a probe forward, with what it was given."""
+@dataclass
+class _ProbeRun:
+    """A probe forward of an attention layer: what it gave its attention function, and the
+    output it made of that function's answer."""
 
-    def __init__(self, call: _AttentionCall) -> None:
-        super().__init__("recorded")
-        self.call = call
+    call: _AttentionCall
+    output: Tensor
+
+
+#: the calls `_record_attention_call` saw during the probe forward that is running
+_probe_calls: list[_AttentionCall] = []
 
 
 def _record_attention_call(
     module: nn.Module, query: Tensor, key: Tensor, value: Tensor, mask: Any, **kwargs: Any
-) -> Any:
-    raise _Recorded(_AttentionCall(query, key, value, kwargs))
+) -> tuple[Tensor, None]:
+    """Records what it is given and answers, as attention functions do, ``[batch, tokens,
+    heads, value width]``: a probe, the same for every call of those shapes."""
+    _probe_calls.append(_AttentionCall(query, key, value, kwargs))
+    batch, heads, tokens, _ = query.shape
+    shape = (batch, tokens, heads, value.shape[-1])
+    return _probe(shape, query.device).to(query.dtype), None
 
 
 #: the name `_record_attention_call` is registered under in transformers' attention functions
@@ -846,14 +887,19 @@ class _ProbeCache:
         return key, value
 
 
-def _run_to_attention_function(
-    attention: Any, hidden: Tensor, embeddings: Any, positions: Tensor, seen: int | None = None
-) -> _AttentionCall | None:
-    """Run `attention`'s own forward on `hidden` up to its attention function, and return what
-    it gave that function (None where it called none): under a config copy that names a
-    function which records its arguments and stops the forward. The decoder layers pass
-    ``position_ids``; so does this. `seen`: the forward is given a `_ProbeCache` of that
-    length."""
+def _run_probe_forward(
+    attention: Any,
+    forward: Callable[..., Any],
+    hidden: Tensor,
+    embeddings: Any,
+    positions: Tensor,
+    seen: int | None = None,
+) -> _ProbeRun | str:
+    """Run `forward` (`attention`'s own, or a planned one) on `hidden`, under a config copy
+    that names `_record_attention_call` as the attention function: what it gave that function
+    and what it returned; or why not, where it called the function other than once. The
+    decoder layers pass ``position_ids``; so does this. `seen`: the forward is given a
+    `_ProbeCache` of that length."""
     from transformers import AttentionInterface
 
     AttentionInterface.register(_RECORDING_IMPLEMENTATION, _record_attention_call)
@@ -866,13 +912,16 @@ def _run_to_attention_function(
         # transformers 5.24 names the cache `cache` (`past_key_values` deprecated), 5.17 not
         parameters = inspect.signature(type(attention).forward).parameters
         kwargs["cache" if "cache" in parameters else "past_key_values"] = _ProbeCache(seen)
+    _probe_calls.clear()
     try:
-        type(attention).forward(attention, hidden, embeddings, None, **kwargs)
-    except _Recorded as recorded:
-        return recorded.call
+        output = forward(attention, hidden, embeddings, None, **kwargs)
     finally:
         attention.config = config
-    return None
+        calls = list(_probe_calls)
+        _probe_calls.clear()
+    if len(calls) != 1:
+        return f"its forward called its attention function {len(calls)} times; expected once"
+    return _ProbeRun(calls[0], output[0] if isinstance(output, tuple) else output)
 
 
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
