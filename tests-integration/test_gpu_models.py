@@ -360,6 +360,30 @@ HF_FAMILIES = {
             "moe_layers": [1],
         },
     ),
+    # transformers 5.24 on (skipped under older versions)
+    "cwm": ("CwmConfig", "CwmForCausalLM", {**_GPU_TOKENS, "head_dim": 64, **_GPU_SLIDING}),
+    "solar_open": (
+        "SolarOpenConfig",
+        "SolarOpenForCausalLM",
+        {**_GPU_TOKENS, "head_dim": 64, "n_routed_experts": 8, "moe_intermediate_size": 128},
+    ),
+    "hy_v3": (
+        "HYV3Config",
+        "HYV3ForCausalLM",
+        {**_GPU_TOKENS, "head_dim": 64, "num_experts": 8, "moe_intermediate_size": 128},
+    ),
+    "mellum": (
+        "MellumConfig",
+        "MellumForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "head_dim": 64,
+            "num_experts": 8,
+            "moe_intermediate_size": 128,
+            **_GPU_SLIDING,
+        },
+    ),
+    "apertus1p5": ("Apertus1p5TextConfig", "Apertus1p5TextForCausalLM", _GPU_TOKENS),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {
@@ -380,11 +404,14 @@ HF_MOE = {
     "flex_olmo",
     "minimax_m2",
     "llama4",
+    "solar_open",
+    "hy_v3",
+    "mellum",
 }
 #: families whose norms are LayerNorms, which stay
 HF_LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe"}
 #: families whose MLPs are not gated, which stay
-HF_UNGATED = {"apertus", "arcee"}
+HF_UNGATED = {"apertus", "arcee", "apertus1p5"}
 
 
 @pytest.mark.parametrize("family", list(HF_FAMILIES))

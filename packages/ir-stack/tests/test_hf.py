@@ -79,6 +79,12 @@ FAMILIES = {
     "arcee": ("ArceeConfig", "ArceeForCausalLM"),
     "ministral3": ("Ministral3Config", "Ministral3ForCausalLM"),
     "llama4": ("Llama4TextConfig", "Llama4ForCausalLM"),
+    # transformers 5.24 on
+    "cwm": ("CwmConfig", "CwmForCausalLM"),
+    "solar_open": ("SolarOpenConfig", "SolarOpenForCausalLM"),
+    "hy_v3": ("HYV3Config", "HYV3ForCausalLM"),
+    "mellum": ("MellumConfig", "MellumForCausalLM"),
+    "apertus1p5": ("Apertus1p5TextConfig", "Apertus1p5TextForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -240,6 +246,33 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 1,
         "moe_layers": [0, 1],
     },
+    # CWM: a sliding layer and a full one; Solar Open: a shared expert beside the routed ones;
+    # HY V3 and Mellum: query and key norms, a shared expert (HY V3), sliding layers (Mellum)
+    "cwm": {**_TOKENS, "head_dim": 16, **_SLIDING_THEN_FULL},
+    "solar_open": {
+        **_TOKENS,
+        "head_dim": 16,
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+    },
+    "hy_v3": {
+        **_TOKENS,
+        "head_dim": 16,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "mlp_layer_types": ["sparse", "sparse"],
+    },
+    "mellum": {
+        **_TOKENS,
+        "head_dim": 16,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        **_SLIDING_THEN_FULL,
+    },
+    "apertus1p5": _TOKENS,
     # queries scaled from the fourth position on (Llama 4's scale), so the prompt shows it
     "ministral3": {
         **_TOKENS,
@@ -293,6 +326,10 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "apertus": (4, 0, 0),
     "arcee": (2, 0, 0),
     "llama4": (2, 1, 1),
+    "solar_open": (2, 1, 1),
+    "hy_v3": (4, 1, 1),
+    "mellum": (4, 0, 1),
+    "apertus1p5": (4, 0, 0),
 }
 #: families whose norms are LayerNorms (they stay), the final one too
 LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe"}

@@ -1,10 +1,11 @@
 """`convert_hf_model`: run a Hugging Face ``transformers`` model on IR ops: Llama, Mistral,
 Ministral and Ministral 3, Qwen2, Qwen3, Gemma 1-3 (text), VaultGemma, Phi-3 (Phi-4), Granite,
 OLMo 2 and 3, GLM and GLM-4, ERNIE 4.5, Helium, Seed-OSS, SmolLM3, Cohere (Command R) and
-Cohere 2, EXAONE 4, Hunyuan, Apertus, Arcee, and the mixtures of experts Mixtral, Qwen2-MoE,
-Qwen3-MoE, OLMoE, FlexOlmo, Granite MoE (and its shared-expert form), GLM-4 MoE, ERNIE 4.5
-MoE, Cohere 2 MoE, EXAONE MoE, Hunyuan MoE, dots.llm1, MiniMax M2, Llama 4 (text) and
-DeepSeek V2 and V3 (their latent attention, which rotates its own way, stays).
+Cohere 2, EXAONE 4, Hunyuan, Apertus and Apertus 1.5, Arcee, CWM, and the mixtures of experts
+Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, FlexOlmo, Granite MoE (and its shared-expert form),
+GLM-4 MoE, ERNIE 4.5 MoE, Cohere 2 MoE, EXAONE MoE, Hunyuan MoE, HY V3, dots.llm1, MiniMax M2,
+Solar Open, Mellum, Llama 4 (text) and DeepSeek V2 and V3 (their latent attention, which
+rotates its own way, stays).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -118,6 +119,11 @@ SUPPORTED_MODEL_TYPES = (
     "arcee",
     "ministral3",
     "llama4_text",
+    "cwm",
+    "solar_open",
+    "hy_v3",
+    "mellum",
+    "apertus1p5_text",
 )
 #: rope types whose frequencies are fixed at construction (a table holds them exactly);
 #: ``ntk_alpha`` is Hunyuan's NTK scaling with a fixed alpha, which only stretches the base
