@@ -360,7 +360,7 @@ HF_FAMILIES = {
             "moe_layers": [1],
         },
     ),
-    # transformers 5.24 on (skipped under older versions)
+    # newer families (Apertus 1.5: transformers 5.24, skipped under 5.17)
     "cwm": ("CwmConfig", "CwmForCausalLM", {**_GPU_TOKENS, "head_dim": 64, **_GPU_SLIDING}),
     "solar_open": (
         "SolarOpenConfig",

@@ -79,7 +79,7 @@ FAMILIES = {
     "arcee": ("ArceeConfig", "ArceeForCausalLM"),
     "ministral3": ("Ministral3Config", "Ministral3ForCausalLM"),
     "llama4": ("Llama4TextConfig", "Llama4ForCausalLM"),
-    # transformers 5.24 on
+    # newer families (Apertus 1.5: transformers 5.24, skipped under 5.17)
     "cwm": ("CwmConfig", "CwmForCausalLM"),
     "solar_open": ("SolarOpenConfig", "SolarOpenForCausalLM"),
     "hy_v3": ("HYV3Config", "HYV3ForCausalLM"),
