@@ -85,6 +85,7 @@ FAMILIES = {
     "hy_v3": ("HYV3Config", "HYV3ForCausalLM"),
     "mellum": ("MellumConfig", "MellumForCausalLM"),
     "apertus1p5": ("Apertus1p5TextConfig", "Apertus1p5TextForCausalLM"),
+    "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -273,6 +274,15 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         **_SLIDING_THEN_FULL,
     },
     "apertus1p5": _TOKENS,
+    # GPT-OSS: attention sinks (a parameter of the layer given to the attention function), a
+    # sliding layer and a full one; its experts clamp their gate and stay
+    "gpt_oss": {
+        **_TOKENS,
+        **_SLIDING_THEN_FULL,
+        "head_dim": 16,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+    },
     # queries scaled from the fourth position on (Llama 4's scale), so the prompt shows it
     "ministral3": {
         **_TOKENS,
@@ -330,7 +340,10 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "hy_v3": (4, 1, 1),
     "mellum": (4, 0, 1),
     "apertus1p5": (4, 0, 0),
+    "gpt_oss": (2, 0, 0),
 }
+#: families whose routed experts gate in their own way and stay (GPT-OSS clamps its gate)
+EXPERTS_STAY = {"gpt_oss"}
 #: families whose norms are LayerNorms (they stay), the final one too
 LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe"}
 #: families with layers that rotate nothing (NoPE), and how many of the two rotate
@@ -411,7 +424,11 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     attention_stays = family in ATTENTION_STAYS
     assert len(report.attentions) == (0 if attention_stays else layers)
     why = "attention of another form in model.layers.0.self_attn"
-    assert report.skipped == ({"model.rotary_emb": why} if attention_stays else {})
+    skipped = {"model.rotary_emb": why} if attention_stays else {}
+    if family in EXPERTS_STAY:
+        why = "mixture of experts: its routed experts gate in their own way"
+        skipped = {f"model.layers.{i}.mlp.experts": why for i in range(layers)}
+    assert report.skipped == skipped
     assert isinstance(model.model.norm, IRRMSNorm) != (family in LAYER_NORMS)
     mlp = model.model.layers[0].mlp if hasattr(model.model.layers[0], "mlp") else None
     if experts_a_layer:  # the routed experts keep their class and their weights' names
@@ -825,6 +842,31 @@ def test_an_attention_doing_more_after_its_attention_function_is_left_alone(
     monkeypatch.setattr(attention_class, "forward", gated)
     report = convert_keeping_logits(model)
     why = "does not make of its attention function's output what the original does"
+    assert why in report.skipped["model.rotary_emb"]
+    assert report.attentions == []
+
+
+def test_an_attention_giving_other_arguments_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A forward that gives its attention function another scaling than its layer's `scaling`
+    attribute, which the converted forward passes: the probe compares every keyword argument
+    the two forwards give, and the attention stays, reported."""
+    model = build("llama")
+    attention_class = type(model.model.layers[0].self_attn)
+    forward = attention_class.forward
+
+    def rescaled(self: Any, *args: Any, **kwargs: Any) -> Any:
+        scaling = self.scaling
+        self.scaling = 2 * scaling
+        try:
+            return forward(self, *args, **kwargs)
+        finally:
+            self.scaling = scaling
+
+    monkeypatch.setattr(attention_class, "forward", rescaled)
+    report = convert_keeping_logits(model)
+    why = "gives its attention function other keyword arguments in model.layers.0.self_attn"
     assert why in report.skipped["model.rotary_emb"]
     assert report.attentions == []
 

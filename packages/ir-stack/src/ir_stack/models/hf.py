@@ -4,8 +4,8 @@ OLMo 2 and 3, GLM and GLM-4, ERNIE 4.5, Helium, Seed-OSS, SmolLM3, Cohere (Comma
 Cohere 2, EXAONE 4, Hunyuan, Apertus and Apertus 1.5, Arcee, CWM, and the mixtures of experts
 Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, FlexOlmo, Granite MoE (and its shared-expert form),
 GLM-4 MoE, ERNIE 4.5 MoE, Cohere 2 MoE, EXAONE MoE, Hunyuan MoE, HY V3, dots.llm1, MiniMax M2,
-Solar Open, Mellum, Llama 4 (text) and DeepSeek V2 and V3 (their latent attention, which
-rotates its own way, stays).
+Solar Open, Mellum, Llama 4 (text), GPT-OSS (its experts, which clamp their gate, stay) and
+DeepSeek V2 and V3 (their latent attention, which rotates its own way, stays).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -124,6 +124,7 @@ SUPPORTED_MODEL_TYPES = (
     "hy_v3",
     "mellum",
     "apertus1p5_text",
+    "gpt_oss",
 )
 #: rope types whose frequencies are fixed at construction (a table holds them exactly);
 #: ``ntk_alpha`` is Hunyuan's NTK scaling with a fixed alpha, which only stretches the base
@@ -373,6 +374,9 @@ class AttentionPlan:
     #: dropout, scaling and its caller's (a sliding window, Gemma 2's logit cap), found by
     #: running it
     attention_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: the keyword arguments it gives from the layer's own parameters or buffers (GPT-OSS's
+    #: attention sinks, ``s_aux``): keyword -> attribute name, read at every call
+    attention_tensors: dict[str, str] = field(default_factory=dict)
     #: whether the forward hands its caller's ``position_ids`` on to the attention function
     #: (most take them in ``**kwargs`` and do; Ministral 3 under transformers 5.17 names and
     #: keeps them)
@@ -417,6 +421,7 @@ def _planned_forward(
     if cache is not None:
         k, v = _update_cache(cache, k, v, self.layer_idx, kwargs)
     kwargs.update(plan.attention_kwargs)
+    kwargs.update((key, getattr(self, name)) for key, name in plan.attention_tensors.items())
     if not plan.passes_position_ids:
         kwargs.pop("position_ids", None)
     attend = _attention_function(self)
@@ -769,9 +774,13 @@ def _attention_plan(
         return original if isinstance(original, str) else str(unrotated)
     call = original.call
     kwargs = {k: v for k, v in call.kwargs.items() if k not in _OWN_ATTENTION_KWARGS}
-    tensors = [name for name, value in kwargs.items() if isinstance(value, Tensor)]
-    if tensors:
-        return f"its forward gives its attention function a tensor, {tensors[0]!r}"
+    held = (*attention.named_parameters(recurse=False), *attention.named_buffers(recurse=False))
+    owned = {id(t): name for name, t in held}
+    tensors = {k: owned.get(id(v)) for k, v in kwargs.items() if isinstance(v, Tensor)}
+    if None in tensors.values():
+        other = next(k for k, name in tensors.items() if name is None)
+        return f"its forward gives its attention function a tensor, {other!r}, not one it holds"
+    kwargs = {k: v for k, v in kwargs.items() if k not in tensors}
     plan = AttentionPlan(
         neox=neox,
         rotates=not torch.equal(call.query, unrotated.call.query),
@@ -780,6 +789,7 @@ def _attention_plan(
         norms_after_rotation=attention.config.model_type in _NORMS_AFTER_ROTATION,
         query_scale=scale,
         attention_kwargs=kwargs,
+        attention_tensors={k: name for k, name in tensors.items() if name is not None},
         passes_position_ids="position_ids" in call.kwargs,
     )
     planned = functools.partial(_planned_forward, plan=plan)
@@ -793,6 +803,8 @@ def _attention_plan(
     if isinstance(converted, str):
         return f"the converted forward: {converted}"
     got, want = converted.call, original.call
+    if not _same_arguments(got.kwargs, want.kwargs):
+        return "the converted forward gives its attention function other keyword arguments"
     if not all(
         _close(g, w)
         for g, w in ((got.query, want.query), (got.key, want.key), (got.value, want.value))
@@ -804,6 +816,17 @@ def _attention_plan(
             "original does (it does more after attention)"
         )
     return plan
+
+
+def _same_arguments(got: dict[str, Any], want: dict[str, Any]) -> bool:
+    """The same keyword arguments: the same names, equal values (tensors of equal values)."""
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(b, Tensor):
+            return isinstance(a, Tensor) and torch.equal(a, b)
+        return bool(a == b)
+
+    return got.keys() == want.keys() and all(same(got[k], v) for k, v in want.items())
 
 
 def _close(got: Tensor, want: Tensor) -> bool:
@@ -863,7 +886,12 @@ _probe_calls: list[_AttentionCall] = []
 
 
 def _record_attention_call(
-    module: nn.Module, query: Tensor, key: Tensor, value: Tensor, mask: Any, **kwargs: Any
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Any = None,
+    **kwargs: Any,
 ) -> tuple[Tensor, None]:
     """Records what it is given and answers, as attention functions do, ``[batch, tokens,
     heads, value width]``: a probe, the same for every call of those shapes."""
