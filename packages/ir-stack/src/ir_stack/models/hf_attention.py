@@ -1,0 +1,548 @@
+"""How a transformers attention layer runs on IR ops: its `AttentionPlan`, found by running the
+layer's own forward on a probe and checked by running the converted forward the same way; the
+converted forward itself; and the probe that finds the model's rotation form."""
+
+import copy
+import functools
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ir_spec import ops
+
+from .hf_modules import IRRMSNorm, IRRotaryCache
+from .hf_probes import close, probe
+
+
+@dataclass(frozen=True)
+class QueryScale:
+    """A layer's queries scaled by their position ``p``, after the rotation and the norms, by
+    ``1 + beta * log1p(floor((p + offset) / length))``. Ministral 3's (its rope's
+    ``llama_4_scaling_beta``): ``p`` the caller's positions, the scale rounded to the queries'
+    dtype before the product. Llama 4's NoPE layers' temperature: ``p`` counted in the cache
+    (its length before the call plus the token's index: `from_cache`), from 1 (`offset`), the
+    product in float32 and rounded once (`in_float`)."""
+
+    beta: float
+    length: int
+    offset: int = 0
+    from_cache: bool = False
+    in_float: bool = False
+
+    def apply(self, q: Tensor, positions: Tensor) -> Tensor:
+        """`q` ``[..., tokens, width]`` scaled at `positions` (``[..., tokens]``)."""
+        steps = torch.floor((positions.float() + self.offset) / self.length)
+        scale = (1 + self.beta * torch.log1p(steps)).unsqueeze(-1)
+        return (q * scale).to(q.dtype) if self.in_float else q * scale.to(q.dtype)
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """How a converted attention layer runs, decided once by `convert_hf_model` from what its
+    family's forward does (each family's was read before it joined `SUPPORTED_MODEL_TYPES`)
+    and checked by running both on a probe: the converted forward must give the attention
+    function the queries, keys and values the original gives it. A converted layer holds its
+    plan as ``ir_attention_plan``."""
+
+    #: rotates the halves of each head (Llama, Qwen, Gemma) rather than pairs (GLM, ERNIE)
+    neox: bool
+    #: False for a layer without rotary embeddings (NoPE: SmolLM3's every fourth layer,
+    #: Cohere 2's and EXAONE 4's global layers), found by running its forward with and
+    #: without a rotation
+    rotates: bool = True
+    #: the query and key norms' attribute names, where the layer has them
+    head_norms: tuple[str, str] | None = None
+    #: each norm over one head (Qwen3, Gemma 3) rather than over its whole projection (OLMo 2)
+    norms_per_head: bool = True
+    #: the norms applied to the rotated queries and keys (Hunyuan) rather than before
+    norms_after_rotation: bool = False
+    #: the queries scaled by their position last (Ministral 3, Llama 4's NoPE layers), or None
+    query_scale: QueryScale | None = None
+    #: the keyword arguments the layer's own forward gives its attention function beside
+    #: dropout, scaling and its caller's (a sliding window, Gemma 2's logit cap), found by
+    #: running it
+    attention_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: the keyword arguments it gives from the layer's own parameters or buffers (GPT-OSS's
+    #: attention sinks, ``s_aux``): keyword -> attribute name, read at every call
+    attention_tensors: dict[str, str] = field(default_factory=dict)
+    #: whether the forward hands its caller's ``position_ids`` on to the attention function
+    #: (most take them in ``**kwargs`` and do; Ministral 3 under transformers 5.17 names and
+    #: keeps them)
+    passes_position_ids: bool = True
+
+
+def rotary_attention_forward(
+    self: Any,  # a transformers attention module (q_proj, k_proj, v_proj or qkv_proj; o_proj)
+    hidden_states: Tensor,
+    position_embeddings: tuple[Tensor, Tensor],
+    attention_mask: Tensor | None = None,
+    *args: Any,
+    **kwargs: Any,
+) -> tuple[Tensor, Tensor | None]:
+    """The forward of a converted attention layer (bound to the instance)."""
+    plan = self.ir_attention_plan
+    return _planned_forward(
+        self, hidden_states, position_embeddings, attention_mask, plan=plan, **kwargs
+    )
+
+
+def _planned_forward(
+    self: Any,
+    hidden_states: Tensor,
+    position_embeddings: tuple[Tensor, Tensor],
+    attention_mask: Tensor | None,
+    *,
+    plan: AttentionPlan,
+    **kwargs: Any,
+) -> tuple[Tensor, Tensor | None]:
+    """A converted attention layer's forward, as `plan` says."""
+    cos_sin_cache, positions = position_embeddings  # positions: one per token, dense
+    input_shape = hidden_states.shape[:-1]
+    cache = kwargs.pop("cache", None) or kwargs.pop("past_key_values", None)
+    scale_positions = positions
+    if plan.query_scale is not None and plan.query_scale.from_cache:
+        seen = cache.get_seq_length(self.layer_idx) if cache is not None else 0
+        scale_positions = torch.arange(input_shape[-1], device=positions.device) + seen
+    q, k, v = _queries_keys_values(
+        self, plan, hidden_states, cos_sin_cache, positions, scale_positions
+    )
+    if cache is not None:
+        k, v = _update_cache(cache, k, v, self.layer_idx, kwargs)
+    kwargs.update(plan.attention_kwargs)
+    kwargs.update((key, getattr(self, name)) for key, name in plan.attention_tensors.items())
+    if not plan.passes_position_ids:
+        kwargs.pop("position_ids", None)
+    attend = _attention_function(self)
+    out, weights = attend(
+        self,
+        q,
+        k,
+        v,
+        attention_mask,
+        dropout=self.attention_dropout if self.training else 0.0,
+        scaling=self.scaling,
+        **kwargs,
+    )
+    out = out.reshape(*input_shape, -1).contiguous()
+    return self.o_proj(out), weights
+
+
+def _queries_keys_values(
+    attention: Any,
+    plan: AttentionPlan,
+    hidden_states: Tensor,
+    cos_sin_cache: Tensor,
+    positions: Tensor,
+    scale_positions: Tensor,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """What a converted layer gives its attention function: queries, keys and values,
+    ``[batch, heads, tokens, head_dim]``, projected, normed, rotated (at `positions`) and
+    scaled (at `scale_positions`) as `plan` says."""
+    head_dim: int = attention.head_dim
+    q, k, v = _project_qkv(attention, hidden_states)
+    if plan.head_norms is not None and not plan.norms_after_rotation:
+        q, k = _norm_heads(attention, plan, q, k)
+    if plan.rotates:
+        q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, plan.neox)
+    if plan.head_norms is not None and plan.norms_after_rotation:
+        q, k = _norm_heads(attention, plan, q, k)
+    if plan.query_scale is not None:
+        q = plan.query_scale.apply(q, scale_positions)
+    hidden_shape = (*hidden_states.shape[:-1], -1, head_dim)
+    q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
+    return q, k, v
+
+
+def _norm_heads(attention: Any, plan: AttentionPlan, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """The query and key norms of `plan`, on ``[tokens, heads * head_dim]`` projections."""
+    assert plan.head_norms is not None
+    q_norm, k_norm = (getattr(attention, name) for name in plan.head_norms)
+    if not plan.norms_per_head:
+        return q_norm(q), k_norm(k)
+    head_dim: int = attention.head_dim
+    return (
+        q_norm(q.unflatten(-1, (-1, head_dim))).flatten(-2),
+        k_norm(k.unflatten(-1, (-1, head_dim))).flatten(-2),
+    )
+
+
+def _project_qkv(attention: Any, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Queries, keys and values: from three layers, or from Phi-3's one ``qkv_proj`` (views of
+    its output, rows a stride apart, which the rotary kernels take)."""
+    if not hasattr(attention, "qkv_proj"):
+        return (
+            attention.q_proj(hidden_states),
+            attention.k_proj(hidden_states),
+            attention.v_proj(hidden_states),
+        )
+    head_dim: int = attention.head_dim
+    query = attention.config.num_attention_heads * head_dim
+    key_value = attention.config.num_key_value_heads * head_dim
+    q, k, v = attention.qkv_proj(hidden_states).split([query, key_value, key_value], dim=-1)
+    return q, k, v
+
+
+#: transformers 5 passes the call's keyword arguments to ``Cache.update``, 4 a dict; set once
+#: by `convert_hf_model` (a plain global, read on every attention call and under Dynamo)
+cache_update_takes_kwargs = True
+
+
+def _update_cache(cache: Any, k: Tensor, v: Tensor, layer: int, kwargs: dict[str, Any]) -> Any:
+    if cache_update_takes_kwargs:
+        return cache.update(k, v, layer, kwargs=kwargs)
+    return cache.update(k, v, layer, {"cache_position": kwargs.get("cache_position")})
+
+
+def _attention_function(attention: nn.Module) -> Any:
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    implementation = getattr(attention.config, "_attn_implementation", None) or "eager"
+    if implementation == "eager":
+        return sys.modules[type(attention).__module__].eager_attention_forward
+    return ALL_ATTENTION_FUNCTIONS[implementation]
+
+
+#: the query and key norms' attribute names: most families', Hunyuan's, Llama 4's (one norm
+#: without a weight for both)
+_HEAD_NORM_NAMES = (
+    ("q_norm", "k_norm"),
+    ("query_layernorm", "key_layernorm"),
+    ("qk_norm", "qk_norm"),
+)
+
+
+#: families whose query and key norms take the rotated projections
+_NORMS_AFTER_ROTATION = ("hunyuan_v1_dense", "hunyuan_v1_moe", "llama4_text")
+
+
+def _query_scale(attention: Any) -> QueryScale | None:
+    """The layer's query scale by position, as its family's forward computes it."""
+    config = attention.config
+    if config.model_type == "ministral3":
+        rope = config.rope_parameters
+        beta, length = rope["llama_4_scaling_beta"], rope["original_max_position_embeddings"]
+        return QueryScale(float(beta), int(length))
+    if (
+        config.model_type == "llama4_text"
+        and config.attn_temperature_tuning
+        and not attention.use_rope
+    ):
+        length = int(config.floor_scale)
+        return QueryScale(float(config.attn_scale), length, 1, from_cache=True, in_float=True)
+    return None
+
+
+def attention_plan(
+    attention: Any, neox: bool, rotary: nn.Module, cache: IRRotaryCache
+) -> AttentionPlan | str:
+    """What `attention`'s own forward does, as an `AttentionPlan`, checked on a probe; or why
+    the converted forward cannot do it."""
+    norms = _head_norms(attention)
+    if isinstance(norms, str):
+        return norms
+    projection = attention.q_proj if hasattr(attention, "q_proj") else attention.qkv_proj
+    weight: Tensor = projection.weight
+    if weight.device.type == "meta":
+        return "its weights are on the meta device"
+    layer_type = cache.layer_types[0]
+    table = cache.cache_for(layer_type)
+    hidden = probe((1, 2, projection.in_features), weight.device).to(weight.dtype)
+    # the last positions show what changes far out (the query scales): the last row of the
+    # table, and a cache as long as the table less the probe's two tokens (Llama 4's scale)
+    last = table.shape[0] - 1
+    positions = torch.tensor([[1, last]], device=weight.device)
+    scale = _query_scale(attention)
+    seen = last - 1 if scale is not None and scale.from_cache else None
+    own = type(attention).forward
+    try:
+        with torch.no_grad():
+            embeddings = rotary(hidden, positions, *(() if layer_type is None else (layer_type,)))
+            original = _run_probe_forward(attention, own, hidden, embeddings, positions, seen)
+            unrotated = _run_probe_forward(
+                attention, own, hidden, _identity_rotation(embeddings), positions, seen
+            )
+    except Exception as error:  # the layer stays as it is; the report says why
+        return f"its forward failed on a probe ({type(error).__name__}: {error})"
+    if isinstance(original, str) or isinstance(unrotated, str):
+        return original if isinstance(original, str) else str(unrotated)
+    arguments = _attention_arguments(attention, original.call.kwargs)
+    if isinstance(arguments, str):
+        return arguments
+    plan = AttentionPlan(
+        neox=neox,
+        rotates=not torch.equal(original.call.query, unrotated.call.query),
+        head_norms=norms[0],
+        norms_per_head=norms[1],
+        norms_after_rotation=attention.config.model_type in _NORMS_AFTER_ROTATION,
+        query_scale=scale,
+        attention_kwargs=arguments[0],
+        attention_tensors=arguments[1],
+        passes_position_ids="position_ids" in original.call.kwargs,
+    )
+    planned = functools.partial(_planned_forward, plan=plan)
+    try:
+        with torch.no_grad():
+            converted = _run_probe_forward(
+                attention, planned, hidden, (table, positions), positions, seen
+            )
+    except Exception as error:
+        return f"the converted forward failed on a probe ({type(error).__name__}: {error})"
+    if isinstance(converted, str):
+        return f"the converted forward: {converted}"
+    return _differences(converted, original) or plan
+
+
+def _head_norms(attention: Any) -> tuple[tuple[str, str] | None, bool] | str:
+    """The layer's query and key norms, as `AttentionPlan` names them (their attribute names,
+    or None; each over one head or not), or why their form is not one the plan knows."""
+    names = next(
+        (p for p in _HEAD_NORM_NAMES if any(getattr(attention, n, None) is not None for n in p)),
+        None,
+    )
+    if names is None:
+        return None, True
+    per_head = _head_norm_form(attention, names)
+    if per_head is None:
+        return "query / key norms neither over one head nor over the projection"
+    return names, per_head
+
+
+def _attention_arguments(
+    attention: Any, recorded: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]] | str:
+    """The keyword arguments a layer's forward gave its attention function (`recorded`),
+    beside those the converted forward passes itself, as `AttentionPlan` keeps them: values,
+    and tensors the layer holds by attribute name; or why not (a tensor it does not hold)."""
+    kwargs = {k: v for k, v in recorded.items() if k not in _OWN_ATTENTION_KWARGS}
+    held = (*attention.named_parameters(recurse=False), *attention.named_buffers(recurse=False))
+    owned = {id(t): name for name, t in held}
+    tensors: dict[str, str] = {}
+    for key, value in kwargs.items():
+        if not isinstance(value, Tensor):
+            continue
+        if id(value) not in owned:
+            return f"its forward gives its attention function a tensor, {key!r}, not one it holds"
+        tensors[key] = owned[id(value)]
+    return {k: v for k, v in kwargs.items() if k not in tensors}, tensors
+
+
+def _differences(converted: "_ProbeRun", original: "_ProbeRun") -> str:
+    """How the converted forward's probe run differs from the original's (``""``: it does not):
+    the keyword arguments it gives the attention function, the queries, keys and values, or
+    what it makes of the function's answer."""
+    got, want = converted.call, original.call
+    if not _same_arguments(got.kwargs, want.kwargs):
+        return "the converted forward gives its attention function other keyword arguments"
+    pairs = ((got.query, want.query), (got.key, want.key), (got.value, want.value))
+    if not all(close(g, w) for g, w in pairs):
+        return "the converted forward does not give its attention function the original's inputs"
+    if not close(converted.output, original.output):
+        return (
+            "the converted forward does not make of its attention function's output what the "
+            "original does (it does more after attention)"
+        )
+    return ""
+
+
+def _same_arguments(got: dict[str, Any], want: dict[str, Any]) -> bool:
+    """The same keyword arguments: the same names, equal values (tensors of equal values)."""
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(b, Tensor):
+            return isinstance(a, Tensor) and torch.equal(a, b)
+        return bool(a == b)
+
+    return got.keys() == want.keys() and all(same(got[k], v) for k, v in want.items())
+
+
+def _head_norm_form(attention: Any, names: tuple[str, str]) -> bool | None:
+    """True where the query and key norms are each over one head (Qwen3's, Gemma 3's; Cohere's
+    with a weight per head), False where each is over its whole projection (OLMo 2's), None
+    where neither."""
+    norms = [getattr(attention, n, None) for n in names]
+    head_dim = getattr(attention, "head_dim", None)
+    config = getattr(attention, "config", None)
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None)
+    if head_dim is None or heads is None or kv_heads is None:
+        return None
+    widths = [
+        getattr(getattr(n, "weight", None), "shape", None) if isinstance(n, nn.Module) else None
+        for n in norms
+    ]
+    if widths in ([(head_dim,), (head_dim,)], [(heads, head_dim), (kv_heads, head_dim)]):
+        return True
+    if widths == [None, None] and all(isinstance(n, IRRMSNorm) for n in norms):
+        return True  # without weights (Llama 4's): over one head, which the plan check confirms
+    if widths == [(heads * head_dim,), (kv_heads * head_dim,)]:
+        return False
+    return None
+
+
+@dataclass
+class _AttentionCall:
+    """What a layer's forward gave its attention function."""
+
+    query: Tensor
+    key: Tensor
+    value: Tensor
+    kwargs: dict[str, Any]
+
+
+@dataclass
+class _ProbeRun:
+    """A probe forward of an attention layer: what it gave its attention function, and the
+    output it made of that function's answer."""
+
+    call: _AttentionCall
+    output: Tensor
+
+
+#: the calls `_record_attention_call` saw during the probe forward that is running
+_probe_calls: list[_AttentionCall] = []
+
+
+def _record_attention_call(
+    module: nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Any = None,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    """Records what it is given and answers, as attention functions do, ``[batch, tokens,
+    heads, value width]``: a probe, the same for every call of those shapes."""
+    _probe_calls.append(_AttentionCall(query, key, value, kwargs))
+    batch, heads, tokens, _ = query.shape
+    shape = (batch, tokens, heads, value.shape[-1])
+    return probe(shape, query.device).to(query.dtype), None
+
+
+#: the name `_record_attention_call` is registered under in transformers' attention functions
+_RECORDING_IMPLEMENTATION = "ir_stack_record"
+
+
+#: the keyword arguments the converted forward passes itself, or takes from its caller
+_OWN_ATTENTION_KWARGS = ("dropout", "scaling", "position_ids")
+
+
+class _ProbeCache:
+    """A KV cache that says it has seen `length` tokens and hands back what it is given: where
+    a forward counts positions in its cache (Llama 4's query scale), a probe far out."""
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.length
+
+    def update(self, key: Tensor, value: Tensor, *args: Any, **_: Any) -> tuple[Tensor, Tensor]:
+        return key, value
+
+
+def _run_probe_forward(
+    attention: Any,
+    forward: Callable[..., Any],
+    hidden: Tensor,
+    embeddings: Any,
+    positions: Tensor,
+    seen: int | None = None,
+) -> _ProbeRun | str:
+    """Run `forward` (`attention`'s own, or a planned one) on `hidden`, under a config copy
+    that names `_record_attention_call` as the attention function: what it gave that function
+    and what it returned; or why not, where it called the function other than once. The
+    decoder layers pass ``position_ids``; so does this. `seen`: the forward is given a
+    `_ProbeCache` of that length."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(_RECORDING_IMPLEMENTATION, _record_attention_call)
+    config = attention.config
+    recording = copy.copy(config)
+    recording._attn_implementation_internal = _RECORDING_IMPLEMENTATION
+    attention.config = recording
+    kwargs: dict[str, Any] = {"position_ids": positions}
+    if seen is not None:
+        # transformers 5.24 names the cache `cache` (`past_key_values` deprecated), 5.17 not
+        parameters = inspect.signature(type(attention).forward).parameters
+        kwargs["cache" if "cache" in parameters else "past_key_values"] = _ProbeCache(seen)
+    _probe_calls.clear()
+    try:
+        output = forward(attention, hidden, embeddings, None, **kwargs)
+    finally:
+        attention.config = config
+        calls = list(_probe_calls)
+        _probe_calls.clear()
+    if len(calls) != 1:
+        return f"its forward called its attention function {len(calls)} times; expected once"
+    return _ProbeRun(calls[0], output[0] if isinstance(output, tuple) else output)
+
+
+#: positions of the rotary probe: the first few and some far apart
+_PROBE_POSITIONS = (0, 1, 2, 3, 7, 100, 1000)
+
+
+def _model_rotation(attention: nn.Module) -> Callable[[Tensor, Tensor, Any], Any] | None:
+    """The model's own rotation, as ``rotate(q, k, position_embeddings)`` on ``[batch, heads,
+    tokens, head_dim]`` heads: ``apply_rotary_pos_emb(q, k, cos, sin)`` (most families), or
+    Llama 4's ``apply_rotary_emb(q, k, freqs_cis)``, which takes ``[batch, tokens, heads,
+    head_dim]`` heads and complex frequencies; None where the module has neither."""
+    module = sys.modules[type(attention).__module__]
+    apply = getattr(module, "apply_rotary_pos_emb", None)
+    if callable(apply):
+        return lambda q, k, embeddings: apply(q, k, *embeddings)
+    apply_complex = getattr(module, "apply_rotary_emb", None)
+    if not callable(apply_complex):
+        return None
+
+    def rotate(q: Tensor, k: Tensor, freqs_cis: Tensor) -> tuple[Tensor, Tensor]:
+        q, k = apply_complex(q.transpose(1, 2), k.transpose(1, 2), freqs_cis)
+        return q.transpose(1, 2), k.transpose(1, 2)
+
+    return rotate
+
+
+def _identity_rotation(embeddings: Any) -> Any:
+    """Position embeddings of the rotary module's kind that rotate nothing: ``(1, 0)`` for
+    ``(cos, sin)``, 1 for complex frequencies (Llama 4's)."""
+    if isinstance(embeddings, Tensor):
+        return torch.ones_like(embeddings)
+    cos, sin = embeddings
+    return torch.ones_like(cos), torch.zeros_like(sin)
+
+
+def rotation_form(rotary: nn.Module, cache: IRRotaryCache, attention: nn.Module) -> bool | None:
+    """True where the model's own rotation (`_model_rotation`), given its rotary module's
+    output, rotates as ``rotary_embedding`` with `cache` does in the neox form (the halves of
+    each head: Llama, Qwen, Gemma), False where in the interleaved form (pairs: GLM, ERNIE,
+    Llama 4's complex numbers), None where in neither. Run on float32 probe heads at every
+    layer type's table, so the tables are checked too."""
+    rotate = _model_rotation(attention)
+    first = cache.cache_for(cache.layer_types[0])
+    if rotate is None or first.device.type == "meta":
+        return None
+    head_dim: int = attention.head_dim  # type: ignore[assignment]
+    positions = torch.tensor([p for p in _PROBE_POSITIONS if p < first.shape[0]])
+    positions = positions.to(first.device)
+    q = probe((1, 2, len(positions), head_dim), first.device)
+    k = q.flip(-1)  # not the query's values
+    flat = [t.transpose(1, 2).reshape(len(positions), -1) for t in (q, k)]
+    forms = {True, False}
+    with torch.no_grad():
+        for layer_type in cache.layer_types:
+            extra = () if layer_type is None else (layer_type,)
+            embeddings = rotary(q, positions[None], *extra)
+            want = [t.transpose(1, 2).reshape(len(positions), -1) for t in rotate(q, k, embeddings)]
+            table = cache.cache_for(layer_type)
+            for neox in list(forms):
+                got = ops.rotary_embedding.native(positions, *flat, head_dim, table, neox)
+                if not all(
+                    torch.allclose(g, w, rtol=1e-4, atol=1e-4)
+                    for g, w in zip(got, want, strict=True)
+                ):
+                    forms.discard(neox)
+    return forms.pop() if len(forms) == 1 else None

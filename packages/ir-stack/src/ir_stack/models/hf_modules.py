@@ -1,0 +1,192 @@
+"""The modules `convert_hf_model` puts into a transformers model, each running IR ops:
+`IRRMSNorm`, `IRGatedMLP`, `IRJoinedGatedMLP` and `IRRotaryCache`."""
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ir_spec import ops
+
+
+class IRRMSNorm(nn.Module):
+    """RMSNorm over the last dimension with ``ir_spec.ops.rms_norm``; `weight` None for a norm
+    without one (Llama 4's query and key norms). With `offset` (Gemma's norms: 1) the op's
+    weight is ``offset + weight`` in float32, computed here and again after every move or cast
+    of the module (``.to``, ``.cuda``, ``.half``: never rounded to the model's dtype) and every
+    ``load_state_dict``; the module keeps `weight` itself, so its state dict is the original's.
+    The sum is made without autograd: the conversion is for inference, and gradients would not
+    reach `weight` through it."""
+
+    weight: nn.Parameter | None
+    scale: Tensor | None
+
+    def __init__(self, weight: nn.Parameter | None, eps: float, offset: float = 0.0) -> None:
+        super().__init__()
+        if weight is None and offset:
+            raise ValueError(
+                f"IRRMSNorm: argument 'offset' got {offset!r} without a weight; expected 0"
+            )
+        self.weight = weight
+        self.eps = eps
+        self.offset = offset
+        self.register_buffer("scale", None, persistent=False)
+        self.refresh_scale()
+        refresh = self.register_load_state_dict_post_hook  # torch leaves it untyped
+        refresh(lambda module, _keys: module.refresh_scale())  # type: ignore[no-untyped-call]
+
+    def refresh_scale(self) -> None:
+        """Compute the op's weight, ``offset + weight`` in float32, from `weight` as it is."""
+        if self.offset and self.weight is not None:
+            with torch.no_grad():
+                self.scale = self.weight.detach().float() + self.offset
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "IRRMSNorm":
+        super()._apply(fn, recurse)  # type: ignore[no-untyped-call]
+        self.refresh_scale()  # from the moved weight, so float32 again after a cast
+        return self
+
+    def forward(self, x: Tensor) -> Tensor:
+        weight = self.weight if self.scale is None else self.scale
+        out: Tensor = ops.rms_norm(x, weight, self.eps)
+        return out
+
+    def extra_repr(self) -> str:
+        offset = f", offset={self.offset}" if self.offset else ""
+        width = "no weight" if self.weight is None else str(tuple(self.weight.shape))
+        return f"{width}, eps={self.eps}{offset}"
+
+
+#: the gated activations the IR has: name -> None for ``silu_and_mul``, else the
+#: ``approximate`` argument of ``gelu_and_mul``
+GATED_ACTIVATIONS: dict[str, str | None] = {"silu": None, "gelu": "none", "gelu_tanh": "tanh"}
+
+
+def reference_gate(x: Tensor, approximate: str | None) -> Tensor:
+    """The activation a `GATED_ACTIVATIONS` entry applies to the gate, in torch."""
+    if approximate is None:
+        return torch.nn.functional.silu(x)
+    return torch.nn.functional.gelu(x, approximate=approximate)
+
+
+class IRGatedMLP(nn.Module):
+    """``down_proj(act_and_mul(gate_up(x)))``: the gate and up projections as one matrix, then
+    ``ir_spec.ops.silu_and_mul`` or ``gelu_and_mul`` (`activation`, a `GATED_ACTIVATIONS`
+    name)."""
+
+    def __init__(
+        self,
+        gate_proj: nn.Linear,
+        up_proj: nn.Linear,
+        down_proj: nn.Linear,
+        activation: str = "silu",
+    ) -> None:
+        super().__init__()
+        _check_activation("IRGatedMLP", activation)
+        self.activation = activation
+        bias = gate_proj.bias is not None
+        self.gate_up = nn.Linear(
+            gate_proj.in_features,
+            gate_proj.out_features + up_proj.out_features,
+            bias=bias,
+            device=gate_proj.weight.device,
+            dtype=gate_proj.weight.dtype,
+        )
+        with torch.no_grad():
+            self.gate_up.weight.copy_(torch.cat([gate_proj.weight, up_proj.weight]))
+            if bias:
+                self.gate_up.bias.copy_(torch.cat([gate_proj.bias, up_proj.bias]))
+        self.down_proj = down_proj
+
+    def forward(self, x: Tensor) -> Tensor:
+        out: Tensor = self.down_proj(act_and_mul(self.gate_up(x), self.activation))
+        return out
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation}"
+
+
+class IRJoinedGatedMLP(nn.Module):
+    """A gated MLP whose gate and up projections are one layer already, gate rows first (Phi-3's
+    ``gate_up_proj`` and ``down_proj``; Granite MoE's shared expert's ``input_linear`` and
+    ``output_linear``): ``down(act_and_mul(gate_up(x)))``. It holds the original layers under
+    their own `names`, so its state dict is the original's."""
+
+    def __init__(
+        self,
+        gate_up: nn.Linear,
+        down: nn.Linear,
+        activation: str,
+        names: tuple[str, str] = ("gate_up_proj", "down_proj"),
+    ) -> None:
+        super().__init__()
+        _check_activation("IRJoinedGatedMLP", activation)
+        self.activation = activation
+        self.names = names
+        setattr(self, names[0], gate_up)
+        setattr(self, names[1], down)
+
+    def forward(self, x: Tensor) -> Tensor:
+        gate_up, down = (getattr(self, name) for name in self.names)
+        out: Tensor = down(act_and_mul(gate_up(x), self.activation))
+        return out
+
+    def extra_repr(self) -> str:
+        return f"activation={self.activation}"
+
+
+def _check_activation(owner: str, activation: str) -> None:
+    if activation not in GATED_ACTIVATIONS:
+        raise ValueError(
+            f"{owner}: argument 'activation' got {activation!r}; expected one of "
+            f"{list(GATED_ACTIVATIONS)}"
+        )
+
+
+def act_and_mul(h: Tensor, activation: str) -> Tensor:
+    """``act(h[..., :d]) * h[..., d:]`` with the IR op of `activation`."""
+    approximate = GATED_ACTIVATIONS[activation]
+    out: Tensor = ops.silu_and_mul(h) if approximate is None else ops.gelu_and_mul(h, approximate)
+    return out
+
+
+class IRRotaryCache(nn.Module):
+    """Stands in for the model's rotary module: returns ``(cos_sin_cache, positions)`` instead
+    of ``(cos, sin)``; converted attention layers take that pair.
+
+    `tables` maps a layer type to its ``(inv_freq, attention_scaling)``; a model with one rope
+    for every layer has the single type None. Gemma 3's module is asked per layer type
+    (``"sliding_attention"`` and ``"full_attention"`` have their own frequencies): each type
+    gets its own table, ``<type>_cos_sin_cache`` (``cos_sin_cache`` for None)."""
+
+    def __init__(self, tables: dict[str | None, tuple[Tensor, float]], max_positions: int) -> None:
+        super().__init__()
+        self.layer_types = list(tables)
+        for layer_type, (inv_freq, scaling) in tables.items():
+            positions = torch.arange(max_positions, dtype=torch.float32, device=inv_freq.device)
+            freqs = torch.outer(positions, inv_freq.float())
+            cache = torch.cat([freqs.cos(), freqs.sin()], dim=-1) * scaling
+            self.register_buffer(self._buffer_name(layer_type), cache, persistent=False)
+
+    @staticmethod
+    def _buffer_name(layer_type: str | None) -> str:
+        return "cos_sin_cache" if layer_type is None else f"{layer_type}_cos_sin_cache"
+
+    def cache_for(self, layer_type: str | None = None) -> Tensor:
+        """The ``cat(cos, sin)`` table of `layer_type`'s rope."""
+        if layer_type not in self.layer_types:
+            raise ValueError(
+                f"IRRotaryCache: argument 'layer_type' got {layer_type!r}; expected one of "
+                f"{self.layer_types}"
+            )
+        table: Tensor = getattr(self, self._buffer_name(layer_type))
+        return table
+
+    def forward(
+        self, x: Tensor, position_ids: Tensor, layer_type: str | None = None
+    ) -> tuple[Tensor, Tensor]:
+        # transformers passes one row of positions for a whole batch; the rotary kernels read
+        # a dense position per token (a broadcast one sent them to the native function), so
+        # the rows are copied out once here rather than in every layer
+        positions = position_ids.expand(x.shape[:-1]).contiguous()
+        return self.cache_for(layer_type), positions
