@@ -180,12 +180,23 @@ def _norm_offset(module: nn.Module, eps: float) -> float | None:
         return None
     x = probe((4, weight.shape[-1]), weight.device)
     with torch.no_grad():
-        got = module(x).float()
-        for offset in (0.0, 1.0):
-            want = ops.rms_norm.native(x, weight.float() + offset, eps)
-            if torch.allclose(got, want, rtol=1e-5, atol=1e-6):
-                return offset
-    return None
+        got = module(x)
+    return next((o for o in (0.0, 1.0) if _same_as_rms_norm(got, x, weight.float() + o, eps)), None)
+
+
+def _same_as_rms_norm(got: Any, x: Tensor, weight: Tensor | None, eps: float) -> bool:
+    """Whether a norm's output `got` on the float32 probe `x` is ``rms_norm(x, weight, eps)``."""
+    want = ops.rms_norm.native(x, weight, eps)
+    return (
+        isinstance(got, Tensor)
+        and got.shape == want.shape
+        and torch.allclose(got.float(), want, rtol=1e-5, atol=1e-6)
+    )
+
+
+def _norm_epsilon(module: nn.Module) -> Any:
+    """A norm's epsilon attribute, by either name transformers gives it, or None."""
+    return getattr(module, "variance_epsilon", getattr(module, "eps", None))
 
 
 def _gated_activation(mlp: nn.Module) -> str | None:
@@ -215,7 +226,7 @@ def _gated_activation(mlp: nn.Module) -> str | None:
 def _weightless_norm_eps(module: nn.Module, device: torch.device) -> float | None:
     """The epsilon of a norm without a weight that computes ``x / rms`` (Llama 4's query and
     key norm), found by running it on a float32 probe beside the op's; else None."""
-    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    eps = _norm_epsilon(module)
     if (
         not type(module).__name__.endswith("Norm")
         or not isinstance(eps, float)
@@ -230,9 +241,7 @@ def _weightless_norm_eps(module: nn.Module, device: torch.device) -> float | Non
             got = module(x)
     except Exception:  # a norm of another shape (groups, channels): not this form
         return None
-    want = ops.rms_norm.native(x, None, eps)
-    same = isinstance(got, Tensor) and got.shape == want.shape
-    return eps if same and torch.allclose(got.float(), want, rtol=1e-5, atol=1e-6) else None
+    return eps if _same_as_rms_norm(got, x, None, eps) else None
 
 
 def _is_rms_norm(module: nn.Module) -> bool:
@@ -417,7 +426,8 @@ def convert_hf_model(model: nn.Module, *, max_positions: int | None = None) -> C
             _set_submodule(model, path, IRRMSNorm(None, eps))
             report.norms.append(path)
         elif _is_rms_norm(module):
-            eps = float(getattr(module, "variance_epsilon", getattr(module, "eps", 1e-6)))
+            eps = _norm_epsilon(module)
+            eps = 1e-6 if eps is None else float(eps)
             offset = _norm_offset(module, eps)
             if offset is None:
                 report.skipped[path] = "computes neither x / rms * w nor x / rms * (1 + w)"
