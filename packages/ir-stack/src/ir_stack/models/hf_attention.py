@@ -46,13 +46,13 @@ class AttentionPlan:
     """How a converted attention layer runs, decided once by `convert_hf_model` from what its
     family's forward does (each family's was read before it joined `SUPPORTED_MODEL_TYPES`)
     and checked by running both on a probe: the converted forward must give the attention
-    function the queries, keys and values the original gives it. A converted layer holds its
-    plan as ``ir_attention_plan``."""
+    function the queries, keys, values and keyword arguments the original gives it, and return
+    what the original returns. A converted layer holds its plan as ``ir_attention_plan``."""
 
     #: rotates the halves of each head (Llama, Qwen, Gemma) rather than pairs (GLM, ERNIE)
     neox: bool
     #: False for a layer without rotary embeddings (NoPE: SmolLM3's every fourth layer,
-    #: Cohere 2's and EXAONE 4's global layers), found by running its forward with and
+    #: Cohere 2's and EXAONE 4's global layers, Llama 4's), found by running its forward with and
     #: without a rotation
     rotates: bool = True
     #: the query and key norms' attribute names, where the layer has them
