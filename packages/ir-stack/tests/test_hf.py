@@ -86,6 +86,8 @@ FAMILIES = {
     "mellum": ("MellumConfig", "MellumForCausalLM"),
     "apertus1p5": ("Apertus1p5TextConfig", "Apertus1p5TextForCausalLM"),
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
+    "gemma4": ("Gemma4TextConfig", "Gemma4ForCausalLM"),
+    "gemma4_moe": ("Gemma4TextConfig", "Gemma4ForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -110,6 +112,14 @@ _TOKENS: dict[str, Any] = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id":
 _SLIDING_THEN_FULL: dict[str, Any] = {
     "sliding_window": 4,
     "layer_types": ["sliding_attention", "full_attention"],
+}
+_GEMMA4: dict[str, Any] = {
+    **_SLIDING_THEN_FULL,
+    "head_dim": 16,
+    "global_head_dim": 32,
+    "attention_k_eq_v": True,
+    "num_global_key_value_heads": 1,
+    "hidden_size_per_layer_input": 0,
 }
 #: what a family needs beside `SIZES`: Gemma's heads are 256 wide by default; for Gemma 2, a
 #: sliding window shorter than the prompt (its local layers differ from its global ones) and
@@ -247,6 +257,18 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 1,
         "moe_layers": [0, 1],
     },
+    # a sliding layer (heads of 16, the default rope) and a full one (heads of 32, the
+    # proportional rope on a quarter of each head, the keys' projection serving as values too);
+    # without the per-layer inputs, whose norms are counted apart
+    "gemma4": {**_GEMMA4},
+    # routed experts beside each layer's MLP, with their own norms and a router's norm
+    "gemma4_moe": {
+        **_GEMMA4,
+        "enable_moe_block": True,
+        "num_experts": 4,
+        "top_k_experts": 2,
+        "moe_intermediate_size": 32,
+    },
     # CWM: a sliding layer and a full one; Solar Open: a shared expert beside the routed ones;
     # HY V3 and Mellum: query and key norms, a shared expert (HY V3), sliding layers (Mellum)
     "cwm": {**_TOKENS, "head_dim": 16, **_SLIDING_THEN_FULL},
@@ -341,6 +363,10 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "mellum": (4, 0, 1),
     "apertus1p5": (4, 0, 0),
     "gpt_oss": (2, 0, 0),
+    # query, key and value norms; around the attention and the MLP; with experts, three more
+    # and the router's
+    "gemma4": (7, 1, 0),
+    "gemma4_moe": (11, 1, 1),
 }
 #: families whose routed experts gate in their own way and stay (GPT-OSS clamps its gate)
 EXPERTS_STAY = {"gpt_oss"}
@@ -532,6 +558,7 @@ def _assert_same_attention_calls(model: Any) -> None:
         "hunyuan_v1_dense",
         "ministral3",
         "llama4",
+        "gemma4",
     ],
 )
 def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:
@@ -552,8 +579,9 @@ def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> N
     report = ir_passes.last_report()
     assert report is not None
     # every residual add is followed by a norm: its layer's second, the next layer's first or
-    # the final one
-    assert report.fusions == {"add+rms_norm": 2 * SIZES["num_hidden_layers"]}
+    # the final one (Gemma 4 scales its layer's output first: only the attention's add fuses)
+    fusions = (1 if family == "gemma4" else 2) * SIZES["num_hidden_layers"]
+    assert report.fusions == {"add+rms_norm": fusions}
     torch.testing.assert_close(compiled, eager, atol=1e-4, rtol=1e-4)
 
 
@@ -752,6 +780,72 @@ def test_llama4_plans_its_norms_without_weight_and_its_nope_layers_scale() -> No
     assert nope.ir_attention_plan.query_scale == QueryScale(
         0.5, 3, offset=1, from_cache=True, in_float=True
     )
+
+
+def test_gemma4_plans_value_norms_keys_as_values_and_the_keys_and_values_it_shares() -> None:
+    """Gemma 4's layers norm their values (a norm without a weight); its full-attention layer
+    attends its key projection as values (no ``v_proj``), with heads twice as wide and a rope
+    on a quarter of each; the last layer of each type stores its keys and values for its
+    caller (``shared_kv_states``): the converted model returns the same ones."""
+    model = build("gemma4")
+    ids, mask = prompt()
+
+    def shared_keys_and_values() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        with torch.no_grad():
+            out = model.model(ids, attention_mask=mask, return_shared_kv_states=True)
+        return dict(out.shared_kv_states)
+
+    before = shared_keys_and_values()
+    report = convert_keeping_logits(model)
+    assert len(report.attentions) == 2
+    assert not report.skipped
+    after = shared_keys_and_values()
+    assert sorted(after) == sorted(before) == ["full_attention", "sliding_attention"]
+    for layer_type, tensors in before.items():
+        for got, want in zip(after[layer_type], tensors, strict=True):
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    sliding, full = (layer.self_attn for layer in model.model.layers)
+    assert full.v_proj is None
+    assert full.head_dim == 2 * sliding.head_dim
+    for attention in (sliding, full):
+        plan = attention.ir_attention_plan
+        assert plan.value_norm == "v_norm"
+        assert plan.stores_shared_kv
+        assert isinstance(attention.v_norm, IRRMSNorm)
+        assert attention.v_norm.weight is None
+
+
+def test_gemma4_layers_reusing_keys_and_values_convert() -> None:
+    """Gemma 4's smaller models reuse the keys and values an earlier layer of the same type
+    stored (KV sharing) in their last layers, which project only their queries, and slice the
+    position embeddings to the tokens whose logits are kept before those layers: the rotary
+    module's pair keeps its table whole under that slice. Logits (all, and the last token's
+    alone) and greedy tokens of a left-padded batch stay."""
+    full = ["full_attention"] * SIZES["num_hidden_layers"]
+    # with per-layer inputs, as those models have (transformers 5.24 needs them with sharing)
+    model = build("gemma4", num_kv_shared_layers=1, layer_types=full, hidden_size_per_layer_input=8)
+    ids, mask = prompt()
+    mask[0, :3] = 0
+    with torch.no_grad():
+        last = model(ids, attention_mask=mask, logits_to_keep=1).logits
+        tokens = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+    report = convert_keeping_logits(model)
+    assert len(report.attentions) == 2
+    assert not report.skipped
+    assert model.model.rotary_emb.sliced_by_token
+    with torch.no_grad():
+        converted_last = model(ids, attention_mask=mask, logits_to_keep=1).logits
+        converted_tokens = model.generate(
+            ids, attention_mask=mask, max_new_tokens=6, do_sample=False
+        )
+    assert converted_last.shape[1] == 1
+    torch.testing.assert_close(converted_last, last, atol=1e-5, rtol=1e-5)
+    assert torch.equal(converted_tokens, tokens)
+    storing, reusing = (layer.self_attn.ir_attention_plan for layer in model.model.layers)
+    assert (storing.stores_shared_kv, storing.reuses_shared_kv) == (True, False)
+    assert (reusing.stores_shared_kv, reusing.reuses_shared_kv) == (False, True)
+    assert reusing.head_norms == ("q_norm", "k_norm")
+    assert reusing.value_norm is None
 
 
 def test_the_rotation_form_is_found_by_running_it(monkeypatch: pytest.MonkeyPatch) -> None:

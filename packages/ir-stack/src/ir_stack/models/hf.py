@@ -4,8 +4,9 @@ OLMo 2 and 3, GLM and GLM-4, ERNIE 4.5, Helium, Seed-OSS, SmolLM3, Cohere (Comma
 Cohere 2, EXAONE 4, Hunyuan, Apertus and Apertus 1.5, Arcee, CWM, and the mixtures of experts
 Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, FlexOlmo, Granite MoE (and its shared-expert form),
 GLM-4 MoE, ERNIE 4.5 MoE, Cohere 2 MoE, EXAONE MoE, Hunyuan MoE, HY V3, dots.llm1, MiniMax M2,
-Solar Open, Mellum, Llama 4 (text), GPT-OSS (its experts, which clamp their gate, stay) and
-DeepSeek V2 and V3 (their latent attention, which rotates its own way, stays).
+Solar Open, Mellum, Llama 4 (text), Gemma 4 (text, dense or with experts), GPT-OSS (its
+experts, which clamp their gate, stay) and DeepSeek V2 and V3 (their latent attention, which
+rotates its own way, stays).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -22,6 +23,11 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   it before the model's own attention function runs, in the form that the model's
   ``apply_rotary_pos_emb`` (Llama 4: ``apply_rotary_emb``, by complex numbers) is found to
   rotate by a probe: the halves of each head, or pairs (GLM, ERNIE, Helium, Cohere, Llama 4).
+  Gemma 4's layers of each type have heads of their own width and their own table (its
+  full-attention layers' proportional rope rotates the whole head, with frequencies of zero
+  past a quarter); they norm their values too, attend the key projection as values where they
+  have no ``v_proj``, store their keys and values for the caller (``shared_kv_states``), and,
+  in the smaller models, reuse an earlier layer's (KV sharing: those project only queries).
   Query and key norms come first (Hunyuan's and Llama 4's after the rotation), as converted
   norms, over each head (Qwen3) or over the whole projection (OLMo 2);
   Phi-3's one ``qkv_proj`` is split into views; a rope narrower than the head rotates its
@@ -73,6 +79,7 @@ from .hf_attention import (
     AttentionPlan,
     QueryScale,
     attention_plan,
+    layer_type_of,
     rotary_attention_forward,
     rotation_form,
 )
@@ -154,10 +161,13 @@ SUPPORTED_MODEL_TYPES = (
     "mellum",
     "apertus1p5_text",
     "gpt_oss",
+    "gemma4_text",
 )
 #: rope types whose frequencies are fixed at construction (a table holds them exactly);
-#: ``ntk_alpha`` is Hunyuan's NTK scaling with a fixed alpha, which only stretches the base
-STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha")
+#: ``ntk_alpha`` is Hunyuan's NTK scaling with a fixed alpha, which only stretches the base;
+#: ``proportional`` (Gemma 4's full-attention layers) rotates the whole head with frequencies
+#: of zero past its rotated share
+STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha", "proportional")
 
 
 @dataclass
@@ -355,9 +365,20 @@ def _experts_gating(experts: nn.Module) -> tuple[str | None, str]:
 
 
 def _is_attention(module: nn.Module) -> bool:
-    return type(module).__name__.endswith("Attention") and (
-        _has_linears(module, _ATTENTION_PARTS) or _has_linears(module, _JOINED_ATTENTION_PARTS)
-    )
+    """An attention layer of the form `AttentionPlan` describes: query, key, value and output
+    projections (Gemma 4's: a ``v_proj`` of None where the keys serve as values, none but the
+    query's and output's where the layer reuses an earlier one's keys and values, which its
+    plan then refuses), or Phi-3's joined ones."""
+    if not type(module).__name__.endswith("Attention"):
+        return False
+    if _has_linears(module, _JOINED_ATTENTION_PARTS):
+        return True
+    if not _has_linears(module, ("q_proj", "o_proj")):
+        return False
+    if getattr(module, "is_kv_shared_layer", False):
+        return True
+    value = getattr(module, "v_proj", False)
+    return _has_linears(module, ("k_proj",)) and (value is None or isinstance(value, nn.Linear))
 
 
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
@@ -531,12 +552,13 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
             f"attention of another form in {others[0]}" if others else "no attention layers"
         )
         return
-    head_dim = layers[0][1].head_dim
-    for inv_freq, _ in tables.values():
+    for layer_path, layer in layers:
         # a rope narrower than the head rotates its leading part (transformers' partial rotary,
         # Phi-3's `partial_rotary_factor`), as the op does
-        if 2 * inv_freq.numel() > head_dim:
-            report.skipped[path] = f"rotary dimension {2 * inv_freq.numel()} > head_dim {head_dim}"
+        inv_freq, _ = tables[layer_type_of(layer, list(tables))]
+        width, head_dim = 2 * inv_freq.numel(), layer.head_dim
+        if width > head_dim:
+            report.skipped[path] = f"rotary dimension {width} > head_dim {head_dim} in {layer_path}"
             return
     # float32 cosines and sines, a row a position
     table_bytes = sum(max_positions * 2 * inv_freq.numel() * 4 for inv_freq, _ in tables.values())
@@ -547,9 +569,11 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
             max_positions,
             table_bytes / 2**30,
         )
-    cache = IRRotaryCache(tables, max_positions)
+    # Gemma 4 slices the position embeddings by token before its KV-shared layers
+    sliced = any(getattr(m, "is_kv_shared_layer", False) for _, m in layers)
+    cache = IRRotaryCache(tables, max_positions, sliced_by_token=sliced)
     rotary = model.get_submodule(path)
-    neox = rotation_form(rotary, cache, layers[0][1])
+    neox = rotation_form(rotary, cache, [m for _, m in layers])
     if neox is None:
         report.skipped[path] = (
             "its attention rotates in neither the op's neox nor its interleaved form"

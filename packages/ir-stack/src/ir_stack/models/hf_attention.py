@@ -63,6 +63,14 @@ class AttentionPlan:
     norms_after_rotation: bool = False
     #: the queries scaled by their position last (Ministral 3, Llama 4's NoPE layers), or None
     query_scale: QueryScale | None = None
+    #: the values' norm's attribute name, over each head (Gemma 4's ``v_norm``), or None
+    value_norm: str | None = None
+    #: the keys and values (after the cache update) are stored in the caller's
+    #: ``shared_kv_states`` under the layer's type (Gemma 4's last layer of each type)
+    stores_shared_kv: bool = False
+    #: the layer attends the keys and values stored there by an earlier layer of its type,
+    #: projecting only its queries, normed over each head (Gemma 4's KV-shared layers)
+    reuses_shared_kv: bool = False
     #: the keyword arguments the layer's own forward gives its attention function beside
     #: dropout, scaling and its caller's (a sliding window, Gemma 2's logit cap), found by
     #: running it
@@ -102,17 +110,26 @@ def _planned_forward(
 ) -> tuple[Tensor, Tensor | None]:
     """A converted attention layer's forward, as `plan` says."""
     cos_sin_cache, positions = position_embeddings  # positions: one per token, dense
+    if positions.dim() == 3:  # the form a model may slice by token (`IRRotaryCache`)
+        cos_sin_cache, positions = cos_sin_cache.squeeze(1), positions.squeeze(-1).contiguous()
     input_shape = hidden_states.shape[:-1]
     cache = kwargs.pop("cache", None) or kwargs.pop("past_key_values", None)
+    shared_kv_states = kwargs.pop("shared_kv_states", None)
     scale_positions = positions
     if plan.query_scale is not None and plan.query_scale.from_cache:
         seen = cache.get_seq_length(self.layer_idx) if cache is not None else 0
         scale_positions = torch.arange(input_shape[-1], device=positions.device) + seen
-    q, k, v = _queries_keys_values(
-        self, plan, hidden_states, cos_sin_cache, positions, scale_positions
-    )
-    if cache is not None:
-        k, v = _update_cache(cache, k, v, self.layer_idx, kwargs)
+    if plan.reuses_shared_kv:
+        q = _shared_kv_queries(self, plan, hidden_states, cos_sin_cache, positions)
+        k, v = shared_kv_states[self.layer_type]
+    else:
+        q, k, v = _queries_keys_values(
+            self, plan, hidden_states, cos_sin_cache, positions, scale_positions
+        )
+        if cache is not None:
+            k, v = _update_cache(cache, k, v, self.layer_idx, kwargs)
+        if plan.stores_shared_kv and shared_kv_states is not None:
+            shared_kv_states[self.layer_type] = k, v
     kwargs.update(plan.attention_kwargs)
     kwargs.update((key, getattr(self, name)) for key, name in plan.attention_tensors.items())
     if not plan.passes_position_ids:
@@ -153,9 +170,32 @@ def _queries_keys_values(
         q, k = _norm_heads(attention, plan, q, k)
     if plan.query_scale is not None:
         q = plan.query_scale.apply(q, scale_positions)
+    if plan.value_norm is not None:
+        v = getattr(attention, plan.value_norm)(v.unflatten(-1, (-1, head_dim))).flatten(-2)
     hidden_shape = (*hidden_states.shape[:-1], -1, head_dim)
     q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
     return q, k, v
+
+
+def _shared_kv_queries(
+    attention: Any,
+    plan: AttentionPlan,
+    hidden_states: Tensor,
+    cos_sin_cache: Tensor,
+    positions: Tensor,
+) -> Tensor:
+    """The queries of a layer that reuses an earlier layer's keys and values (Gemma 4's),
+    ``[batch, heads, tokens, head_dim]``: projected, normed over each head, rotated."""
+    head_dim: int = attention.head_dim
+    q: Tensor = attention.q_proj(hidden_states)
+    if plan.head_norms is not None:
+        q_norm: nn.Module = getattr(attention, plan.head_norms[0])
+        q = q_norm(q.unflatten(-1, (-1, head_dim))).flatten(-2)
+    if plan.rotates:
+        # the op rotates a query and a key together: here a key of one head, its result unused
+        key = q.new_zeros(*q.shape[:-1], head_dim)
+        q, _ = ops.rotary_embedding(positions, q, key, head_dim, cos_sin_cache, plan.neox)
+    return q.view(*hidden_states.shape[:-1], -1, head_dim).transpose(1, 2)
 
 
 def _norm_heads(attention: Any, plan: AttentionPlan, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
@@ -172,14 +212,14 @@ def _norm_heads(attention: Any, plan: AttentionPlan, q: Tensor, k: Tensor) -> tu
 
 
 def _project_qkv(attention: Any, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Queries, keys and values: from three layers, or from Phi-3's one ``qkv_proj`` (views of
-    its output, rows a stride apart, which the rotary kernels take)."""
+    """Queries, keys and values: from three layers (a layer whose ``v_proj`` is None attends
+    its key projection's output as values: Gemma 4's full-attention layers), or from Phi-3's
+    one ``qkv_proj`` (views of its output, rows a stride apart, which the rotary kernels
+    take)."""
     if not hasattr(attention, "qkv_proj"):
-        return (
-            attention.q_proj(hidden_states),
-            attention.k_proj(hidden_states),
-            attention.v_proj(hidden_states),
-        )
+        k = attention.k_proj(hidden_states)
+        v = k if attention.v_proj is None else attention.v_proj(hidden_states)
+        return attention.q_proj(hidden_states), k, v
     head_dim: int = attention.head_dim
     query = attention.config.num_attention_heads * head_dim
     key_value = attention.config.num_key_value_heads * head_dim
@@ -237,11 +277,20 @@ def _query_scale(attention: Any) -> QueryScale | None:
     return None
 
 
+def layer_type_of(attention: nn.Module, layer_types: list[str | None]) -> str | None:
+    """The one of the rotary module's `layer_types` whose rope `attention` takes: its
+    ``layer_type`` where that is one (Gemma 3's and 4's layers), else the first (for most
+    families, the single type None)."""
+    layer_type = getattr(attention, "layer_type", None)
+    return layer_type if layer_type in layer_types else layer_types[0]
+
+
 def attention_plan(
     attention: Any, neox: bool, rotary: nn.Module, cache: IRRotaryCache
 ) -> AttentionPlan | str:
     """What `attention`'s own forward does, as an `AttentionPlan`, checked on a probe; or why
     the converted forward cannot do it."""
+    reuses = bool(getattr(attention, "is_kv_shared_layer", False))
     norms = _head_norms(attention)
     if isinstance(norms, str):
         return norms
@@ -249,7 +298,7 @@ def attention_plan(
     weight: Tensor = projection.weight
     if weight.device.type == "meta":
         return "its weights are on the meta device"
-    layer_type = cache.layer_types[0]
+    layer_type = layer_type_of(attention, cache.layer_types)
     table = cache.cache_for(layer_type)
     hidden = probe((1, 2, projection.in_features), weight.device).to(weight.dtype)
     # the last positions show what changes far out (the query scales): the last row of the
@@ -280,6 +329,9 @@ def attention_plan(
         norms_per_head=norms[1],
         norms_after_rotation=attention.config.model_type in _NORMS_AFTER_ROTATION,
         query_scale=scale,
+        value_norm="v_norm" if getattr(attention, "v_norm", None) is not None else None,
+        stores_shared_kv=bool(getattr(attention, "store_full_length_kv", False)),
+        reuses_shared_kv=reuses,
         attention_kwargs=arguments[0],
         attention_tensors=arguments[1],
         passes_position_ids="position_ids" in original.call.kwargs,
@@ -341,6 +393,12 @@ def _differences(converted: "_ProbeRun", original: "_ProbeRun") -> str:
     pairs = ((got.query, want.query), (got.key, want.key), (got.value, want.value))
     if not all(close(g, w) for g, w in pairs):
         return "the converted forward does not give its attention function the original's inputs"
+    if converted.shared.keys() != original.shared.keys() or not all(
+        close(g, w)
+        for key in original.shared
+        for g, w in zip(converted.shared[key], original.shared[key], strict=True)
+    ):
+        return "the converted forward does not store the keys and values the original shares"
     if not close(converted.output, original.output):
         return (
             "the converted forward does not make of its attention function's output what the "
@@ -366,11 +424,14 @@ def _head_norm_form(attention: Any, names: tuple[str, str]) -> bool | None:
     where neither."""
     norms = [getattr(attention, n, None) for n in names]
     head_dim = getattr(attention, "head_dim", None)
-    config = getattr(attention, "config", None)
-    heads = getattr(config, "num_attention_heads", None)
-    kv_heads = getattr(config, "num_key_value_heads", None)
-    if head_dim is None or heads is None or kv_heads is None:
+    if not isinstance(head_dim, int):
         return None
+    if getattr(attention, "is_kv_shared_layer", False):
+        # reusing an earlier layer's keys, the layer has a query norm alone (Gemma 4's)
+        weight = getattr(norms[0], "weight", None)
+        alone = norms[1] is None and weight is not None and weight.shape == (head_dim,)
+        return True if alone else None
+    heads, kv_heads = _head_counts(attention, head_dim)
     widths = [
         getattr(getattr(n, "weight", None), "shape", None) if isinstance(n, nn.Module) else None
         for n in norms
@@ -382,6 +443,16 @@ def _head_norm_form(attention: Any, names: tuple[str, str]) -> bool | None:
     if widths == [(heads * head_dim,), (kv_heads * head_dim,)]:
         return False
     return None
+
+
+def _head_counts(attention: Any, head_dim: int) -> tuple[int, int]:
+    """The layer's query heads and key-value heads, from its projections' widths (Gemma 4's
+    differ from layer to layer; its config refuses to give one count for all), or Phi-3's
+    config where they are one projection."""
+    if hasattr(attention, "qkv_proj"):
+        config = attention.config
+        return config.num_attention_heads, config.num_key_value_heads
+    return attention.q_proj.out_features // head_dim, attention.k_proj.out_features // head_dim
 
 
 @dataclass
@@ -401,6 +472,8 @@ class _ProbeRun:
 
     call: _AttentionCall
     output: Tensor
+    #: what it stored in the ``shared_kv_states`` it was given (Gemma 4's layers take one)
+    shared: dict[str, tuple[Tensor, ...]]
 
 
 #: the calls `_record_attention_call` saw during the probe forward that is running
@@ -429,6 +502,15 @@ _RECORDING_IMPLEMENTATION = "ir_stack_record"
 
 #: the keyword arguments the converted forward passes itself, or takes from its caller
 _OWN_ATTENTION_KWARGS = ("dropout", "scaling", "position_ids")
+
+
+def _shared_probe(attention: Any, hidden: Tensor) -> tuple[Tensor, Tensor]:
+    """Keys and values, ``[batch, kv heads, 3, head_dim]``, as an earlier layer stores them
+    for `attention` to reuse: probes, the same at every call."""
+    head_dim: int = attention.head_dim
+    kv_heads = attention.q_proj.out_features // head_dim // attention.num_key_value_groups
+    keys = probe((hidden.shape[0], kv_heads, 3, head_dim), hidden.device).to(hidden.dtype)
+    return keys, keys.flip(-1)
 
 
 class _ProbeCache:
@@ -466,10 +548,15 @@ def _run_probe_forward(
     recording._attn_implementation_internal = _RECORDING_IMPLEMENTATION
     attention.config = recording
     kwargs: dict[str, Any] = {"position_ids": positions}
+    parameters = inspect.signature(type(attention).forward).parameters
     if seen is not None:
         # transformers 5.24 names the cache `cache` (`past_key_values` deprecated), 5.17 not
-        parameters = inspect.signature(type(attention).forward).parameters
         kwargs["cache" if "cache" in parameters else "past_key_values"] = _ProbeCache(seen)
+    shared: dict[str, tuple[Tensor, ...]] = {}
+    if "shared_kv_states" in parameters:
+        kwargs["shared_kv_states"] = shared
+        if getattr(attention, "is_kv_shared_layer", False):
+            shared[attention.layer_type] = _shared_probe(attention, hidden)
     _probe_calls.clear()
     try:
         output = forward(attention, hidden, embeddings, None, **kwargs)
@@ -479,7 +566,7 @@ def _run_probe_forward(
         _probe_calls.clear()
     if len(calls) != 1:
         return f"its forward called its attention function {len(calls)} times; expected once"
-    return _ProbeRun(calls[0], output[0] if isinstance(output, tuple) else output)
+    return _ProbeRun(calls[0], output[0] if isinstance(output, tuple) else output, shared)
 
 
 #: positions of the rotary probe: the first few and some far apart
@@ -488,12 +575,16 @@ _PROBE_POSITIONS = (0, 1, 2, 3, 7, 100, 1000)
 
 def _model_rotation(attention: nn.Module) -> Callable[[Tensor, Tensor, Any], Any] | None:
     """The model's own rotation, as ``rotate(q, k, position_embeddings)`` on ``[batch, heads,
-    tokens, head_dim]`` heads: ``apply_rotary_pos_emb(q, k, cos, sin)`` (most families), or
-    Llama 4's ``apply_rotary_emb(q, k, freqs_cis)``, which takes ``[batch, tokens, heads,
-    head_dim]`` heads and complex frequencies; None where the module has neither."""
+    tokens, head_dim]`` heads: ``apply_rotary_pos_emb(q, k, cos, sin)`` (most families; Gemma
+    4's rotates one tensor a call), or Llama 4's ``apply_rotary_emb(q, k, freqs_cis)``, which
+    takes ``[batch, tokens, heads, head_dim]`` heads and complex frequencies; None where the
+    module has neither."""
     module = sys.modules[type(attention).__module__]
     apply = getattr(module, "apply_rotary_pos_emb", None)
     if callable(apply):
+        if list(inspect.signature(apply).parameters)[1:3] == ["cos", "sin"]:
+            # one tensor at a time (Gemma 4's ``apply_rotary_pos_emb(x, cos, sin)``)
+            return lambda q, k, embeddings: (apply(q, *embeddings), apply(k, *embeddings))
         return lambda q, k, embeddings: apply(q, k, *embeddings)
     apply_complex = getattr(module, "apply_rotary_emb", None)
     if not callable(apply_complex):
@@ -515,25 +606,29 @@ def _identity_rotation(embeddings: Any) -> Any:
     return torch.ones_like(cos), torch.zeros_like(sin)
 
 
-def rotation_form(rotary: nn.Module, cache: IRRotaryCache, attention: nn.Module) -> bool | None:
+def rotation_form(rotary: nn.Module, cache: IRRotaryCache, layers: list[nn.Module]) -> bool | None:
     """True where the model's own rotation (`_model_rotation`), given its rotary module's
     output, rotates as ``rotary_embedding`` with `cache` does in the neox form (the halves of
     each head: Llama, Qwen, Gemma), False where in the interleaved form (pairs: GLM, ERNIE,
     Llama 4's complex numbers), None where in neither. Run on float32 probe heads at every
-    layer type's table, so the tables are checked too."""
-    rotate = _model_rotation(attention)
+    layer type's table, as wide as the heads of the attention `layers` of that type (Gemma 4's
+    differ), so the tables are checked too."""
+    rotate = _model_rotation(layers[0])
     first = cache.cache_for(cache.layer_types[0])
     if rotate is None or first.device.type == "meta":
         return None
-    head_dim: int = attention.head_dim  # type: ignore[assignment]
     positions = torch.tensor([p for p in _PROBE_POSITIONS if p < first.shape[0]])
     positions = positions.to(first.device)
-    q = probe((1, 2, len(positions), head_dim), first.device)
-    k = q.flip(-1)  # not the query's values
-    flat = [t.transpose(1, 2).reshape(len(positions), -1) for t in (q, k)]
     forms = {True, False}
     with torch.no_grad():
         for layer_type in cache.layer_types:
+            of_type = [a for a in layers if layer_type_of(a, cache.layer_types) == layer_type]
+            if not of_type:  # a rope no layer takes
+                continue
+            head_dim: int = of_type[0].head_dim  # type: ignore[assignment]
+            q = probe((1, 2, len(positions), head_dim), first.device)
+            k = q.flip(-1)  # not the query's values
+            flat = [t.transpose(1, 2).reshape(len(positions), -1) for t in (q, k)]
             extra = () if layer_type is None else (layer_type,)
             embeddings = rotary(q, positions[None], *extra)
             want = [t.transpose(1, 2).reshape(len(positions), -1) for t in rotate(q, k, embeddings)]

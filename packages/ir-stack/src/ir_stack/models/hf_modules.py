@@ -157,11 +157,23 @@ class IRRotaryCache(nn.Module):
     `tables` maps a layer type to its ``(inv_freq, attention_scaling)``; a model with one rope
     for every layer has the single type None. Gemma 3's module is asked per layer type
     (``"sliding_attention"`` and ``"full_attention"`` have their own frequencies): each type
-    gets its own table, ``<type>_cos_sin_cache`` (``cos_sin_cache`` for None)."""
+    gets its own table, ``<type>_cos_sin_cache`` (``cos_sin_cache`` for None).
 
-    def __init__(self, tables: dict[str | None, tuple[Tensor, float]], max_positions: int) -> None:
+    `sliced_by_token`: the model slices the pair by token, ``[:, a:b, :]``, before some layers
+    (Gemma 4's, before the layers that reuse earlier keys and values): the pair is then
+    ``([positions, 1, width] table, [batch, tokens, 1] positions)``, so a slice keeps the whole
+    table and the kept tokens' positions."""
+
+    def __init__(
+        self,
+        tables: dict[str | None, tuple[Tensor, float]],
+        max_positions: int,
+        *,
+        sliced_by_token: bool = False,
+    ) -> None:
         super().__init__()
         self.layer_types = list(tables)
+        self.sliced_by_token = sliced_by_token
         for layer_type, (inv_freq, scaling) in tables.items():
             positions = torch.arange(max_positions, dtype=torch.float32, device=inv_freq.device)
             freqs = torch.outer(positions, inv_freq.float())
@@ -189,4 +201,6 @@ class IRRotaryCache(nn.Module):
         # a dense position per token (a broadcast one sent them to the native function), so
         # the rows are copied out once here rather than in every layer
         positions = position_ids.expand(x.shape[:-1]).contiguous()
+        if self.sliced_by_token:
+            return self.cache_for(layer_type)[:, None], positions[..., None]
         return self.cache_for(layer_type), positions
