@@ -162,6 +162,15 @@ _GPU_LATENT: dict[str, Any] = {
     "qk_nope_head_dim": 32,
     "v_head_dim": 64,
 }
+_GPU_GEMMA4: dict[str, Any] = {
+    **_GPU_SLIDING,
+    "head_dim": 64,
+    "global_head_dim": 128,
+    "attention_k_eq_v": True,
+    "num_global_key_value_heads": 1,
+    "vocab_size_per_layer_input": 256,
+    "hidden_size_per_layer_input": 64,
+}
 HF_FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 64}),
@@ -390,6 +399,20 @@ HF_FAMILIES = {
         "GptOssForCausalLM",
         {**_GPU_TOKENS, **_GPU_SLIDING, "head_dim": 64, "num_local_experts": 8},
     ),
+    # value norms; a full-attention layer of wider heads, a proportional rope and the keys'
+    # projection as values; per-layer inputs (their norms convert too); then routed experts
+    "gemma4": ("Gemma4TextConfig", "Gemma4ForCausalLM", {**_GPU_GEMMA4}),
+    "gemma4_moe": (
+        "Gemma4TextConfig",
+        "Gemma4ForCausalLM",
+        {
+            **_GPU_GEMMA4,
+            "enable_moe_block": True,
+            "num_experts": 8,
+            "top_k_experts": 2,
+            "moe_intermediate_size": 128,
+        },
+    ),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {
@@ -413,6 +436,7 @@ HF_MOE = {
     "solar_open",
     "hy_v3",
     "mellum",
+    "gemma4_moe",
 }
 #: families whose norms are LayerNorms, which stay
 HF_LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe"}
@@ -475,6 +499,7 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
         expected.add("gelu_and_mul" if gemma else "silu_and_mul")
     assert {op for op, _ in calls} == (expected if deepseek else {*expected, "rotary_embedding"})
     assert all(provider != "native" for _, provider in calls), calls
-    if gemma:  # Gemma's norms pass a float32 scale, which the cuda kernels leave to triton
+    if gemma and family not in ("gemma4", "gemma4_moe"):
+        # Gemma 1-3's norms pass a float32 scale (1 + w), which the cuda kernels leave to triton
         assert {p for op, p in calls if op == "rms_norm"} <= {"triton"}, calls
     assert (after - before).abs().max() < 0.05 * before.abs().max()

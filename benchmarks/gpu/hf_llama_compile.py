@@ -2,8 +2,10 @@
 1B's, ``--family phi3`` a Phi-3 of Phi-3 mini's, ``--family qwen3_moe`` a Qwen3 MoE of Qwen3
 30B-A3B's (128 experts, 8 a token), ``--family gpt_oss`` a GPT-OSS of gpt-oss-20b's (32
 experts, 4 a token, which stay; eager attention, for its sinks), ``--family llama4`` a Llama 4
-of Llama 4 Scout's (16 experts, every layer routed; a NoPE layer in four) (random weights,
-bf16), on the GPU: forward latency in six ways, in one process:
+of Llama 4 Scout's (16 experts, every layer routed; a NoPE layer in four), ``--family
+gemma4`` a Gemma 4 of transformers' default text config (a full-attention layer in six, of
+heads twice as wide; per-layer inputs) (random weights, bf16), on the GPU: forward latency in
+six ways, in one process:
 
 - ``hf eager``: the model as transformers runs it;
 - ``hf torch.compile``: stock ``torch.compile`` of that model with Inductor's CUDA graphs (as
@@ -132,6 +134,9 @@ LLAMA4_SCOUT = {
     "max_position_embeddings": 8192,
     "rope_theta": 500000.0,
 }
+#: transformers' default Gemma 4 text config (hidden 2304, 8 heads of 256, 512 in the
+#: full-attention layers, per-layer inputs of 256), both vocabularies cut as for Llama
+GEMMA4_DEFAULT = {"vocab_size": 32000, "vocab_size_per_layer_input": 32000}
 #: family -> (config class, model class, shape, name in titles)
 FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", LLAMA_1B, "Llama, 1B shape"),
@@ -145,6 +150,12 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     ),
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM", GPT_OSS_20B, "GPT-OSS, 20B shape"),
     "llama4": ("Llama4TextConfig", "Llama4ForCausalLM", LLAMA4_SCOUT, "Llama 4, Scout shape"),
+    "gemma4": (
+        "Gemma4TextConfig",
+        "Gemma4ForCausalLM",
+        GEMMA4_DEFAULT,
+        "Gemma 4, default text config",
+    ),
 }
 #: families whose routed experts stay as they are (GPT-OSS's clamp their gate)
 EXPERTS_STAY = {"gpt_oss"}
@@ -188,9 +199,9 @@ def build(family: str, layers: int) -> Any:
     config._attn_implementation = "eager" if family == "gpt_oss" else "sdpa"
     with torch.device("cuda"):
         model = getattr(transformers, model_name)(config).to(torch.bfloat16).eval()
-    # not ones (Gemma's: not zeros, its norms scale by 1 + w), so that a norm applied wrongly
-    # would show
-    low, high = (-0.5, 0.5) if family.startswith("gemma") else (0.5, 1.5)
+    # not ones (Gemma 3's: not zeros, its norms scale by 1 + w), so that a norm applied
+    # wrongly would show
+    low, high = (-0.5, 0.5) if family == "gemma3" else (0.5, 1.5)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
