@@ -88,6 +88,9 @@ FAMILIES = {
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
     "gemma4": ("Gemma4TextConfig", "Gemma4ForCausalLM"),
     "gemma4_moe": ("Gemma4TextConfig", "Gemma4ForCausalLM"),
+    "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM"),
+    "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM"),
+    "qwen3_5_moe": ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -112,6 +115,24 @@ _TOKENS: dict[str, Any] = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id":
 _SLIDING_THEN_FULL: dict[str, Any] = {
     "sliding_window": 4,
     "layer_types": ["sliding_attention", "full_attention"],
+}
+_QWEN3_NEXT: dict[str, Any] = {
+    "head_dim": 16,
+    "layer_types": ["linear_attention", "full_attention"],
+    "partial_rotary_factor": 0.5,
+}
+_QWEN_EXPERTS: dict[str, Any] = {
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32,
+}
+_QWEN3_5_ROPE: dict[str, Any] = {
+    "rope_type": "default",
+    "rope_theta": 1e4,
+    "partial_rotary_factor": 0.5,
+    "mrope_section": [2, 1, 1],
+    "mrope_interleaved": True,
 }
 _GEMMA4: dict[str, Any] = {
     **_SLIDING_THEN_FULL,
@@ -269,6 +290,12 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "top_k_experts": 2,
         "moe_intermediate_size": 32,
     },
+    # a linear-attention layer (Gated DeltaNet, which stays), then an attention layer whose
+    # query projection also gives its output's gate; a rope over half of each head, Qwen
+    # 3.5's mixing three positions a token (its sections here fill the four frequencies)
+    "qwen3_next": {**_QWEN3_NEXT, **_QWEN_EXPERTS},
+    "qwen3_5": {**_QWEN3_NEXT, "rope_parameters": _QWEN3_5_ROPE},
+    "qwen3_5_moe": {**_QWEN3_NEXT, **_QWEN_EXPERTS, "rope_parameters": _QWEN3_5_ROPE},
     # CWM: a sliding layer and a full one; Solar Open: a shared expert beside the routed ones;
     # HY V3 and Mellum: query and key norms, a shared expert (HY V3), sliding layers (Mellum)
     "cwm": {**_TOKENS, "head_dim": 16, **_SLIDING_THEN_FULL},
@@ -367,6 +394,10 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     # and the router's
     "gemma4": (7, 1, 0),
     "gemma4_moe": (11, 1, 1),
+    # two norms a layer, and the attention layer's query and key norms: three on average
+    "qwen3_next": (3, 1, 1),
+    "qwen3_5": (3, 1, 0),
+    "qwen3_5_moe": (3, 1, 1),
 }
 #: families whose routed experts gate in their own way and stay (GPT-OSS clamps its gate)
 EXPERTS_STAY = {"gpt_oss"}
@@ -381,6 +412,9 @@ ROTATING_LAYERS = {
     "exaone_moe": 1,
     "llama4": 1,
 }
+#: families with linear-attention layers (Qwen3-Next's and Qwen 3.5's Gated DeltaNet, which
+#: stay), and how many of the two are attention layers
+ATTENTION_LAYERS = {"qwen3_next": 1, "qwen3_5": 1, "qwen3_5_moe": 1}
 #: families whose rotating layers alone have a query and key norm, one module for both (run
 #: twice a layer)
 SHARED_HEAD_NORMS = {"llama4"}
@@ -448,7 +482,8 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     assert len(report.mlps) == mlps_a_layer * layers
     assert len(report.experts) == experts_a_layer * layers
     attention_stays = family in ATTENTION_STAYS
-    assert len(report.attentions) == (0 if attention_stays else layers)
+    attention_layers = ATTENTION_LAYERS.get(family, layers)
+    assert len(report.attentions) == (0 if attention_stays else attention_layers)
     why = "attention of another form in model.layers.0.self_attn"
     skipped = {"model.rotary_emb": why} if attention_stays else {}
     if family in EXPERTS_STAY:
@@ -465,7 +500,7 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
     expected = {"rms_norm": norm_calls} if norms else {}
     if not attention_stays:
-        expected["rotary_embedding"] = ROTATING_LAYERS.get(family, layers)
+        expected["rotary_embedding"] = ROTATING_LAYERS.get(family, attention_layers)
     if mlps_a_layer or experts_a_layer:
         expected[gated_op(family)] = (mlps_a_layer + experts_a_layer) * layers
     assert calls == expected
@@ -496,7 +531,7 @@ def test_converted_attention_calls_its_attention_function_as_the_original(family
     window (per layer, the model's, or only in sliding layers), a logit cap, the positions...:
     the converted forward gives each layer's function the same keyword arguments. (The
     default ``sdpa`` function ignores some of them, which flash attention reads.)"""
-    _assert_same_attention_calls(build(family))
+    _assert_same_attention_calls(build(family), ATTENTION_LAYERS.get(family))
 
 
 def test_a_forward_keeping_the_positions_is_followed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -514,9 +549,12 @@ def test_a_forward_keeping_the_positions_is_followed(monkeypatch: pytest.MonkeyP
     assert not model.model.layers[0].self_attn.ir_attention_plan.passes_position_ids
 
 
-def _assert_same_attention_calls(model: Any) -> None:
-    """`model`'s attention layers call their attention function with the same keyword
-    arguments after `convert_hf_model` as before, layer by layer."""
+def _assert_same_attention_calls(model: Any, attention_layers: int | None = None) -> None:
+    """`model`'s attention layers (every layer, or `attention_layers` of them) call their
+    attention function with the same keyword arguments after `convert_hf_model` as before,
+    layer by layer."""
+    if attention_layers is None:
+        attention_layers = SIZES["num_hidden_layers"]
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
@@ -528,13 +566,13 @@ def _assert_same_attention_calls(model: Any) -> None:
     for convert in (False, True):
         if convert:
             report = convert_hf_model(model)
-            assert len(report.attentions) == SIZES["num_hidden_layers"], report.skipped
+            assert len(report.attentions) == attention_layers, report.skipped
         _attention_calls.clear()
         with torch.no_grad():
             model(ids, attention_mask=mask)
         calls.append(list(_attention_calls))
     original, converted = calls
-    assert len(converted) == len(original) == SIZES["num_hidden_layers"]
+    assert len(converted) == len(original) == attention_layers
     for want, got in zip(original, converted, strict=True):
         assert sorted(got) == sorted(want)
         for name, value in want.items():
@@ -559,6 +597,7 @@ def _assert_same_attention_calls(model: Any) -> None:
         "ministral3",
         "llama4",
         "gemma4",
+        "qwen3_5",
     ],
 )
 def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:
@@ -849,6 +888,35 @@ def test_gemma4_layers_reusing_keys_and_values_convert() -> None:
     assert (reusing.stores_shared_kv, reusing.reuses_shared_kv) == (False, True)
     assert reusing.head_norms == ("q_norm", "k_norm")
     assert reusing.value_norm is None
+
+
+def test_qwen3_5_gates_its_attention_output_and_rotates_by_three_positions_a_token() -> None:
+    """Qwen 3.5's attention layers project each head's query and then its gate, and multiply
+    the attention's output by the gate's sigmoid; its rope takes a time, a height and a width
+    position a token and mixes their frequencies, so the table is computed at each call from
+    the model's own rotary module, a row a token. Positions of an image grid (the height and
+    width differing from the time) change the logits, and the converted model gives the
+    original's; so do text positions."""
+    model = build("qwen3_5")
+    ids, _ = prompt()
+    grid = torch.arange(ids.shape[1]).expand(4, *ids.shape).clone()
+    grid[2, :, 3:6] = torch.tensor([0, 0, 1])
+    grid[3, :, 3:6] = torch.tensor([0, 1, 0])
+    with torch.no_grad():
+        text = model(ids).logits
+        image = model(ids, position_ids=grid).logits
+        convert_hf_model(model)
+        converted_text = model(ids).logits
+        converted_image = model(ids, position_ids=grid).logits
+    assert not torch.allclose(image, text, atol=1e-3)
+    torch.testing.assert_close(converted_image, image, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(converted_text, text, atol=1e-5, rtol=1e-5)
+    rotary = model.model.rotary_emb
+    assert isinstance(rotary, IRRotaryCache)
+    assert rotary.per_token is not None
+    plan = model.model.layers[1].self_attn.ir_attention_plan
+    assert plan.gates_output
+    assert plan.head_norms == ("q_norm", "k_norm")
 
 
 def test_the_rotation_form_is_found_by_running_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -4,7 +4,8 @@ OLMo 2 and 3, GLM and GLM-4, ERNIE 4.5, Helium, Seed-OSS, SmolLM3, Cohere (Comma
 Cohere 2, EXAONE 4, Hunyuan, Apertus and Apertus 1.5, Arcee, CWM, and the mixtures of experts
 Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, FlexOlmo, Granite MoE (and its shared-expert form),
 GLM-4 MoE, ERNIE 4.5 MoE, Cohere 2 MoE, EXAONE MoE, Hunyuan MoE, HY V3, dots.llm1, MiniMax M2,
-Solar Open, Mellum, Llama 4 (text), Gemma 4 (text, dense or with experts), GPT-OSS (its
+Solar Open, Mellum, Llama 4 (text), Gemma 4 (text, dense or with experts), Qwen3-Next and
+Qwen 3.5 (text, dense or with experts; their linear-attention layers stay), GPT-OSS (its
 experts, which clamp their gate, stay) and DeepSeek V2 and V3 (their latent attention, which
 rotates its own way, stays).
 
@@ -28,6 +29,10 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   past a quarter); they norm their values too, attend the key projection as values where they
   have no ``v_proj``, store their keys and values for the caller (``shared_kv_states``), and,
   in the smaller models, reuse an earlier layer's (KV sharing: those project only queries).
+  Qwen3-Next's and Qwen 3.5's query projections give each head's gate too, which the
+  converted forward applies to the attention's output; Qwen 3.5's rope mixes the frequencies
+  of three positions a token (time, height, width), so its table is computed at each call
+  from the model's own rotary module, a row a token.
   Query and key norms come first (Hunyuan's and Llama 4's after the rotation), as converted
   norms, over each head (Qwen3) or over the whole projection (OLMo 2);
   Phi-3's one ``qkv_proj`` is split into views; a rope narrower than the head rotates its
@@ -162,6 +167,9 @@ SUPPORTED_MODEL_TYPES = (
     "apertus1p5_text",
     "gpt_oss",
     "gemma4_text",
+    "qwen3_next",
+    "qwen3_5_text",
+    "qwen3_5_moe_text",
 )
 #: rope types whose frequencies are fixed at construction (a table holds them exactly);
 #: ``ntk_alpha`` is Hunyuan's NTK scaling with a fixed alpha, which only stretches the base;
@@ -560,9 +568,13 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
         if width > head_dim:
             report.skipped[path] = f"rotary dimension {width} > head_dim {head_dim} in {layer_path}"
             return
+    rotary = model.get_submodule(path)
+    # Qwen 3.5's rope mixes the frequencies of three positions a token: its module computes
+    # each call's table
+    per_token = rotary if getattr(rotary, "mrope_section", None) is not None else None
     # float32 cosines and sines, a row a position
     table_bytes = sum(max_positions * 2 * inv_freq.numel() * 4 for inv_freq, _ in tables.values())
-    if table_bytes > _LARGE_TABLE_BYTES:
+    if per_token is None and table_bytes > _LARGE_TABLE_BYTES:
         logger.warning(
             "convert_hf_model: the rotary table of %d positions takes %.1f GiB; pass "
             "max_positions=<the longest sequence you run> for a smaller one",
@@ -571,8 +583,7 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
         )
     # Gemma 4 slices the position embeddings by token before its KV-shared layers
     sliced = any(getattr(m, "is_kv_shared_layer", False) for _, m in layers)
-    cache = IRRotaryCache(tables, max_positions, sliced_by_token=sliced)
-    rotary = model.get_submodule(path)
+    cache = IRRotaryCache(tables, max_positions, sliced_by_token=sliced, per_token=per_token)
     neox = rotation_form(rotary, cache, [m for _, m in layers])
     if neox is None:
         report.skipped[path] = (

@@ -65,6 +65,9 @@ class AttentionPlan:
     query_scale: QueryScale | None = None
     #: the values' norm's attribute name, over each head (Gemma 4's ``v_norm``), or None
     value_norm: str | None = None
+    #: the query projection gives each head's query and then its gate; the attention's output
+    #: is multiplied by the gate's sigmoid before ``o_proj`` (Qwen3-Next's, Qwen 3.5's)
+    gates_output: bool = False
     #: the keys and values (after the cache update) are stored in the caller's
     #: ``shared_kv_states`` under the layer's type (Gemma 4's last layer of each type)
     stores_shared_kv: bool = False
@@ -119,11 +122,12 @@ def _planned_forward(
     if plan.query_scale is not None and plan.query_scale.from_cache:
         seen = cache.get_seq_length(self.layer_idx) if cache is not None else 0
         scale_positions = torch.arange(input_shape[-1], device=positions.device) + seen
+    gate = None
     if plan.reuses_shared_kv:
         q = _shared_kv_queries(self, plan, hidden_states, cos_sin_cache, positions)
         k, v = shared_kv_states[self.layer_type]
     else:
-        q, k, v = _queries_keys_values(
+        q, k, v, gate = _queries_keys_values(
             self, plan, hidden_states, cos_sin_cache, positions, scale_positions
         )
         if cache is not None:
@@ -146,6 +150,8 @@ def _planned_forward(
         **kwargs,
     )
     out = out.reshape(*input_shape, -1).contiguous()
+    if gate is not None:
+        out = out * torch.sigmoid(gate)
     return self.o_proj(out), weights
 
 
@@ -156,12 +162,16 @@ def _queries_keys_values(
     cos_sin_cache: Tensor,
     positions: Tensor,
     scale_positions: Tensor,
-) -> tuple[Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """What a converted layer gives its attention function: queries, keys and values,
     ``[batch, heads, tokens, head_dim]``, projected, normed, rotated (at `positions`) and
-    scaled (at `scale_positions`) as `plan` says."""
+    scaled (at `scale_positions`) as `plan` says; and the output gate, ``[..., heads *
+    head_dim]``, where the plan has one."""
     head_dim: int = attention.head_dim
     q, k, v = _project_qkv(attention, hidden_states)
+    gate = None
+    if plan.gates_output:  # each head's query, then its gate
+        q, gate = (t.flatten(-2) for t in q.unflatten(-1, (-1, 2 * head_dim)).chunk(2, -1))
     if plan.head_norms is not None and not plan.norms_after_rotation:
         q, k = _norm_heads(attention, plan, q, k)
     if plan.rotates:
@@ -174,7 +184,7 @@ def _queries_keys_values(
         v = getattr(attention, plan.value_norm)(v.unflatten(-1, (-1, head_dim))).flatten(-2)
     hidden_shape = (*hidden_states.shape[:-1], -1, head_dim)
     q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
-    return q, k, v
+    return q, k, v, gate
 
 
 def _shared_kv_queries(
@@ -299,18 +309,18 @@ def attention_plan(
     if weight.device.type == "meta":
         return "its weights are on the meta device"
     layer_type = layer_type_of(attention, cache.layer_types)
-    table = cache.cache_for(layer_type)
+    extra = () if layer_type is None else (layer_type,)
     hidden = probe((1, 2, projection.in_features), weight.device).to(weight.dtype)
     # the last positions show what changes far out (the query scales): the last row of the
     # table, and a cache as long as the table less the probe's two tokens (Llama 4's scale)
-    last = table.shape[0] - 1
+    last = cache.max_positions - 1
     positions = torch.tensor([[1, last]], device=weight.device)
     scale = _query_scale(attention)
     seen = last - 1 if scale is not None and scale.from_cache else None
     own = type(attention).forward
     try:
         with torch.no_grad():
-            embeddings = rotary(hidden, positions, *(() if layer_type is None else (layer_type,)))
+            embeddings = rotary(hidden, positions, *extra)
             original = _run_probe_forward(attention, own, hidden, embeddings, positions, seen)
             unrotated = _run_probe_forward(
                 attention, own, hidden, _identity_rotation(embeddings), positions, seen
@@ -330,6 +340,8 @@ def attention_plan(
         norms_after_rotation=attention.config.model_type in _NORMS_AFTER_ROTATION,
         query_scale=scale,
         value_norm="v_norm" if getattr(attention, "v_norm", None) is not None else None,
+        gates_output=projection is not getattr(attention, "qkv_proj", None)
+        and projection.out_features == 2 * attention.o_proj.in_features,
         stores_shared_kv=bool(getattr(attention, "store_full_length_kv", False)),
         reuses_shared_kv=reuses,
         attention_kwargs=arguments[0],
@@ -340,7 +352,7 @@ def attention_plan(
     try:
         with torch.no_grad():
             converted = _run_probe_forward(
-                attention, planned, hidden, (table, positions), positions, seen
+                attention, planned, hidden, cache(hidden, positions, *extra), positions, seen
             )
     except Exception as error:
         return f"the converted forward failed on a probe ({type(error).__name__}: {error})"
@@ -447,12 +459,13 @@ def _head_norm_form(attention: Any, names: tuple[str, str]) -> bool | None:
 
 def _head_counts(attention: Any, head_dim: int) -> tuple[int, int]:
     """The layer's query heads and key-value heads, from its projections' widths (Gemma 4's
-    differ from layer to layer; its config refuses to give one count for all), or Phi-3's
-    config where they are one projection."""
+    differ from layer to layer; its config refuses to give one count for all): the output
+    projection's input, since a query projection with gates is twice as wide; or Phi-3's
+    config, where they are one projection."""
     if hasattr(attention, "qkv_proj"):
         config = attention.config
         return config.num_attention_heads, config.num_key_value_heads
-    return attention.q_proj.out_features // head_dim, attention.k_proj.out_features // head_dim
+    return attention.o_proj.in_features // head_dim, attention.k_proj.out_features // head_dim
 
 
 @dataclass
@@ -614,11 +627,11 @@ def rotation_form(rotary: nn.Module, cache: IRRotaryCache, layers: list[nn.Modul
     layer type's table, as wide as the heads of the attention `layers` of that type (Gemma 4's
     differ), so the tables are checked too."""
     rotate = _model_rotation(layers[0])
-    first = cache.cache_for(cache.layer_types[0])
-    if rotate is None or first.device.type == "meta":
+    device = next(layers[0].parameters()).device
+    if rotate is None or device.type == "meta":
         return None
-    positions = torch.tensor([p for p in _PROBE_POSITIONS if p < first.shape[0]])
-    positions = positions.to(first.device)
+    positions = torch.tensor([p for p in _PROBE_POSITIONS if p < cache.max_positions])
+    positions = positions.to(device)
     forms = {True, False}
     with torch.no_grad():
         for layer_type in cache.layer_types:
@@ -626,15 +639,19 @@ def rotation_form(rotary: nn.Module, cache: IRRotaryCache, layers: list[nn.Modul
             if not of_type:  # a rope no layer takes
                 continue
             head_dim: int = of_type[0].head_dim  # type: ignore[assignment]
-            q = probe((1, 2, len(positions), head_dim), first.device)
+            q = probe((1, 2, len(positions), head_dim), device)
             k = q.flip(-1)  # not the query's values
             flat = [t.transpose(1, 2).reshape(len(positions), -1) for t in (q, k)]
             extra = () if layer_type is None else (layer_type,)
             embeddings = rotary(q, positions[None], *extra)
             want = [t.transpose(1, 2).reshape(len(positions), -1) for t in rotate(q, k, embeddings)]
-            table = cache.cache_for(layer_type)
+            # the table and positions the layers get (the cache's own, in the plain form)
+            tokens = q.transpose(1, 2).flatten(-2)  # [1, positions, heads x head_dim]
+            table, dense = cache(tokens, positions[None], *extra)
+            if dense.dim() == 3:
+                table, dense = table.squeeze(1), dense.squeeze(-1)
             for neox in list(forms):
-                got = ops.rotary_embedding.native(positions, *flat, head_dim, table, neox)
+                got = ops.rotary_embedding.native(dense[0], *flat, head_dim, table, neox)
                 if not all(
                     torch.allclose(g, w, rtol=1e-4, atol=1e-4)
                     for g, w in zip(got, want, strict=True)

@@ -162,7 +162,13 @@ class IRRotaryCache(nn.Module):
     `sliced_by_token`: the model slices the pair by token, ``[:, a:b, :]``, before some layers
     (Gemma 4's, before the layers that reuse earlier keys and values): the pair is then
     ``([positions, 1, width] table, [batch, tokens, 1] positions)``, so a slice keeps the whole
-    table and the kept tokens' positions."""
+    table and the kept tokens' positions.
+
+    `per_token`: the model's rotary module, where a token's angles depend on more than one
+    position (Qwen 3.5's multimodal rope takes a time, a height and a width position per
+    token, and mixes their frequencies): the module computes each call's float32 cosines and
+    sines, whose rows become the table (a row a token: ``[batch x tokens, width]``, positions
+    ``0 .. batch x tokens - 1``) in place of one built ahead."""
 
     def __init__(
         self,
@@ -170,10 +176,20 @@ class IRRotaryCache(nn.Module):
         max_positions: int,
         *,
         sliced_by_token: bool = False,
+        per_token: nn.Module | None = None,
     ) -> None:
         super().__init__()
+        if per_token is not None and (sliced_by_token or list(tables) != [None]):
+            raise ValueError(
+                "IRRotaryCache: argument 'per_token' takes a single rope (layer type None), "
+                "not sliced by token"
+            )
         self.layer_types = list(tables)
+        self.max_positions = max_positions
         self.sliced_by_token = sliced_by_token
+        self.per_token = per_token
+        if per_token is not None:
+            return
         for layer_type, (inv_freq, scaling) in tables.items():
             positions = torch.arange(max_positions, dtype=torch.float32, device=inv_freq.device)
             freqs = torch.outer(positions, inv_freq.float())
@@ -185,7 +201,9 @@ class IRRotaryCache(nn.Module):
         return "cos_sin_cache" if layer_type is None else f"{layer_type}_cos_sin_cache"
 
     def cache_for(self, layer_type: str | None = None) -> Tensor:
-        """The ``cat(cos, sin)`` table of `layer_type`'s rope."""
+        """The ``cat(cos, sin)`` table of `layer_type`'s rope (none where it is `per_token`)."""
+        if self.per_token is not None:
+            raise ValueError("IRRotaryCache: a per-token rope has no table ahead of a call")
         if layer_type not in self.layer_types:
             raise ValueError(
                 f"IRRotaryCache: argument 'layer_type' got {layer_type!r}; expected one of "
@@ -197,6 +215,8 @@ class IRRotaryCache(nn.Module):
     def forward(
         self, x: Tensor, position_ids: Tensor, layer_type: str | None = None
     ) -> tuple[Tensor, Tensor]:
+        if self.per_token is not None:
+            return self._per_token_pair(x, position_ids)
         # transformers passes one row of positions for a whole batch; the rotary kernels read
         # a dense position per token (a broadcast one sent them to the native function), so
         # the rows are copied out once here rather than in every layer
@@ -204,3 +224,14 @@ class IRRotaryCache(nn.Module):
         if self.sliced_by_token:
             return self.cache_for(layer_type)[:, None], positions[..., None]
         return self.cache_for(layer_type), positions
+
+    def _per_token_pair(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        assert self.per_token is not None
+        # the module reads only the device and the dtype of its first argument
+        like = x.new_empty(0, dtype=torch.float32)
+        # [batch, tokens, cat(f, f)]; a row of positions for the whole batch, broadcast
+        cos, sin = (t.expand(*x.shape[:-1], -1) for t in self.per_token(like, position_ids))
+        half = cos.shape[-1] // 2
+        table = torch.cat([cos[..., :half], sin[..., :half]], dim=-1).flatten(0, -2)
+        positions = torch.arange(table.shape[0], device=table.device).view(cos.shape[:-1])
+        return table, positions
