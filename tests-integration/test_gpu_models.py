@@ -162,6 +162,23 @@ _GPU_LATENT: dict[str, Any] = {
     "qk_nope_head_dim": 32,
     "v_head_dim": 64,
 }
+_GPU_QWEN3_NEXT: dict[str, Any] = {
+    "head_dim": 64,
+    "layer_types": ["linear_attention", "full_attention"],
+}
+_GPU_EXPERTS: dict[str, Any] = {
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 128,
+    "shared_expert_intermediate_size": 128,
+}
+_GPU_QWEN3_5_ROPE: dict[str, Any] = {
+    "rope_type": "default",
+    "rope_theta": 1e4,
+    "partial_rotary_factor": 0.25,
+    "mrope_section": [4, 2, 2],
+    "mrope_interleaved": True,
+}
 _GPU_GEMMA4: dict[str, Any] = {
     **_GPU_SLIDING,
     "head_dim": 64,
@@ -413,6 +430,19 @@ HF_FAMILIES = {
             "moe_intermediate_size": 128,
         },
     ),
+    # a Gated DeltaNet layer (it stays), then an attention layer with an output gate; Qwen
+    # 3.5's rope mixing three positions a token
+    "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM", {**_GPU_QWEN3_NEXT, **_GPU_EXPERTS}),
+    "qwen3_5": (
+        "Qwen3_5TextConfig",
+        "Qwen3_5ForCausalLM",
+        {**_GPU_QWEN3_NEXT, "rope_parameters": _GPU_QWEN3_5_ROPE},
+    ),
+    "qwen3_5_moe": (
+        "Qwen3_5MoeTextConfig",
+        "Qwen3_5MoeForCausalLM",
+        {**_GPU_QWEN3_NEXT, **_GPU_EXPERTS, "rope_parameters": _GPU_QWEN3_5_ROPE},
+    ),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {
@@ -437,6 +467,8 @@ HF_MOE = {
     "hy_v3",
     "mellum",
     "gemma4_moe",
+    "qwen3_next",
+    "qwen3_5_moe",
 }
 #: families whose norms are LayerNorms, which stay
 HF_LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe"}
