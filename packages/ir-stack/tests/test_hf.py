@@ -1053,6 +1053,25 @@ def test_an_attention_failing_on_the_probe_is_left_alone(monkeypatch: pytest.Mon
     assert len(report.mlps) == SIZES["num_hidden_layers"]
 
 
+def test_a_rotation_failing_on_the_probe_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rotary module (or rotation) that cannot run on the rotation probe, as transformers
+    5.17's Qwen 3.5 module did on positions of one grid, leaves the attention and the rotary
+    module alone, reported, rather than failing the conversion."""
+    model = build("llama")
+    rotary_class = type(model.model.rotary_emb)
+
+    def one_form_only(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise IndexError("positions of another form")
+
+    monkeypatch.setattr(rotary_class, "forward", one_form_only)
+    report = convert_hf_model(model)
+    assert report.skipped == {
+        "model.rotary_emb": "its rotation failed on a probe (IndexError: positions of another form)"
+    }
+    assert report.attentions == []
+    assert len(report.mlps) == SIZES["num_hidden_layers"]
+
+
 def test_max_positions_sizes_the_rotary_table(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

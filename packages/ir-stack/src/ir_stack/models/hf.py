@@ -584,7 +584,11 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
     # Gemma 4 slices the position embeddings by token before its KV-shared layers
     sliced = any(getattr(m, "is_kv_shared_layer", False) for _, m in layers)
     cache = IRRotaryCache(tables, max_positions, sliced_by_token=sliced, per_token=per_token)
-    neox = rotation_form(rotary, cache, [m for _, m in layers])
+    try:
+        neox = rotation_form(rotary, cache, [m for _, m in layers])
+    except Exception as error:  # the model's rotary module or rotation, on the probe
+        report.skipped[path] = f"its rotation failed on a probe ({type(error).__name__}: {error})"
+        return
     if neox is None:
         report.skipped[path] = (
             "its attention rotates in neither the op's neox nor its interleaved form"

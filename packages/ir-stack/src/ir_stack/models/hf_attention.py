@@ -320,7 +320,7 @@ def attention_plan(
     own = type(attention).forward
     try:
         with torch.no_grad():
-            embeddings = rotary(hidden, positions, *extra)
+            embeddings = rotary(hidden, rotary_positions(rotary, positions), *extra)
             original = _run_probe_forward(attention, own, hidden, embeddings, positions, seen)
             unrotated = _run_probe_forward(
                 attention, own, hidden, _identity_rotation(embeddings), positions, seen
@@ -352,7 +352,12 @@ def attention_plan(
     try:
         with torch.no_grad():
             converted = _run_probe_forward(
-                attention, planned, hidden, cache(hidden, positions, *extra), positions, seen
+                attention,
+                planned,
+                hidden,
+                cache(hidden, rotary_positions(rotary, positions), *extra),
+                positions,
+                seen,
             )
     except Exception as error:
         return f"the converted forward failed on a probe ({type(error).__name__}: {error})"
@@ -619,6 +624,14 @@ def _identity_rotation(embeddings: Any) -> Any:
     return torch.ones_like(cos), torch.zeros_like(sin)
 
 
+def rotary_positions(rotary: nn.Module, positions: Tensor) -> Tensor:
+    """Position ids ``[batch, tokens]`` as `rotary` takes them: for a rope of several positions
+    a token (Qwen 3.5's ``mrope_section``: time, height, width), one row per grid, here all
+    equal, as for text (transformers 5.17's module takes only those)."""
+    sections = getattr(rotary, "mrope_section", None)
+    return positions if sections is None else positions.expand(len(sections), *positions.shape)
+
+
 def rotation_form(rotary: nn.Module, cache: IRRotaryCache, layers: list[nn.Module]) -> bool | None:
     """True where the model's own rotation (`_model_rotation`), given its rotary module's
     output, rotates as ``rotary_embedding`` with `cache` does in the neox form (the halves of
@@ -643,11 +656,12 @@ def rotation_form(rotary: nn.Module, cache: IRRotaryCache, layers: list[nn.Modul
             k = q.flip(-1)  # not the query's values
             flat = [t.transpose(1, 2).reshape(len(positions), -1) for t in (q, k)]
             extra = () if layer_type is None else (layer_type,)
-            embeddings = rotary(q, positions[None], *extra)
+            position_ids = rotary_positions(rotary, positions[None])
+            embeddings = rotary(q, position_ids, *extra)
             want = [t.transpose(1, 2).reshape(len(positions), -1) for t in rotate(q, k, embeddings)]
             # the table and positions the layers get (the cache's own, in the plain form)
             tokens = q.transpose(1, 2).flatten(-2)  # [1, positions, heads x head_dim]
-            table, dense = cache(tokens, positions[None], *extra)
+            table, dense = cache(tokens, position_ids, *extra)
             if dense.dim() == 3:
                 table, dense = table.squeeze(1), dense.squeeze(-1)
             for neox in list(forms):
