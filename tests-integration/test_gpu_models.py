@@ -166,9 +166,13 @@ _GPU_QWEN3_NEXT: dict[str, Any] = {
     "head_dim": 64,
     "layer_types": ["linear_attention", "full_attention"],
 }
+#: every expert a token: with two of eight, the random router's near ties flipped with bf16
+#: rounding on some rows (0.69 off in a logit on the H200; on the CPU in bf16, 0.25-0.59 on
+#: 4 to 6 of 12 prompts with two of eight, at most 0.08 with eight of eight), which is not
+#: what this test checks
 _GPU_EXPERTS: dict[str, Any] = {
     "num_experts": 8,
-    "num_experts_per_tok": 2,
+    "num_experts_per_tok": 8,
     "moe_intermediate_size": 128,
     "shared_expert_intermediate_size": 128,
 }
