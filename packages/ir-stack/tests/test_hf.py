@@ -628,11 +628,13 @@ def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> N
 
 
 def test_parts_that_cannot_be_converted_exactly_are_left_alone() -> None:
-    model = build("llama", hidden_act="relu", rope_scaling={"rope_type": "dynamic", "factor": 2.0})
-    report = convert_hf_model(model)
+    """An MLP of another activation stays, reported; the rest converts. (Ropes and attention
+    layers left alone: the tests of rotation forms, probes and DeepSeek.)"""
+    model = build("llama", hidden_act="relu")
+    report = convert_keeping_logits(model)
     assert "activation 'relu'" in report.skipped["model.layers.0.mlp"]
-    assert "rope type 'dynamic'" in report.skipped["model.rotary_emb"]
-    assert report.mlps == report.attentions == []
+    assert report.mlps == []
+    assert len(report.attentions) == SIZES["num_hidden_layers"]
     assert len(report.norms) == 5
 
 
@@ -706,31 +708,69 @@ def test_norm_and_activation_forms_are_found_by_running_them() -> None:
     assert "model.layers.0.input_layernorm.scale" not in model.state_dict()
 
 
-def test_phi3_keeps_its_state_dict_and_leaves_a_long_rope_alone() -> None:
-    """Phi-3's joined projections convert in place of the original layers (the state dict
-    keeps its keys, so a checkpoint still loads); a long rope (Phi-3 128k, Phi-3.5, Phi-4
-    mini), whose factors change with the length, leaves the attention alone and the rest
-    converted."""
+def test_phi3_keeps_its_state_dict() -> None:
+    """Phi-3's joined projections convert in place of the original layers: the state dict
+    keeps its keys, so a checkpoint still loads."""
     model = build("phi3")
     keys = set(model.state_dict())
     convert_hf_model(model)
     assert set(model.state_dict()) == keys
     model.load_state_dict(build("phi3").state_dict())
 
-    half = SIZES["hidden_size"] // SIZES["num_attention_heads"] // 4  # rope of 8: factors of 4
-    long_rope = {
-        "rope_type": "longrope",
-        "short_factor": [1.0] * half,
-        "long_factor": [2.0] * half,
-        "original_max_position_embeddings": 32,
-        "partial_rotary_factor": 0.5,
-    }
-    model = build("phi3", rope_parameters=long_rope)
-    report = convert_keeping_logits(model)
-    why = "rope type 'longrope' changes its frequencies with the length"
-    assert report.skipped == {"model.rotary_emb": why}
-    assert report.attentions == []
-    assert len(report.mlps) == SIZES["num_hidden_layers"]
+
+_HEAD = SIZES["hidden_size"] // SIZES["num_attention_heads"]
+
+
+@pytest.mark.parametrize(
+    ("family", "rope"),
+    [
+        # Phi-3's long rope (Phi-3 128k, Phi-3.5, Phi-4 mini): other factors past 32 positions
+        (
+            "phi3",
+            {
+                "rope_type": "longrope",
+                "short_factor": [1.0] * (_HEAD // 4),
+                "long_factor": [2.0] * (_HEAD // 4),
+                "original_max_position_embeddings": 32,
+                "partial_rotary_factor": 0.5,
+            },
+        ),
+        # dynamic NTK scaling: a larger base past the model's 64 positions
+        ("llama", {"rope_type": "dynamic", "factor": 8.0, "rope_theta": 1e4}),
+    ],
+)
+def test_a_rope_changing_with_the_length_is_computed_at_each_call(
+    family: str, rope: dict[str, Any]
+) -> None:
+    """A rope whose frequencies change with the sequence's length (`DYNAMIC_ROPE_TYPES`) has
+    no table ahead: the model's own rotary module computes each call's angles, which the
+    converted layers take as a table of a row a token. The logits stay at a long prompt past
+    the switch (first: the module's state is the original's, since the probes, which reached
+    position 999, ran on a copy), a short one and the long one again, and so do greedy tokens
+    generated across Phi-3's switch. (The
+    table of the static ropes stops at `max_positions`; these have none.)"""
+    # Phi-3's config sets the original length over its rope's
+    options = {"original_max_position_embeddings": 32} if family == "phi3" else {}
+    model = build(family, rope_parameters=rope, **options)
+    ids = torch.randint(0, SIZES["vocab_size"], (2, 80), generator=torch.Generator().manual_seed(1))
+    short, long = ids[:, :9], ids
+    with torch.no_grad():
+        want = [model(ids).logits for ids in (long, short, long)]
+        tokens = model.generate(short, max_new_tokens=30, do_sample=False, pad_token_id=0)
+        # the probes reach the last of max_positions, far past the prompts
+        report = convert_hf_model(model, max_positions=1000)
+        got = [model(ids).logits for ids in (long, short, long)]
+        converted_tokens = model.generate(short, max_new_tokens=30, do_sample=False, pad_token_id=0)
+    assert not report.skipped
+    assert len(report.attentions) == SIZES["num_hidden_layers"]
+    assert isinstance(model.model.rotary_emb, IRRotaryCache)
+    assert model.model.rotary_emb.per_token is not None
+    # past the switch, the same first tokens rotate otherwise: their logits move by more than
+    # ten times the tolerance below (the small random model's attention weighs the rope little)
+    assert (want[0][:, :9] - want[1]).abs().max() > 1e-4
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+    assert torch.equal(converted_tokens, tokens)
 
 
 @pytest.mark.parametrize("family", ["mixtral", "granitemoeshared"])
@@ -947,21 +987,19 @@ def test_the_rotation_form_is_found_by_running_it(monkeypatch: pytest.MonkeyPatc
     assert report.attentions == []
 
 
-def test_hunyuan_ntk_alpha_rope_converts_where_its_frequencies_are_fixed() -> None:
+def test_hunyuan_ntk_alpha_rope_converts_fixed_or_dynamic() -> None:
     """Hunyuan's checkpoints name their rope "dynamic" with an ``alpha``, which stretches the
     base once. transformers 5.24 gives that rope its own type, ``ntk_alpha``, whose
-    frequencies are fixed: it converts. Earlier versions keep the type "dynamic", whose module
-    recomputes the frequencies past its longest position: the rotary stays, with the reason."""
+    frequencies are fixed: it converts to a table. Earlier versions keep the type "dynamic",
+    whose module recomputes the frequencies past its longest position: it converts too, the
+    module computing each call's angles."""
     rope = {"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0, "rope_theta": 1e4}
     model = build("hunyuan_v1_dense", rope_parameters=rope)
     fixed = model.model.rotary_emb.rope_type == "ntk_alpha"
     report = convert_keeping_logits(model)
-    if fixed:
-        assert report.skipped == {}
-        assert len(report.attentions) == SIZES["num_hidden_layers"]
-    else:
-        why = "rope type 'dynamic' changes its frequencies with the length"
-        assert report.skipped == {"model.rotary_emb": why}
+    assert report.skipped == {}
+    assert len(report.attentions) == SIZES["num_hidden_layers"]
+    assert (model.model.rotary_emb.per_token is None) == fixed
 
 
 def test_an_attention_doing_more_than_its_plan_is_left_alone(

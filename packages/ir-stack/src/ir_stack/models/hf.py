@@ -30,9 +30,10 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   have no ``v_proj``, store their keys and values for the caller (``shared_kv_states``), and,
   in the smaller models, reuse an earlier layer's (KV sharing: those project only queries).
   Qwen3-Next's and Qwen 3.5's query projections give each head's gate too, which the
-  converted forward applies to the attention's output; Qwen 3.5's rope mixes the frequencies
-  of three positions a token (time, height, width), so its table is computed at each call
-  from the model's own rotary module, a row a token.
+  converted forward applies to the attention's output. A rope with no table ahead (Qwen
+  3.5's, which mixes the frequencies of three positions a token; one whose frequencies change
+  with the length: Phi-3's long rope, dynamic NTK) is computed at each call by the model's own
+  rotary module, and the op takes those angles as a table of a row a token.
   Query and key norms come first (Hunyuan's and Llama 4's after the rotation), as converted
   norms, over each head (Qwen3) or over the whole projection (OLMo 2);
   Phi-3's one ``qkv_proj`` is split into views; a rope narrower than the head rotates its
@@ -68,6 +69,7 @@ through ``load_state_dict``).
 ir-stack (``pip install ir-stack[hf]`` adds it).
 """
 
+import copy
 import functools
 import logging
 import types
@@ -100,6 +102,7 @@ from .hf_modules import (
 from .hf_probes import close, probe
 
 __all__ = [
+    "DYNAMIC_ROPE_TYPES",
     "GATED_ACTIVATIONS",
     "STATIC_ROPE_TYPES",
     "SUPPORTED_MODEL_TYPES",
@@ -171,6 +174,10 @@ SUPPORTED_MODEL_TYPES = (
     "qwen3_5_text",
     "qwen3_5_moe_text",
 )
+#: rope types whose frequencies change with the sequence's length (dynamic NTK scaling; Phi-3's
+#: long rope, which switches factors past its original length): the rotary module computes
+#: each call's angles, which the converted layers take as a table of a row a token
+DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
 #: rope types whose frequencies are fixed at construction (a table holds them exactly);
 #: ``ntk_alpha`` is Hunyuan's NTK scaling with a fixed alpha, which only stretches the base;
 #: ``proportional`` (Gemma 4's full-attention layers) rotates the whole head with frequencies
@@ -417,8 +424,10 @@ def convert_hf_model(model: nn.Module, *, max_positions: int | None = None) -> C
 
     Raises ValueError for other model types, for a model converted already and for a
     `max_positions` below 1. Parts that cannot be converted exactly (another activation, a
-    norm of another form, a rope type whose frequencies change with the sequence length) are
-    left as they are and listed in the report's ``skipped``.
+    norm of another form, an attention of another form) are left as they are and listed in
+    the report's ``skipped``. A rope whose frequencies change with the sequence length
+    (`DYNAMIC_ROPE_TYPES`) is computed at each call, so `max_positions` bounds only its
+    probes.
     """
     if max_positions is not None and (
         isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1
@@ -521,10 +530,23 @@ def _language_model_hint(model: nn.Module) -> str:
     return ""
 
 
-def _rope_tables(rotary: nn.Module) -> tuple[dict[str | None, tuple[Tensor, float]], str]:
+def _per_token_rope(rotary: nn.Module) -> bool:
+    """Whether the rotary module's angles are not a table built ahead, so that its own forward
+    must compute each call's (`IRRotaryCache`'s ``per_token``): a rope of several positions a
+    token (Qwen 3.5's ``mrope_section``), or one rope for every layer whose frequencies change
+    with the length (`DYNAMIC_ROPE_TYPES`)."""
+    if getattr(rotary, "mrope_section", None) is not None:
+        return True
+    return getattr(rotary, "rope_type", None) in DYNAMIC_ROPE_TYPES
+
+
+def _rope_tables(
+    rotary: nn.Module, dynamic: bool = False
+) -> tuple[dict[str | None, tuple[Tensor, float]], str]:
     """The rotary module's ``{layer type: (inv_freq, attention_scaling)}`` (the single type None
     where one rope serves every layer), or ``({}, why)`` where a rope's frequencies are not
-    fixed at construction."""
+    fixed at construction (unless `dynamic`: then its frequencies at construction, which give
+    the rope's width)."""
     rope_types = getattr(rotary, "rope_type", "default")
     if isinstance(rope_types, dict):  # Gemma 3: per layer type, as `<type>_inv_freq`
         prefixes: dict[str | None, str] = {t: f"{t}_" for t in rope_types}
@@ -533,7 +555,7 @@ def _rope_tables(rotary: nn.Module) -> tuple[dict[str | None, tuple[Tensor, floa
     tables: dict[str | None, tuple[Tensor, float]] = {}
     for layer_type, prefix in prefixes.items():
         rope_type = rope_types[layer_type]
-        if rope_type not in STATIC_ROPE_TYPES:
+        if rope_type not in STATIC_ROPE_TYPES and not dynamic:
             return {}, f"rope type {rope_type!r} changes its frequencies with the length"
         inv_freq = getattr(rotary, f"{prefix}inv_freq", None)
         if not isinstance(inv_freq, Tensor):
@@ -548,7 +570,9 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
         report.skipped["rotary_emb"] = f"expected one rotary module, found {rotary_paths}"
         return
     path = rotary_paths[0]
-    tables, why = _rope_tables(model.get_submodule(path))
+    rotary = model.get_submodule(path)
+    per_token = _per_token_rope(rotary)
+    tables, why = _rope_tables(rotary, dynamic=per_token)
     if not tables:
         report.skipped[path] = why
         return
@@ -568,13 +592,9 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
         if width > head_dim:
             report.skipped[path] = f"rotary dimension {width} > head_dim {head_dim} in {layer_path}"
             return
-    rotary = model.get_submodule(path)
-    # Qwen 3.5's rope mixes the frequencies of three positions a token: its module computes
-    # each call's table
-    per_token = rotary if getattr(rotary, "mrope_section", None) is not None else None
     # float32 cosines and sines, a row a position
     table_bytes = sum(max_positions * 2 * inv_freq.numel() * 4 for inv_freq, _ in tables.values())
-    if per_token is None and table_bytes > _LARGE_TABLE_BYTES:
+    if not per_token and table_bytes > _LARGE_TABLE_BYTES:
         logger.warning(
             "convert_hf_model: the rotary table of %d positions takes %.1f GiB; pass "
             "max_positions=<the longest sequence you run> for a smaller one",
@@ -583,9 +603,17 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
         )
     # Gemma 4 slices the position embeddings by token before its KV-shared layers
     sliced = any(getattr(m, "is_kv_shared_layer", False) for _, m in layers)
-    cache = IRRotaryCache(tables, max_positions, sliced_by_token=sliced, per_token=per_token)
+    if per_token and sliced:
+        report.skipped[path] = "a rope computed at each call in a model that slices it by token"
+        return
+    # the probes run a copy of a per-token module: a dynamic rope keeps what it last computed
+    # (its cached length), and the probes reach the last position
+    probed = copy.deepcopy(rotary) if per_token else rotary
+    cache = IRRotaryCache(
+        tables, max_positions, sliced_by_token=sliced, per_token=probed if per_token else None
+    )
     try:
-        neox = rotation_form(rotary, cache, [m for _, m in layers])
+        neox = rotation_form(probed, cache, [m for _, m in layers])
     except Exception as error:  # the model's rotary module or rotation, on the probe
         report.skipped[path] = f"its rotation failed on a probe ({type(error).__name__}: {error})"
         return
@@ -594,11 +622,13 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
             "its attention rotates in neither the op's neox nor its interleaved form"
         )
         return
-    plans = [(p, m, attention_plan(m, neox, rotary, cache)) for p, m in layers]
+    plans = [(p, m, attention_plan(m, neox, probed, cache)) for p, m in layers]
     misfit = next(((p, plan) for p, _, plan in plans if isinstance(plan, str)), None)
     if misfit is not None:
         report.skipped[path] = f"{misfit[1]} in {misfit[0]}"
         return
+    if per_token:
+        cache = IRRotaryCache(tables, max_positions, per_token=rotary)
     _set_submodule(model, path, cache)
     for attention_path, attention, plan in plans:
         attention.ir_attention_plan = plan
