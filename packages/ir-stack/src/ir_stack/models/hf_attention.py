@@ -181,7 +181,7 @@ def _queries_keys_values(
     if plan.query_scale is not None:
         q = plan.query_scale.apply(q, scale_positions)
     if plan.value_norm is not None:
-        v = getattr(attention, plan.value_norm)(v.unflatten(-1, (-1, head_dim))).flatten(-2)
+        v = _norm_each_head(getattr(attention, plan.value_norm), v, head_dim)
     hidden_shape = (*hidden_states.shape[:-1], -1, head_dim)
     q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
     return q, k, v, gate
@@ -199,8 +199,7 @@ def _shared_kv_queries(
     head_dim: int = attention.head_dim
     q: Tensor = attention.q_proj(hidden_states)
     if plan.head_norms is not None:
-        q_norm: nn.Module = getattr(attention, plan.head_norms[0])
-        q = q_norm(q.unflatten(-1, (-1, head_dim))).flatten(-2)
+        q = _norm_each_head(getattr(attention, plan.head_norms[0]), q, head_dim)
     if plan.rotates:
         # the op rotates a query and a key together: here a key of one head, its result unused
         key = q.new_zeros(*q.shape[:-1], head_dim)
@@ -215,10 +214,13 @@ def _norm_heads(attention: Any, plan: AttentionPlan, q: Tensor, k: Tensor) -> tu
     if not plan.norms_per_head:
         return q_norm(q), k_norm(k)
     head_dim: int = attention.head_dim
-    return (
-        q_norm(q.unflatten(-1, (-1, head_dim))).flatten(-2),
-        k_norm(k.unflatten(-1, (-1, head_dim))).flatten(-2),
-    )
+    return _norm_each_head(q_norm, q, head_dim), _norm_each_head(k_norm, k, head_dim)
+
+
+def _norm_each_head(norm: nn.Module, x: Tensor, head_dim: int) -> Tensor:
+    """`norm` over each head of ``[..., heads * head_dim]`` rows."""
+    normed: Tensor = norm(x.unflatten(-1, (-1, head_dim))).flatten(-2)
+    return normed
 
 
 def _project_qkv(attention: Any, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
