@@ -112,9 +112,7 @@ def _planned_forward(
     **kwargs: Any,
 ) -> tuple[Tensor, Tensor | None]:
     """A converted attention layer's forward, as `plan` says."""
-    cos_sin_cache, positions = position_embeddings  # positions: one per token, dense
-    if positions.dim() == 3:  # the form a model may slice by token (`IRRotaryCache`)
-        cos_sin_cache, positions = cos_sin_cache.squeeze(1), positions.squeeze(-1).contiguous()
+    cos_sin_cache, positions = IRRotaryCache.plain_pair(*position_embeddings)
     input_shape = hidden_states.shape[:-1]
     cache = kwargs.pop("cache", None) or kwargs.pop("past_key_values", None)
     shared_kv_states = kwargs.pop("shared_kv_states", None)
@@ -317,12 +315,13 @@ def attention_plan(
     # table, and a cache as long as the table less the probe's two tokens (Llama 4's scale)
     last = cache.max_positions - 1
     positions = torch.tensor([[1, last]], device=weight.device)
+    position_ids = rotary_positions(rotary, positions)
     scale = _query_scale(attention)
     seen = last - 1 if scale is not None and scale.from_cache else None
     own = type(attention).forward
     try:
         with torch.no_grad():
-            embeddings = rotary(hidden, rotary_positions(rotary, positions), *extra)
+            embeddings = rotary(hidden, position_ids, *extra)
             original = _run_probe_forward(attention, own, hidden, embeddings, positions, seen)
             unrotated = _run_probe_forward(
                 attention, own, hidden, _identity_rotation(embeddings), positions, seen
@@ -357,7 +356,7 @@ def attention_plan(
                 attention,
                 planned,
                 hidden,
-                cache(hidden, rotary_positions(rotary, positions), *extra),
+                cache(hidden, position_ids, *extra),
                 positions,
                 seen,
             )
@@ -647,6 +646,7 @@ def rotation_form(rotary: nn.Module, cache: IRRotaryCache, layers: list[nn.Modul
         return None
     positions = torch.tensor([p for p in _PROBE_POSITIONS if p < cache.max_positions])
     positions = positions.to(device)
+    position_ids = rotary_positions(rotary, positions[None])
     forms = {True, False}
     with torch.no_grad():
         for layer_type in cache.layer_types:
@@ -658,14 +658,11 @@ def rotation_form(rotary: nn.Module, cache: IRRotaryCache, layers: list[nn.Modul
             k = q.flip(-1)  # not the query's values
             flat = [t.transpose(1, 2).reshape(len(positions), -1) for t in (q, k)]
             extra = () if layer_type is None else (layer_type,)
-            position_ids = rotary_positions(rotary, positions[None])
             embeddings = rotary(q, position_ids, *extra)
             want = [t.transpose(1, 2).reshape(len(positions), -1) for t in rotate(q, k, embeddings)]
             # the table and positions the layers get (the cache's own, in the plain form)
             tokens = q.transpose(1, 2).flatten(-2)  # [1, positions, heads x head_dim]
-            table, dense = cache(tokens, position_ids, *extra)
-            if dense.dim() == 3:
-                table, dense = table.squeeze(1), dense.squeeze(-1)
+            table, dense = IRRotaryCache.plain_pair(*cache(tokens, position_ids, *extra))
             for neox in list(forms):
                 got = ops.rotary_embedding.native(dense[0], *flat, head_dim, table, neox)
                 if not all(

@@ -225,6 +225,15 @@ class IRRotaryCache(nn.Module):
             return self.cache_for(layer_type)[:, None], positions[..., None]
         return self.cache_for(layer_type), positions
 
+    @staticmethod
+    def plain_pair(table: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """A pair this module returned, as ``([rows, width] table, [batch, tokens] dense
+        positions)``: the `sliced_by_token` form squeezed back (its positions made dense again
+        after a slice), the plain form as it is."""
+        if positions.dim() != 3:
+            return table, positions
+        return table.squeeze(1), positions.squeeze(-1).contiguous()
+
     def _per_token_pair(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
         assert self.per_token is not None
         # the module reads only the device and the dtype of its first argument
