@@ -606,8 +606,9 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
     if per_token and sliced:
         report.skipped[path] = "a rope computed at each call in a model that slices it by token"
         return
-    # the probes run a copy of a per-token module: a dynamic rope keeps what it last computed
-    # (its cached length), and the probes reach the last position
+    # the probes run a copy of a per-token module (swapped for the module itself after them):
+    # a dynamic rope keeps what it last computed (its cached length), and the probes reach the
+    # last position
     probed = copy.deepcopy(rotary) if per_token else rotary
     cache = IRRotaryCache(
         tables, max_positions, sliced_by_token=sliced, per_token=probed if per_token else None
@@ -628,7 +629,7 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
         report.skipped[path] = f"{misfit[1]} in {misfit[0]}"
         return
     if per_token:
-        cache = IRRotaryCache(tables, max_positions, per_token=rotary)
+        cache.per_token = rotary
     _set_submodule(model, path, cache)
     for attention_path, attention, plan in plans:
         attention.ir_attention_plan = plan

@@ -527,7 +527,8 @@ def _shared_probe(attention: Any, hidden: Tensor) -> tuple[Tensor, Tensor]:
     """Keys and values, ``[batch, kv heads, 3, head_dim]``, as an earlier layer stores them
     for `attention` to reuse: probes, the same at every call."""
     head_dim: int = attention.head_dim
-    kv_heads = attention.q_proj.out_features // head_dim // attention.num_key_value_groups
+    # query heads counted as `_head_counts` does (the layer has no key projection)
+    kv_heads = attention.o_proj.in_features // head_dim // attention.num_key_value_groups
     keys = probe((hidden.shape[0], kv_heads, 3, head_dim), hidden.device).to(hidden.dtype)
     return keys, keys.flip(-1)
 
