@@ -162,6 +162,23 @@ _GPU_LATENT: dict[str, Any] = {
     "qk_nope_head_dim": 32,
     "v_head_dim": 64,
 }
+#: the latent-attention families after DeepSeek V3: every layer routed to all of its eight
+#: experts (see `_GPU_EXPERTS`), in the newer configs' terms too
+_GPU_LATENT_MOE: dict[str, Any] = {
+    **_GPU_GROUPED_ROUTING,
+    **_GPU_LATENT,
+    "num_experts_per_tok": 8,
+    "q_lora_rank": 96,
+    "mlp_layer_types": ["sparse"] * 2,
+}
+#: DeepSeek V3.2's and GLM-5's indexer choosing every key (a choice among near ties could flip
+#: with bf16 rounding); their attention takes as many key-value heads as query heads
+_GPU_INDEXER: dict[str, Any] = {
+    "index_n_heads": 2,
+    "index_head_dim": 64,
+    "index_topk": 32,
+    "num_key_value_heads": 4,
+}
 _GPU_QWEN3_NEXT: dict[str, Any] = {
     "head_dim": 64,
     "layer_types": ["linear_attention", "full_attention"],
@@ -447,6 +464,18 @@ HF_FAMILIES = {
         "Qwen3_5MoeForCausalLM",
         {**_GPU_QWEN3_NEXT, **_GPU_EXPERTS, "rope_parameters": _GPU_QWEN3_5_ROPE},
     ),
+    # latent attention (it stays) with an indexer (DeepSeek V3.2, GLM-5), softmax routing and
+    # queries scaled by position (Mistral 4), dense MLPs (MiniCPM3, Youtu)
+    "deepseek_v32": (
+        "DeepseekV32Config",
+        "DeepseekV32ForCausalLM",
+        {**_GPU_LATENT_MOE, **_GPU_INDEXER},
+    ),
+    "glm_moe_dsa": ("GlmMoeDsaConfig", "GlmMoeDsaForCausalLM", {**_GPU_LATENT_MOE, **_GPU_INDEXER}),
+    "glm4_moe_lite": ("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM", _GPU_LATENT_MOE),
+    "mistral4": ("Mistral4Config", "Mistral4ForCausalLM", _GPU_LATENT_MOE),
+    "minicpm3": ("MiniCPM3Config", "MiniCPM3ForCausalLM", {**_GPU_LATENT, "q_lora_rank": 96}),
+    "youtu": ("YoutuConfig", "YoutuForCausalLM", {**_GPU_LATENT, "q_lora_rank": 96}),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {
@@ -473,6 +502,21 @@ HF_MOE = {
     "gemma4_moe",
     "qwen3_next",
     "qwen3_5_moe",
+    "deepseek_v32",
+    "glm_moe_dsa",
+    "glm4_moe_lite",
+    "mistral4",
+}
+#: families whose latent attention stays, with the model's rotary module
+HF_LATENT = {
+    "deepseek_v2",
+    "deepseek_v3",
+    "deepseek_v32",
+    "glm_moe_dsa",
+    "glm4_moe_lite",
+    "mistral4",
+    "minicpm3",
+    "youtu",
 }
 #: families whose norms are LayerNorms, which stay
 HF_LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe"}
@@ -493,16 +537,16 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     config_name, model_name, options = HF_FAMILIES[family]
     if not hasattr(transformers, model_name):  # a family newer than the installed transformers
         pytest.skip(f"transformers {transformers.__version__} has no {model_name}")
-    config = getattr(transformers, config_name)(
-        vocab_size=256,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        **options,
-    )
+    sizes = {
+        "vocab_size": 256,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 128,
+    }
+    config = getattr(transformers, config_name)(**{**sizes, **options})
     model = getattr(transformers, model_name)(config).to("cuda", torch.bfloat16).eval()
     # weights not ones (Gemma's scale by 1 + w), so that a norm applied wrongly would show
     low, high = (-0.5, 0.5) if "gemma" in family else (0.5, 1.5)
@@ -521,9 +565,9 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
         finally:
             ir_dispatch.collect_stats(False)
     gemma = "gemma" in family
-    deepseek = family.startswith("deepseek")
+    latent = family in HF_LATENT
     why = "attention of another form in model.layers.0.self_attn"
-    skipped = {"model.rotary_emb": why} if deepseek else {}
+    skipped = {"model.rotary_emb": why} if latent else {}
     if family in HF_EXPERTS_STAY:
         why = "mixture of experts: its routed experts gate in their own way"
         skipped = {f"model.layers.{i}.mlp.experts": why for i in range(2)}
@@ -533,7 +577,7 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     expected = set() if family in HF_LAYER_NORMS else {"rms_norm"}
     if family not in HF_UNGATED | HF_EXPERTS_STAY:
         expected.add("gelu_and_mul" if gemma else "silu_and_mul")
-    assert {op for op, _ in calls} == (expected if deepseek else {*expected, "rotary_embedding"})
+    assert {op for op, _ in calls} == (expected if latent else {*expected, "rotary_embedding"})
     assert all(provider != "native" for _, provider in calls), calls
     if gemma and family not in ("gemma4", "gemma4_moe"):
         # Gemma 1-3's norms pass a float32 scale (1 + w), which the cuda kernels leave to triton

@@ -91,6 +91,13 @@ FAMILIES = {
     "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM"),
     "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM"),
     "qwen3_5_moe": ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM"),
+    # latent attention, which stays, as DeepSeek's
+    "deepseek_v32": ("DeepseekV32Config", "DeepseekV32ForCausalLM"),
+    "glm_moe_dsa": ("GlmMoeDsaConfig", "GlmMoeDsaForCausalLM"),
+    "glm4_moe_lite": ("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM"),
+    "mistral4": ("Mistral4Config", "Mistral4ForCausalLM"),
+    "minicpm3": ("MiniCPM3Config", "MiniCPM3ForCausalLM"),
+    "youtu": ("YoutuConfig", "YoutuForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -109,6 +116,17 @@ _DEEPSEEK: dict[str, Any] = {
     "qk_nope_head_dim": 8,
     "v_head_dim": 16,
 }
+#: DeepSeek V3.2's and GLM-5's sparse attention: an indexer of its own heads choosing 4 of the
+#: 9 prompt tokens a query, so that its choice shows in the logits
+#: (their attention takes as many key-value heads as query heads)
+_INDEXER: dict[str, Any] = {
+    "index_n_heads": 2,
+    "index_head_dim": 16,
+    "index_topk": 4,
+    "num_key_value_heads": 4,
+}
+#: every layer routed, in the newer configs' terms (the older ones' is `first_k_dense_replace`)
+_SPARSE_LAYERS: dict[str, Any] = {"mlp_layer_types": ["sparse", "sparse"]}
 #: special tokens inside the small vocabulary
 _TOKENS: dict[str, Any] = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 #: a sliding-window layer shorter than the prompt, then a global one
@@ -201,6 +219,27 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     # values through another), a shared expert, every layer routed
     "deepseek_v2": {**_DEEPSEEK, "q_lora_rank": None},
     "deepseek_v3": {**_DEEPSEEK, "q_lora_rank": 24},
+    # DeepSeek V3.2 and GLM-5 (MoE DSA): V3's latent attention, with an indexer choosing the
+    # keys each query attends (its own key norm is a LayerNorm, which stays); GLM-4.7 Flash
+    # (MoE Lite): V3's layers; Mistral 4: softmax routing, queries scaled by position (Llama
+    # 4's scale); MiniCPM3 and Youtu: latent attention with dense MLPs (MiniCPM3 scales its
+    # embeddings and residual branches)
+    "deepseek_v32": {**_DEEPSEEK, **_SPARSE_LAYERS, **_INDEXER, "q_lora_rank": 24},
+    "glm_moe_dsa": {**_DEEPSEEK, **_SPARSE_LAYERS, **_INDEXER, "q_lora_rank": 24},
+    "glm4_moe_lite": {**_DEEPSEEK, **_SPARSE_LAYERS, "q_lora_rank": 24},
+    "mistral4": {
+        **_DEEPSEEK,
+        "q_lora_rank": 24,
+        "rope_parameters": {
+            "rope_type": "yarn",
+            "rope_theta": 1e4,
+            "factor": 4.0,
+            "original_max_position_embeddings": 4,
+            "llama_4_scaling_beta": 0.5,
+        },
+    },
+    "minicpm3": {**_DEEPSEEK, "q_lora_rank": 24, "scale_emb": 2.0, "scale_depth": 1.4},
+    "youtu": {**_DEEPSEEK, "q_lora_rank": 24},
     # a sliding layer and a full one
     "ministral": {
         "head_dim": 16,
@@ -348,7 +387,16 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
 #: families whose gate and up projections are one layer already
 JOINED_MLPS = {"phi3", "glm", "glm4"}
 #: families whose attention stays as it is (DeepSeek's latent attention rotates on its own)
-ATTENTION_STAYS = {"deepseek_v2", "deepseek_v3"}
+ATTENTION_STAYS = {
+    "deepseek_v2",
+    "deepseek_v3",
+    "deepseek_v32",
+    "glm_moe_dsa",
+    "glm4_moe_lite",
+    "mistral4",
+    "minicpm3",
+    "youtu",
+}
 #: per layer where a family differs from (2 norms, 1 converted MLP, no routed experts): query
 #: and key norms (Qwen3, OLMo 2's over the projection), norms after attention and after the MLP
 #: (Gemma 2 and 3, OLMo 2, which has no norm before them), and mixture-of-experts blocks, whose
@@ -369,6 +417,12 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "glm4_moe": (4, 1, 1),
     "deepseek_v2": (3, 1, 1),
     "deepseek_v3": (4, 1, 1),
+    "deepseek_v32": (4, 1, 1),
+    "glm_moe_dsa": (4, 1, 1),
+    "glm4_moe_lite": (4, 1, 1),
+    "mistral4": (4, 1, 1),
+    "minicpm3": (4, 1, 0),
+    "youtu": (4, 1, 0),
     "olmo3": (4, 1, 0),
     "glm4": (4, 1, 0),
     "ernie4_5_moe": (2, 1, 1),
@@ -427,7 +481,7 @@ def build(family: str, **overrides: Any) -> Any:
         pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
     config_class, model_class = (getattr(transformers, name) for name in FAMILIES[family])
     options = {**FAMILY_OPTIONS.get(family, {}), **overrides}
-    model = model_class(config_class(**SIZES, **options)).eval()
+    model = model_class(config_class(**{**SIZES, **options})).eval()
     with torch.no_grad():  # norm weights of ones would hide a norm applied to the wrong axis
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
@@ -598,6 +652,7 @@ def _assert_same_attention_calls(model: Any, attention_layers: int | None = None
         "llama4",
         "gemma4",
         "qwen3_5",
+        "deepseek_v32",
     ],
 )
 def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:

@@ -6,8 +6,9 @@ Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, FlexOlmo, Granite MoE (and its shared-expe
 GLM-4 MoE, ERNIE 4.5 MoE, Cohere 2 MoE, EXAONE MoE, Hunyuan MoE, HY V3, dots.llm1, MiniMax M2,
 Solar Open, Mellum, Llama 4 (text), Gemma 4 (text, dense or with experts), Qwen3-Next and
 Qwen 3.5 (text, dense or with experts; their linear-attention layers stay), GPT-OSS (its
-experts, which clamp their gate, stay) and DeepSeek V2 and V3 (their latent attention, which
-rotates its own way, stays).
+experts, which clamp their gate, stay) and the latent-attention models DeepSeek V2, V3 and V3.2,
+GLM-5 (MoE DSA), GLM-4.7 Flash (MoE Lite), Mistral 4, MiniCPM3 and Youtu (their latent
+attention, which rotates its own way, stays; V3.2's and GLM-5's indexer with it).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -173,6 +174,12 @@ SUPPORTED_MODEL_TYPES = (
     "qwen3_next",
     "qwen3_5_text",
     "qwen3_5_moe_text",
+    "deepseek_v32",
+    "glm_moe_dsa",
+    "glm4_moe_lite",
+    "mistral4",
+    "minicpm3",
+    "youtu",
 )
 #: rope types whose frequencies change with the sequence's length (dynamic NTK scaling; Phi-3's
 #: long rope, which switches factors past its original length): the rotary module computes
