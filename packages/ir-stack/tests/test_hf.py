@@ -693,6 +693,32 @@ def test_parts_that_cannot_be_converted_exactly_are_left_alone() -> None:
     assert len(report.norms) == 5
 
 
+def test_an_mlp_computing_more_than_its_gated_form_is_left_alone() -> None:
+    """The whole forward of a gated MLP is checked, not its activation alone: one that scales
+    its gate first (Falcon-H1's multipliers) stays, reported; one without an ``act_fn``
+    (calling ``F.silu``) converts."""
+    model = build("llama")
+    scaled = model.model.layers[0].mlp
+
+    def scaled_gate(x: torch.Tensor) -> torch.Tensor:
+        gate = scaled.act_fn(scaled.gate_proj(x) * 0.8)
+        out: torch.Tensor = scaled.down_proj(gate * scaled.up_proj(x))
+        return out
+
+    scaled.forward = scaled_gate
+    plain = model.model.layers[1].mlp
+    del plain.act_fn
+    plain.forward = lambda x: plain.down_proj(
+        torch.nn.functional.silu(plain.gate_proj(x)) * plain.up_proj(x)
+    )
+    report = convert_keeping_logits(model)
+    assert report.skipped == {
+        "model.layers.0.mlp": "its forward computes other than down(act(gate(x)) * up(x))"
+    }
+    assert report.mlps == ["model.layers.1.mlp"]
+    assert model.model.layers[1].mlp.activation == "silu"
+
+
 def test_gemma_norms_take_a_float32_scale_in_half_precision() -> None:
     """Gemma scales by 1 + w in float32; rounded to bf16 that scale would round too. In a bf16
     model the converted norms pass it as a float32 weight: each gives bitwise Gemma's own

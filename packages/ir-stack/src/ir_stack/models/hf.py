@@ -18,7 +18,9 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   (rounded to bf16 it would round the scale);
 - every gated MLP with a SiLU or GELU activation (exact or tanh) becomes `IRGatedMLP`: gate and
   up projections joined into one ``gate_up`` linear layer, then ``ir_spec.ops.silu_and_mul`` or
-  ``gelu_and_mul``; Phi-3's, joined already, become `IRJoinedGatedMLP` around its own layers;
+  ``gelu_and_mul``; Phi-3's, joined already, become `IRJoinedGatedMLP` around its own layers.
+  Its whole forward must compute ``down(act(gate(x)) * up(x))`` on a probe: one that does
+  more (a multiplier on the gate, as Falcon-H1's) stays;
 - rotary embeddings are applied by ``ir_spec.ops.rotary_embedding``: the model's rotary module
   becomes `IRRotaryCache` (one ``cos_sin_cache`` table computed from its frequencies; Gemma
   3's local and global ropes one each), and each attention layer rotates its projections with
@@ -255,6 +257,57 @@ def _gated_activation(mlp: nn.Module) -> str | None:
     return None
 
 
+def _mlp_activation(mlp: nn.Module, parts: tuple[str, ...], config: Any) -> tuple[str | None, str]:
+    """The `GATED_ACTIVATIONS` name of a gated MLP whose whole forward computes
+    ``down(act(gate(x)) * up(x))`` with its own layers `parts` (gate, up, down; or gate-up,
+    gate rows first, and down), and nothing more, checked on a probe in its dtype; else
+    ``(None, why)``. The activation is its ``act_fn``'s (found in float32); an MLP without one
+    (one calling ``F.silu``) must match exactly one candidate. `config`: the model's,
+    which names the activation in the reason."""
+    has_act_fn = any(
+        callable(getattr(mlp, n, None)) for n in ("act_fn", "activation_fn", "activation")
+    )
+    if has_act_fn:
+        activation = _gated_activation(mlp)
+        if activation is None:
+            name = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
+            return None, f"activation {name!r}: not silu, gelu or gelu_pytorch_tanh"
+        candidates = [activation]
+    else:
+        candidates = list(GATED_ACTIVATIONS)
+    first: nn.Linear = getattr(mlp, parts[0])
+    if first.weight.device.type == "meta":
+        return None, "its weights are on the meta device"
+    rows = probe((3, first.in_features), first.weight.device).to(first.weight.dtype)
+    try:
+        with torch.no_grad():
+            got = mlp(rows)
+            matches = [
+                a for a in candidates if close(got, _gated_mlp_reference(mlp, parts, a, rows))
+            ]
+    except Exception as error:  # a forward of other arguments or outputs: not this form
+        return None, f"its forward failed on a probe ({type(error).__name__}: {error})"
+    if len(matches) == 1:
+        return matches[0], ""
+    if not matches:
+        return None, "its forward computes other than down(act(gate(x)) * up(x))"
+    return None, f"its activation is any of {matches} on a probe in {first.weight.dtype}"
+
+
+def _gated_mlp_reference(
+    mlp: nn.Module, parts: tuple[str, ...], activation: str, x: Tensor
+) -> Tensor:
+    """``down(act(gate(x)) * up(x))`` through the MLP's own layers `parts`."""
+    approximate = GATED_ACTIVATIONS[activation]
+    layers = [getattr(mlp, name) for name in parts]
+    if len(layers) == 3:
+        gate, up = layers[0](x), layers[1](x)
+    else:
+        gate, up = layers[0](x).chunk(2, dim=-1)
+    out: Tensor = layers[-1](reference_gate(gate, approximate) * up)
+    return out
+
+
 def _weightless_norm_eps(module: nn.Module, device: torch.device) -> float | None:
     """The epsilon of a norm without a weight that computes ``x / rms`` (Llama 4's query and
     key norm), found by running it on a float32 probe beside the op's; else None."""
@@ -406,7 +459,6 @@ def _is_attention(module: nn.Module) -> bool:
 _MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
 #: Phi-3's; Granite MoE's shared expert's
 _JOINED_MLP_PARTS = (("gate_up_proj", "down_proj"), ("input_linear", "output_linear"))
-_ATTENTION_PARTS = ("q_proj", "k_proj", "v_proj", "o_proj")
 _JOINED_ATTENTION_PARTS = ("qkv_proj", "o_proj")  # Phi-3
 
 
@@ -487,12 +539,9 @@ def convert_hf_model(model: nn.Module, *, max_positions: int | None = None) -> C
                 continue
             report.experts.append(experts_path)
         elif (parts := _gated_mlp_parts(module)) is not None:
-            activation = _gated_activation(module)
+            activation, why = _mlp_activation(module, parts, config)
             if activation is None:
-                name = getattr(config, "hidden_activation", None) or getattr(
-                    config, "hidden_act", None
-                )
-                report.skipped[path] = f"activation {name!r}: not silu, gelu or gelu_pytorch_tanh"
+                report.skipped[path] = why
                 continue
             if len(parts) == 3:
                 gate, up, down = (getattr(module, n) for n in parts)
