@@ -476,6 +476,20 @@ HF_FAMILIES = {
     "mistral4": ("Mistral4Config", "Mistral4ForCausalLM", _GPU_LATENT_MOE),
     "minicpm3": ("MiniCPM3Config", "MiniCPM3ForCausalLM", {**_GPU_LATENT, "q_lora_rank": 96}),
     "youtu": ("YoutuConfig", "YoutuForCausalLM", {**_GPU_LATENT, "q_lora_rank": 96}),
+    # a short-convolution layer (it stays), then attention with per-head query and key norms
+    # and an `out_proj`; MLPs of `w1`, `w3`, `w2`; LFM2-MoE's experts on every layer
+    "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", {"layer_types": ["conv", "full_attention"]}),
+    "lfm2_moe": (
+        "Lfm2MoeConfig",
+        "Lfm2MoeForCausalLM",
+        {
+            "layer_types": ["conv", "full_attention"],
+            "num_experts": 8,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": 128,
+            "num_dense_layers": 0,
+        },
+    ),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {
@@ -506,6 +520,7 @@ HF_MOE = {
     "glm_moe_dsa",
     "glm4_moe_lite",
     "mistral4",
+    "lfm2_moe",
 }
 #: families whose latent attention stays, with the model's rotary module
 HF_LATENT = {

@@ -98,6 +98,8 @@ FAMILIES = {
     "mistral4": ("Mistral4Config", "Mistral4ForCausalLM"),
     "minicpm3": ("MiniCPM3Config", "MiniCPM3ForCausalLM"),
     "youtu": ("YoutuConfig", "YoutuForCausalLM"),
+    "lfm2": ("Lfm2Config", "Lfm2ForCausalLM"),
+    "lfm2_moe": ("Lfm2MoeConfig", "Lfm2MoeForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -240,6 +242,17 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     },
     "minicpm3": {**_DEEPSEEK, "q_lora_rank": 24, "scale_emb": 2.0, "scale_depth": 1.4},
     "youtu": {**_DEEPSEEK, "q_lora_rank": 24},
+    # LFM2: a short-convolution layer (it stays), then an attention layer with per-head query
+    # and key norms (`q_layernorm`, `k_layernorm`) and an `out_proj`; MLPs of `w1`, `w3` and
+    # `w2` calling `F.silu`; LFM2-MoE's rotary module is its `pos_emb`
+    "lfm2": {"layer_types": ["conv", "full_attention"]},
+    "lfm2_moe": {
+        "layer_types": ["conv", "full_attention"],
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "num_dense_layers": 0,
+    },
     # a sliding layer and a full one
     "ministral": {
         "head_dim": 16,
@@ -423,6 +436,9 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "mistral4": (4, 1, 1),
     "minicpm3": (4, 1, 0),
     "youtu": (4, 1, 0),
+    # the attention layer's query and key norms beside two norms a layer: three on average
+    "lfm2": (3, 1, 0),
+    "lfm2_moe": (3, 0, 1),
     "olmo3": (4, 1, 0),
     "glm4": (4, 1, 0),
     "ernie4_5_moe": (2, 1, 1),
@@ -466,9 +482,9 @@ ROTATING_LAYERS = {
     "exaone_moe": 1,
     "llama4": 1,
 }
-#: families with linear-attention layers (Qwen3-Next's and Qwen 3.5's Gated DeltaNet, which
-#: stay), and how many of the two are attention layers
-ATTENTION_LAYERS = {"qwen3_next": 1, "qwen3_5": 1, "qwen3_5_moe": 1}
+#: families with linear-attention layers (Qwen3-Next's and Qwen 3.5's Gated DeltaNet, LFM2's
+#: short convolutions, which stay), and how many of the two are attention layers
+ATTENTION_LAYERS = {"qwen3_next": 1, "qwen3_5": 1, "qwen3_5_moe": 1, "lfm2": 1, "lfm2_moe": 1}
 #: families whose rotating layers alone have a query and key norm, one module for both (run
 #: twice a layer)
 SHARED_HEAD_NORMS = {"llama4"}
@@ -544,13 +560,15 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
         why = "mixture of experts: its routed experts gate in their own way"
         skipped = {f"model.layers.{i}.mlp.experts": why for i in range(layers)}
     assert report.skipped == skipped
-    assert isinstance(model.model.norm, IRRMSNorm) != (family in LAYER_NORMS)
-    mlp = model.model.layers[0].mlp if hasattr(model.model.layers[0], "mlp") else None
+    final_norm = getattr(model.model, "norm", None) or model.model.embedding_norm  # LFM2's
+    assert isinstance(final_norm, IRRMSNorm) != (family in LAYER_NORMS)
+    mlp = model.get_submodule(report.mlps[0]) if report.mlps else None
     if experts_a_layer:  # the routed experts keep their class and their weights' names
         assert all(path.endswith(".experts") for path in report.experts)
     elif mlps_a_layer:
         assert isinstance(mlp, IRJoinedGatedMLP if family in JOINED_MLPS else IRGatedMLP)
-    assert isinstance(model.model.rotary_emb, IRRotaryCache) != attention_stays
+    rotary = getattr(model.model, "rotary_emb", None) or model.model.pos_emb  # LFM2-MoE's
+    assert isinstance(rotary, IRRotaryCache) != attention_stays
     calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
     expected = {"rms_norm": norm_calls} if norms else {}
     if not attention_stays:
@@ -652,6 +670,7 @@ def _assert_same_attention_calls(model: Any, attention_layers: int | None = None
         "llama4",
         "gemma4",
         "qwen3_5",
+        "lfm2",
         "deepseek_v32",
     ],
 )
@@ -696,7 +715,7 @@ def test_parts_that_cannot_be_converted_exactly_are_left_alone() -> None:
 def test_an_mlp_computing_more_than_its_gated_form_is_left_alone() -> None:
     """The whole forward of a gated MLP is checked, not its activation alone: one that scales
     its gate first (Falcon-H1's multipliers) stays, reported; one without an ``act_fn``
-    (calling ``F.silu``) converts."""
+    (LFM2's, calling ``F.silu``) converts."""
     model = build("llama")
     scaled = model.model.layers[0].mlp
 

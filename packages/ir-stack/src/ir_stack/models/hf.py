@@ -6,9 +6,10 @@ Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, FlexOlmo, Granite MoE (and its shared-expe
 GLM-4 MoE, ERNIE 4.5 MoE, Cohere 2 MoE, EXAONE MoE, Hunyuan MoE, HY V3, dots.llm1, MiniMax M2,
 Solar Open, Mellum, Llama 4 (text), Gemma 4 (text, dense or with experts), Qwen3-Next and
 Qwen 3.5 (text, dense or with experts; their linear-attention layers stay), GPT-OSS (its
-experts, which clamp their gate, stay) and the latent-attention models DeepSeek V2, V3 and V3.2,
+experts, which clamp their gate, stay), the latent-attention models DeepSeek V2, V3 and V3.2,
 GLM-5 (MoE DSA), GLM-4.7 Flash (MoE Lite), Mistral 4, MiniCPM3 and Youtu (their latent
-attention, which rotates its own way, stays; V3.2's and GLM-5's indexer with it).
+attention, which rotates its own way, stays; V3.2's and GLM-5's indexer with it), and the
+hybrids LFM2 and LFM2-MoE (their short-convolution layers stay).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -182,6 +183,8 @@ SUPPORTED_MODEL_TYPES = (
     "mistral4",
     "minicpm3",
     "youtu",
+    "lfm2",
+    "lfm2_moe",
 )
 #: rope types whose frequencies change with the sequence's length (dynamic NTK scaling; Phi-3's
 #: long rope, which switches factors past its original length): the rotary module computes
@@ -262,7 +265,7 @@ def _mlp_activation(mlp: nn.Module, parts: tuple[str, ...], config: Any) -> tupl
     ``down(act(gate(x)) * up(x))`` with its own layers `parts` (gate, up, down; or gate-up,
     gate rows first, and down), and nothing more, checked on a probe in its dtype; else
     ``(None, why)``. The activation is its ``act_fn``'s (found in float32); an MLP without one
-    (one calling ``F.silu``) must match exactly one candidate. `config`: the model's,
+    (LFM2's, which calls ``F.silu``) must match exactly one candidate. `config`: the model's,
     which names the activation in the reason."""
     has_act_fn = any(
         callable(getattr(mlp, n, None)) for n in ("act_fn", "activation_fn", "activation")
@@ -340,9 +343,9 @@ def _has_linears(module: nn.Module, names: tuple[str, ...]) -> bool:
 
 
 def _gated_mlp_parts(module: nn.Module) -> tuple[str, ...] | None:
-    """The names of a gated MLP's layers, where `module` is one: gate, up and down
-    (`_MLP_PARTS`), or gate-up and down (one of `_JOINED_MLP_PARTS`)."""
-    forms = (_MLP_PARTS, *_JOINED_MLP_PARTS)
+    """The names of a gated MLP's layers, where `module` is one: gate, up and down (one of
+    `_MLP_PARTS`), or gate-up and down (one of `_JOINED_MLP_PARTS`)."""
+    forms = (*_MLP_PARTS, *_JOINED_MLP_PARTS)
     return next((parts for parts in forms if _has_linears(module, parts)), None)
 
 
@@ -441,14 +444,17 @@ def _experts_gating(experts: nn.Module) -> tuple[str | None, str]:
 
 def _is_attention(module: nn.Module) -> bool:
     """An attention layer of the form `AttentionPlan` describes: query, key, value and output
-    projections (Gemma 4's: a ``v_proj`` of None where the keys serve as values, none but the
-    query's and output's where the layer reuses an earlier one's keys and values, which its
-    plan then refuses), or Phi-3's joined ones."""
+    projections (the output's ``o_proj``, or LFM2's ``out_proj``; Gemma 4's: a ``v_proj`` of
+    None where the keys serve as values, none but the query's and output's where the layer
+    reuses an earlier one's keys and values, which its plan then refuses), or Phi-3's joined
+    ones."""
     if not type(module).__name__.endswith("Attention"):
         return False
     if _has_linears(module, _JOINED_ATTENTION_PARTS):
         return True
-    if not _has_linears(module, ("q_proj", "o_proj")):
+    if not _has_linears(module, ("q_proj",)) or not (
+        _has_linears(module, ("o_proj",)) or _has_linears(module, ("out_proj",))
+    ):
         return False
     if getattr(module, "is_kv_shared_layer", False):
         return True
@@ -456,7 +462,8 @@ def _is_attention(module: nn.Module) -> bool:
     return _has_linears(module, ("k_proj",)) and (value is None or isinstance(value, nn.Linear))
 
 
-_MLP_PARTS = ("gate_proj", "up_proj", "down_proj")
+#: gate, up and down: most families'; LFM2's
+_MLP_PARTS = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))
 #: Phi-3's; Granite MoE's shared expert's
 _JOINED_MLP_PARTS = (("gate_up_proj", "down_proj"), ("input_linear", "output_linear"))
 _JOINED_ATTENTION_PARTS = ("qkv_proj", "o_proj")  # Phi-3
@@ -621,7 +628,12 @@ def _rope_tables(
 
 
 def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: int) -> None:
-    rotary_paths = [p for p, m in model.named_modules() if p.endswith("rotary_emb")]
+    # most families name it ``rotary_emb``; LFM2-MoE ``pos_emb``
+    rotary_paths = [
+        p
+        for p, m in model.named_modules()
+        if p.endswith("rotary_emb") or type(m).__name__.endswith("RotaryEmbedding")
+    ]
     if len(rotary_paths) != 1:
         report.skipped["rotary_emb"] = f"expected one rotary module, found {rotary_paths}"
         return

@@ -88,7 +88,8 @@ class AttentionPlan:
 
 
 def rotary_attention_forward(
-    self: Any,  # a transformers attention module (q_proj, k_proj, v_proj or qkv_proj; o_proj)
+    self: Any,  # a transformers attention module (q_proj, k_proj, v_proj or qkv_proj; o_proj
+    # or out_proj)
     hidden_states: Tensor,
     position_embeddings: tuple[Tensor, Tensor],
     attention_mask: Tensor | None = None,
@@ -150,7 +151,13 @@ def _planned_forward(
     out = out.reshape(*input_shape, -1).contiguous()
     if gate is not None:
         out = out * torch.sigmoid(gate)
-    return self.o_proj(out), weights
+    return output_projection(self)(out), weights
+
+
+def output_projection(attention: Any) -> nn.Linear:
+    """The layer's output projection: ``o_proj`` (most families') or ``out_proj`` (LFM2's)."""
+    projection: nn.Linear = getattr(attention, "o_proj", None) or attention.out_proj
+    return projection
 
 
 def _queries_keys_values(
@@ -258,11 +265,12 @@ def _attention_function(attention: nn.Module) -> Any:
 
 
 #: the query and key norms' attribute names: most families', Hunyuan's, Llama 4's (one norm
-#: without a weight for both)
+#: without a weight for both), LFM2's
 _HEAD_NORM_NAMES = (
     ("q_norm", "k_norm"),
     ("query_layernorm", "key_layernorm"),
     ("qk_norm", "qk_norm"),
+    ("q_layernorm", "k_layernorm"),
 )
 
 
@@ -342,7 +350,7 @@ def attention_plan(
         query_scale=scale,
         value_norm="v_norm" if getattr(attention, "v_norm", None) is not None else None,
         gates_output=projection is not getattr(attention, "qkv_proj", None)
-        and projection.out_features == 2 * attention.o_proj.in_features,
+        and projection.out_features == 2 * output_projection(attention).in_features,
         stores_shared_kv=bool(getattr(attention, "store_full_length_kv", False)),
         reuses_shared_kv=reuses,
         attention_kwargs=arguments[0],
@@ -471,7 +479,8 @@ def _head_counts(attention: Any, head_dim: int) -> tuple[int, int]:
     if hasattr(attention, "qkv_proj"):
         config = attention.config
         return config.num_attention_heads, config.num_key_value_heads
-    return attention.o_proj.in_features // head_dim, attention.k_proj.out_features // head_dim
+    queries = output_projection(attention).in_features
+    return queries // head_dim, attention.k_proj.out_features // head_dim
 
 
 @dataclass
@@ -528,7 +537,8 @@ def _shared_probe(attention: Any, hidden: Tensor) -> tuple[Tensor, Tensor]:
     for `attention` to reuse: probes, the same at every call."""
     head_dim: int = attention.head_dim
     # query heads counted as `_head_counts` does (the layer has no key projection)
-    kv_heads = attention.o_proj.in_features // head_dim // attention.num_key_value_groups
+    queries = output_projection(attention).in_features
+    kv_heads = queries // head_dim // attention.num_key_value_groups
     keys = probe((hidden.shape[0], kv_heads, 3, head_dim), hidden.device).to(hidden.dtype)
     return keys, keys.flip(-1)
 
