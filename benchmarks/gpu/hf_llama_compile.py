@@ -4,8 +4,10 @@
 experts, 4 a token, which stay; eager attention, for its sinks), ``--family llama4`` a Llama 4
 of Llama 4 Scout's (16 experts, every layer routed; a NoPE layer in four), ``--family
 gemma4`` a Gemma 4 of transformers' default text config (a full-attention layer in six, of
-heads twice as wide; per-layer inputs) (random weights, bf16), on the GPU: forward latency in
-six ways, in one process:
+heads twice as wide; per-layer inputs), ``--family lfm2`` an LFM2 of LFM2 1.2B's (six
+attention layers among ten short convolutions, which stay), ``--family glm4_moe_lite`` a
+GLM-4.7 Flash (latent attention, which stays; 64 experts, 4 a token) (random weights, bf16),
+on the GPU: forward latency in six ways, in one process:
 
 - ``hf eager``: the model as transformers runs it;
 - ``hf torch.compile``: stock ``torch.compile`` of that model with Inductor's CUDA graphs (as
@@ -137,6 +139,22 @@ LLAMA4_SCOUT = {
 #: transformers' default Gemma 4 text config (hidden 2304, 8 heads of 256, 512 in the
 #: full-attention layers, per-layer inputs of 256), both vocabularies cut as for Llama
 GEMMA4_DEFAULT = {"vocab_size": 32000, "vocab_size_per_layer_input": 32000}
+#: LFM2 1.2B's shape: six attention layers among ten short-convolution ones (which stay), MLPs
+#: of width 8192 (12288 adjusted by its config); vocabulary cut as for Llama
+LFM2_1_2B = {
+    "hidden_size": 2048,
+    "intermediate_size": 12288,
+    "num_hidden_layers": 16,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+    "max_position_embeddings": 8192,
+    "full_attn_idxs": [2, 5, 8, 10, 12, 14],
+}
+#: GLM-4.7 Flash's shape (transformers' default MoE Lite config: latent attention, which stays;
+#: a dense first layer, then 64 routed experts of width 1536, 4 a token, and a shared one);
+#: vocabulary cut as for Llama
+GLM4_7_FLASH = {"vocab_size": 32000, "num_hidden_layers": 47, "max_position_embeddings": 8192}
 #: family -> (config class, model class, shape, name in titles)
 FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", LLAMA_1B, "Llama, 1B shape"),
@@ -156,9 +174,18 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
         GEMMA4_DEFAULT,
         "Gemma 4, default text config",
     ),
+    "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", LFM2_1_2B, "LFM2, 1.2B shape"),
+    "glm4_moe_lite": (
+        "Glm4MoeLiteConfig",
+        "Glm4MoeLiteForCausalLM",
+        GLM4_7_FLASH,
+        "GLM-4.7 Flash shape",
+    ),
 }
 #: families whose routed experts stay as they are (GPT-OSS's clamp their gate)
 EXPERTS_STAY = {"gpt_oss"}
+#: families whose latent attention stays, with the model's rotary module
+ATTENTION_STAYS = {"glm4_moe_lite"}
 SHAPES = {"decode 16 x 1": (16, 1), "prompt 1 x 1024": (1, 1024)}
 #: Inductor's CUDA graphs (what ``mode="reduce-overhead"`` turns on; ``ir_passes.compile``
 #: passes its hooks as options, which torch.compile does not take beside a mode)
@@ -190,6 +217,10 @@ def build(family: str, layers: int) -> Any:
         options["layer_types"] = [
             "full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(layers)
         ]
+    if family == "lfm2":  # the attention layers among the first `layers`
+        options["full_attn_idxs"] = [i for i in shape["full_attn_idxs"] if i < layers]
+    if family == "glm4_moe_lite":  # a dense first layer, as the config's default
+        options["mlp_layer_types"] = ["dense"] + ["sparse"] * (layers - 1)
     if family == "gpt_oss":
         options["layer_types"] = [
             "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)
@@ -269,6 +300,8 @@ def main() -> None:
         staying = conversion.skipped
         if args.family in EXPERTS_STAY:  # only its experts may stay
             staying = {p: why for p, why in staying.items() if not p.endswith(".experts")}
+        if args.family in ATTENTION_STAYS:  # only its rotary module may stay
+            staying = {p: why for p, why in staying.items() if not p.endswith("rotary_emb")}
         assert not staying, conversion.skipped
         with launch_plans(False):
             runs.append(measure("ir eager, plans off", forward_of(model), inputs))
