@@ -479,6 +479,13 @@ HF_FAMILIES = {
     # a short-convolution layer (it stays), then attention with per-head query and key norms
     # and an `out_proj`; MLPs of `w1`, `w3`, `w2`; LFM2-MoE's experts on every layer
     "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", {"layer_types": ["conv", "full_attention"]}),
+    # a Gated DeltaNet layer (it stays), then attention with query and key norms over the
+    # projection
+    "olmo_hybrid": (
+        "OlmoHybridConfig",
+        "OlmoHybridForCausalLM",
+        {**_GPU_TOKENS, "layer_types": ["linear_attention", "full_attention"]},
+    ),
     "lfm2_moe": (
         "Lfm2MoeConfig",
         "Lfm2MoeForCausalLM",

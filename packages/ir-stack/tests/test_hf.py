@@ -100,6 +100,7 @@ FAMILIES = {
     "youtu": ("YoutuConfig", "YoutuForCausalLM"),
     "lfm2": ("Lfm2Config", "Lfm2ForCausalLM"),
     "lfm2_moe": ("Lfm2MoeConfig", "Lfm2MoeForCausalLM"),
+    "olmo_hybrid": ("OlmoHybridConfig", "OlmoHybridForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -246,6 +247,9 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     # and key norms (`q_layernorm`, `k_layernorm`) and an `out_proj`; MLPs of `w1`, `w3` and
     # `w2` calling `F.silu`; LFM2-MoE's rotary module is its `pos_emb`
     "lfm2": {"layer_types": ["conv", "full_attention"]},
+    # OLMo Hybrid: a Gated DeltaNet layer (it stays), then an attention layer with OLMo 2's
+    # query and key norms over the projection and norms after attention and the MLP
+    "olmo_hybrid": {**_TOKENS, "layer_types": ["linear_attention", "full_attention"]},
     "lfm2_moe": {
         "layer_types": ["conv", "full_attention"],
         "num_experts": 4,
@@ -439,6 +443,7 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     # the attention layer's query and key norms beside two norms a layer: three on average
     "lfm2": (3, 1, 0),
     "lfm2_moe": (3, 0, 1),
+    "olmo_hybrid": (3, 1, 0),
     "olmo3": (4, 1, 0),
     "glm4": (4, 1, 0),
     "ernie4_5_moe": (2, 1, 1),
@@ -482,9 +487,16 @@ ROTATING_LAYERS = {
     "exaone_moe": 1,
     "llama4": 1,
 }
-#: families with linear-attention layers (Qwen3-Next's and Qwen 3.5's Gated DeltaNet, LFM2's
-#: short convolutions, which stay), and how many of the two are attention layers
-ATTENTION_LAYERS = {"qwen3_next": 1, "qwen3_5": 1, "qwen3_5_moe": 1, "lfm2": 1, "lfm2_moe": 1}
+#: families with linear-attention layers (Qwen3-Next's, Qwen 3.5's and OLMo Hybrid's Gated
+#: DeltaNet, LFM2's short convolutions, which stay), and how many of the two are attention layers
+ATTENTION_LAYERS = {
+    "qwen3_next": 1,
+    "qwen3_5": 1,
+    "qwen3_5_moe": 1,
+    "lfm2": 1,
+    "lfm2_moe": 1,
+    "olmo_hybrid": 1,
+}
 #: families whose rotating layers alone have a query and key norm, one module for both (run
 #: twice a layer)
 SHARED_HEAD_NORMS = {"llama4"}
@@ -736,6 +748,19 @@ def test_an_mlp_computing_more_than_its_gated_form_is_left_alone() -> None:
     }
     assert report.mlps == ["model.layers.1.mlp"]
     assert model.model.layers[1].mlp.activation == "silu"
+
+
+def test_a_model_without_rotary_embeddings_keeps_its_attention() -> None:
+    """OLMo Hybrid's released checkpoints rotate nothing (no rope theta, no rotary module):
+    the norms and MLPs convert, the attention stays, reported."""
+    model = build("olmo_hybrid", rope_parameters={"rope_type": "default", "rope_theta": None})
+    assert model.model.rotary_emb is None
+    report = convert_keeping_logits(model)
+    assert report.skipped == {
+        "rotary_emb": "no rotary module (none named rotary_emb or of a class ending in "
+        "RotaryEmbedding)"
+    }
+    assert (len(report.norms), len(report.mlps), report.attentions) == (7, 2, [])
 
 
 def test_gemma_norms_take_a_float32_scale_in_half_precision() -> None:

@@ -9,7 +9,8 @@ Qwen 3.5 (text, dense or with experts; their linear-attention layers stay), GPT-
 experts, which clamp their gate, stay), the latent-attention models DeepSeek V2, V3 and V3.2,
 GLM-5 (MoE DSA), GLM-4.7 Flash (MoE Lite), Mistral 4, MiniCPM3 and Youtu (their latent
 attention, which rotates its own way, stays; V3.2's and GLM-5's indexer with it), and the
-hybrids LFM2 and LFM2-MoE (their short-convolution layers stay).
+hybrids LFM2 and LFM2-MoE (their short-convolution layers stay) and OLMo Hybrid (its Gated
+DeltaNet layers stay).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -185,6 +186,7 @@ SUPPORTED_MODEL_TYPES = (
     "youtu",
     "lfm2",
     "lfm2_moe",
+    "olmo_hybrid",
 )
 #: rope types whose frequencies change with the sequence's length (dynamic NTK scaling; Phi-3's
 #: long rope, which switches factors past its original length): the rotary module computes
@@ -634,7 +636,12 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
         for p, m in model.named_modules()
         if p.endswith("rotary_emb") or type(m).__name__.endswith("RotaryEmbedding")
     ]
-    if len(rotary_paths) != 1:
+    if not rotary_paths:  # OLMo Hybrid's released checkpoints rotate nothing
+        report.skipped["rotary_emb"] = (
+            "no rotary module (none named rotary_emb or of a class ending in RotaryEmbedding)"
+        )
+        return
+    if len(rotary_paths) > 1:
         report.skipped["rotary_emb"] = f"expected one rotary module, found {rotary_paths}"
         return
     path = rotary_paths[0]
