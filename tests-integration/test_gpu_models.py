@@ -479,6 +479,20 @@ HF_FAMILIES = {
     # a short-convolution layer (it stays), then attention with per-head query and key norms
     # and an `out_proj`; MLPs of `w1`, `w3`, `w2`; LFM2-MoE's experts on every layer
     "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", {"layer_types": ["conv", "full_attention"]}),
+    # attention beside a Mamba-2 mixer (it stays) in each layer; multipliers on the keys and
+    # the MLP's gate and output
+    "falcon_h1": (
+        "FalconH1Config",
+        "FalconH1ForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "key_multiplier": 0.7,
+            "mlp_multipliers": [0.8, 0.6],
+            "attention_in_multiplier": 1.3,
+            "attention_out_multiplier": 0.9,
+            "ssm_out_multiplier": 0.5,
+        },
+    ),
     # a Gated DeltaNet layer (it stays), then attention with query and key norms over the
     # projection
     "olmo_hybrid": (

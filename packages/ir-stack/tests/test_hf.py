@@ -101,6 +101,7 @@ FAMILIES = {
     "lfm2": ("Lfm2Config", "Lfm2ForCausalLM"),
     "lfm2_moe": ("Lfm2MoeConfig", "Lfm2MoeForCausalLM"),
     "olmo_hybrid": ("OlmoHybridConfig", "OlmoHybridForCausalLM"),
+    "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -250,6 +251,18 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     # OLMo Hybrid: a Gated DeltaNet layer (it stays), then an attention layer with OLMo 2's
     # query and key norms over the projection and norms after attention and the MLP
     "olmo_hybrid": {**_TOKENS, "layer_types": ["linear_attention", "full_attention"]},
+    # Falcon-H1: attention and a Mamba-2 mixer side by side in each layer (the mixer stays),
+    # multipliers on the keys, the MLP's gate and output, and around the attention and mixer
+    "falcon_h1": {
+        **_TOKENS,
+        "key_multiplier": 0.7,
+        "mlp_multipliers": [0.8, 0.6],
+        "attention_in_multiplier": 1.3,
+        "attention_out_multiplier": 0.9,
+        "ssm_out_multiplier": 0.5,
+        "embedding_multiplier": 2.0,
+        "lm_head_multiplier": 0.5,
+    },
     "lfm2_moe": {
         "layer_types": ["conv", "full_attention"],
         "num_experts": 4,
@@ -572,7 +585,12 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
         why = "mixture of experts: its routed experts gate in their own way"
         skipped = {f"model.layers.{i}.mlp.experts": why for i in range(layers)}
     assert report.skipped == skipped
-    final_norm = getattr(model.model, "norm", None) or model.model.embedding_norm  # LFM2's
+    # most families' `norm`, LFM2's `embedding_norm`, Falcon-H1's `final_layernorm`
+    final_norm = next(
+        getattr(model.model, name)
+        for name in ("norm", "embedding_norm", "final_layernorm")
+        if hasattr(model.model, name)
+    )
     assert isinstance(final_norm, IRRMSNorm) != (family in LAYER_NORMS)
     mlp = model.get_submodule(report.mlps[0]) if report.mlps else None
     if experts_a_layer:  # the routed experts keep their class and their weights' names
@@ -684,6 +702,7 @@ def _assert_same_attention_calls(model: Any, attention_layers: int | None = None
         "qwen3_5",
         "lfm2",
         "deepseek_v32",
+        "falcon_h1",
     ],
 )
 def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:
@@ -726,8 +745,8 @@ def test_parts_that_cannot_be_converted_exactly_are_left_alone() -> None:
 
 def test_an_mlp_computing_more_than_its_gated_form_is_left_alone() -> None:
     """The whole forward of a gated MLP is checked, not its activation alone: one that scales
-    its gate first (Falcon-H1's multipliers) stays, reported; one without an ``act_fn``
-    (LFM2's, calling ``F.silu``) converts."""
+    its gate by a constant it does not hold as Falcon-H1's do (``gate_multiplier``) stays,
+    reported; one without an ``act_fn`` (LFM2's, calling ``F.silu``) converts."""
     model = build("llama")
     scaled = model.model.layers[0].mlp
 

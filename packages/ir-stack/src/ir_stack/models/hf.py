@@ -9,8 +9,9 @@ Qwen 3.5 (text, dense or with experts; their linear-attention layers stay), GPT-
 experts, which clamp their gate, stay), the latent-attention models DeepSeek V2, V3 and V3.2,
 GLM-5 (MoE DSA), GLM-4.7 Flash (MoE Lite), Mistral 4, MiniCPM3 and Youtu (their latent
 attention, which rotates its own way, stays; V3.2's and GLM-5's indexer with it), and the
-hybrids LFM2 and LFM2-MoE (their short-convolution layers stay) and OLMo Hybrid (its Gated
-DeltaNet layers stay).
+hybrids LFM2 and LFM2-MoE (their short-convolution layers stay), OLMo Hybrid (its Gated
+DeltaNet layers stay) and Falcon-H1 (its Mamba-2 mixers stay; its multipliers on the keys
+and on the MLP's gate and output are applied).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -21,8 +22,8 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
 - every gated MLP with a SiLU or GELU activation (exact or tanh) becomes `IRGatedMLP`: gate and
   up projections joined into one ``gate_up`` linear layer, then ``ir_spec.ops.silu_and_mul`` or
   ``gelu_and_mul``; Phi-3's, joined already, become `IRJoinedGatedMLP` around its own layers.
-  Its whole forward must compute ``down(act(gate(x)) * up(x))`` on a probe: one that does
-  more (a multiplier on the gate, as Falcon-H1's) stays;
+  Its whole forward must compute ``down(act(gate(x)) * up(x))`` on a probe, with Falcon-H1's
+  multipliers on the gate and output where it holds them: one that does more stays;
 - rotary embeddings are applied by ``ir_spec.ops.rotary_embedding``: the model's rotary module
   becomes `IRRotaryCache` (one ``cos_sin_cache`` table computed from its frequencies; Gemma
   3's local and global ropes one each), and each attention layer rotates its projections with
@@ -187,6 +188,7 @@ SUPPORTED_MODEL_TYPES = (
     "lfm2",
     "lfm2_moe",
     "olmo_hybrid",
+    "falcon_h1",
 )
 #: rope types whose frequencies change with the sequence's length (dynamic NTK scaling; Phi-3's
 #: long rope, which switches factors past its original length): the rotary module computes
@@ -265,7 +267,8 @@ def _gated_activation(mlp: nn.Module) -> str | None:
 def _mlp_activation(mlp: nn.Module, parts: tuple[str, ...], config: Any) -> tuple[str | None, str]:
     """The `GATED_ACTIVATIONS` name of a gated MLP whose whole forward computes
     ``down(act(gate(x)) * up(x))`` with its own layers `parts` (gate, up, down; or gate-up,
-    gate rows first, and down), and nothing more, checked on a probe in its dtype; else
+    gate rows first, and down) and its multipliers (`_mlp_scales`), and nothing more, checked
+    on a probe in its dtype; else
     ``(None, why)``. The activation is its ``act_fn``'s (found in float32); an MLP without one
     (LFM2's, which calls ``F.silu``) must match exactly one candidate. `config`: the model's,
     which names the activation in the reason."""
@@ -299,17 +302,28 @@ def _mlp_activation(mlp: nn.Module, parts: tuple[str, ...], config: Any) -> tupl
     return None, f"its activation is any of {matches} on a probe in {first.weight.dtype}"
 
 
+def _mlp_scales(mlp: nn.Module) -> tuple[float, float]:
+    """The multipliers of a gated MLP's gate and output (Falcon-H1's ``gate_multiplier`` and
+    ``down_multiplier``; 1 where it has none), which `IRGatedMLP` takes."""
+    return (
+        float(getattr(mlp, "gate_multiplier", 1.0)),
+        float(getattr(mlp, "down_multiplier", 1.0)),
+    )
+
+
 def _gated_mlp_reference(
     mlp: nn.Module, parts: tuple[str, ...], activation: str, x: Tensor
 ) -> Tensor:
-    """``down(act(gate(x)) * up(x))`` through the MLP's own layers `parts`."""
+    """``down(act(gate(x) * g) * up(x)) * d`` through the MLP's own layers `parts`, with its
+    multipliers ``(g, d)`` (`_mlp_scales`)."""
     approximate = GATED_ACTIVATIONS[activation]
     layers = [getattr(mlp, name) for name in parts]
     if len(layers) == 3:
         gate, up = layers[0](x), layers[1](x)
     else:
         gate, up = layers[0](x).chunk(2, dim=-1)
-    out: Tensor = layers[-1](reference_gate(gate, approximate) * up)
+    gate_scale, output_scale = _mlp_scales(mlp)
+    out: Tensor = layers[-1](reference_gate(gate * gate_scale, approximate) * up) * output_scale
     return out
 
 
@@ -552,9 +566,15 @@ def convert_hf_model(model: nn.Module, *, max_positions: int | None = None) -> C
             if activation is None:
                 report.skipped[path] = why
                 continue
+            gate_scale, output_scale = _mlp_scales(module)
             if len(parts) == 3:
                 gate, up, down = (getattr(module, n) for n in parts)
-                converted: nn.Module = IRGatedMLP(gate, up, down, activation)
+                converted: nn.Module = IRGatedMLP(
+                    gate, up, down, activation, gate_scale=gate_scale, output_scale=output_scale
+                )
+            elif (gate_scale, output_scale) != (1.0, 1.0):
+                report.skipped[path] = "a joined gate-up layer with multipliers"
+                continue
             else:
                 gate_up, down = (getattr(module, n) for n in parts)
                 converted = IRJoinedGatedMLP(gate_up, down, activation, (parts[0], parts[1]))

@@ -63,6 +63,9 @@ class AttentionPlan:
     norms_after_rotation: bool = False
     #: the queries scaled by their position last (Ministral 3, Llama 4's NoPE layers), or None
     query_scale: QueryScale | None = None
+    #: the keys' projection multiplied by this before the rotation (Falcon-H1's
+    #: ``key_multiplier``)
+    key_scale: float = 1.0
     #: the values' norm's attribute name, over each head (Gemma 4's ``v_norm``), or None
     value_norm: str | None = None
     #: the query projection gives each head's query and then its gate; the attention's output
@@ -179,6 +182,8 @@ def _queries_keys_values(
         q, gate = (t.flatten(-2) for t in q.unflatten(-1, (-1, 2 * head_dim)).chunk(2, -1))
     if plan.head_norms is not None and not plan.norms_after_rotation:
         q, k = _norm_heads(attention, plan, q, k)
+    if plan.key_scale != 1.0:
+        k = k * plan.key_scale
     if plan.rotates:
         q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, plan.neox)
     if plan.head_norms is not None and plan.norms_after_rotation:
@@ -348,6 +353,7 @@ def attention_plan(
         norms_per_head=norms[1],
         norms_after_rotation=attention.config.model_type in _NORMS_AFTER_ROTATION,
         query_scale=scale,
+        key_scale=float(getattr(attention, "key_multiplier", 1.0)),
         value_norm="v_norm" if getattr(attention, "v_norm", None) is not None else None,
         gates_output=projection is not getattr(attention, "qkv_proj", None)
         and projection.out_features == 2 * output_projection(attention).in_features,

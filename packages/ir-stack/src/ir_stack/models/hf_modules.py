@@ -72,7 +72,8 @@ def reference_gate(x: Tensor, approximate: str | None) -> Tensor:
 class IRGatedMLP(nn.Module):
     """``down_proj(act_and_mul(gate_up(x)))``: the gate and up projections as one matrix, then
     ``ir_spec.ops.silu_and_mul`` or ``gelu_and_mul`` (`activation`, a `GATED_ACTIVATIONS`
-    name)."""
+    name). `gate_scale` multiplies the gate before the activation (folded into the joined
+    copy of its rows), `output_scale` the output: Falcon-H1's ``mlp_multipliers``."""
 
     def __init__(
         self,
@@ -80,10 +81,15 @@ class IRGatedMLP(nn.Module):
         up_proj: nn.Linear,
         down_proj: nn.Linear,
         activation: str = "silu",
+        *,
+        gate_scale: float = 1.0,
+        output_scale: float = 1.0,
     ) -> None:
         super().__init__()
         _check_activation("IRGatedMLP", activation)
         self.activation = activation
+        self.gate_scale = gate_scale
+        self.output_scale = output_scale
         bias = gate_proj.bias is not None
         self.gate_up = nn.Linear(
             gate_proj.in_features,
@@ -93,17 +99,22 @@ class IRGatedMLP(nn.Module):
             dtype=gate_proj.weight.dtype,
         )
         with torch.no_grad():
-            self.gate_up.weight.copy_(torch.cat([gate_proj.weight, up_proj.weight]))
+            self.gate_up.weight.copy_(torch.cat([gate_proj.weight * gate_scale, up_proj.weight]))
             if bias:
-                self.gate_up.bias.copy_(torch.cat([gate_proj.bias, up_proj.bias]))
+                self.gate_up.bias.copy_(torch.cat([gate_proj.bias * gate_scale, up_proj.bias]))
         self.down_proj = down_proj
 
     def forward(self, x: Tensor) -> Tensor:
         out: Tensor = self.down_proj(act_and_mul(self.gate_up(x), self.activation))
-        return out
+        return out if self.output_scale == 1.0 else out * self.output_scale
 
     def extra_repr(self) -> str:
-        return f"activation={self.activation}"
+        scales = (
+            ""
+            if (self.gate_scale, self.output_scale) == (1.0, 1.0)
+            else (f", gate_scale={self.gate_scale}, output_scale={self.output_scale}")
+        )
+        return f"activation={self.activation}{scales}"
 
 
 class IRJoinedGatedMLP(nn.Module):
