@@ -479,6 +479,22 @@ HF_FAMILIES = {
     # a short-convolution layer (it stays), then attention with per-head query and key norms
     # and an `out_proj`; MLPs of `w1`, `w3`, `w2`; LFM2-MoE's experts on every layer
     "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", {"layer_types": ["conv", "full_attention"]}),
+    # an attention-output gate of its own projection; a rotating sliding layer and a NoPE
+    # global one; routed experts (all eight a token) and a shared one in both
+    "afmoe": (
+        "AfmoeConfig",
+        "AfmoeForCausalLM",
+        {
+            **_GPU_TOKENS,
+            **_GPU_SLIDING,
+            "head_dim": 64,
+            "num_experts": 8,
+            "num_experts_per_tok": 8,
+            "num_shared_experts": 1,
+            "moe_intermediate_size": 128,
+            "num_dense_layers": 0,
+        },
+    ),
     # attention beside a Mamba-2 mixer (it stays) in each layer; multipliers on the keys and
     # the MLP's gate and output
     "falcon_h1": (
@@ -542,6 +558,7 @@ HF_MOE = {
     "glm4_moe_lite",
     "mistral4",
     "lfm2_moe",
+    "afmoe",
 }
 #: families whose latent attention stays, with the model's rotary module
 HF_LATENT = {

@@ -102,6 +102,7 @@ FAMILIES = {
     "lfm2_moe": ("Lfm2MoeConfig", "Lfm2MoeForCausalLM"),
     "olmo_hybrid": ("OlmoHybridConfig", "OlmoHybridForCausalLM"),
     "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM"),
+    "afmoe": ("AfmoeConfig", "AfmoeForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -251,6 +252,20 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     # OLMo Hybrid: a Gated DeltaNet layer (it stays), then an attention layer with OLMo 2's
     # query and key norms over the projection and norms after attention and the MLP
     "olmo_hybrid": {**_TOKENS, "layer_types": ["linear_attention", "full_attention"]},
+    # AFMoE (Arcee's Trinity): a gate projection of its own on the attention output, per-head
+    # query and key norms, norms before and after attention and the MLP, a sliding layer
+    # that rotates and a global one that does not; routed and shared experts in both layers
+    "afmoe": {
+        **_TOKENS,
+        **_SLIDING_THEN_FULL,
+        "head_dim": 16,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "num_shared_experts": 1,
+        "moe_intermediate_size": 32,
+        "num_dense_layers": 0,
+        "mup_enabled": True,
+    },
     # Falcon-H1: attention and a Mamba-2 mixer side by side in each layer (the mixer stays),
     # multipliers on the keys, the MLP's gate and output, and around the attention and mixer
     "falcon_h1": {
@@ -457,6 +472,7 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "lfm2": (3, 1, 0),
     "lfm2_moe": (3, 0, 1),
     "olmo_hybrid": (3, 1, 0),
+    "afmoe": (6, 1, 1),
     "olmo3": (4, 1, 0),
     "glm4": (4, 1, 0),
     "ernie4_5_moe": (2, 1, 1),
@@ -499,6 +515,7 @@ ROTATING_LAYERS = {
     "exaone4": 1,
     "exaone_moe": 1,
     "llama4": 1,
+    "afmoe": 1,
 }
 #: families with linear-attention layers (Qwen3-Next's, Qwen 3.5's and OLMo Hybrid's Gated
 #: DeltaNet, LFM2's short convolutions, which stay), and how many of the two are attention layers
@@ -618,10 +635,13 @@ def _recording_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    mask: Any,
+    mask: Any = None,
     **kwargs: Any,
 ) -> Any:
-    """Records the keyword arguments, then attends as the family's eager function does."""
+    """Records the keyword arguments, then attends as the family's eager function does (the
+    mask, by position or by name as AFMoE gives it, is not recorded)."""
+    if "attention_mask" in kwargs:
+        mask = kwargs.pop("attention_mask")
     _attention_calls.append({"layer": module.layer_idx, **kwargs})
     eager = sys.modules[type(module).__module__].eager_attention_forward
     return eager(module, query, key, value, mask, **kwargs)

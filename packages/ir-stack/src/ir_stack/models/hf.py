@@ -8,10 +8,10 @@ Solar Open, Mellum, Llama 4 (text), Gemma 4 (text, dense or with experts), Qwen3
 Qwen 3.5 (text, dense or with experts; their linear-attention layers stay), GPT-OSS (its
 experts, which clamp their gate, stay), the latent-attention models DeepSeek V2, V3 and V3.2,
 GLM-5 (MoE DSA), GLM-4.7 Flash (MoE Lite), Mistral 4, MiniCPM3 and Youtu (their latent
-attention, which rotates its own way, stays; V3.2's and GLM-5's indexer with it), and the
-hybrids LFM2 and LFM2-MoE (their short-convolution layers stay), OLMo Hybrid (its Gated
-DeltaNet layers stay) and Falcon-H1 (its Mamba-2 mixers stay; its multipliers on the keys
-and on the MLP's gate and output are applied).
+attention, which rotates its own way, stays; V3.2's and GLM-5's indexer with it), AFMoE
+(Arcee's Trinity), and the hybrids LFM2 and LFM2-MoE (their short-convolution layers stay),
+OLMo Hybrid (its Gated DeltaNet layers stay) and Falcon-H1 (its Mamba-2 mixers stay; its
+multipliers on the keys and on the MLP's gate and output are applied).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -35,11 +35,12 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   past a quarter); they norm their values too, attend the key projection as values where they
   have no ``v_proj``, store their keys and values for the caller (``shared_kv_states``), and,
   in the smaller models, reuse an earlier layer's (KV sharing: those project only queries).
-  Qwen3-Next's and Qwen 3.5's query projections give each head's gate too, which the
-  converted forward applies to the attention's output. A rope with no table ahead (Qwen
-  3.5's, which mixes the frequencies of three positions a token; one whose frequencies change
-  with the length: Phi-3's long rope, dynamic NTK) is computed at each call by the model's own
-  rotary module, and the op takes those angles as a table of a row a token.
+  Qwen3-Next's and Qwen 3.5's query projections give each head's gate too, AFMoE's a
+  projection of its own, which the converted forward applies to the attention's output. A
+  rope with no table ahead (Qwen 3.5's, which mixes the frequencies of three positions a
+  token; one whose frequencies change with the length: Phi-3's long rope, dynamic NTK) is
+  computed at each call by the model's own rotary module, and the op takes those angles as a
+  table of a row a token.
   Query and key norms come first (Hunyuan's and Llama 4's after the rotation), as converted
   norms, over each head (Qwen3) or over the whole projection (OLMo 2);
   Phi-3's one ``qkv_proj`` is split into views; a rope narrower than the head rotates its
@@ -189,6 +190,7 @@ SUPPORTED_MODEL_TYPES = (
     "lfm2_moe",
     "olmo_hybrid",
     "falcon_h1",
+    "afmoe",
 )
 #: rope types whose frequencies change with the sequence's length (dynamic NTK scaling; Phi-3's
 #: long rope, which switches factors past its original length): the rotary module computes
@@ -268,10 +270,9 @@ def _mlp_activation(mlp: nn.Module, parts: tuple[str, ...], config: Any) -> tupl
     """The `GATED_ACTIVATIONS` name of a gated MLP whose whole forward computes
     ``down(act(gate(x)) * up(x))`` with its own layers `parts` (gate, up, down; or gate-up,
     gate rows first, and down) and its multipliers (`_mlp_scales`), and nothing more, checked
-    on a probe in its dtype; else
-    ``(None, why)``. The activation is its ``act_fn``'s (found in float32); an MLP without one
-    (LFM2's, which calls ``F.silu``) must match exactly one candidate. `config`: the model's,
-    which names the activation in the reason."""
+    on a probe in its dtype; else ``(None, why)``. The activation is its ``act_fn``'s (found
+    in float32); an MLP without one (LFM2's, which calls ``F.silu``) must match exactly one
+    candidate. `config`: the model's, which names the activation in the reason."""
     has_act_fn = any(
         callable(getattr(mlp, n, None)) for n in ("act_fn", "activation_fn", "activation")
     )

@@ -71,6 +71,9 @@ class AttentionPlan:
     #: the query projection gives each head's query and then its gate; the attention's output
     #: is multiplied by the gate's sigmoid before ``o_proj`` (Qwen3-Next's, Qwen 3.5's)
     gates_output: bool = False
+    #: the attribute name of a projection of its own giving that gate (AFMoE's ``gate_proj``),
+    #: or None
+    output_gate: str | None = None
     #: the keys and values (after the cache update) are stored in the caller's
     #: ``shared_kv_states`` under the layer's type (Gemma 4's last layer of each type)
     stores_shared_kv: bool = False
@@ -91,8 +94,7 @@ class AttentionPlan:
 
 
 def rotary_attention_forward(
-    self: Any,  # a transformers attention module (q_proj, k_proj, v_proj or qkv_proj; o_proj
-    # or out_proj)
+    self: Any,  # a transformers attention module (`_is_attention` in hf.py says which)
     hidden_states: Tensor,
     position_embeddings: tuple[Tensor, Tensor],
     attention_mask: Tensor | None = None,
@@ -180,6 +182,8 @@ def _queries_keys_values(
     gate = None
     if plan.gates_output:  # each head's query, then its gate
         q, gate = (t.flatten(-2) for t in q.unflatten(-1, (-1, 2 * head_dim)).chunk(2, -1))
+    elif plan.output_gate is not None:
+        gate = getattr(attention, plan.output_gate)(hidden_states)
     if plan.head_norms is not None and not plan.norms_after_rotation:
         q, k = _norm_heads(attention, plan, q, k)
     if plan.key_scale != 1.0:
@@ -357,6 +361,7 @@ def attention_plan(
         value_norm="v_norm" if getattr(attention, "v_norm", None) is not None else None,
         gates_output=projection is not getattr(attention, "qkv_proj", None)
         and projection.out_features == 2 * output_projection(attention).in_features,
+        output_gate=_output_gate(attention),
         stores_shared_kv=bool(getattr(attention, "store_full_length_kv", False)),
         reuses_shared_kv=reuses,
         attention_kwargs=arguments[0],
@@ -379,6 +384,15 @@ def attention_plan(
     if isinstance(converted, str):
         return f"the converted forward: {converted}"
     return _differences(converted, original) or plan
+
+
+def _output_gate(attention: Any) -> str | None:
+    """The name of the layer's own projection of the attention output's gate, as wide as the
+    output projection's input (AFMoE's ``gate_proj``), or None; the plan's check confirms what
+    the forward makes of it."""
+    gate = getattr(attention, "gate_proj", None)
+    width = output_projection(attention).in_features
+    return "gate_proj" if isinstance(gate, nn.Linear) and gate.out_features == width else None
 
 
 def _head_norms(attention: Any) -> tuple[tuple[str, str] | None, bool] | str:

@@ -109,12 +109,12 @@ class IRGatedMLP(nn.Module):
         return out if self.output_scale == 1.0 else out * self.output_scale
 
     def extra_repr(self) -> str:
-        scales = (
-            ""
-            if (self.gate_scale, self.output_scale) == (1.0, 1.0)
-            else (f", gate_scale={self.gate_scale}, output_scale={self.output_scale}")
+        if (self.gate_scale, self.output_scale) == (1.0, 1.0):
+            return f"activation={self.activation}"
+        return (
+            f"activation={self.activation}, gate_scale={self.gate_scale}, "
+            f"output_scale={self.output_scale}"
         )
-        return f"activation={self.activation}{scales}"
 
 
 class IRJoinedGatedMLP(nn.Module):
