@@ -479,6 +479,8 @@ HF_FAMILIES = {
     # a short-convolution layer (it stays), then attention with per-head query and key norms
     # and an `out_proj`; MLPs of `w1`, `w3`, `w2`; LFM2-MoE's experts on every layer
     "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", {"layer_types": ["conv", "full_attention"]}),
+    # LayerNorms and a ReLU-squared MLP (they stay); biases on every projection
+    "jais2": ("Jais2Config", "Jais2ForCausalLM", {**_GPU_TOKENS, "head_dim": 64}),
     # an attention-output gate of its own projection; a rotating sliding layer and a NoPE
     # global one; routed experts (all eight a token) and a shared one in both
     "afmoe": (
@@ -572,9 +574,9 @@ HF_LATENT = {
     "youtu",
 }
 #: families whose norms are LayerNorms, which stay
-HF_LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe"}
+HF_LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2"}
 #: families whose MLPs are not gated, which stay
-HF_UNGATED = {"apertus", "arcee", "apertus1p5"}
+HF_UNGATED = {"apertus", "arcee", "apertus1p5", "jais2"}
 #: families whose routed experts gate in their own way, which stay (GPT-OSS clamps its gate)
 HF_EXPERTS_STAY = {"gpt_oss"}
 

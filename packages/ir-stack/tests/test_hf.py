@@ -103,6 +103,7 @@ FAMILIES = {
     "olmo_hybrid": ("OlmoHybridConfig", "OlmoHybridForCausalLM"),
     "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM"),
     "afmoe": ("AfmoeConfig", "AfmoeForCausalLM"),
+    "jais2": ("Jais2Config", "Jais2ForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -252,6 +253,8 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     # OLMo Hybrid: a Gated DeltaNet layer (it stays), then an attention layer with OLMo 2's
     # query and key norms over the projection and norms after attention and the MLP
     "olmo_hybrid": {**_TOKENS, "layer_types": ["linear_attention", "full_attention"]},
+    # Jais 2: biases on every projection, LayerNorms and a ReLU-squared MLP (which stay)
+    "jais2": {**_TOKENS, "head_dim": 16},
     # AFMoE (Arcee's Trinity): a gate projection of its own on the attention output, per-head
     # query and key norms, norms before and after attention and the MLP, a sliding layer
     # that rotates and a global one that does not; routed and shared experts in both layers
@@ -472,6 +475,8 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "lfm2": (3, 1, 0),
     "lfm2_moe": (3, 0, 1),
     "olmo_hybrid": (3, 1, 0),
+    # Jais 2: LayerNorms and an MLP of one activation (ReLU squared), which stay
+    "jais2": (0, 0, 0),
     "afmoe": (6, 1, 1),
     "olmo3": (4, 1, 0),
     "glm4": (4, 1, 0),
@@ -506,7 +511,7 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
 #: families whose routed experts gate in their own way and stay (GPT-OSS clamps its gate)
 EXPERTS_STAY = {"gpt_oss"}
 #: families whose norms are LayerNorms (they stay), the final one too
-LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe"}
+LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2"}
 #: families with layers that rotate nothing (NoPE), and how many of the two rotate
 ROTATING_LAYERS = {
     "smollm3": 1,
