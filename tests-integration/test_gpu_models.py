@@ -479,6 +479,37 @@ HF_FAMILIES = {
     # a short-convolution layer (it stays), then attention with per-head query and key norms
     # and an `out_proj`; MLPs of `w1`, `w3`, `w2`; LFM2-MoE's experts on every layer
     "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", {"layer_types": ["conv", "full_attention"]}),
+    # Granite 4: dense, rotating, the mask before the position embeddings in its forward; and
+    # the hybrid H models (Mamba-2 layers, which stay; no rope; routed experts, all eight a
+    # token, beside the shared MLP)
+    "granite4": (
+        "GraniteMoeHybridConfig",
+        "GraniteMoeHybridForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "layer_types": ["attention", "attention"],
+            "position_embedding_type": "rope",
+            "num_local_experts": 0,
+            "shared_intermediate_size": 512,
+            "residual_multiplier": 0.5,
+            "attention_multiplier": 0.1,
+        },
+    ),
+    "granite4_h": (
+        "GraniteMoeHybridConfig",
+        "GraniteMoeHybridForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "layer_types": ["mamba", "attention"],
+            "num_local_experts": 8,
+            "num_experts_per_tok": 8,
+            "shared_intermediate_size": 256,
+            "mamba_n_heads": 16,
+            "mamba_d_head": 32,
+            "mamba_n_groups": 1,
+            "mamba_d_state": 32,
+        },
+    ),
     # LayerNorms and a ReLU-squared MLP (they stay); biases on every projection
     "jais2": ("Jais2Config", "Jais2ForCausalLM", {**_GPU_TOKENS, "head_dim": 64}),
     # an attention-output gate of its own projection; a rotating sliding layer and a NoPE
@@ -561,7 +592,10 @@ HF_MOE = {
     "mistral4",
     "lfm2_moe",
     "afmoe",
+    "granite4_h",
 }
+#: families without a rotary module (no rope): their attention stays
+HF_NO_ROTARY = {"granite4_h"}
 #: families whose latent attention stays, with the model's rotary module
 HF_LATENT = {
     "deepseek_v2",
@@ -623,6 +657,9 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     latent = family in HF_LATENT
     why = "attention of another form in model.layers.0.self_attn"
     skipped = {"model.rotary_emb": why} if latent else {}
+    if family in HF_NO_ROTARY:
+        why = "no rotary module (none named rotary_emb or of a class ending in RotaryEmbedding)"
+        skipped = {"rotary_emb": why}
     if family in HF_EXPERTS_STAY:
         why = "mixture of experts: its routed experts gate in their own way"
         skipped = {f"model.layers.{i}.mlp.experts": why for i in range(2)}
@@ -632,7 +669,9 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     expected = set() if family in HF_LAYER_NORMS else {"rms_norm"}
     if family not in HF_UNGATED | HF_EXPERTS_STAY:
         expected.add("gelu_and_mul" if gemma else "silu_and_mul")
-    assert {op for op, _ in calls} == (expected if latent else {*expected, "rotary_embedding"})
+    assert {op for op, _ in calls} == (
+        expected if latent or family in HF_NO_ROTARY else {*expected, "rotary_embedding"}
+    )
     assert all(provider != "native" for _, provider in calls), calls
     if gemma and family not in ("gemma4", "gemma4_moe"):
         # Gemma 1-3's norms pass a float32 scale (1 + w), which the cuda kernels leave to triton

@@ -104,6 +104,8 @@ FAMILIES = {
     "falcon_h1": ("FalconH1Config", "FalconH1ForCausalLM"),
     "afmoe": ("AfmoeConfig", "AfmoeForCausalLM"),
     "jais2": ("Jais2Config", "Jais2ForCausalLM"),
+    "granite4": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM"),
+    "granite4_h": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -253,6 +255,33 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     # OLMo Hybrid: a Gated DeltaNet layer (it stays), then an attention layer with OLMo 2's
     # query and key norms over the projection and norms after attention and the MLP
     "olmo_hybrid": {**_TOKENS, "layer_types": ["linear_attention", "full_attention"]},
+    # Granite 4 (`granitemoehybrid`): Granite's multipliers; the dense models' attention
+    # layers rotate, their forward taking the mask before the position embeddings, and one
+    # gate-up layer (`shared_mlp`); the hybrid (H) models put Mamba-2 layers (they stay)
+    # between attention layers without a rope, and routed experts beside the shared MLP
+    "granite4": {
+        **_TOKENS,
+        "layer_types": ["attention", "attention"],
+        "position_embedding_type": "rope",
+        "num_local_experts": 0,
+        "shared_intermediate_size": 96,
+        "embedding_multiplier": 2.0,
+        "residual_multiplier": 0.5,
+        "attention_multiplier": 0.3,
+        "logits_scaling": 4.0,
+    },
+    "granite4_h": {
+        **_TOKENS,
+        "layer_types": ["mamba", "attention"],
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "shared_intermediate_size": 48,
+        "mamba_n_heads": 8,
+        "mamba_d_head": 16,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 16,
+        "residual_multiplier": 0.5,
+    },
     # Jais 2: biases on every projection, LayerNorms and a ReLU-squared MLP (which stay)
     "jais2": {**_TOKENS, "head_dim": 16},
     # AFMoE (Arcee's Trinity): a gate projection of its own on the attention output, per-head
@@ -433,7 +462,7 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     },
 }
 #: families whose gate and up projections are one layer already
-JOINED_MLPS = {"phi3", "glm", "glm4"}
+JOINED_MLPS = {"phi3", "glm", "glm4", "granite4"}
 #: families whose attention stays as it is (DeepSeek's latent attention rotates on its own)
 ATTENTION_STAYS = {
     "deepseek_v2",
@@ -477,6 +506,7 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "olmo_hybrid": (3, 1, 0),
     # Jais 2: LayerNorms and an MLP of one activation (ReLU squared), which stay
     "jais2": (0, 0, 0),
+    "granite4_h": (2, 1, 1),
     "afmoe": (6, 1, 1),
     "olmo3": (4, 1, 0),
     "glm4": (4, 1, 0),
@@ -508,6 +538,10 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "qwen3_5": (3, 1, 0),
     "qwen3_5_moe": (3, 1, 1),
 }
+#: families without a rotary module (their attention rotates nothing, and stays): Granite 4's
+#: hybrids, as released
+NO_ROTARY = {"granite4_h"}
+NO_ROTARY_WHY = "no rotary module (none named rotary_emb or of a class ending in RotaryEmbedding)"
 #: families whose routed experts gate in their own way and stay (GPT-OSS clamps its gate)
 EXPERTS_STAY = {"gpt_oss"}
 #: families whose norms are LayerNorms (they stay), the final one too
@@ -598,11 +632,13 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     assert len(report.norms) == norms
     assert len(report.mlps) == mlps_a_layer * layers
     assert len(report.experts) == experts_a_layer * layers
-    attention_stays = family in ATTENTION_STAYS
+    attention_stays = family in ATTENTION_STAYS | NO_ROTARY
     attention_layers = ATTENTION_LAYERS.get(family, layers)
     assert len(report.attentions) == (0 if attention_stays else attention_layers)
     why = "attention of another form in model.layers.0.self_attn"
     skipped = {"model.rotary_emb": why} if attention_stays else {}
+    if family in NO_ROTARY:
+        skipped = {"rotary_emb": NO_ROTARY_WHY}
     if family in EXPERTS_STAY:
         why = "mixture of experts: its routed experts gate in their own way"
         skipped = {f"model.layers.{i}.mlp.experts": why for i in range(layers)}
@@ -619,8 +655,9 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
         assert all(path.endswith(".experts") for path in report.experts)
     elif mlps_a_layer:
         assert isinstance(mlp, IRJoinedGatedMLP if family in JOINED_MLPS else IRGatedMLP)
-    rotary = getattr(model.model, "rotary_emb", None) or model.model.pos_emb  # LFM2-MoE's
-    assert isinstance(rotary, IRRotaryCache) != attention_stays
+    if family not in NO_ROTARY:
+        rotary = getattr(model.model, "rotary_emb", None) or model.model.pos_emb  # LFM2-MoE's
+        assert isinstance(rotary, IRRotaryCache) != attention_stays
     calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
     expected = {"rms_norm": norm_calls} if norms else {}
     if not attention_stays:
@@ -652,7 +689,7 @@ def _recording_attention(
     return eager(module, query, key, value, mask, **kwargs)
 
 
-@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in ATTENTION_STAYS])
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in ATTENTION_STAYS | NO_ROTARY])
 def test_converted_attention_calls_its_attention_function_as_the_original(family: str) -> None:
     """Beside the tensors, a family's attention forward gives its attention function a sliding
     window (per layer, the model's, or only in sliding layers), a logit cap, the positions...:
@@ -792,6 +829,32 @@ def test_an_mlp_computing_more_than_its_gated_form_is_left_alone() -> None:
     }
     assert report.mlps == ["model.layers.1.mlp"]
     assert model.model.layers[1].mlp.activation == "silu"
+
+
+def test_a_converted_attention_takes_its_arguments_as_its_own_forward_does() -> None:
+    """Granite 4's attention forward takes the mask second and the position embeddings last:
+    the converted forward, called by position in that order or by name, gives the same; more
+    positional arguments than the original takes are refused."""
+    model = build("granite4")
+    convert_keeping_logits(model)
+    attention = model.model.layers[0].self_attn
+    assert attention.ir_attention_plan.forward_parameters == (
+        "hidden_states",
+        "attention_mask",
+        "cache",
+        "position_embeddings",
+    )
+    hidden = torch.randn(1, 5, SIZES["hidden_size"], generator=torch.Generator().manual_seed(3))
+    positions = torch.arange(5).unsqueeze(0)
+    with torch.no_grad():
+        embeddings = model.model.rotary_emb(hidden, positions)
+        by_name, _ = attention(
+            hidden_states=hidden, attention_mask=None, position_embeddings=embeddings
+        )
+        by_position, _ = attention(hidden, None, None, embeddings)
+    torch.testing.assert_close(by_position, by_name, atol=0, rtol=0)
+    with pytest.raises(TypeError, match="got 5 positional arguments; its own forward takes 4"):
+        attention(hidden, None, None, embeddings, None)
 
 
 def test_a_model_without_rotary_embeddings_keeps_its_attention() -> None:

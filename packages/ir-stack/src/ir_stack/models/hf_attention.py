@@ -91,21 +91,38 @@ class AttentionPlan:
     #: (most take them in ``**kwargs`` and do; Ministral 3 under transformers 5.17 names and
     #: keeps them)
     passes_position_ids: bool = True
+    #: the names of the layer's own forward's positional parameters, in order, which name the
+    #: arguments a caller passes by position (Granite 4's forward takes the mask second)
+    forward_parameters: tuple[str, ...] = ("hidden_states", "position_embeddings")
 
 
 def rotary_attention_forward(
     self: Any,  # a transformers attention module (`_is_attention` in hf.py says which)
-    hidden_states: Tensor,
-    position_embeddings: tuple[Tensor, Tensor],
-    attention_mask: Tensor | None = None,
     *args: Any,
     **kwargs: Any,
 ) -> tuple[Tensor, Tensor | None]:
-    """The forward of a converted attention layer (bound to the instance)."""
+    """The forward of a converted attention layer (bound to the instance), taking its
+    arguments by position or by name as the layer's own forward does."""
     plan = self.ir_attention_plan
+    if len(args) > len(plan.forward_parameters):
+        raise TypeError(
+            f"{type(self).__name__}.forward (converted): got {len(args)} positional arguments; "
+            f"its own forward takes {len(plan.forward_parameters)}"
+        )
+    kwargs.update(zip(plan.forward_parameters, args, strict=False))
+    hidden_states = kwargs.pop("hidden_states")
+    position_embeddings = kwargs.pop("position_embeddings")
+    attention_mask = kwargs.pop("attention_mask", None)
     return _planned_forward(
         self, hidden_states, position_embeddings, attention_mask, plan=plan, **kwargs
     )
+
+
+def forward_parameters(forward: Callable[..., Any]) -> tuple[str, ...]:
+    """The names of `forward`'s positional parameters after ``self``, in order."""
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    parameters = inspect.signature(forward).parameters.values()
+    return tuple(p.name for p in parameters if p.kind in positional)[1:]
 
 
 def _planned_forward(
@@ -367,6 +384,7 @@ def attention_plan(
         attention_kwargs=arguments[0],
         attention_tensors=arguments[1],
         passes_position_ids="position_ids" in original.call.kwargs,
+        forward_parameters=forward_parameters(own),
     )
     planned = functools.partial(_planned_forward, plan=plan)
     try:
@@ -609,7 +627,14 @@ def _run_probe_forward(
             shared[attention.layer_type] = _shared_probe(attention, hidden)
     _probe_calls.clear()
     try:
-        output = forward(attention, hidden, embeddings, None, **kwargs)
+        # by name: a forward may take its mask before the position embeddings (Granite 4's)
+        output = forward(
+            attention,
+            hidden_states=hidden,
+            position_embeddings=embeddings,
+            attention_mask=None,
+            **kwargs,
+        )
     finally:
         attention.config = config
         calls = list(_probe_calls)
