@@ -510,6 +510,29 @@ HF_FAMILIES = {
             "mamba_d_state": 32,
         },
     ),
+    # value heads narrower than the query and key heads, scaled; a full layer, then a sliding
+    # one with sinks; a rope over a third of each head; routed experts, all eight a token
+    "mimo_v2_flash": (
+        "MiMoV2FlashConfig",
+        "MiMoV2FlashForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "head_dim": 96,
+            "v_head_dim": 64,
+            "attention_value_scale": 0.7,
+            "layer_types": ["full_attention", "sliding_attention"],
+            "sliding_window": 8,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                "partial_rotary_factor": 1 / 3,
+            },
+            "mlp_layer_types": ["sparse", "sparse"],
+            "n_routed_experts": 8,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": 128,
+        },
+    ),
     # LayerNorms and a ReLU-squared MLP (they stay); biases on every projection
     "jais2": ("Jais2Config", "Jais2ForCausalLM", {**_GPU_TOKENS, "head_dim": 64}),
     # an attention-output gate of its own projection; a rotating sliding layer and a NoPE
@@ -593,6 +616,7 @@ HF_MOE = {
     "lfm2_moe",
     "afmoe",
     "granite4_h",
+    "mimo_v2_flash",
 }
 #: families without a rotary module (no rope): their attention stays
 HF_NO_ROTARY = {"granite4_h"}

@@ -106,6 +106,7 @@ FAMILIES = {
     "jais2": ("Jais2Config", "Jais2ForCausalLM"),
     "granite4": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM"),
     "granite4_h": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM"),
+    "mimo_v2_flash": ("MiMoV2FlashConfig", "MiMoV2FlashForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -281,6 +282,33 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "mamba_n_groups": 1,
         "mamba_d_state": 16,
         "residual_multiplier": 0.5,
+    },
+    # MiMo-V2 Flash: value heads narrower than the query and key heads, and scaled (transformers
+    # 5.24); a full layer, then a sliding one with attention sinks and twice the key-value
+    # heads; a rope over a third of each head, of its own base per layer type; routed experts
+    "mimo_v2_flash": {
+        **_TOKENS,
+        "head_dim": 24,
+        "v_head_dim": 16,
+        "attention_value_scale": 0.7,
+        "layer_types": ["full_attention", "sliding_attention"],
+        "sliding_window": 4,
+        "rope_parameters": {
+            "full_attention": {
+                "rope_type": "default",
+                "rope_theta": 1e6,
+                "partial_rotary_factor": 0.334,
+            },
+            "sliding_attention": {
+                "rope_type": "default",
+                "rope_theta": 1e4,
+                "partial_rotary_factor": 0.334,
+            },
+        },
+        "mlp_layer_types": ["sparse", "sparse"],
+        "n_routed_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
     },
     # Jais 2: biases on every projection, LayerNorms and a ReLU-squared MLP (which stay)
     "jais2": {**_TOKENS, "head_dim": 16},
@@ -507,6 +535,7 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     # Jais 2: LayerNorms and an MLP of one activation (ReLU squared), which stay
     "jais2": (0, 0, 0),
     "granite4_h": (2, 1, 1),
+    "mimo_v2_flash": (2, 0, 1),
     "afmoe": (6, 1, 1),
     "olmo3": (4, 1, 0),
     "glm4": (4, 1, 0),

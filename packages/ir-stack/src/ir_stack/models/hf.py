@@ -4,15 +4,16 @@ OLMo 2 and 3, GLM and GLM-4, ERNIE 4.5, Helium, Seed-OSS, SmolLM3, Cohere (Comma
 2, EXAONE 4, Hunyuan, Apertus and Apertus 1.5, Arcee, CWM, Jais 2 (attention alone: its norms
 are LayerNorms, its MLP not gated), and the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE,
 OLMoE, FlexOlmo, Granite MoE (and its shared-expert form), GLM-4 MoE, ERNIE 4.5 MoE, Cohere 2
-MoE, EXAONE MoE, Hunyuan MoE, HY V3, dots.llm1, MiniMax M2, Solar Open, Mellum, Llama 4 (text),
-Gemma 4 (text, dense or with experts), Qwen3-Next and Qwen 3.5 (text, dense or with experts;
-their linear-attention layers stay), GPT-OSS (its experts, which clamp their gate, stay), the
-latent-attention models DeepSeek V2, V3 and V3.2, GLM-5 (MoE DSA), GLM-4.7 Flash (MoE Lite),
-Mistral 4, MiniCPM3 and Youtu (their latent attention, which rotates its own way, stays; V3.2's
-and GLM-5's indexer with it), AFMoE (Arcee's Trinity), and the hybrids LFM2 and LFM2-MoE (their
-short-convolution layers stay), OLMo Hybrid (its Gated DeltaNet layers stay), Granite 4 (dense,
-or the H models, whose Mamba-2 layers stay and whose attention has no rope) and Falcon-H1 (its
-Mamba-2 mixers stay; its multipliers on the keys and on the MLP's gate and output are applied).
+MoE, EXAONE MoE, Hunyuan MoE, HY V3, dots.llm1, MiniMax M2, Solar Open, Mellum, MiMo-V2 Flash
+(value heads of their own width), Llama 4 (text), Gemma 4 (text, dense or with experts),
+Qwen3-Next and Qwen 3.5 (text, dense or with experts; their linear-attention layers stay),
+GPT-OSS (its experts, which clamp their gate, stay), the latent-attention models DeepSeek V2, V3
+and V3.2, GLM-5 (MoE DSA), GLM-4.7 Flash (MoE Lite), Mistral 4, MiniCPM3 and Youtu (their latent
+attention, which rotates its own way, stays; V3.2's and GLM-5's indexer with it), AFMoE (Arcee's
+Trinity), and the hybrids LFM2 and LFM2-MoE (their short-convolution layers stay), OLMo Hybrid
+(its Gated DeltaNet layers stay), Granite 4 (dense, or the H models, whose Mamba-2 layers stay
+and whose attention has no rope) and Falcon-H1 (its Mamba-2 mixers stay; its multipliers on the
+keys and on the MLP's gate and output are applied).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -194,6 +195,7 @@ SUPPORTED_MODEL_TYPES = (
     "afmoe",
     "jais2",
     "granitemoehybrid",
+    "mimo_v2_flash",
 )
 #: rope types whose frequencies change with the sequence's length (dynamic NTK scaling; Phi-3's
 #: long rope, which switches factors past its original length): the rotary module computes

@@ -68,6 +68,11 @@ class AttentionPlan:
     key_scale: float = 1.0
     #: the values' norm's attribute name, over each head (Gemma 4's ``v_norm``), or None
     value_norm: str | None = None
+    #: the width of each value head where it differs from the query and key heads' (MiMo-V2
+    #: Flash's ``v_head_dim``), or None
+    value_head_dim: int | None = None
+    #: the values multiplied by this (MiMo-V2 Flash's ``v_scale``)
+    value_scale: float = 1.0
     #: the query projection gives each head's query and then its gate; the attention's output
     #: is multiplied by the gate's sigmoid before ``o_proj`` (Qwen3-Next's, Qwen 3.5's)
     gates_output: bool = False
@@ -213,8 +218,11 @@ def _queries_keys_values(
         q = plan.query_scale.apply(q, scale_positions)
     if plan.value_norm is not None:
         v = _norm_each_head(getattr(attention, plan.value_norm), v, head_dim)
-    hidden_shape = (*hidden_states.shape[:-1], -1, head_dim)
-    q, k, v = (t.view(hidden_shape).transpose(1, 2) for t in (q, k, v))
+    if plan.value_scale != 1.0:
+        v = v * plan.value_scale
+    tokens = hidden_states.shape[:-1]
+    q, k = (t.view(*tokens, -1, head_dim).transpose(1, 2) for t in (q, k))
+    v = v.view(*tokens, -1, plan.value_head_dim or head_dim).transpose(1, 2)
     return q, k, v, gate
 
 
@@ -376,6 +384,8 @@ def attention_plan(
         query_scale=scale,
         key_scale=float(getattr(attention, "key_multiplier", 1.0)),
         value_norm="v_norm" if getattr(attention, "v_norm", None) is not None else None,
+        value_head_dim=_value_head_dim(attention),
+        value_scale=float(getattr(attention, "v_scale", 1.0)),
         gates_output=projection is not getattr(attention, "qkv_proj", None)
         and projection.out_features == 2 * output_projection(attention).in_features,
         output_gate=_output_gate(attention),
@@ -402,6 +412,13 @@ def attention_plan(
     if isinstance(converted, str):
         return f"the converted forward: {converted}"
     return _differences(converted, original) or plan
+
+
+def _value_head_dim(attention: Any) -> int | None:
+    """The width of the layer's value heads where it differs from its ``head_dim`` (its
+    ``v_head_dim``), else None."""
+    width = getattr(attention, "v_head_dim", None)
+    return width if isinstance(width, int) and width != attention.head_dim else None
 
 
 def _output_gate(attention: Any) -> str | None:
@@ -512,13 +529,13 @@ def _head_norm_form(attention: Any, names: tuple[str, str]) -> bool | None:
 def _head_counts(attention: Any, head_dim: int) -> tuple[int, int]:
     """The layer's query heads and key-value heads, from its projections' widths (Gemma 4's
     differ from layer to layer; its config refuses to give one count for all): the output
-    projection's input, since a query projection with gates is twice as wide; or Phi-3's
-    config, where they are one projection."""
+    projection's input (heads of the values' width), since a query projection with gates is
+    twice as wide; or Phi-3's config, where they are one projection."""
     if hasattr(attention, "qkv_proj"):
         config = attention.config
         return config.num_attention_heads, config.num_key_value_heads
-    queries = output_projection(attention).in_features
-    return queries // head_dim, attention.k_proj.out_features // head_dim
+    queries = output_projection(attention).in_features // (_value_head_dim(attention) or head_dim)
+    return queries, attention.k_proj.out_features // head_dim
 
 
 @dataclass
