@@ -533,6 +533,36 @@ HF_FAMILIES = {
             "moe_intermediate_size": 128,
         },
     ),
+    # a lightning-attention layer (it stays), then softmax attention; routed experts
+    "minimax": (
+        "MiniMaxConfig",
+        "MiniMaxForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "layer_types": ["linear_attention", "full_attention"],
+            "num_local_experts": 8,
+            "num_experts_per_tok": 8,
+            "head_dim": 64,
+        },
+    ),
+    # a KDA linear-attention layer, then latent attention without a rope (both stay); routed
+    # and shared experts
+    "kimi_linear": (
+        "KimiLinearConfig",
+        "KimiLinearForCausalLM",
+        {
+            **_GPU_TOKENS,
+            **_GPU_LATENT,
+            "num_key_value_heads": 4,
+            "layer_types": ["linear_attention", "full_attention"],
+            "mlp_layer_types": ["sparse", "sparse"],
+            "num_experts": 8,
+            "num_experts_per_token": 8,
+            "moe_intermediate_size": 128,
+            "linear_head_dim": 64,
+            "linear_num_heads": 4,
+        },
+    ),
     # LayerNorms and a ReLU-squared MLP (they stay); biases on every projection
     "jais2": ("Jais2Config", "Jais2ForCausalLM", {**_GPU_TOKENS, "head_dim": 64}),
     # an attention-output gate of its own projection; a rotating sliding layer and a NoPE
@@ -617,9 +647,11 @@ HF_MOE = {
     "afmoe",
     "granite4_h",
     "mimo_v2_flash",
+    "minimax",
+    "kimi_linear",
 }
 #: families without a rotary module (no rope): their attention stays
-HF_NO_ROTARY = {"granite4_h"}
+HF_NO_ROTARY = {"granite4_h", "kimi_linear"}
 #: families whose latent attention stays, with the model's rotary module
 HF_LATENT = {
     "deepseek_v2",

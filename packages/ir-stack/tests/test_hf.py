@@ -107,6 +107,8 @@ FAMILIES = {
     "granite4": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM"),
     "granite4_h": ("GraniteMoeHybridConfig", "GraniteMoeHybridForCausalLM"),
     "mimo_v2_flash": ("MiMoV2FlashConfig", "MiMoV2FlashForCausalLM"),
+    "minimax": ("MiniMaxConfig", "MiniMaxForCausalLM"),
+    "kimi_linear": ("KimiLinearConfig", "KimiLinearForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -309,6 +311,32 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "n_routed_experts": 4,
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 32,
+    },
+    # MiniMax (Text-01, M1): a lightning-attention layer, which stays (it ignores the position
+    # embeddings it is handed), then a softmax-attention layer; routed experts in both
+    "minimax": {
+        **_TOKENS,
+        "layer_types": ["linear_attention", "full_attention"],
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "head_dim": 16,
+    },
+    # Kimi Linear: a KDA linear-attention layer, then latent attention without a rope (both
+    # stay); routed and shared experts in both
+    "kimi_linear": {
+        **_TOKENS,
+        "num_key_value_heads": 4,
+        "layer_types": ["linear_attention", "full_attention"],
+        "mlp_layer_types": ["sparse", "sparse"],
+        "num_experts": 4,
+        "num_experts_per_token": 2,
+        "moe_intermediate_size": 32,
+        "kv_lora_rank": 16,
+        "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 8,
+        "v_head_dim": 16,
+        "linear_head_dim": 16,
+        "linear_num_heads": 4,
     },
     # Jais 2: biases on every projection, LayerNorms and a ReLU-squared MLP (which stay)
     "jais2": {**_TOKENS, "head_dim": 16},
@@ -536,6 +564,8 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "jais2": (0, 0, 0),
     "granite4_h": (2, 1, 1),
     "mimo_v2_flash": (2, 0, 1),
+    "minimax": (2, 0, 1),
+    "kimi_linear": (2, 1, 1),
     "afmoe": (6, 1, 1),
     "olmo3": (4, 1, 0),
     "glm4": (4, 1, 0),
@@ -569,8 +599,12 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
 }
 #: families without a rotary module (their attention rotates nothing, and stays): Granite 4's
 #: hybrids, as released
-NO_ROTARY = {"granite4_h"}
+NO_ROTARY = {"granite4_h", "kimi_linear"}
 NO_ROTARY_WHY = "no rotary module (none named rotary_emb or of a class ending in RotaryEmbedding)"
+#: families whose two layers differ in their norms, by their total with the final norm:
+#: MiniMax's lightning layer has a norm of its own; Kimi Linear's latent-attention layer a norm
+#: after its key-value projection
+TOTAL_NORMS = {"minimax": 6, "kimi_linear": 6}
 #: families whose routed experts gate in their own way and stay (GPT-OSS clamps its gate)
 EXPERTS_STAY = {"gpt_oss"}
 #: families whose norms are LayerNorms (they stay), the final one too
@@ -594,6 +628,7 @@ ATTENTION_LAYERS = {
     "lfm2": 1,
     "lfm2_moe": 1,
     "olmo_hybrid": 1,
+    "minimax": 1,
 }
 #: families whose rotating layers alone have a query and key norm, one module for both (run
 #: twice a layer)
@@ -654,6 +689,7 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     layers = SIZES["num_hidden_layers"]
     norms_a_layer, mlps_a_layer, experts_a_layer = LAYER_COUNTS.get(family, (2, 1, 0))
     norms = norms_a_layer * layers + (0 if family in LAYER_NORMS else 1)
+    norms = TOTAL_NORMS.get(family, norms)
     norm_calls = norms
     if family in SHARED_HEAD_NORMS:
         norms += ROTATING_LAYERS[family]
@@ -884,6 +920,34 @@ def test_a_converted_attention_takes_its_arguments_as_its_own_forward_does() -> 
     torch.testing.assert_close(by_position, by_name, atol=0, rtol=0)
     with pytest.raises(TypeError, match="got 5 positional arguments; its own forward takes 4"):
         attention(hidden, None, None, embeddings, None)
+
+
+class WrappingAttention(torch.nn.Module):
+    """An attention layer of another form (no projections of its own) that uses the position
+    embeddings it is handed, as DeepSeek's latent attention does."""
+
+    def __init__(self, inner: torch.nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(
+        self, hidden_states: Any, position_embeddings: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        return self.inner(hidden_states, position_embeddings, *args, **kwargs)
+
+
+def test_another_form_of_attention_using_the_rotary_keeps_it_for_every_layer() -> None:
+    """A layer of another form beside converted ones: where it uses the rotary module's output
+    (found on a probe), the rotary module and every attention layer stay; MiniMax's lightning
+    layers, which ignore it, let the others convert (its family's test)."""
+    model = build("llama")
+    layer = model.model.layers[0]
+    layer.self_attn = WrappingAttention(layer.self_attn)
+    report = convert_keeping_logits(model)
+    assert report.skipped == {
+        "model.rotary_emb": "attention of another form in model.layers.0.self_attn"
+    }
+    assert report.attentions == []
 
 
 def test_a_model_without_rotary_embeddings_keeps_its_attention() -> None:

@@ -11,9 +11,11 @@ GPT-OSS (its experts, which clamp their gate, stay), the latent-attention models
 and V3.2, GLM-5 (MoE DSA), GLM-4.7 Flash (MoE Lite), Mistral 4, MiniCPM3 and Youtu (their latent
 attention, which rotates its own way, stays; V3.2's and GLM-5's indexer with it), AFMoE (Arcee's
 Trinity), and the hybrids LFM2 and LFM2-MoE (their short-convolution layers stay), OLMo Hybrid
-(its Gated DeltaNet layers stay), Granite 4 (dense, or the H models, whose Mamba-2 layers stay
-and whose attention has no rope) and Falcon-H1 (its Mamba-2 mixers stay; its multipliers on the
-keys and on the MLP's gate and output are applied).
+(its Gated DeltaNet layers stay), MiniMax (Text-01, M1: its lightning-attention layers stay),
+Kimi Linear (its KDA layers and its latent attention, which has no rope, stay), Granite 4
+(dense, or the H models, whose Mamba-2 layers stay and whose attention has no rope) and
+Falcon-H1 (its Mamba-2 mixers stay; its multipliers on the keys and on the MLP's gate and output
+are applied).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -55,7 +57,10 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   in an `AttentionPlan`, checked on a probe: a layer whose converted forward would give its
   attention function other queries, keys or values than its own, or make another output of
   that function's answer (a gate after attention), stays as it is. A model with
-  an attention layer of another form (DeepSeek's latent attention) keeps its rotary module;
+  an attention layer of another form that uses the rotary module's output (DeepSeek's latent
+  attention) keeps that module and every attention layer as they are; one that ignores it
+  (MiniMax's lightning attention, found on a probe) keeps its own forward while the others
+  convert;
 - the routed experts of a mixture-of-experts block (transformers holds them as one tensor per
   projection) gate with the IR op: their ``_apply_gate`` hook, which transformers' grouped,
   batched and fused experts implementations call on the ``(tokens x experts, 2 x width)`` rows
@@ -95,6 +100,7 @@ from .hf_attention import (
     AttentionPlan,
     QueryScale,
     attention_plan,
+    ignores_position_embeddings,
     layer_type_of,
     rotary_attention_forward,
     rotation_form,
@@ -196,6 +202,8 @@ SUPPORTED_MODEL_TYPES = (
     "jais2",
     "granitemoehybrid",
     "mimo_v2_flash",
+    "minimax",
+    "kimi_linear",
 )
 #: rope types whose frequencies change with the sequence's length (dynamic NTK scaling; Phi-3's
 #: long rope, which switches factors past its original length): the rotary module computes
@@ -677,12 +685,15 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
     if not tables:
         report.skipped[path] = why
         return
-    layers = [(p, m) for p, m in model.named_modules() if type(m).__name__.endswith("Attention")]
-    others = [p for p, m in layers if not _is_attention(m)]
-    if others or not layers:
-        # DeepSeek's latent attention, say: it rotates with the model's (cos, sin) itself
+    named = [(p, m) for p, m in model.named_modules() if type(m).__name__.endswith("Attention")]
+    layers = [(p, m) for p, m in named if _is_attention(m)]
+    # layers of another form keep their forward: DeepSeek's latent attention rotates with the
+    # model's (cos, sin) itself, and leaves the rotary module alone; MiniMax's lightning
+    # attention ignores it, which a probe below shows
+    others = [(p, m) for p, m in named if not _is_attention(m)]
+    if not layers:
         report.skipped[path] = (
-            f"attention of another form in {others[0]}" if others else "no attention layers"
+            f"attention of another form in {others[0][0]}" if others else "no attention layers"
         )
         return
     for layer_path, layer in layers:
@@ -714,6 +725,14 @@ def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: i
     cache = IRRotaryCache(
         tables, max_positions, sliced_by_token=sliced, per_token=probed if per_token else None
     )
+    hidden_size = int(getattr(model.config, "hidden_size", 0))
+    blocking = next(
+        (p for p, m in others if not ignores_position_embeddings(m, probed, cache, hidden_size)),
+        None,
+    )
+    if blocking is not None:
+        report.skipped[path] = f"attention of another form in {blocking}"
+        return
     try:
         neox = rotation_form(probed, cache, [m for _, m in layers])
     except Exception as error:  # the model's rotary module or rotation, on the probe

@@ -698,6 +698,36 @@ def _identity_rotation(embeddings: Any) -> Any:
     return torch.ones_like(cos), torch.zeros_like(sin)
 
 
+def ignores_position_embeddings(
+    layer: Any, rotary: nn.Module, cache: IRRotaryCache, hidden_size: int
+) -> bool:
+    """Whether an attention layer of another form (one the plan does not describe: MiniMax's
+    lightning attention) gives the same output on a probe of `hidden_size` wide rows whether
+    it is handed the rotary module's ``(cos, sin)`` or `cache`'s pair, so that it may keep its
+    own forward while the model's rotary module becomes `cache`. False where it differs or
+    fails (DeepSeek's latent attention rotates with the pair)."""
+    weight = next(layer.parameters(), None)
+    if weight is None or weight.device.type == "meta":
+        return False
+    hidden = probe((1, 3, hidden_size), weight.device).to(weight.dtype)
+    position_ids = rotary_positions(rotary, torch.arange(3, device=weight.device).unsqueeze(0))
+    layer_type = layer_type_of(layer, cache.layer_types)
+    extra = () if layer_type is None else (layer_type,)
+    try:
+        with torch.no_grad():
+            outputs = [
+                layer(hidden_states=hidden, position_embeddings=embeddings, attention_mask=None)
+                for embeddings in (
+                    rotary(hidden, position_ids, *extra),
+                    cache(hidden, position_ids, *extra),
+                )
+            ]
+    except Exception:  # a layer that uses the pair, or takes other arguments: it decides nothing
+        return False
+    want, got = (o[0] if isinstance(o, tuple) else o for o in outputs)
+    return isinstance(got, Tensor) and isinstance(want, Tensor) and torch.equal(got, want)
+
+
 def rotary_positions(rotary: nn.Module, positions: Tensor) -> Tensor:
     """Position ids ``[batch, tokens]`` as `rotary` takes them: for a rope of several positions
     a token (Qwen 3.5's ``mrope_section``: time, height, width), one row per grid, here all
