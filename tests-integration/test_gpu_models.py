@@ -563,6 +563,25 @@ HF_FAMILIES = {
             "linear_num_heads": 4,
         },
     ),
+    # latent attention (it stays), then linear attention (it stays too); routed and shared
+    # experts
+    "bailing_hybrid": (
+        "BailingHybridConfig",
+        "BailingHybridForCausalLM",
+        {
+            **_GPU_TOKENS,
+            **_GPU_LATENT,
+            "num_key_value_heads": 4,
+            "layer_types": ["full_attention", "linear_attention"],
+            "mlp_layer_types": ["sparse", "sparse"],
+            "num_experts": 8,
+            "num_experts_per_token": 8,
+            "moe_intermediate_size": 128,
+            "num_expert_group": 1,
+            "topk_group": 1,
+            "num_nextn_predict_layers": 0,
+        },
+    ),
     # LayerNorms and a ReLU-squared MLP (they stay); biases on every projection
     "jais2": ("Jais2Config", "Jais2ForCausalLM", {**_GPU_TOKENS, "head_dim": 64}),
     # an attention-output gate of its own projection; a rotating sliding layer and a NoPE
@@ -649,11 +668,13 @@ HF_MOE = {
     "mimo_v2_flash",
     "minimax",
     "kimi_linear",
+    "bailing_hybrid",
 }
 #: families without a rotary module (no rope): their attention stays
 HF_NO_ROTARY = {"granite4_h", "kimi_linear"}
 #: families whose latent attention stays, with the model's rotary module
 HF_LATENT = {
+    "bailing_hybrid",
     "deepseek_v2",
     "deepseek_v3",
     "deepseek_v32",

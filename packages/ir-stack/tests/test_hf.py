@@ -109,6 +109,7 @@ FAMILIES = {
     "mimo_v2_flash": ("MiMoV2FlashConfig", "MiMoV2FlashForCausalLM"),
     "minimax": ("MiniMaxConfig", "MiniMaxForCausalLM"),
     "kimi_linear": ("KimiLinearConfig", "KimiLinearForCausalLM"),
+    "bailing_hybrid": ("BailingHybridConfig", "BailingHybridForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -338,6 +339,24 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "linear_head_dim": 16,
         "linear_num_heads": 4,
     },
+    # Ling 2.5 hybrid (`bailing_hybrid`): latent attention (it stays, with the rotary module),
+    # then a linear-attention layer (it stays too, ignoring the rope); routed and shared experts
+    "bailing_hybrid": {
+        **_TOKENS,
+        "num_key_value_heads": 4,
+        "layer_types": ["full_attention", "linear_attention"],
+        "mlp_layer_types": ["sparse", "sparse"],
+        "num_experts": 4,
+        "num_experts_per_token": 2,
+        "moe_intermediate_size": 32,
+        "num_expert_group": 1,
+        "topk_group": 1,
+        "kv_lora_rank": 16,
+        "qk_rope_head_dim": 8,
+        "qk_nope_head_dim": 8,
+        "v_head_dim": 16,
+        "num_nextn_predict_layers": 0,
+    },
     # Jais 2: biases on every projection, LayerNorms and a ReLU-squared MLP (which stay)
     "jais2": {**_TOKENS, "head_dim": 16},
     # AFMoE (Arcee's Trinity): a gate projection of its own on the attention output, per-head
@@ -521,6 +540,7 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
 JOINED_MLPS = {"phi3", "glm", "glm4", "granite4"}
 #: families whose attention stays as it is (DeepSeek's latent attention rotates on its own)
 ATTENTION_STAYS = {
+    "bailing_hybrid",
     "deepseek_v2",
     "deepseek_v3",
     "deepseek_v32",
@@ -566,6 +586,7 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "mimo_v2_flash": (2, 0, 1),
     "minimax": (2, 0, 1),
     "kimi_linear": (2, 1, 1),
+    "bailing_hybrid": (2, 1, 1),
     "afmoe": (6, 1, 1),
     "olmo3": (4, 1, 0),
     "glm4": (4, 1, 0),
@@ -604,7 +625,7 @@ NO_ROTARY_WHY = "no rotary module (none named rotary_emb or of a class ending in
 #: families whose two layers differ in their norms, by their total with the final norm:
 #: MiniMax's lightning layer has a norm of its own; Kimi Linear's latent-attention layer a norm
 #: after its key-value projection
-TOTAL_NORMS = {"minimax": 6, "kimi_linear": 6}
+TOTAL_NORMS = {"minimax": 6, "kimi_linear": 6, "bailing_hybrid": 6}
 #: families whose routed experts gate in their own way and stay (GPT-OSS clamps its gate)
 EXPERTS_STAY = {"gpt_oss"}
 #: families whose norms are LayerNorms (they stay), the final one too

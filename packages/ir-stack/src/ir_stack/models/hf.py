@@ -12,10 +12,10 @@ and V3.2, GLM-5 (MoE DSA), GLM-4.7 Flash (MoE Lite), Mistral 4, MiniCPM3 and You
 attention, which rotates its own way, stays; V3.2's and GLM-5's indexer with it), AFMoE (Arcee's
 Trinity), and the hybrids LFM2 and LFM2-MoE (their short-convolution layers stay), OLMo Hybrid
 (its Gated DeltaNet layers stay), MiniMax (Text-01, M1: its lightning-attention layers stay),
-Kimi Linear (its KDA layers and its latent attention, which has no rope, stay), Granite 4
-(dense, or the H models, whose Mamba-2 layers stay and whose attention has no rope) and
-Falcon-H1 (its Mamba-2 mixers stay; its multipliers on the keys and on the MLP's gate and output
-are applied).
+Kimi Linear (its KDA layers and its latent attention, which has no rope, stay), Ling 2.5's
+hybrid (its linear and latent attention stay), Granite 4 (dense, or the H models, whose Mamba-2
+layers stay and whose attention has no rope) and Falcon-H1 (its Mamba-2 mixers stay; its
+multipliers on the keys and on the MLP's gate and output are applied).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -204,6 +204,7 @@ SUPPORTED_MODEL_TYPES = (
     "mimo_v2_flash",
     "minimax",
     "kimi_linear",
+    "bailing_hybrid",
 )
 #: rope types whose frequencies change with the sequence's length (dynamic NTK scaling; Phi-3's
 #: long rope, which switches factors past its original length): the rotary module computes
