@@ -179,6 +179,17 @@ _GPU_INDEXER: dict[str, Any] = {
     "index_topk": 32,
     "num_key_value_heads": 4,
 }
+#: Kimi Linear's and Ling 2.5 hybrid's latent attention and experts (all eight a token), every
+#: layer routed
+_GPU_LINEAR_LATENT: dict[str, Any] = {
+    **_GPU_TOKENS,
+    **_GPU_LATENT,
+    "num_key_value_heads": 4,
+    "mlp_layer_types": ["sparse", "sparse"],
+    "num_experts": 8,
+    "num_experts_per_token": 8,
+    "moe_intermediate_size": 128,
+}
 _GPU_QWEN3_NEXT: dict[str, Any] = {
     "head_dim": 64,
     "layer_types": ["linear_attention", "full_attention"],
@@ -551,14 +562,8 @@ HF_FAMILIES = {
         "KimiLinearConfig",
         "KimiLinearForCausalLM",
         {
-            **_GPU_TOKENS,
-            **_GPU_LATENT,
-            "num_key_value_heads": 4,
+            **_GPU_LINEAR_LATENT,
             "layer_types": ["linear_attention", "full_attention"],
-            "mlp_layer_types": ["sparse", "sparse"],
-            "num_experts": 8,
-            "num_experts_per_token": 8,
-            "moe_intermediate_size": 128,
             "linear_head_dim": 64,
             "linear_num_heads": 4,
         },
@@ -569,14 +574,8 @@ HF_FAMILIES = {
         "BailingHybridConfig",
         "BailingHybridForCausalLM",
         {
-            **_GPU_TOKENS,
-            **_GPU_LATENT,
-            "num_key_value_heads": 4,
+            **_GPU_LINEAR_LATENT,
             "layer_types": ["full_attention", "linear_attention"],
-            "mlp_layer_types": ["sparse", "sparse"],
-            "num_experts": 8,
-            "num_experts_per_token": 8,
-            "moe_intermediate_size": 128,
             "num_expert_group": 1,
             "topk_group": 1,
             "num_nextn_predict_layers": 0,

@@ -141,6 +141,20 @@ _INDEXER: dict[str, Any] = {
 _SPARSE_LAYERS: dict[str, Any] = {"mlp_layer_types": ["sparse", "sparse"]}
 #: special tokens inside the small vocabulary
 _TOKENS: dict[str, Any] = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+#: Kimi Linear's and Ling 2.5 hybrid's latent attention (as many key-value heads as query
+#: heads) and experts (`num_experts_per_token`), every layer routed
+_LINEAR_LATENT: dict[str, Any] = {
+    **_TOKENS,
+    "num_key_value_heads": 4,
+    "mlp_layer_types": ["sparse", "sparse"],
+    "num_experts": 4,
+    "num_experts_per_token": 2,
+    "moe_intermediate_size": 32,
+    "kv_lora_rank": 16,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 16,
+}
 #: a sliding-window layer shorter than the prompt, then a global one
 _SLIDING_THEN_FULL: dict[str, Any] = {
     "sliding_window": 4,
@@ -325,36 +339,18 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     # Kimi Linear: a KDA linear-attention layer, then latent attention without a rope (both
     # stay); routed and shared experts in both
     "kimi_linear": {
-        **_TOKENS,
-        "num_key_value_heads": 4,
+        **_LINEAR_LATENT,
         "layer_types": ["linear_attention", "full_attention"],
-        "mlp_layer_types": ["sparse", "sparse"],
-        "num_experts": 4,
-        "num_experts_per_token": 2,
-        "moe_intermediate_size": 32,
-        "kv_lora_rank": 16,
-        "qk_rope_head_dim": 8,
-        "qk_nope_head_dim": 8,
-        "v_head_dim": 16,
         "linear_head_dim": 16,
         "linear_num_heads": 4,
     },
     # Ling 2.5 hybrid (`bailing_hybrid`): latent attention (it stays, with the rotary module),
     # then a linear-attention layer (it stays too, ignoring the rope); routed and shared experts
     "bailing_hybrid": {
-        **_TOKENS,
-        "num_key_value_heads": 4,
+        **_LINEAR_LATENT,
         "layer_types": ["full_attention", "linear_attention"],
-        "mlp_layer_types": ["sparse", "sparse"],
-        "num_experts": 4,
-        "num_experts_per_token": 2,
-        "moe_intermediate_size": 32,
         "num_expert_group": 1,
         "topk_group": 1,
-        "kv_lora_rank": 16,
-        "qk_rope_head_dim": 8,
-        "qk_nope_head_dim": 8,
-        "v_head_dim": 16,
         "num_nextn_predict_layers": 0,
     },
     # Jais 2: biases on every projection, LayerNorms and a ReLU-squared MLP (which stay)
