@@ -97,6 +97,7 @@ from ir_spec import ops
 
 from . import hf_attention
 from .hf_attention import (
+    OUTPUT_PROJECTIONS,
     AttentionPlan,
     QueryScale,
     attention_plan,
@@ -260,14 +261,7 @@ def _gated_activation(mlp: nn.Module) -> str | None:
     """The `GATED_ACTIVATIONS` name of the MLP's ``act_fn`` (Phi-3: ``activation_fn``, Granite
     MoE's shared expert: ``activation``), or None where it has none or computes none of them:
     run on a float32 probe beside each."""
-    act_fn = next(
-        (
-            f
-            for n in ("act_fn", "activation_fn", "activation")
-            if callable(f := getattr(mlp, n, None))
-        ),
-        None,
-    )
+    act_fn = _act_fn(mlp)
     weight = next(mlp.parameters(), None)
     if act_fn is None or weight is None or weight.device.type == "meta":
         return None
@@ -280,6 +274,13 @@ def _gated_activation(mlp: nn.Module) -> str | None:
     return None
 
 
+def _act_fn(mlp: nn.Module) -> Any:
+    """The MLP's activation module or function (``act_fn``; Phi-3's ``activation_fn``, Granite
+    MoE's shared expert's ``activation``), or None where it holds none."""
+    names = ("act_fn", "activation_fn", "activation")
+    return next((f for n in names if callable(f := getattr(mlp, n, None))), None)
+
+
 def _mlp_activation(mlp: nn.Module, parts: tuple[str, ...], config: Any) -> tuple[str | None, str]:
     """The `GATED_ACTIVATIONS` name of a gated MLP whose whole forward computes
     ``down(act(gate(x)) * up(x))`` with its own layers `parts` (gate, up, down; or gate-up,
@@ -287,10 +288,7 @@ def _mlp_activation(mlp: nn.Module, parts: tuple[str, ...], config: Any) -> tupl
     on a probe in its dtype; else ``(None, why)``. The activation is its ``act_fn``'s (found
     in float32); an MLP without one (LFM2's, which calls ``F.silu``) must match exactly one
     candidate. `config`: the model's, which names the activation in the reason."""
-    has_act_fn = any(
-        callable(getattr(mlp, n, None)) for n in ("act_fn", "activation_fn", "activation")
-    )
-    if has_act_fn:
+    if _act_fn(mlp) is not None:
         activation = _gated_activation(mlp)
         if activation is None:
             name = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None)
@@ -483,8 +481,8 @@ def _is_attention(module: nn.Module) -> bool:
         return False
     if _has_linears(module, _JOINED_ATTENTION_PARTS):
         return True
-    if not _has_linears(module, ("q_proj",)) or not (
-        _has_linears(module, ("o_proj",)) or _has_linears(module, ("out_proj",))
+    if not _has_linears(module, ("q_proj",)) or not any(
+        _has_linears(module, (name,)) for name in OUTPUT_PROJECTIONS
     ):
         return False
     if getattr(module, "is_kv_shared_layer", False):

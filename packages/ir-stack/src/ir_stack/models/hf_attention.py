@@ -181,10 +181,17 @@ def _planned_forward(
     return output_projection(self)(out), weights
 
 
+#: the output projection's attribute names: most families', LFM2's
+OUTPUT_PROJECTIONS = ("o_proj", "out_proj")
+
+
 def output_projection(attention: Any) -> nn.Linear:
-    """The layer's output projection: ``o_proj`` (most families') or ``out_proj`` (LFM2's)."""
-    projection: nn.Linear = getattr(attention, "o_proj", None) or attention.out_proj
-    return projection
+    """The layer's output projection, the first of `OUTPUT_PROJECTIONS` it holds."""
+    return next(
+        projection
+        for name in OUTPUT_PROJECTIONS
+        if isinstance(projection := getattr(attention, name, None), nn.Linear)
+    )
 
 
 def _queries_keys_values(
