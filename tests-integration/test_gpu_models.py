@@ -534,9 +534,12 @@ HF_FAMILIES = {
             "layer_types": ["full_attention", "sliding_attention"],
             "sliding_window": 8,
             "rope_parameters": {
-                "full_attention": {"rope_type": "default", "rope_theta": 1e6},
-                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
-                "partial_rotary_factor": 1 / 3,
+                layer_type: {
+                    "rope_type": "default",
+                    "rope_theta": theta,
+                    "partial_rotary_factor": 1 / 3,
+                }
+                for layer_type, theta in (("full_attention", 1e6), ("sliding_attention", 1e4))
             },
             "mlp_layer_types": ["sparse", "sparse"],
             "n_routed_experts": 8,

@@ -920,11 +920,11 @@ def test_a_converted_attention_takes_its_arguments_as_its_own_forward_does() -> 
     model = build("granite4")
     convert_keeping_logits(model)
     attention = model.model.layers[0].self_attn
-    assert attention.ir_attention_plan.forward_parameters == (
-        "hidden_states",
-        "attention_mask",
-        "cache",
-        "position_embeddings",
+    parameters = attention.ir_attention_plan.forward_parameters
+    # The cache's name differs between transformers releases (past_key_values, cache).
+    assert (parameters[:2], parameters[3:]) == (
+        ("hidden_states", "attention_mask"),
+        ("position_embeddings",),
     )
     hidden = torch.randn(1, 5, SIZES["hidden_size"], generator=torch.Generator().manual_seed(3))
     positions = torch.arange(5).unsqueeze(0)
