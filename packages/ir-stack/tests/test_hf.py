@@ -1416,6 +1416,29 @@ def test_an_attention_giving_other_arguments_is_left_alone(
     assert report.attentions == []
 
 
+def test_an_attention_taking_parameters_the_converted_forward_would_drop_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """HRM-Text's attention takes a ``cycle_offset`` that moves its KV-cache slot: a probe
+    without a cache cannot see what it does, and the converted forward would drop it. A
+    forward naming a parameter the converted one does not handle stays, reported."""
+    model = build("llama")
+    attention_class = type(model.model.layers[0].self_attn)
+    forward = attention_class.forward
+
+    def offset_slot(
+        self: Any, hidden_states: Any, position_embeddings: Any, cycle_offset: int = 0, **kw: Any
+    ) -> Any:
+        return forward(self, hidden_states, position_embeddings, **kw)
+
+    monkeypatch.setattr(attention_class, "forward", offset_slot)
+    report = convert_keeping_logits(model)
+    why = "its forward takes 'cycle_offset', which a converted forward would drop"
+    assert why in report.skipped["model.rotary_emb"]
+    assert report.attentions == []
+    assert len(report.mlps) == SIZES["num_hidden_layers"]
+
+
 def test_an_attention_failing_on_the_probe_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """A layer whose own forward cannot run on the probe is not converted: the report says why,
     and the conversion goes on with the other parts."""

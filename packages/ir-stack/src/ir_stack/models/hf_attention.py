@@ -123,6 +123,38 @@ def rotary_attention_forward(
     )
 
 
+#: the parameters of an attention forward that the converted forward handles as the original
+#: does; a forward naming others (HRM-Text's ``cycle_offset``, which moves its cache slot)
+#: stays as it is
+_KNOWN_FORWARD_PARAMETERS = frozenset(
+    (
+        "hidden_states",
+        "position_embeddings",
+        "attention_mask",
+        "cache",  # transformers 5.24's name for the KV cache
+        "past_key_values",
+        "past_key_value",
+        "cache_position",
+        "position_ids",
+        "shared_kv_states",
+        "output_attentions",
+        "use_cache",
+    )
+)
+
+
+def unknown_forward_parameters(forward: Callable[..., Any]) -> list[str]:
+    """The named parameters of `forward` (after ``self``) that the converted forward does not
+    handle as the original would: it could only drop them."""
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    parameters = list(inspect.signature(forward).parameters.values())[1:]
+    return [
+        p.name
+        for p in parameters
+        if p.kind not in variadic and p.name not in _KNOWN_FORWARD_PARAMETERS
+    ]
+
+
 def forward_parameters(forward: Callable[..., Any]) -> tuple[str, ...]:
     """The names of `forward`'s positional parameters after ``self``, in order."""
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
@@ -368,6 +400,10 @@ def attention_plan(
     scale = _query_scale(attention)
     seen = last - 1 if scale is not None and scale.from_cache else None
     own = type(attention).forward
+    unknown = unknown_forward_parameters(own)
+    if unknown:
+        named = ", ".join(map(repr, unknown))
+        return f"its forward takes {named}, which a converted forward would drop"
     try:
         with torch.no_grad():
             embeddings = rotary(hidden, position_ids, *extra)
