@@ -1439,6 +1439,45 @@ def test_an_attention_taking_parameters_the_converted_forward_would_drop_is_left
     assert len(report.mlps) == SIZES["num_hidden_layers"]
 
 
+def test_a_layer_handed_no_position_embeddings_rotates_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Lara's model hands its full-attention layers None for the position embeddings, and
+    their forward then rotates nothing: the converted forward does the same (the probe runs
+    both forwards so). Here the second layer is handed None."""
+    model = build("llama")
+    decoder_class = type(model.model.layers[0])
+    attention_class = type(model.model.layers[0].self_attn)
+    layer_forward, attention_forward = decoder_class.forward, attention_class.forward
+
+    def none_for_the_second(self: Any, *args: Any, position_embeddings: Any, **kw: Any) -> Any:
+        if self.self_attn.layer_idx == 1:
+            position_embeddings = None
+        return layer_forward(self, *args, position_embeddings=position_embeddings, **kw)
+
+    def rotating_when_given(
+        self: Any, hidden_states: Any, position_embeddings: Any = None, *args: Any, **kw: Any
+    ) -> Any:
+        if position_embeddings is None:  # a rotation by angles of zero
+            shape = (*hidden_states.shape[:-1], self.head_dim)
+            position_embeddings = hidden_states.new_ones(shape), hidden_states.new_zeros(shape)
+        return attention_forward(self, hidden_states, position_embeddings, *args, **kw)
+
+    monkeypatch.setattr(decoder_class, "forward", none_for_the_second)
+    monkeypatch.setattr(attention_class, "forward", rotating_when_given)
+    report = convert_keeping_logits(model)
+    assert len(report.attentions) == SIZES["num_hidden_layers"]
+    ir_dispatch.reset_stats()
+    ir_dispatch.collect_stats(True)
+    try:
+        with torch.no_grad():
+            model(*prompt())
+    finally:
+        ir_dispatch.collect_stats(False)
+    calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
+    assert calls["rotary_embedding"] == 1
+
+
 def test_an_attention_failing_on_the_probe_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     """A layer whose own forward cannot run on the probe is not converted: the report says why,
     and the conversion goes on with the other parts."""

@@ -76,8 +76,8 @@ class AttentionPlan:
     #: the query projection gives each head's query and then its gate; the attention's output
     #: is multiplied by the gate's sigmoid before ``o_proj`` (Qwen3-Next's, Qwen 3.5's)
     gates_output: bool = False
-    #: the attribute name of a projection of its own giving that gate (AFMoE's ``gate_proj``),
-    #: or None
+    #: the attribute name of a projection of its own giving that gate, a value a channel
+    #: (AFMoE's ``gate_proj``) or a head (LFM3's ``g_proj``), or None
     output_gate: str | None = None
     #: the keys and values (after the cache update) are stored in the caller's
     #: ``shared_kv_states`` under the layer's type (Gemma 4's last layer of each type)
@@ -171,15 +171,25 @@ def _planned_forward(
     plan: AttentionPlan,
     **kwargs: Any,
 ) -> tuple[Tensor, Tensor | None]:
-    """A converted attention layer's forward, as `plan` says."""
-    cos_sin_cache, positions = IRRotaryCache.plain_pair(*position_embeddings)
+    """A converted attention layer's forward, as `plan` says. A layer handed no position
+    embeddings (Lara's full-attention layers are handed None) rotates nothing, as its own
+    forward does where the plan's probe found that it runs so."""
+    cos_sin_cache: Tensor | None = None
+    positions: Tensor | None = None
+    if position_embeddings is not None:
+        cos_sin_cache, positions = IRRotaryCache.plain_pair(*position_embeddings)
+    elif plan.query_scale is not None and not plan.query_scale.from_cache:
+        raise TypeError(
+            f"{type(self).__name__}.forward (converted): position_embeddings is None, but the "
+            "layer scales its queries by their positions"
+        )
     input_shape = hidden_states.shape[:-1]
     cache = kwargs.pop("cache", None) or kwargs.pop("past_key_values", None)
     shared_kv_states = kwargs.pop("shared_kv_states", None)
     scale_positions = positions
     if plan.query_scale is not None and plan.query_scale.from_cache:
         seen = cache.get_seq_length(self.layer_idx) if cache is not None else 0
-        scale_positions = torch.arange(input_shape[-1], device=positions.device) + seen
+        scale_positions = torch.arange(input_shape[-1], device=hidden_states.device) + seen
     gate = None
     if plan.reuses_shared_kv:
         q = _shared_kv_queries(self, plan, hidden_states, cos_sin_cache, positions)
@@ -209,8 +219,16 @@ def _planned_forward(
     )
     out = out.reshape(*input_shape, -1).contiguous()
     if gate is not None:
-        out = out * torch.sigmoid(gate)
+        out = _gate_output(out, torch.sigmoid(gate), self.head_dim)
     return output_projection(self)(out), weights
+
+
+def _gate_output(out: Tensor, gate: Tensor, head_dim: int) -> Tensor:
+    """``[..., heads * head_dim]`` attention output times `gate`, a value a channel or a head."""
+    if gate.shape[-1] == out.shape[-1]:
+        return out * gate
+    per_head: Tensor = out.unflatten(-1, (-1, head_dim)) * gate.unsqueeze(-1)
+    return per_head.flatten(-2)
 
 
 #: the output projection's attribute names: most families', LFM2's
@@ -230,13 +248,14 @@ def _queries_keys_values(
     attention: Any,
     plan: AttentionPlan,
     hidden_states: Tensor,
-    cos_sin_cache: Tensor,
-    positions: Tensor,
-    scale_positions: Tensor,
+    cos_sin_cache: Tensor | None,
+    positions: Tensor | None,
+    scale_positions: Tensor | None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
     """What a converted layer gives its attention function: queries, keys and values,
     ``[batch, heads, tokens, head_dim]``, projected, normed, rotated (at `positions`) and
-    scaled (at `scale_positions`) as `plan` says; and the output gate, ``[..., heads *
+    scaled (at `scale_positions`) as `plan` says (rotated only where given a table and
+    positions); and the output gate, ``[..., heads *
     head_dim]``, where the plan has one."""
     head_dim: int = attention.head_dim
     q, k, v = _project_qkv(attention, hidden_states)
@@ -249,11 +268,12 @@ def _queries_keys_values(
         q, k = _norm_heads(attention, plan, q, k)
     if plan.key_scale != 1.0:
         k = k * plan.key_scale
-    if plan.rotates:
+    if plan.rotates and cos_sin_cache is not None and positions is not None:
         q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, plan.neox)
     if plan.head_norms is not None and plan.norms_after_rotation:
         q, k = _norm_heads(attention, plan, q, k)
     if plan.query_scale is not None:
+        assert scale_positions is not None  # `_planned_forward` refuses a call without
         q = plan.query_scale.apply(q, scale_positions)
     if plan.value_norm is not None:
         v = _norm_each_head(getattr(attention, plan.value_norm), v, head_dim)
@@ -269,8 +289,8 @@ def _shared_kv_queries(
     attention: Any,
     plan: AttentionPlan,
     hidden_states: Tensor,
-    cos_sin_cache: Tensor,
-    positions: Tensor,
+    cos_sin_cache: Tensor | None,
+    positions: Tensor | None,
 ) -> Tensor:
     """The queries of a layer that reuses an earlier layer's keys and values (Gemma 4's),
     ``[batch, heads, tokens, head_dim]``: projected, normed over each head, rotated."""
@@ -278,7 +298,7 @@ def _shared_kv_queries(
     q: Tensor = attention.q_proj(hidden_states)
     if plan.head_norms is not None:
         q = _norm_each_head(getattr(attention, plan.head_norms[0]), q, head_dim)
-    if plan.rotates:
+    if plan.rotates and cos_sin_cache is not None and positions is not None:
         # the op rotates a query and a key together: here a key of one head, its result unused
         key = q.new_zeros(*q.shape[:-1], head_dim)
         q, _ = ops.rotary_embedding(positions, q, key, head_dim, cos_sin_cache, plan.neox)
@@ -454,7 +474,36 @@ def attention_plan(
         return f"the converted forward failed on a probe ({type(error).__name__}: {error})"
     if isinstance(converted, str):
         return f"the converted forward: {converted}"
-    return _differences(converted, original) or plan
+    return _differences(converted, original) or _without_embeddings(attention, plan, hidden) or plan
+
+
+def _without_embeddings(attention: Any, plan: AttentionPlan, hidden: Tensor) -> str:
+    """Where the layer's own forward runs without position embeddings (Lara's: its model
+    hands its full-attention layers None), how the converted forward differs from it there
+    (``""``: it does not, or the original fails so, as most do)."""
+    positions = torch.tensor([[1, 2]], device=hidden.device)
+    try:
+        with torch.no_grad():
+            original = _run_probe_forward(
+                attention, type(attention).forward, hidden, None, positions
+            )
+    except Exception:  # it needs them: so will the converted forward
+        return ""
+    if isinstance(original, str):
+        return original
+    planned = functools.partial(_planned_forward, plan=plan)
+    try:
+        with torch.no_grad():
+            converted = _run_probe_forward(attention, planned, hidden, None, positions)
+    except Exception as error:
+        return (
+            "the converted forward failed on a probe without position embeddings "
+            f"({type(error).__name__}: {error})"
+        )
+    if isinstance(converted, str):
+        return f"the converted forward: {converted}"
+    differences = _differences(converted, original)
+    return f"{differences}, without position embeddings" if differences else ""
 
 
 def _value_head_dim(attention: Any) -> int | None:
@@ -464,13 +513,23 @@ def _value_head_dim(attention: Any) -> int | None:
     return width if isinstance(width, int) and width != attention.head_dim else None
 
 
+#: the attribute names of an attention output gate's projection: AFMoE's, LFM3's
+_OUTPUT_GATE_NAMES = ("gate_proj", "g_proj")
+
+
 def _output_gate(attention: Any) -> str | None:
     """The name of the layer's own projection of the attention output's gate, as wide as the
-    output projection's input (AFMoE's ``gate_proj``), or None; the plan's check confirms what
-    the forward makes of it."""
-    gate = getattr(attention, "gate_proj", None)
+    output projection's input (AFMoE's ``gate_proj``) or one value a head (LFM3's ``g_proj``),
+    or None; the plan's check confirms what the forward makes of it."""
     width = output_projection(attention).in_features
-    return "gate_proj" if isinstance(gate, nn.Linear) and gate.out_features == width else None
+    for name in _OUTPUT_GATE_NAMES:
+        gate = getattr(attention, name, None)
+        if isinstance(gate, nn.Linear) and gate.out_features in (
+            width,
+            width // attention.head_dim,
+        ):
+            return name
+    return None
 
 
 def _head_norms(attention: Any) -> tuple[tuple[str, str] | None, bool] | str:
