@@ -634,6 +634,80 @@ HF_FAMILIES = {
             "num_dense_layers": 0,
         },
     ),
+    # transformers 5.24's newer families (skipped under 5.17 where it lacks them): InternLM 3,
+    # IQuest-Coder and EXAONE 3 on Llama's classes, Sarvam's on GLM-4 MoE's and DeepSeek V3's
+    "internlm3": ("InternLM3Config", "LlamaForCausalLM", {"head_dim": 64}),
+    "iquestcoder": ("IQuestCoderConfig", "LlamaForCausalLM", {"head_dim": 64}),
+    "exaone": ("ExaoneConfig", "LlamaForCausalLM", {"head_dim": 64}),
+    "sarvam_moe": (
+        "SarvamMoEConfig",
+        "Glm4MoeForCausalLM",
+        {**_GPU_GROUPED_ROUTING, "num_experts_per_tok": 8, "head_dim": 64},
+    ),
+    "sarvam_mla": (
+        "SarvamMLAConfig",
+        "DeepseekV3ForCausalLM",
+        {**_GPU_LATENT_MOE, "q_lora_rank": None},
+    ),
+    # Granite's multipliers and norms after attention and the MLP
+    "hyperclovax": (
+        "HyperCLOVAXConfig",
+        "HyperCLOVAXForCausalLM",
+        {**_GPU_TOKENS, "head_dim": 64, "embedding_multiplier": 2.0, "residual_multiplier": 0.5},
+    ),
+    # attention sinks, a sliding layer that rotates and a full one that does not; experts
+    "flint": (
+        "FlintConfig",
+        "FlintForCausalLM",
+        {**_GPU_TOKENS, **_GPU_SLIDING, **_GPU_EXPERTS, "head_dim": 64, "mlp_only_layers": []},
+    ),
+    "kolibri1": (
+        "Kolibri1Config",
+        "Kolibri1ForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "head_dim": 64,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": 128,
+            "shared_expert_intermediate_size": 128,
+        },
+    ),
+    # the full-attention layer is handed no position embeddings and rotates nothing
+    "lara_mini": (
+        "LaraMiniConfig",
+        "LaraMiniForCausalLM",
+        {**_GPU_TOKENS, **_GPU_QWEN3_NEXT, **_GPU_EXPERTS, **_GPU_SLIDING},
+    ),
+    # LFM2's layers with an attention output gated a head
+    "lfm3": (
+        "Lfm3Config",
+        "Lfm3ForCausalLM",
+        {**_GPU_TOKENS, "head_dim": 64, "layer_types": ["conv", "full_attention"]},
+    ),
+    # experts and shared experts clamping their gates (they stay)
+    "minimax_m3": (
+        "MiniMaxM3VLTextConfig",
+        "MiniMaxM3VLForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "head_dim": 64,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 8,
+            "dense_intermediate_size": 512,
+            "shared_intermediate_size": 128,
+            "moe_intermediate_size": 128,
+        },
+    ),
+    # latent attention (it stays): DeepSeek V3's (A.X K1), V3.2's with gated norms (A.X K2)
+    # and V3.2's (dots3)
+    "axk1": ("AXK1Config", "AXK1ForCausalLM", {**_GPU_TOKENS, **_GPU_LATENT_MOE}),
+    "axk2": ("AXK2Config", "AXK2ForCausalLM", {**_GPU_TOKENS, **_GPU_LATENT_MOE, **_GPU_INDEXER}),
+    "dots3_note": (
+        "Dots3NoteTextConfig",
+        "Dots3NoteForCausalLM",
+        {**_GPU_TOKENS, **_GPU_LATENT_MOE, **_GPU_INDEXER},
+    ),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {
@@ -671,11 +745,23 @@ HF_MOE = {
     "minimax",
     "kimi_linear",
     "bailing_hybrid",
+    "sarvam_moe",
+    "sarvam_mla",
+    "flint",
+    "kolibri1",
+    "lara_mini",
+    "axk1",
+    "axk2",
+    "dots3_note",
 }
 #: families without a rotary module (no rope): their attention stays
 HF_NO_ROTARY = {"granite4_h", "kimi_linear"}
 #: families whose latent attention stays, with the model's rotary module
 HF_LATENT = {
+    "axk1",
+    "axk2",
+    "dots3_note",
+    "sarvam_mla",
     "bailing_hybrid",
     "deepseek_v2",
     "deepseek_v3",
@@ -691,7 +777,9 @@ HF_LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2"}
 #: families whose MLPs are not gated, which stay
 HF_UNGATED = {"apertus", "arcee", "apertus1p5", "jais2"}
 #: families whose routed experts gate in their own way, which stay (GPT-OSS clamps its gate)
-HF_EXPERTS_STAY = {"gpt_oss"}
+HF_EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
+#: families whose shared experts clamp their gate too, and stay
+HF_SHARED_EXPERTS_STAY = {"minimax_m3"}
 
 
 @pytest.mark.parametrize("family", list(HF_FAMILIES))
@@ -703,8 +791,9 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
 
     torch.manual_seed(0)
     config_name, model_name, options = HF_FAMILIES[family]
-    if not hasattr(transformers, model_name):  # a family newer than the installed transformers
-        pytest.skip(f"transformers {transformers.__version__} has no {model_name}")
+    missing = [name for name in (config_name, model_name) if not hasattr(transformers, name)]
+    if missing:  # a family newer than the installed transformers
+        pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
     sizes = {
         "vocab_size": 256,
         "hidden_size": 256,
@@ -742,6 +831,9 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     if family in HF_EXPERTS_STAY:
         why = "mixture of experts: its routed experts gate in their own way"
         skipped = {f"model.layers.{i}.mlp.experts": why for i in range(2)}
+    if family in HF_SHARED_EXPERTS_STAY:
+        why = "its forward computes other than down(act(gate(x)) * up(x))"
+        skipped |= {f"model.layers.{i}.mlp.shared_experts": why for i in range(2)}
     assert report.skipped == skipped
     assert bool(report.experts) == (family in HF_MOE)
     calls = ir_dispatch.stats()

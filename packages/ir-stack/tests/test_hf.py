@@ -110,6 +110,21 @@ FAMILIES = {
     "minimax": ("MiniMaxConfig", "MiniMaxForCausalLM"),
     "kimi_linear": ("KimiLinearConfig", "KimiLinearForCausalLM"),
     "bailing_hybrid": ("BailingHybridConfig", "BailingHybridForCausalLM"),
+    # transformers 5.24's newer families; the first five run on other families' classes
+    "internlm3": ("InternLM3Config", "LlamaForCausalLM"),
+    "iquestcoder": ("IQuestCoderConfig", "LlamaForCausalLM"),
+    "exaone": ("ExaoneConfig", "LlamaForCausalLM"),
+    "sarvam_moe": ("SarvamMoEConfig", "Glm4MoeForCausalLM"),
+    "sarvam_mla": ("SarvamMLAConfig", "DeepseekV3ForCausalLM"),
+    "hyperclovax": ("HyperCLOVAXConfig", "HyperCLOVAXForCausalLM"),
+    "flint": ("FlintConfig", "FlintForCausalLM"),
+    "kolibri1": ("Kolibri1Config", "Kolibri1ForCausalLM"),
+    "lara_mini": ("LaraMiniConfig", "LaraMiniForCausalLM"),
+    "lfm3": ("Lfm3Config", "Lfm3ForCausalLM"),
+    "minimax_m3": ("MiniMaxM3VLTextConfig", "MiniMaxM3VLForCausalLM"),
+    "axk1": ("AXK1Config", "AXK1ForCausalLM"),
+    "axk2": ("AXK2Config", "AXK2ForCausalLM"),
+    "dots3_note": ("Dots3NoteTextConfig", "Dots3NoteForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -519,6 +534,67 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "num_local_experts": 4,
         "num_experts_per_tok": 2,
     },
+    # InternLM 3, IQuest-Coder, EXAONE 3 (Llama's classes); Sarvam's MoE (GLM-4 MoE's) and
+    # MLA (DeepSeek V3's)
+    "internlm3": {"head_dim": 16},
+    "iquestcoder": {"head_dim": 16},
+    "exaone": {"head_dim": 16},
+    "sarvam_moe": {**_GROUPED_ROUTING, "head_dim": 16},
+    "sarvam_mla": {**_DEEPSEEK, "q_lora_rank": None},
+    # HyperCLOVA X: Granite's multipliers, norms after attention and the MLP
+    "hyperclovax": {
+        **_TOKENS,
+        "head_dim": 16,
+        "embedding_multiplier": 2.0,
+        "residual_multiplier": 0.5,
+        "attention_multiplier": 0.3,
+        "logits_scaling": 4.0,
+    },
+    # Flint: attention sinks, a sliding layer that rotates and a full one that does not (NoPE);
+    # routed experts beside a shared expert that no router output scales
+    "flint": {
+        **_TOKENS,
+        **_SLIDING_THEN_FULL,
+        **_QWEN_EXPERTS,
+        "head_dim": 16,
+        "mlp_only_layers": [],
+    },
+    # Kolibri 1: EXAONE 4's attention, GLM-4's norms after attention and the MLP, routed
+    # experts beside a dense MLP
+    "kolibri1": {
+        **_TOKENS,
+        "head_dim": 16,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 32,
+    },
+    # Lara Mini: its model hands its full-attention layers no position embeddings (they rotate
+    # nothing), its sliding ones the rope
+    "lara_mini": {
+        **_TOKENS,
+        **_QWEN3_NEXT,
+        **_QWEN_EXPERTS,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "sliding_window": 4,
+    },
+    # LFM3: LFM2's layers, an attention output gated by one sigmoid a head
+    "lfm3": {**_TOKENS, "head_dim": 16, "layer_types": ["conv", "full_attention"]},
+    # MiniMax M3 (its text model): experts and shared experts clamping their gates (they stay)
+    "minimax_m3": {
+        **_TOKENS,
+        "head_dim": 16,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "dense_intermediate_size": 96,
+        "shared_intermediate_size": 32,
+        "moe_intermediate_size": 32,
+    },
+    # A.X K1 (DeepSeek V3's layers), A.X K2 (V3.2's, with gated norms) and dots3 (V3.2's):
+    # latent attention, which stays
+    "axk1": {**_TOKENS, **_DEEPSEEK, "q_lora_rank": 24},
+    "axk2": {**_TOKENS, **_DEEPSEEK, **_SPARSE_LAYERS, **_INDEXER, "q_lora_rank": 24},
+    "dots3_note": {**_TOKENS, **_DEEPSEEK, **_SPARSE_LAYERS, **_INDEXER, "q_lora_rank": 24},
     # queries scaled from the fourth position on (Llama 4's scale), so the prompt shows it
     "ministral3": {
         **_TOKENS,
@@ -536,6 +612,10 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
 JOINED_MLPS = {"phi3", "glm", "glm4", "granite4"}
 #: families whose attention stays as it is (DeepSeek's latent attention rotates on its own)
 ATTENTION_STAYS = {
+    "axk1",
+    "axk2",
+    "dots3_note",
+    "sarvam_mla",
     "bailing_hybrid",
     "deepseek_v2",
     "deepseek_v3",
@@ -613,6 +693,17 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "qwen3_next": (3, 1, 1),
     "qwen3_5": (3, 1, 0),
     "qwen3_5_moe": (3, 1, 1),
+    "sarvam_moe": (4, 1, 1),
+    "sarvam_mla": (3, 1, 1),
+    "hyperclovax": (4, 1, 0),
+    "flint": (4, 1, 1),
+    "kolibri1": (6, 1, 1),
+    "lara_mini": (4, 1, 1),
+    "lfm3": (5, 1, 0),
+    "minimax_m3": (4, 0, 0),
+    "axk1": (5, 1, 1),
+    "axk2": (4, 1, 1),
+    "dots3_note": (5, 1, 1),
 }
 #: families without a rotary module (their attention rotates nothing, and stays): Granite 4's
 #: hybrids, as released
@@ -623,7 +714,9 @@ NO_ROTARY_WHY = "no rotary module (none named rotary_emb or of a class ending in
 #: after its key-value projection
 TOTAL_NORMS = {"minimax": 6, "kimi_linear": 6, "bailing_hybrid": 6}
 #: families whose routed experts gate in their own way and stay (GPT-OSS clamps its gate)
-EXPERTS_STAY = {"gpt_oss"}
+EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
+#: families whose shared experts clamp their gate too, and stay
+SHARED_EXPERTS_STAY = {"minimax_m3"}
 #: families whose norms are LayerNorms (they stay), the final one too
 LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2"}
 #: families with layers that rotate nothing (NoPE), and how many of the two rotate
@@ -635,6 +728,8 @@ ROTATING_LAYERS = {
     "exaone_moe": 1,
     "llama4": 1,
     "afmoe": 1,
+    "flint": 1,
+    "lara_mini": 1,
 }
 #: families with linear-attention layers (Qwen3-Next's, Qwen 3.5's and OLMo Hybrid's Gated
 #: DeltaNet, LFM2's short convolutions, which stay), and how many of the two are attention layers
@@ -646,6 +741,7 @@ ATTENTION_LAYERS = {
     "lfm2_moe": 1,
     "olmo_hybrid": 1,
     "minimax": 1,
+    "lfm3": 1,
 }
 #: families whose rotating layers alone have a query and key norm, one module for both (run
 #: twice a layer)
@@ -724,6 +820,9 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     if family in EXPERTS_STAY:
         why = "mixture of experts: its routed experts gate in their own way"
         skipped = {f"model.layers.{i}.mlp.experts": why for i in range(layers)}
+    if family in SHARED_EXPERTS_STAY:
+        why = "its forward computes other than down(act(gate(x)) * up(x))"
+        skipped |= {f"model.layers.{i}.mlp.shared_experts": why for i in range(layers)}
     assert report.skipped == skipped
     # most families' `norm`, LFM2's `embedding_norm`, Falcon-H1's `final_layernorm`
     final_norm = next(
@@ -1476,6 +1575,25 @@ def test_a_layer_handed_no_position_embeddings_rotates_nothing(
         ir_dispatch.collect_stats(False)
     calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
     assert calls["rotary_embedding"] == 1
+
+
+def test_a_sparse_attention_picking_keys_with_an_indexer_is_left_alone() -> None:
+    """MiniMax M3's sparse layers pick blocks of keys for each query with an indexer of their
+    own, by the prompt's length: every attention layer stays (they share the rotary module),
+    reported, and the logits with them."""
+    sparse = {
+        "layer_types": ["minimax_m3_sparse", "full_attention"],
+        "index_block_size": 2,
+        "index_topk_blocks": 1,
+        "index_local_blocks": 1,
+        "index_n_heads": 2,
+        "index_head_dim": 16,
+    }
+    model = build("minimax_m3", **sparse)
+    report = convert_keeping_logits(model)
+    why = "picks the keys each query attends with an indexer of its own (sparse attention)"
+    assert why in report.skipped["model.rotary_emb"]
+    assert report.attentions == []
 
 
 def test_an_attention_failing_on_the_probe_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -206,6 +206,20 @@ SUPPORTED_MODEL_TYPES = (
     "minimax",
     "kimi_linear",
     "bailing_hybrid",
+    "internlm3",
+    "iquestcoder",
+    "exaone",
+    "sarvam_moe",
+    "sarvam_mla",
+    "hyperclovax",
+    "flint",
+    "kolibri1",
+    "lara_mini",
+    "lfm3",
+    "minimax_m3_vl_text",
+    "axk1",
+    "axk2",
+    "dots3_note_text",
 )
 #: rope types whose frequencies change with the sequence's length (dynamic NTK scaling; Phi-3's
 #: long rope, which switches factors past its original length): the rotary module computes

@@ -401,6 +401,10 @@ def attention_plan(
 ) -> AttentionPlan | str:
     """What `attention`'s own forward does, as an `AttentionPlan`, checked on a probe; or why
     the converted forward cannot do it."""
+    if getattr(attention, "indexer", None) is not None:
+        # MiniMax M3's sparse layers: the keys it picks depend on the prompt's length, which a
+        # probe of two tokens does not show
+        return "it picks the keys each query attends with an indexer of its own (sparse attention)"
     reuses = bool(getattr(attention, "is_kv_shared_layer", False))
     norms = _head_norms(attention)
     if isinstance(norms, str):
