@@ -395,6 +395,13 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "ssm_out_multiplier": 0.5,
         "embedding_multiplier": 2.0,
         "lm_head_multiplier": 0.5,
+        # a small mixer: transformers 5.17's reference scan over the default one (128 heads,
+        # a state of 256, chunks of 256) takes 17 GB and a minute on the CPU
+        "mamba_d_ssm": 64,
+        "mamba_n_heads": 8,
+        "mamba_d_head": 8,
+        "mamba_d_state": 16,
+        "mamba_chunk_size": 16,
     },
     "lfm2_moe": {
         "layer_types": ["conv", "full_attention"],
