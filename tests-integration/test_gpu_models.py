@@ -848,3 +848,54 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
         # Gemma 1-3's norms pass a float32 scale (1 + w), which the cuda kernels leave to triton
         assert {p for op, p in calls if op == "rms_norm"} <= {"triton"}, calls
     assert (after - before).abs().max() < 0.05 * before.abs().max()
+
+
+def test_converted_qwen4_exp_agrees_on_gpu() -> None:
+    """Qwen4-Exp in bf16 on the GPU: its experts gate on a kernel, its shared experts and the
+    attention's norms convert (its hyper-connections' norms and sparse attention stay), and
+    the logits agree. Every expert a token, as `_GPU_EXPERTS` says why."""
+    transformers = pytest.importorskip("transformers")
+    from ir_stack.models import convert_hf_model
+
+    if not hasattr(transformers, "Qwen4ExpTextConfig"):
+        pytest.skip(f"transformers {transformers.__version__} has no Qwen4ExpTextConfig")
+    torch.manual_seed(0)
+    config = transformers.Qwen4ExpTextConfig(
+        **_GPU_TOKENS,
+        **_GPU_EXPERTS,
+        vocab_size=256,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        layer_types=["linear_attention", "full_attention"],
+        indexer_n_heads=2,
+        indexer_kv_heads=1,
+        indexer_head_dim=64,
+        indexer_budget=16,
+        indexer_compress_ratio=4,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=64,
+        linear_value_head_dim=64,
+        hc_lowrank=32,
+    )
+    model = transformers.Qwen4ExpForCausalLM(config).to("cuda", torch.bfloat16).eval()
+    ids = torch.randint(0, 256, (2, 17), device="cuda")
+    with torch.no_grad():
+        before = model(ids).logits.float()
+        report = convert_hf_model(model)
+        ir_dispatch.reset_stats()
+        ir_dispatch.collect_stats(True)
+        try:
+            after = model(ids).logits.float()
+        finally:
+            ir_dispatch.collect_stats(False)
+    assert len(report.experts) == len(report.mlps) == 2
+    assert "an indexer of its own" in report.skipped["model.rotary_emb"]
+    calls = ir_dispatch.stats()
+    assert {op for op, _ in calls} == {"rms_norm", "silu_and_mul"}
+    assert all(provider != "native" for _, provider in calls), calls
+    assert (after - before).abs().max() < 0.05 * before.abs().max()

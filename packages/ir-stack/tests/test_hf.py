@@ -1233,6 +1233,60 @@ def test_mixtures_of_experts_keep_their_state_dict(family: str) -> None:
     model.load_state_dict(build(family).state_dict())
 
 
+#: Qwen4-Exp: a Gated DeltaNet layer, then attention whose indexer picks blocks of keys;
+#: residual streams mixed by hyper-connections; routed experts and a gated shared expert
+_QWEN4_EXP: dict[str, Any] = {
+    **_TOKENS,
+    **_QWEN_EXPERTS,
+    "head_dim": 16,
+    # (transformers 5.24 names the second type `indexed_attention`; 5.17 only this)
+    "layer_types": ["linear_attention", "full_attention"],
+    "indexer_n_heads": 2,
+    "indexer_kv_heads": 1,
+    "indexer_head_dim": 16,
+    "indexer_budget": 8,
+    "indexer_compress_ratio": 2,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "hc_lowrank": 8,
+}
+
+
+def test_qwen4_exp_converts_its_experts_and_leaves_its_streams_and_sparse_attention() -> None:
+    """Qwen4-Exp's experts gate on the op and its shared experts and the attention's norms
+    convert; the hyper-connections' norms (over each stream, a weight of its own for each)
+    stay, as does the attention, whose indexer picks keys by the prompt's length; logits and
+    greedy tokens are unchanged."""
+    if not hasattr(transformers, "Qwen4ExpTextConfig"):
+        pytest.skip(f"transformers {transformers.__version__} has no Qwen4ExpTextConfig")
+    torch.manual_seed(0)
+    config = transformers.Qwen4ExpTextConfig(**{**SIZES, **_QWEN4_EXP})
+    model = transformers.Qwen4ExpForCausalLM(config).eval()
+    ids, mask = prompt()
+    with torch.no_grad():
+        tokens = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+        report = convert_keeping_logits(model)
+        converted = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+    assert torch.equal(converted, tokens)
+    layers = range(SIZES["num_hidden_layers"])
+    assert report.experts == [f"model.layers.{i}.mlp.experts" for i in layers]
+    assert report.mlps == [f"model.layers.{i}.mlp.shared_expert" for i in layers]
+    assert "model.layers.1.self_attn.q_norm" in report.norms
+    streams = [
+        *(
+            f"model.layers.{i}.{part}_hyper_connection.hc_norm"
+            for i in layers
+            for part in ("attn", "mlp")
+        ),
+        "model.hyper_connection_mixer.hc_norm",
+    ]
+    assert set(report.skipped) == {*streams, "model.rotary_emb"}
+    assert "an indexer of its own" in report.skipped["model.rotary_emb"]
+    assert report.attentions == []
+
+
 def test_experts_gating_inline_or_in_their_own_way_are_left_alone() -> None:
     """transformers' ``"eager"`` experts loop gates inline, not through ``_apply_gate``; and a
     model's own ``_apply_gate`` (GPT-OSS clamps its gate) is not ``silu_and_mul``. Either
