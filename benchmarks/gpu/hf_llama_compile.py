@@ -6,7 +6,9 @@ of Llama 4 Scout's (16 experts, every layer routed; a NoPE layer in four), ``--f
 gemma4`` a Gemma 4 of transformers' default text config (a full-attention layer in six, of
 heads twice as wide; per-layer inputs), ``--family lfm2`` an LFM2 of LFM2 1.2B's (six
 attention layers among ten short convolutions, which stay), ``--family glm4_moe_lite`` a
-GLM-4.7 Flash (latent attention, which stays; 64 experts, 4 a token) (random weights, bf16),
+GLM-4.7 Flash (latent attention, which stays; 64 experts, 4 a token), ``--family lfm3`` an
+LFM3 of LFM3 1.7B's (transformers 5.24: attention layers, their output gated a head, among
+short convolutions) (random weights, bf16),
 on the GPU: forward latency in six ways, in one process:
 
 - ``hf eager``: the model as transformers runs it;
@@ -155,6 +157,9 @@ LFM2_1_2B = {
 #: a dense first layer, then 64 routed experts of width 1536, 4 a token, and a shared one);
 #: vocabulary cut as for Llama
 GLM4_7_FLASH = {"vocab_size": 32000, "num_hidden_layers": 47, "max_position_embeddings": 8192}
+#: LFM3 1.7B's shape (transformers' default LFM3 config: twelve attention layers, full and
+#: sliding in turn, among twelve short convolutions); vocabulary cut as for Llama
+LFM3_1_7B = {"vocab_size": 32000, "max_position_embeddings": 8192, "num_hidden_layers": 24}
 #: family -> (config class, model class, shape, name in titles)
 FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", LLAMA_1B, "Llama, 1B shape"),
@@ -181,6 +186,7 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
         GLM4_7_FLASH,
         "GLM-4.7 Flash shape",
     ),
+    "lfm3": ("Lfm3Config", "Lfm3ForCausalLM", LFM3_1_7B, "LFM3, 1.7B shape"),
 }
 #: families whose routed experts stay as they are (GPT-OSS's clamp their gate)
 EXPERTS_STAY = {"gpt_oss"}
@@ -219,6 +225,8 @@ def build(family: str, layers: int) -> Any:
         ]
     if family == "lfm2":  # the attention layers among the first `layers`
         options["full_attn_idxs"] = [i for i in shape["full_attn_idxs"] if i < layers]
+    if family == "lfm3":  # the default config's first `layers` layer types
+        options["layer_types"] = transformers.Lfm3Config().layer_types[:layers]
     if family == "glm4_moe_lite":  # a dense first layer, as the config's default
         options["mlp_layer_types"] = ["dense"] + ["sparse"] * (layers - 1)
     if family == "gpt_oss":
