@@ -897,5 +897,8 @@ def test_converted_qwen4_exp_agrees_on_gpu() -> None:
     assert "an indexer of its own" in report.skipped["model.rotary_emb"]
     calls = ir_dispatch.stats()
     assert {op for op, _ in calls} == {"rms_norm", "silu_and_mul"}
-    assert all(provider != "native" for _, provider in calls), calls
+    # one norm call on the native function: the indexer's query, a slice of a joined
+    # projection whose rows are not evenly spaced, which no kernel takes (the H200 showed it)
+    native = {op: n for (op, provider), n in calls.items() if provider == "native"}
+    assert native == {"rms_norm": 1}, calls
     assert (after - before).abs().max() < 0.05 * before.abs().max()

@@ -157,9 +157,17 @@ LFM2_1_2B = {
 #: a dense first layer, then 64 routed experts of width 1536, 4 a token, and a shared one);
 #: vocabulary cut as for Llama
 GLM4_7_FLASH = {"vocab_size": 32000, "num_hidden_layers": 47, "max_position_embeddings": 8192}
-#: LFM3 1.7B's shape (transformers' default LFM3 config: twelve attention layers, full and
-#: sliding in turn, among twelve short convolutions); vocabulary cut as for Llama
-LFM3_1_7B = {"vocab_size": 32000, "max_position_embeddings": 8192, "num_hidden_layers": 24}
+#: LFM3 1.7B's shape (transformers' default LFM3 config: 11 attention layers, full and sliding
+#: in turn, among 13 short convolutions); vocabulary cut as for Llama, its special
+#: tokens moved inside it
+LFM3_1_7B = {
+    "vocab_size": 32000,
+    "max_position_embeddings": 8192,
+    "num_hidden_layers": 24,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
 #: family -> (config class, model class, shape, name in titles)
 FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", LLAMA_1B, "Llama, 1B shape"),
