@@ -782,13 +782,29 @@ HF_EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
 HF_SHARED_EXPERTS_STAY = {"minimax_m3"}
 
 
+def _converted_logits(model: Any) -> tuple[torch.Tensor, Any, torch.Tensor]:
+    """`model`'s float32 logits on a random prompt, the report of `convert_hf_model(model)`,
+    and the converted model's logits on that prompt, its op calls counted by `ir_dispatch`."""
+    from ir_stack.models import convert_hf_model
+
+    ids = torch.randint(0, 256, (2, 17), device="cuda")
+    with torch.no_grad():
+        before = model(ids).logits.float()
+        report = convert_hf_model(model)
+        ir_dispatch.reset_stats()
+        ir_dispatch.collect_stats(True)
+        try:
+            after = model(ids).logits.float()
+        finally:
+            ir_dispatch.collect_stats(False)
+    return before, report, after
+
+
 @pytest.mark.parametrize("family", list(HF_FAMILIES))
 def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     """bf16 on the GPU: the converted model's logits agree, and every converted op ran on a
     kernel provider."""
     transformers = pytest.importorskip("transformers")
-    from ir_stack.models import convert_hf_model
-
     torch.manual_seed(0)
     config_name, model_name, options = HF_FAMILIES[family]
     missing = [name for name in (config_name, model_name) if not hasattr(transformers, name)]
@@ -811,16 +827,7 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
                 param.uniform_(low, high)
-    ids = torch.randint(0, 256, (2, 17), device="cuda")
-    with torch.no_grad():
-        before = model(ids).logits.float()
-        report = convert_hf_model(model)
-        ir_dispatch.reset_stats()
-        ir_dispatch.collect_stats(True)
-        try:
-            after = model(ids).logits.float()
-        finally:
-            ir_dispatch.collect_stats(False)
+    before, report, after = _converted_logits(model)
     gemma = "gemma" in family
     latent = family in HF_LATENT
     why = "attention of another form in model.layers.0.self_attn"
@@ -855,8 +862,6 @@ def test_converted_qwen4_exp_agrees_on_gpu() -> None:
     attention's norms convert (its hyper-connections' norms and sparse attention stay), and
     the logits agree. Every expert a token, as `_GPU_EXPERTS` says why."""
     transformers = pytest.importorskip("transformers")
-    from ir_stack.models import convert_hf_model
-
     if not hasattr(transformers, "Qwen4ExpTextConfig"):
         pytest.skip(f"transformers {transformers.__version__} has no Qwen4ExpTextConfig")
     torch.manual_seed(0)
@@ -883,16 +888,7 @@ def test_converted_qwen4_exp_agrees_on_gpu() -> None:
         hc_lowrank=32,
     )
     model = transformers.Qwen4ExpForCausalLM(config).to("cuda", torch.bfloat16).eval()
-    ids = torch.randint(0, 256, (2, 17), device="cuda")
-    with torch.no_grad():
-        before = model(ids).logits.float()
-        report = convert_hf_model(model)
-        ir_dispatch.reset_stats()
-        ir_dispatch.collect_stats(True)
-        try:
-            after = model(ids).logits.float()
-        finally:
-            ir_dispatch.collect_stats(False)
+    before, report, after = _converted_logits(model)
     assert len(report.experts) == len(report.mlps) == 2
     assert "an indexer of its own" in report.skipped["model.rotary_emb"]
     calls = ir_dispatch.stats()
