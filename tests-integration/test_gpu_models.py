@@ -708,6 +708,17 @@ HF_FAMILIES = {
         "Dots3NoteForCausalLM",
         {**_GPU_TOKENS, **_GPU_LATENT_MOE, **_GPU_INDEXER},
     ),
+    # attention without a rope (it stays), a norm on the embeddings, routed experts
+    "inkling": (
+        "InklingTextConfig",
+        "InklingForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "n_routed_experts": 8,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": 128,
+        },
+    ),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {
@@ -753,9 +764,10 @@ HF_MOE = {
     "axk1",
     "axk2",
     "dots3_note",
+    "inkling",
 }
 #: families without a rotary module (no rope): their attention stays
-HF_NO_ROTARY = {"granite4_h", "kimi_linear"}
+HF_NO_ROTARY = {"granite4_h", "kimi_linear", "inkling"}
 #: families whose latent attention stays, with the model's rotary module
 HF_LATENT = {
     "axk1",

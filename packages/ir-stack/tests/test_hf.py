@@ -125,6 +125,7 @@ FAMILIES = {
     "axk1": ("AXK1Config", "AXK1ForCausalLM"),
     "axk2": ("AXK2Config", "AXK2ForCausalLM"),
     "dots3_note": ("Dots3NoteTextConfig", "Dots3NoteForCausalLM"),
+    "inkling": ("InklingTextConfig", "InklingForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -602,6 +603,9 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     "axk1": {**_TOKENS, **_DEEPSEEK, "q_lora_rank": 24},
     "axk2": {**_TOKENS, **_DEEPSEEK, **_SPARSE_LAYERS, **_INDEXER, "q_lora_rank": 24},
     "dots3_note": {**_TOKENS, **_DEEPSEEK, **_SPARSE_LAYERS, **_INDEXER, "q_lora_rank": 24},
+    # Inkling: attention without a rope (relative logits), which stays; a norm on the
+    # embeddings; routed experts
+    "inkling": _TOKENS,
     # queries scaled from the fourth position on (Llama 4's scale), so the prompt shows it
     "ministral3": {
         **_TOKENS,
@@ -711,15 +715,16 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "axk1": (5, 1, 1),
     "axk2": (4, 1, 1),
     "dots3_note": (5, 1, 1),
+    "inkling": (4, 0, 1),
 }
 #: families without a rotary module (their attention rotates nothing, and stays): Granite 4's
 #: hybrids, as released
-NO_ROTARY = {"granite4_h", "kimi_linear"}
+NO_ROTARY = {"granite4_h", "kimi_linear", "inkling"}
 NO_ROTARY_WHY = "no rotary module (none named rotary_emb or of a class ending in RotaryEmbedding)"
 #: families whose two layers differ in their norms, by their total with the final norm:
 #: MiniMax's lightning layer has a norm of its own; Kimi Linear's latent-attention layer a norm
 #: after its key-value projection
-TOTAL_NORMS = {"minimax": 6, "kimi_linear": 6, "bailing_hybrid": 6}
+TOTAL_NORMS = {"minimax": 6, "kimi_linear": 6, "bailing_hybrid": 6, "inkling": 10}
 #: families whose routed experts gate in their own way and stay (GPT-OSS clamps its gate)
 EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
 #: families whose shared experts clamp their gate too, and stay

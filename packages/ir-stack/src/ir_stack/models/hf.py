@@ -221,6 +221,7 @@ SUPPORTED_MODEL_TYPES = (
     "axk2",
     "dots3_note_text",
     "qwen4_exp_text",
+    "inkling_text",
 )
 #: rope types whose frequencies change with the sequence's length (dynamic NTK scaling; Phi-3's
 #: long rope, which switches factors past its original length): the rotary module computes
