@@ -255,8 +255,7 @@ def _queries_keys_values(
     """What a converted layer gives its attention function: queries, keys and values,
     ``[batch, heads, tokens, head_dim]``, projected, normed, rotated (at `positions`) and
     scaled (at `scale_positions`) as `plan` says (rotated only where given a table and
-    positions); and the output gate, ``[..., heads *
-    head_dim]``, where the plan has one."""
+    positions); and the output gate, ``[..., heads * head_dim]``, where the plan has one."""
     head_dim: int = attention.head_dim
     q, k, v = _project_qkv(attention, hidden_states)
     gate = None
@@ -494,7 +493,7 @@ def _without_embeddings(attention: Any, plan: AttentionPlan, hidden: Tensor) -> 
     except Exception:  # it needs them: so will the converted forward
         return ""
     if isinstance(original, str):
-        return original
+        return f"{original}, without position embeddings"
     planned = functools.partial(_planned_forward, plan=plan)
     try:
         with torch.no_grad():
