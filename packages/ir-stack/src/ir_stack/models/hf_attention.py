@@ -462,22 +462,38 @@ def attention_plan(
         passes_position_ids="position_ids" in original.call.kwargs,
         forward_parameters=forward_parameters(own),
     )
+    # the converted layers' (cos_sin_cache, positions) pair, made inside the probe's guard
+    pair = functools.partial(cache, hidden, position_ids, *extra)
+    why = _converted_differs(attention, plan, hidden, pair, positions, original, seen)
+    return why or _without_embeddings(attention, plan, hidden) or plan
+
+
+def _converted_differs(
+    attention: Any,
+    plan: AttentionPlan,
+    hidden: Tensor,
+    embeddings: Callable[[], Any],
+    positions: Tensor,
+    original: "_ProbeRun",
+    seen: int | None = None,
+    context: str = "",
+) -> str:
+    """How the converted forward's probe run (on the position embeddings `embeddings()`
+    makes) differs from the layer's own `original` one (``""``: it does not), or why it
+    failed; `context` says how the probe was run, where it is not the plain one."""
     planned = functools.partial(_planned_forward, plan=plan)
     try:
         with torch.no_grad():
             converted = _run_probe_forward(
-                attention,
-                planned,
-                hidden,
-                cache(hidden, position_ids, *extra),
-                positions,
-                seen,
+                attention, planned, hidden, embeddings(), positions, seen
             )
     except Exception as error:
-        return f"the converted forward failed on a probe ({type(error).__name__}: {error})"
+        on = f" {context}" if context else ""
+        return f"the converted forward failed on a probe{on} ({type(error).__name__}: {error})"
     if isinstance(converted, str):
         return f"the converted forward: {converted}"
-    return _differences(converted, original) or _without_embeddings(attention, plan, hidden) or plan
+    differences = _differences(converted, original)
+    return f"{differences}, {context}" if differences and context else differences
 
 
 def _without_embeddings(attention: Any, plan: AttentionPlan, hidden: Tensor) -> str:
@@ -492,21 +508,12 @@ def _without_embeddings(attention: Any, plan: AttentionPlan, hidden: Tensor) -> 
             )
     except Exception:  # it needs them: so will the converted forward
         return ""
+    context = "without position embeddings"
     if isinstance(original, str):
-        return f"{original}, without position embeddings"
-    planned = functools.partial(_planned_forward, plan=plan)
-    try:
-        with torch.no_grad():
-            converted = _run_probe_forward(attention, planned, hidden, None, positions)
-    except Exception as error:
-        return (
-            "the converted forward failed on a probe without position embeddings "
-            f"({type(error).__name__}: {error})"
-        )
-    if isinstance(converted, str):
-        return f"the converted forward: {converted}"
-    differences = _differences(converted, original)
-    return f"{differences}, without position embeddings" if differences else ""
+        return f"{original}, {context}"
+    return _converted_differs(
+        attention, plan, hidden, lambda: None, positions, original, context=context
+    )
 
 
 def _value_head_dim(attention: Any) -> int | None:
