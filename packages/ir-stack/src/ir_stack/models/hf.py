@@ -14,8 +14,13 @@ Trinity), and the hybrids LFM2 and LFM2-MoE (their short-convolution layers stay
 (its Gated DeltaNet layers stay), MiniMax (Text-01, M1: its lightning-attention layers stay),
 Kimi Linear (its KDA layers and its latent attention, which has no rope, stay), Ling 2.5's
 hybrid (its linear and latent attention stay), Granite 4 (dense, or the H models, whose Mamba-2
-layers stay and whose attention has no rope) and Falcon-H1 (its Mamba-2 mixers stay; its
-multipliers on the keys and on the MLP's gate and output are applied).
+layers stay and whose attention has no rope), Falcon-H1 (its Mamba-2 mixers stay; its
+multipliers on the keys and on the MLP's gate and output are applied), InternLM 3, IQuest-Coder
+and EXAONE 3 (on Llama's classes), HyperCLOVA X, Sarvam MoE, Flint, Kolibri 1, Lara Mini (whose
+full-attention layers are handed no position embeddings), LFM3 (its attention output gated a
+head), MiniMax M3 (text; its experts stay, and so does its attention where a layer is sparse),
+Sarvam MLA, A.X K1 and K2 and dots3 (their latent attention stays), Qwen4-Exp (text; its
+hyper-connections and indexed attention stay) and Inkling (text; its rope-less attention stays).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -56,7 +61,10 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   it, and the converted forward gives the same. Each layer keeps what the conversion found
   in an `AttentionPlan`, checked on a probe: a layer whose converted forward would give its
   attention function other queries, keys or values than its own, or make another output of
-  that function's answer (a gate after attention), stays as it is. A model with
+  that function's answer (a gate after attention), stays as it is; so does a layer whose
+  forward takes a parameter the converted forward would drop (HRM-Text's ``cycle_offset``) or
+  that picks its keys with an indexer of its own. A layer handed no position embeddings
+  rotates nothing, as its own forward does where a probe runs it so. A model with
   an attention layer of another form that uses the rotary module's output (DeepSeek's latent
   attention) keeps that module and every attention layer as they are; one that ignores it
   (MiniMax's lightning attention, found on a probe) keeps its own forward while the others
