@@ -2,6 +2,7 @@
 downloads): outputs equal before and after, the IR ops really run, generation with a KV cache
 and `ir_stack.compile` agree, and the compiled residual adds become fused adds."""
 
+import copy
 import sys
 from typing import Any
 
@@ -12,7 +13,7 @@ import ir_dispatch
 import ir_passes
 import ir_stack
 from ir_spec import ops
-from ir_stack.models import hf
+from ir_stack.models import hf_rotary
 from ir_stack.models.hf import (
     IRGatedMLP,
     IRJoinedGatedMLP,
@@ -1716,11 +1717,58 @@ def test_max_positions_sizes_the_rotary_table(
         with pytest.raises(ValueError, match=f"'max_positions' got {bad!r}; expected a positive"):
             convert_hf_model(build("llama"), max_positions=bad)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(hf, "_LARGE_TABLE_BYTES", 16 * 16 * 4 - 1)  # this table, less a byte
+    monkeypatch.setattr(hf_rotary, "LARGE_TABLE_BYTES", 16 * 16 * 4 - 1)  # this table, less a byte
     with caplog.at_level("WARNING", logger="ir_stack"):
         convert_hf_model(build("llama"), max_positions=16)
     assert "rotary table of 16 positions" in caplog.text
     assert "max_positions=" in caplog.text
+
+
+def _with_second_rope(**config_changes: Any) -> Any:
+    """A Llama holding a second rotary module (unused by its forward) built from its config
+    with `config_changes`, under ``model.model.other_rotary_emb``."""
+    model = build("llama")
+    config = copy.deepcopy(model.config)
+    for name, value in config_changes.items():
+        setattr(config, name, value)
+    rope_class = type(model.model.rotary_emb)
+    model.model.other_rotary_emb = rope_class(config)
+    return model
+
+
+def test_several_rotary_modules_of_one_width_become_a_cache_each() -> None:
+    """Each rotary module becomes a cache of its own, with its own frequencies (Granite SWA
+    hands each layer the module of its rope base); the model keeps its logits."""
+    model = _with_second_rope(rope_parameters={"rope_type": "default", "rope_theta": 500.0})
+    report = convert_keeping_logits(model)
+    assert report.skipped == {}
+    assert len(report.attentions) == SIZES["num_hidden_layers"]
+    first, second = model.model.rotary_emb, model.model.other_rotary_emb
+    assert isinstance(first, IRRotaryCache)
+    assert isinstance(second, IRRotaryCache)
+    assert first.cache_for().shape == second.cache_for().shape
+    assert not torch.equal(first.cache_for(), second.cache_for())
+
+
+def test_rotary_modules_of_several_widths_or_classes_leave_the_attention_alone() -> None:
+    """One plan, probed with the first rotary module, fits every layer only where the modules
+    rotate alike: of other widths or classes, every attention layer stays, saying why."""
+    model = _with_second_rope(head_dim=_HEAD // 2)
+    report = convert_keeping_logits(model)
+    assert report.skipped == {
+        "rotary_emb": "rotary modules of several widths: "
+        "['model.rotary_emb', 'model.other_rotary_emb']"
+    }
+    assert report.attentions == []
+    assert not isinstance(model.model.rotary_emb, IRRotaryCache)
+
+    model = build("llama")
+    rope_class = type(model.model.rotary_emb)
+    other_class = type("OtherRotaryEmbedding", (rope_class,), {})
+    model.model.other_rotary_emb = other_class(model.config)
+    report = convert_keeping_logits(model)
+    assert report.skipped["rotary_emb"].startswith("rotary modules of several classes")
+    assert report.attentions == []
 
 
 def test_rotary_cache_names_the_layer_types_it_has() -> None:

@@ -91,10 +91,8 @@ through ``load_state_dict``).
 ir-stack (``pip install ir-stack[hf]`` adds it).
 """
 
-import copy
 import functools
 import logging
-import types
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,16 +102,7 @@ from torch import Tensor, nn
 from ir_spec import ops
 
 from . import hf_attention
-from .hf_attention import (
-    OUTPUT_PROJECTIONS,
-    AttentionPlan,
-    QueryScale,
-    attention_plan,
-    ignores_position_embeddings,
-    layer_type_of,
-    rotary_attention_forward,
-    rotation_form,
-)
+from .hf_attention import AttentionPlan, QueryScale, has_linears
 from .hf_modules import (
     GATED_ACTIVATIONS,
     IRGatedMLP,
@@ -124,6 +113,7 @@ from .hf_modules import (
     reference_gate,
 )
 from .hf_probes import close, probe
+from .hf_rotary import DYNAMIC_ROPE_TYPES, STATIC_ROPE_TYPES, convert_rotary
 
 __all__ = [
     "DYNAMIC_ROPE_TYPES",
@@ -231,15 +221,6 @@ SUPPORTED_MODEL_TYPES = (
     "qwen4_exp_text",
     "inkling_text",
 )
-#: rope types whose frequencies change with the sequence's length (dynamic NTK scaling; Phi-3's
-#: long rope, which switches factors past its original length): the rotary module computes
-#: each call's angles, which the converted layers take as a table of a row a token
-DYNAMIC_ROPE_TYPES = ("dynamic", "longrope")
-#: rope types whose frequencies are fixed at construction (a table holds them exactly);
-#: ``ntk_alpha`` is Hunyuan's NTK scaling with a fixed alpha, which only stretches the base;
-#: ``proportional`` (Gemma 4's full-attention layers) rotates the whole head with frequencies
-#: of zero past its rotated share
-STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "ntk_alpha", "proportional")
 
 
 @dataclass
@@ -391,15 +372,11 @@ def _is_rms_norm(module: nn.Module) -> bool:
     )
 
 
-def _has_linears(module: nn.Module, names: tuple[str, ...]) -> bool:
-    return all(isinstance(getattr(module, n, None), nn.Linear) for n in names)
-
-
 def _gated_mlp_parts(module: nn.Module) -> tuple[str, ...] | None:
     """The names of a gated MLP's layers, where `module` is one: gate, up and down (one of
     `_MLP_PARTS`), or gate-up and down (one of `_JOINED_MLP_PARTS`)."""
     forms = (*_MLP_PARTS, *_JOINED_MLP_PARTS)
-    return next((parts for parts in forms if _has_linears(module, parts)), None)
+    return next((parts for parts in forms if has_linears(module, parts)), None)
 
 
 def _is_gated_mlp(module: nn.Module) -> bool:
@@ -495,31 +472,10 @@ def _experts_gating(experts: nn.Module) -> tuple[str | None, str]:
     return activation, ""
 
 
-def _is_attention(module: nn.Module) -> bool:
-    """An attention layer of the form `AttentionPlan` describes: query, key, value and output
-    projections (the output's ``o_proj``, or LFM2's ``out_proj``; Gemma 4's: a ``v_proj`` of
-    None where the keys serve as values, none but the query's and output's where the layer
-    reuses an earlier one's keys and values, which its plan then refuses), or Phi-3's joined
-    ones."""
-    if not type(module).__name__.endswith("Attention"):
-        return False
-    if _has_linears(module, _JOINED_ATTENTION_PARTS):
-        return True
-    if not _has_linears(module, ("q_proj",)) or not any(
-        _has_linears(module, (name,)) for name in OUTPUT_PROJECTIONS
-    ):
-        return False
-    if getattr(module, "is_kv_shared_layer", False):
-        return True
-    value = getattr(module, "v_proj", False)
-    return _has_linears(module, ("k_proj",)) and (value is None or isinstance(value, nn.Linear))
-
-
 #: gate, up and down: most families'; LFM2's
 _MLP_PARTS = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"))
 #: Phi-3's; Granite MoE's shared expert's
 _JOINED_MLP_PARTS = (("gate_up_proj", "down_proj"), ("input_linear", "output_linear"))
-_JOINED_ATTENTION_PARTS = ("qkv_proj", "o_proj")  # Phi-3
 
 
 def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
@@ -618,7 +574,9 @@ def convert_hf_model(model: nn.Module, *, max_positions: int | None = None) -> C
             _set_submodule(model, path, converted)
             report.mlps.append(path)
     positions = int(config.max_position_embeddings) if max_positions is None else max_positions
-    _convert_rotary(model, report, positions)
+    rotary = convert_rotary(model, positions)
+    report.attentions.extend(rotary.attentions)
+    report.skipped.update(rotary.skipped)
     logger.info(
         "convert_hf_model: %d norms, %d MLPs, %d routed experts' gating, %d attention layers on "
         "IR ops; skipped %s",
@@ -650,135 +608,3 @@ def _language_model_hint(model: nn.Module) -> str:
                 f"convert_hf_model(model.{path})"
             )
     return ""
-
-
-def _per_token_rope(rotary: nn.Module) -> bool:
-    """Whether the rotary module's angles are not a table built ahead, so that its own forward
-    must compute each call's (`IRRotaryCache`'s ``per_token``): a rope of several positions a
-    token (Qwen 3.5's ``mrope_section``), or one rope for every layer whose frequencies change
-    with the length (`DYNAMIC_ROPE_TYPES`)."""
-    if getattr(rotary, "mrope_section", None) is not None:
-        return True
-    return getattr(rotary, "rope_type", None) in DYNAMIC_ROPE_TYPES
-
-
-def _rope_tables(
-    rotary: nn.Module, dynamic: bool = False
-) -> tuple[dict[str | None, tuple[Tensor, float]], str]:
-    """The rotary module's ``{layer type: (inv_freq, attention_scaling)}`` (the single type None
-    where one rope serves every layer), or ``({}, why)`` where a rope's frequencies are not
-    fixed at construction (unless `dynamic`: then its frequencies at construction, which give
-    the rope's width)."""
-    rope_types = getattr(rotary, "rope_type", "default")
-    if isinstance(rope_types, dict):  # Gemma 3: per layer type, as `<type>_inv_freq`
-        prefixes: dict[str | None, str] = {t: f"{t}_" for t in rope_types}
-    else:
-        prefixes, rope_types = {None: ""}, {None: rope_types}
-    tables: dict[str | None, tuple[Tensor, float]] = {}
-    for layer_type, prefix in prefixes.items():
-        rope_type = rope_types[layer_type]
-        if rope_type not in STATIC_ROPE_TYPES and not dynamic:
-            return {}, f"rope type {rope_type!r} changes its frequencies with the length"
-        inv_freq = getattr(rotary, f"{prefix}inv_freq", None)
-        if not isinstance(inv_freq, Tensor):
-            return {}, f"no {prefix}inv_freq buffer"
-        tables[layer_type] = (inv_freq, float(getattr(rotary, f"{prefix}attention_scaling", 1.0)))
-    return tables, ""
-
-
-def _convert_rotary(model: nn.Module, report: ConversionReport, max_positions: int) -> None:
-    # most families name it ``rotary_emb``; LFM2-MoE ``pos_emb``
-    rotary_paths = [
-        p
-        for p, m in model.named_modules()
-        if p.endswith("rotary_emb") or type(m).__name__.endswith("RotaryEmbedding")
-    ]
-    if not rotary_paths:  # OLMo Hybrid's released checkpoints rotate nothing
-        report.skipped["rotary_emb"] = (
-            "no rotary module (none named rotary_emb or of a class ending in RotaryEmbedding)"
-        )
-        return
-    if len(rotary_paths) > 1:
-        report.skipped["rotary_emb"] = f"expected one rotary module, found {rotary_paths}"
-        return
-    path = rotary_paths[0]
-    rotary = model.get_submodule(path)
-    per_token = _per_token_rope(rotary)
-    tables, why = _rope_tables(rotary, dynamic=per_token)
-    if not tables:
-        report.skipped[path] = why
-        return
-    named = [(p, m) for p, m in model.named_modules() if type(m).__name__.endswith("Attention")]
-    layers = [(p, m) for p, m in named if _is_attention(m)]
-    # layers of another form keep their forward: DeepSeek's latent attention rotates with the
-    # model's (cos, sin) itself, and leaves the rotary module alone; MiniMax's lightning
-    # attention ignores it, which a probe below shows
-    others = [(p, m) for p, m in named if not _is_attention(m)]
-    if not layers:
-        report.skipped[path] = (
-            f"attention of another form in {others[0][0]}" if others else "no attention layers"
-        )
-        return
-    for layer_path, layer in layers:
-        # a rope narrower than the head rotates its leading part (transformers' partial rotary,
-        # Phi-3's `partial_rotary_factor`), as the op does
-        inv_freq, _ = tables[layer_type_of(layer, list(tables))]
-        width, head_dim = 2 * inv_freq.numel(), layer.head_dim
-        if width > head_dim:
-            report.skipped[path] = f"rotary dimension {width} > head_dim {head_dim} in {layer_path}"
-            return
-    # float32 cosines and sines, a row a position
-    table_bytes = sum(max_positions * 2 * inv_freq.numel() * 4 for inv_freq, _ in tables.values())
-    if not per_token and table_bytes > _LARGE_TABLE_BYTES:
-        logger.warning(
-            "convert_hf_model: the rotary table of %d positions takes %.1f GiB; pass "
-            "max_positions=<the longest sequence you run> for a smaller one",
-            max_positions,
-            table_bytes / 2**30,
-        )
-    # Gemma 4 slices the position embeddings by token before its KV-shared layers
-    sliced = any(getattr(m, "is_kv_shared_layer", False) for _, m in layers)
-    if per_token and sliced:
-        report.skipped[path] = "a rope computed at each call in a model that slices it by token"
-        return
-    # the probes run a copy of a per-token module (swapped for the module itself after them):
-    # a dynamic rope keeps what it last computed (its cached length), and the probes reach the
-    # last position
-    probed = copy.deepcopy(rotary) if per_token else rotary
-    cache = IRRotaryCache(
-        tables, max_positions, sliced_by_token=sliced, per_token=probed if per_token else None
-    )
-    hidden_size = int(getattr(model.config, "hidden_size", 0))
-    blocking = next(
-        (p for p, m in others if not ignores_position_embeddings(m, probed, cache, hidden_size)),
-        None,
-    )
-    if blocking is not None:
-        report.skipped[path] = f"attention of another form in {blocking}"
-        return
-    try:
-        neox = rotation_form(probed, cache, [m for _, m in layers])
-    except Exception as error:  # the model's rotary module or rotation, on the probe
-        report.skipped[path] = f"its rotation failed on a probe ({type(error).__name__}: {error})"
-        return
-    if neox is None:
-        report.skipped[path] = (
-            "its attention rotates in neither the op's neox nor its interleaved form"
-        )
-        return
-    plans = [(p, m, attention_plan(m, neox, probed, cache)) for p, m in layers]
-    misfit = next(((p, plan) for p, _, plan in plans if isinstance(plan, str)), None)
-    if misfit is not None:
-        report.skipped[path] = f"{misfit[1]} in {misfit[0]}"
-        return
-    if per_token:
-        cache.per_token = rotary
-    _set_submodule(model, path, cache)
-    for attention_path, attention, plan in plans:
-        attention.ir_attention_plan = plan
-        attention.forward = types.MethodType(rotary_attention_forward, attention)
-        report.attentions.append(attention_path)
-
-
-#: a rotary table larger than this is reported: `convert_hf_model`'s ``max_positions`` shrinks it
-_LARGE_TABLE_BYTES = 1 << 30

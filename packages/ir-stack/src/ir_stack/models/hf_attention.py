@@ -233,6 +233,32 @@ def _gate_output(out: Tensor, gate: Tensor, head_dim: int) -> Tensor:
 
 #: the output projection's attribute names: most families', LFM2's
 OUTPUT_PROJECTIONS = ("o_proj", "out_proj")
+_JOINED_ATTENTION_PARTS = ("qkv_proj", "o_proj")  # Phi-3
+
+
+def has_linears(module: nn.Module, names: tuple[str, ...]) -> bool:
+    """Whether `module` holds an ``nn.Linear`` under each of `names`."""
+    return all(isinstance(getattr(module, n, None), nn.Linear) for n in names)
+
+
+def is_attention(module: nn.Module) -> bool:
+    """An attention layer of the form `AttentionPlan` describes: query, key, value and output
+    projections (the output's ``o_proj``, or LFM2's ``out_proj``; Gemma 4's: a ``v_proj`` of
+    None where the keys serve as values, none but the query's and output's where the layer
+    reuses an earlier one's keys and values, which its plan then refuses), or Phi-3's joined
+    ones."""
+    if not type(module).__name__.endswith("Attention"):
+        return False
+    if has_linears(module, _JOINED_ATTENTION_PARTS):
+        return True
+    if not has_linears(module, ("q_proj",)) or not any(
+        has_linears(module, (name,)) for name in OUTPUT_PROJECTIONS
+    ):
+        return False
+    if getattr(module, "is_kv_shared_layer", False):
+        return True
+    value = getattr(module, "v_proj", False)
+    return has_linears(module, ("k_proj",)) and (value is None or isinstance(value, nn.Linear))
 
 
 def output_projection(attention: Any) -> nn.Linear:
