@@ -1557,6 +1557,29 @@ def test_an_attention_doing_more_after_its_attention_function_is_left_alone(
     assert report.attentions == []
 
 
+def test_an_attention_giving_a_mask_of_its_own_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A forward that makes a mask of its own (Doge's, from its values: dynamic mask
+    attention) gives the attention function what the converted forward would not; the probe
+    compares the masks too, and the attention stays, reported."""
+    model = build("llama")
+    attention_class = type(model.model.layers[0].self_attn)
+    forward = attention_class.forward
+
+    def own_mask(self: Any, hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("attention_mask") is None:
+            batch, tokens = hidden_states.shape[:2]
+            kwargs["attention_mask"] = hidden_states.new_zeros(batch, 1, tokens, tokens)
+        return forward(self, hidden_states, *args, **kwargs)
+
+    monkeypatch.setattr(attention_class, "forward", own_mask)
+    report = convert_keeping_logits(model)
+    why = "the converted forward gives its attention function another mask"
+    assert report.skipped == {"model.rotary_emb": f"{why} in model.layers.0.self_attn"}
+    assert report.attentions == []
+
+
 def test_an_attention_giving_other_arguments_is_left_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -609,6 +609,8 @@ def _differences(converted: "_ProbeRun", original: "_ProbeRun") -> str:
     got, want = converted.call, original.call
     if not _same_arguments(got.kwargs, want.kwargs):
         return "the converted forward gives its attention function other keyword arguments"
+    if not _same_arguments({"mask": got.mask}, {"mask": want.mask}):
+        return "the converted forward gives its attention function another mask"
     pairs = ((got.query, want.query), (got.key, want.key), (got.value, want.value))
     if not all(close(g, w) for g, w in pairs):
         return "the converted forward does not give its attention function the original's inputs"
@@ -684,6 +686,8 @@ class _AttentionCall:
     key: Tensor
     value: Tensor
     kwargs: dict[str, Any]
+    #: the mask it gave (the probe hands the layer None; Doge's makes a mask of its own)
+    mask: Any = None
 
 
 @dataclass
@@ -711,7 +715,7 @@ def _record_attention_call(
 ) -> tuple[Tensor, None]:
     """Records what it is given and answers, as attention functions do, ``[batch, tokens,
     heads, value width]``: a probe, the same for every call of those shapes."""
-    _probe_calls.append(_AttentionCall(query, key, value, kwargs))
+    _probe_calls.append(_AttentionCall(query, key, value, kwargs, attention_mask))
     batch, heads, tokens, _ = query.shape
     shape = (batch, tokens, heads, value.shape[-1])
     return probe(shape, query.device).to(query.dtype), None
