@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from packaging.version import Version
 
 import ir_dispatch
 import ir_kernels_triton  # noqa: F401  (the Triton providers, also when run from source)
@@ -719,6 +720,45 @@ HF_FAMILIES = {
             "moe_intermediate_size": 128,
         },
     ),
+    # a rotary module a rope base, each handed to the layers of its base; attention sinks
+    "granite_swa": (
+        "GraniteSWAConfig",
+        "GraniteSWAForCausalLM",
+        {**_GPU_SLIDING, "head_dim": 64, "layer_rope_theta": [1e4, 5e5]},
+    ),
+    "granitemoe_swa": (
+        "GraniteMoeSWAConfig",
+        "GraniteMoeSWAForCausalLM",
+        {
+            **_GPU_SLIDING,
+            "head_dim": 64,
+            "layer_rope_theta": [1e4, 5e5],
+            "num_local_experts": 8,
+            "num_experts_per_tok": 8,
+        },
+    ),
+    # an attention output gated by a softplus a head; a rope of its own width per layer type;
+    # shared and routed experts in both layers
+    "laguna": (
+        "LagunaConfig",
+        "LagunaForCausalLM",
+        {
+            **_GPU_TOKENS,
+            **_GPU_SLIDING,
+            **_GPU_EXPERTS,
+            "head_dim": 64,
+            "mlp_layer_types": ["sparse", "sparse"],
+        },
+    ),
+    # Aria's language model: routed experts (all eight a token) beside shared ones
+    "aria_text": (
+        "AriaTextConfig",
+        "AriaTextForCausalLM",
+        {**_GPU_TOKENS, "head_dim": 64, "moe_num_experts": 8, "moe_topk": 8},
+    ),
+    # LayerNorms with an offset of one and a ReLU-squared MLP (they stay); the rope over half
+    # of each head
+    "nemotron": ("NemotronConfig", "NemotronForCausalLM", {**_GPU_TOKENS, "head_dim": 64}),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {
@@ -765,6 +805,9 @@ HF_MOE = {
     "axk2",
     "dots3_note",
     "inkling",
+    "granitemoe_swa",
+    "laguna",
+    "aria_text",
 }
 #: families without a rotary module (no rope): their attention stays
 HF_NO_ROTARY = {"granite4_h", "kimi_linear", "inkling"}
@@ -785,9 +828,9 @@ HF_LATENT = {
     "youtu",
 }
 #: families whose norms are LayerNorms, which stay
-HF_LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2"}
+HF_LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2", "nemotron"}
 #: families whose MLPs are not gated, which stay
-HF_UNGATED = {"apertus", "arcee", "apertus1p5", "jais2"}
+HF_UNGATED = {"apertus", "arcee", "apertus1p5", "jais2", "nemotron"}
 #: families whose routed experts gate in their own way, which stay (GPT-OSS clamps its gate)
 HF_EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
 #: op calls served by the native function, as no kernel takes their rows (the H200 showed
@@ -797,6 +840,9 @@ HF_EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
 HF_NATIVE_CALLS = {"inkling": {"rms_norm": 2}, "qwen4_exp": {"rms_norm": 1}}
 #: families whose shared experts clamp their gate too, and stay
 HF_SHARED_EXPERTS_STAY = {"minimax_m3"}
+#: families whose parts this table expects to convert only from a transformers release on:
+#: Aria's experts (grouped products of its own before 5.24) have no ``_apply_gate`` hook
+HF_MIN_TRANSFORMERS = {"aria_text": "5.24"}
 
 
 def _converted_logits(model: Any) -> tuple[torch.Tensor, Any, torch.Tensor]:
@@ -827,6 +873,9 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     missing = [name for name in (config_name, model_name) if not hasattr(transformers, name)]
     if missing:  # a family newer than the installed transformers
         pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
+    needed = HF_MIN_TRANSFORMERS.get(family)
+    if needed is not None and Version(transformers.__version__) < Version(needed):
+        pytest.skip(f"{family} converts as this table expects from transformers {needed}")
     sizes = {
         "vocab_size": 256,
         "hidden_size": 256,

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import torch
+from packaging.version import Version
 
 import ir_dispatch
 import ir_passes
@@ -127,6 +128,11 @@ FAMILIES = {
     "axk2": ("AXK2Config", "AXK2ForCausalLM"),
     "dots3_note": ("Dots3NoteTextConfig", "Dots3NoteForCausalLM"),
     "inkling": ("InklingTextConfig", "InklingForCausalLM"),
+    "granite_swa": ("GraniteSWAConfig", "GraniteSWAForCausalLM"),
+    "granitemoe_swa": ("GraniteMoeSWAConfig", "GraniteMoeSWAForCausalLM"),
+    "laguna": ("LagunaConfig", "LagunaForCausalLM"),
+    "aria_text": ("AriaTextConfig", "AriaTextForCausalLM"),
+    "nemotron": ("NemotronConfig", "NemotronForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -607,6 +613,33 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     # Inkling: attention without a rope (relative logits), which stays; a norm on the
     # embeddings; routed experts
     "inkling": _TOKENS,
+    # Granite SWA: a rotary module a rope base (and the model's own, unused), handed to the
+    # layers of that base; attention sinks
+    "granite_swa": {**_SLIDING_THEN_FULL, "head_dim": 16, "layer_rope_theta": [1e4, 5e5]},
+    "granitemoe_swa": {
+        **_SLIDING_THEN_FULL,
+        "head_dim": 16,
+        "layer_rope_theta": [1e4, 5e5],
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+    },
+    # Laguna: an attention output gated by a softplus (one value a head), a rope of its own
+    # width per layer type, shared and routed experts in both layers
+    "laguna": {
+        **_TOKENS,
+        **_SLIDING_THEN_FULL,
+        "head_dim": 16,
+        "mlp_layer_types": ["sparse", "sparse"],
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 32,
+    },
+    # Aria's language model: routed experts beside a shared expert
+    "aria_text": {**_TOKENS, "moe_num_experts": 4, "moe_topk": 2},
+    # Nemotron (Minitron): LayerNorms with an offset of one and an MLP of one activation
+    # (ReLU squared), which stay; the rope over half of each head
+    "nemotron": {**_TOKENS, "head_dim": 16},
     # queries scaled from the fourth position on (Llama 4's scale), so the prompt shows it
     "ministral3": {
         **_TOKENS,
@@ -717,6 +750,10 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "axk2": (4, 1, 1),
     "dots3_note": (5, 1, 1),
     "inkling": (4, 0, 1),
+    "granitemoe_swa": (2, 0, 1),
+    "laguna": (4, 1, 1),
+    "aria_text": (2, 1, 1),
+    "nemotron": (0, 0, 0),
 }
 #: families without a rotary module (their attention rotates nothing, and stays): Granite 4's
 #: hybrids, as released
@@ -731,7 +768,7 @@ EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
 #: families whose shared experts clamp their gate too, and stay
 SHARED_EXPERTS_STAY = {"minimax_m3"}
 #: families whose norms are LayerNorms (they stay), the final one too
-LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2"}
+LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2", "nemotron"}
 #: families with layers that rotate nothing (NoPE), and how many of the two rotate
 ROTATING_LAYERS = {
     "smollm3": 1,
@@ -761,11 +798,19 @@ ATTENTION_LAYERS = {
 SHARED_HEAD_NORMS = {"llama4"}
 
 
+#: families whose parts this table expects to convert only from a transformers release on:
+#: Aria's experts (grouped products of its own before 5.24) have no ``_apply_gate`` hook
+MIN_TRANSFORMERS = {"aria_text": "5.24"}
+
+
 def build(family: str, **overrides: Any) -> Any:
     torch.manual_seed(0)
     missing = [name for name in FAMILIES[family] if not hasattr(transformers, name)]
     if missing:  # a family newer than the installed transformers
         pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
+    needed = MIN_TRANSFORMERS.get(family)
+    if needed is not None and Version(transformers.__version__) < Version(needed):
+        pytest.skip(f"{family} converts as this table expects from transformers {needed}")
     config_class, model_class = (getattr(transformers, name) for name in FAMILIES[family])
     options = {**FAMILY_OPTIONS.get(family, {}), **overrides}
     model = model_class(config_class(**{**SIZES, **options})).eval()
@@ -1537,9 +1582,9 @@ def test_an_attention_doing_more_than_its_plan_is_left_alone(
 def test_an_attention_doing_more_after_its_attention_function_is_left_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A forward that gates what its attention function returns (Laguna's multiplies it by a
-    softplus of another projection; here the projected output by its sigmoid) gives that
-    function the plan's inputs, but the converted forward would drop the gate. The probe runs
+    """A forward that gates what its attention function returns by something the plan does
+    not know (here the projected output by its own sigmoid) gives that function the plan's
+    inputs, but the converted forward would drop the gate. The probe runs
     both forwards to the end, the attention function answering the same probe to each, and
     compares what they return: the attention stays, reported."""
     model = build("llama")
@@ -1555,6 +1600,62 @@ def test_an_attention_doing_more_after_its_attention_function_is_left_alone(
     why = "does not make of its attention function's output what the original does"
     assert why in report.skipped["model.rotary_emb"]
     assert report.attentions == []
+
+
+def test_an_output_gate_passes_through_the_function_its_forward_uses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The function that makes a gate projection a factor is found by running the layer:
+    LFM3's sigmoid, Laguna's softplus (in float32). A gate through any other function stays,
+    reported."""
+    lfm3, laguna = build("lfm3"), build("laguna")
+    for model in (lfm3, laguna):
+        convert_keeping_logits(model)
+    plans = [m.model.layers[1].self_attn.ir_attention_plan for m in (lfm3, laguna)]
+    assert [(p.output_gate, p.output_gate_function) for p in plans] == [
+        ("g_proj", "sigmoid"),
+        ("g_proj", "softplus"),
+    ]
+
+    class TanhGate:  # the functional namespace of Laguna's module, its softplus a tanh
+        softplus = staticmethod(torch.tanh)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(torch.nn.functional, name)
+
+    model = build("laguna")
+    monkeypatch.setattr(sys.modules[type(model).__module__], "F", TanhGate())
+    report = convert_keeping_logits(model)
+    why = "does not make of its attention function's output what the original does"
+    assert why in report.skipped["model.rotary_emb"]
+    assert report.attentions == []
+
+
+def test_granite_swa_hands_each_layer_the_rope_of_its_base() -> None:
+    """Granite SWA: a rotary module a rope base, each handed to the layers of that base, and
+    the model's own, which its forward does not use; a layer of base 0 is handed none
+    (NoPE). Each module becomes a cache with its own frequencies; the NoPE layer rotates
+    nothing."""
+    model = build(
+        "granite_swa",
+        num_hidden_layers=3,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        layer_rope_theta=[1e4, 5e5, 0],
+    )
+    report = convert_keeping_logits(model)
+    assert report.skipped == {}
+    assert len(report.attentions) == 3
+    ropes = [model.model.rotary_emb, *model.model.rotary_embs]
+    assert all(isinstance(rope, IRRotaryCache) for rope in ropes)
+    low, high = (rope.cache_for() for rope in model.model.rotary_embs)
+    assert not torch.equal(low, high)
+    ir_dispatch.reset_stats()
+    ir_dispatch.collect_stats(True)
+    with torch.no_grad():
+        model(*prompt())
+    ir_dispatch.collect_stats(False)
+    calls = {op: n for (op, _), n in ir_dispatch.stats().items()}
+    assert calls["rotary_embedding"] == 2
 
 
 def test_an_attention_giving_a_mask_of_its_own_is_left_alone(

@@ -20,7 +20,10 @@ and EXAONE 3 (on Llama's classes), HyperCLOVA X, Sarvam MoE, Flint, Kolibri 1, L
 full-attention layers are handed no position embeddings), LFM3 (its attention output gated a
 head), MiniMax M3 (text; its experts stay, and so does its attention where a layer is sparse),
 Sarvam MLA, A.X K1 and K2 and dots3 (their latent attention stays), Qwen4-Exp (text; its
-hyper-connections and indexed attention stay) and Inkling (text; its rope-less attention stays).
+hyper-connections and indexed attention stay), Inkling (text; its rope-less attention stays),
+Granite SWA and Granite MoE SWA (a rotary module a rope base: each becomes a table of its own),
+Laguna (its attention output gated by a softplus), Aria's language model, and Nemotron
+(attention alone: its norms are LayerNorms, its MLP not gated).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -35,17 +38,20 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   multipliers on the gate and output where it holds them: one that does more stays;
 - rotary embeddings are applied by ``ir_spec.ops.rotary_embedding``: the model's rotary module
   becomes `IRRotaryCache` (one ``cos_sin_cache`` table computed from its frequencies; Gemma
-  3's local and global ropes one each), and each attention layer rotates its projections with
-  it before the model's own attention function runs, in the form that the model's
-  ``apply_rotary_pos_emb`` (Llama 4: ``apply_rotary_emb``, by complex numbers) is found to
-  rotate by a probe: the halves of each head, or pairs (GLM, ERNIE, Helium, Cohere, Llama 4).
+  3's local and global ropes one each; a model holding several rotary modules of one class and
+  width, as Granite SWA holds one a rope base, gets a cache for each, see `hf_rotary`), and
+  each attention layer rotates its projections with what its model hands it before the
+  model's own attention function runs, in the form that the model's ``apply_rotary_pos_emb``
+  (Llama 4: ``apply_rotary_emb``, by complex numbers) is found to rotate by a probe: the
+  halves of each head, or pairs (GLM, ERNIE, Helium, Cohere, Llama 4).
   Gemma 4's layers of each type have heads of their own width and their own table (its
   full-attention layers' proportional rope rotates the whole head, with frequencies of zero
   past a quarter); they norm their values too, attend the key projection as values where they
   have no ``v_proj``, store their keys and values for the caller (``shared_kv_states``), and,
   in the smaller models, reuse an earlier layer's (KV sharing: those project only queries).
   Qwen3-Next's and Qwen 3.5's query projections give each head's gate too, AFMoE's a
-  projection of its own, which the converted forward applies to the attention's output. A
+  projection of its own, which the converted forward applies to the attention's output
+  through a sigmoid (Laguna's through a softplus in float32: which one is found by running it). A
   rope with no table ahead (Qwen 3.5's, which mixes the frequencies of three positions a
   token; one whose frequencies change with the length: Phi-3's long rope, dynamic NTK) is
   computed at each call by the model's own rotary module, and the op takes those angles as a
@@ -60,7 +66,8 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   forward gives its attention function (a sliding window, a logit cap) are found by running
   it, and the converted forward gives the same. Each layer keeps what the conversion found
   in an `AttentionPlan`, checked on a probe: a layer whose converted forward would give its
-  attention function other queries, keys or values than its own, or make another output of
+  attention function other queries, keys, values or mask than its own (Doge's makes a mask of
+  its own), or make another output of
   that function's answer (a gate after attention), stays as it is; so does a layer whose
   forward takes a parameter the converted forward would drop (HRM-Text's ``cycle_offset``) or
   that picks its keys with an indexer of its own. A layer handed no position embeddings
@@ -220,6 +227,11 @@ SUPPORTED_MODEL_TYPES = (
     "dots3_note_text",
     "qwen4_exp_text",
     "inkling_text",
+    "granite_swa",
+    "granitemoe_swa",
+    "laguna",
+    "aria_text",
+    "nemotron",
 )
 
 

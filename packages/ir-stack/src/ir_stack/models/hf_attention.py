@@ -3,12 +3,13 @@ layer's own forward on a probe and checked by running the converted forward the 
 converted forward itself; and the probe that finds the model's rotation form."""
 
 import copy
+import dataclasses
 import functools
 import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor, nn
@@ -17,6 +18,10 @@ from ir_spec import ops
 
 from .hf_modules import IRRMSNorm, IRRotaryCache
 from .hf_probes import close, probe
+
+#: the functions an attention output gate's projection may pass through (`_gate_factor`)
+GateFunction = Literal["sigmoid", "softplus"]
+OUTPUT_GATE_FUNCTIONS: tuple[GateFunction, ...] = get_args(GateFunction)
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,9 @@ class AttentionPlan:
     #: the attribute name of a projection of its own giving that gate, a value a channel
     #: (AFMoE's ``gate_proj``) or a head (LFM3's ``g_proj``), or None
     output_gate: str | None = None
+    #: what makes that projection a factor, one of `OUTPUT_GATE_FUNCTIONS`, found by running
+    #: the layer: ``"sigmoid"`` (AFMoE's, LFM3's) or ``"softplus"`` (Laguna's, in float32)
+    output_gate_function: GateFunction = "sigmoid"
     #: the keys and values (after the cache update) are stored in the caller's
     #: ``shared_kv_states`` under the layer's type (Gemma 4's last layer of each type)
     stores_shared_kv: bool = False
@@ -219,8 +227,16 @@ def _planned_forward(
     )
     out = out.reshape(*input_shape, -1).contiguous()
     if gate is not None:
-        out = _gate_output(out, torch.sigmoid(gate), self.head_dim)
+        out = _gate_output(out, _gate_factor(gate, plan.output_gate_function), self.head_dim)
     return output_projection(self)(out), weights
+
+
+def _gate_factor(gate: Tensor, function: GateFunction) -> Tensor:
+    """The factor the attention output is multiplied by: the gate projection's sigmoid, or
+    its softplus computed in float32 and rounded back (Laguna's)."""
+    if function == "softplus":
+        return nn.functional.softplus(gate.float()).to(gate.dtype)
+    return torch.sigmoid(gate)
 
 
 def _gate_output(out: Tensor, gate: Tensor, head_dim: int) -> Tensor:
@@ -491,6 +507,12 @@ def attention_plan(
     # the converted layers' (cos_sin_cache, positions) pair, made inside the probe's guard
     pair = functools.partial(cache, hidden, position_ids, *extra)
     why = _converted_differs(attention, plan, hidden, pair, positions, original, seen)
+    if why and plan.output_gate is not None:  # the gate's function, by trying the others
+        for function in OUTPUT_GATE_FUNCTIONS[1:]:
+            gated = dataclasses.replace(plan, output_gate_function=function)
+            if not _converted_differs(attention, gated, hidden, pair, positions, original, seen):
+                plan, why = gated, ""
+                break
     return why or _without_embeddings(attention, plan, hidden) or plan
 
 
