@@ -759,6 +759,27 @@ HF_FAMILIES = {
     # LayerNorms with an offset of one and a ReLU-squared MLP (they stay); the rope over half
     # of each head
     "nemotron": ("NemotronConfig", "NemotronForCausalLM", {**_GPU_TOKENS, "head_dim": 64}),
+    # Phi-3.5-MoE: LayerNorms (they stay), routed experts (all eight a token), Phi-3's long
+    # rope computed at each call (the prompt passes its original length)
+    "phimoe": (
+        "PhimoeConfig",
+        "PhimoeForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "head_dim": 64,
+            "num_local_experts": 8,
+            "num_experts_per_tok": 8,
+            "rope_parameters": {
+                "rope_type": "longrope",
+                "rope_theta": 1e4,
+                "long_factor": [1.0 + i / 8 for i in range(32)],
+                "short_factor": [1.0 + i / 64 for i in range(32)],
+                "long_mscale": 1.2,
+                "short_mscale": 1.1,
+                "original_max_position_embeddings": 8,
+            },
+        },
+    ),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {
@@ -808,6 +829,7 @@ HF_MOE = {
     "granitemoe_swa",
     "laguna",
     "aria_text",
+    "phimoe",
 }
 #: families without a rotary module (no rope): their attention stays
 HF_NO_ROTARY = {"granite4_h", "kimi_linear", "inkling"}
@@ -828,7 +850,7 @@ HF_LATENT = {
     "youtu",
 }
 #: families whose norms are LayerNorms, which stay
-HF_LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2", "nemotron"}
+HF_LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2", "nemotron", "phimoe"}
 #: families whose MLPs are not gated, which stay
 HF_UNGATED = {"apertus", "arcee", "apertus1p5", "jais2", "nemotron"}
 #: families whose routed experts gate in their own way, which stay (GPT-OSS clamps its gate)
@@ -840,6 +862,10 @@ HF_EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
 HF_NATIVE_CALLS = {"inkling": {"rms_norm": 2}, "qwen4_exp": {"rms_norm": 1}}
 #: families whose shared experts clamp their gate too, and stay
 HF_SHARED_EXPERTS_STAY = {"minimax_m3"}
+#: families whose router picks two experts whatever the config asks (Phi-3.5-MoE's sparse
+#: mixer), so that a near tie may flip between the runs in bf16: a router of zeros sends every
+#: token to the same two experts in both
+HF_ZERO_ROUTERS = {"phimoe"}
 #: families whose parts this table expects to convert only from a transformers release on:
 #: Aria's experts (grouped products of its own before 5.24) have no ``_apply_gate`` hook
 HF_MIN_TRANSFORMERS = {"aria_text": "5.24"}
@@ -893,6 +919,8 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
                 param.uniform_(low, high)
+            elif family in HF_ZERO_ROUTERS and name.endswith("router.weight"):
+                param.zero_()
     before, report, after = _converted_logits(model)
     gemma = "gemma" in family
     latent = family in HF_LATENT

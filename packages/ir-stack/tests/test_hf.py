@@ -133,6 +133,7 @@ FAMILIES = {
     "laguna": ("LagunaConfig", "LagunaForCausalLM"),
     "aria_text": ("AriaTextConfig", "AriaTextForCausalLM"),
     "nemotron": ("NemotronConfig", "NemotronForCausalLM"),
+    "phimoe": ("PhimoeConfig", "PhimoeForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -640,6 +641,23 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     # Nemotron (Minitron): LayerNorms with an offset of one and an MLP of one activation
     # (ReLU squared), which stay; the rope over half of each head
     "nemotron": {**_TOKENS, "head_dim": 16},
+    # Phi-3.5-MoE: LayerNorms (they stay), routed experts, Phi-3's long rope (past four
+    # positions, its long factors: the prompt reaches them), computed at each call
+    "phimoe": {
+        **_TOKENS,
+        "head_dim": 16,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "rope_parameters": {
+            "rope_type": "longrope",
+            "rope_theta": 1e4,
+            "long_factor": [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5],
+            "short_factor": [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7],
+            "long_mscale": 1.2,
+            "short_mscale": 1.1,
+            "original_max_position_embeddings": 4,
+        },
+    },
     # queries scaled from the fourth position on (Llama 4's scale), so the prompt shows it
     "ministral3": {
         **_TOKENS,
@@ -754,6 +772,7 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "laguna": (4, 1, 1),
     "aria_text": (2, 1, 1),
     "nemotron": (0, 0, 0),
+    "phimoe": (0, 0, 1),
 }
 #: families without a rotary module (their attention rotates nothing, and stays): Granite 4's
 #: hybrids, as released
@@ -768,7 +787,7 @@ EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
 #: families whose shared experts clamp their gate too, and stay
 SHARED_EXPERTS_STAY = {"minimax_m3"}
 #: families whose norms are LayerNorms (they stay), the final one too
-LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2", "nemotron"}
+LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2", "nemotron", "phimoe"}
 #: families with layers that rotate nothing (NoPE), and how many of the two rotate
 ROTATING_LAYERS = {
     "smollm3": 1,

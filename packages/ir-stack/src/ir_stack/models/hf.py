@@ -22,8 +22,9 @@ head), MiniMax M3 (text; its experts stay, and so does its attention where a lay
 Sarvam MLA, A.X K1 and K2 and dots3 (their latent attention stays), Qwen4-Exp (text; its
 hyper-connections and indexed attention stay), Inkling (text; its rope-less attention stays),
 Granite SWA and Granite MoE SWA (a rotary module a rope base: each becomes a table of its own),
-Laguna (its attention output gated by a softplus), Aria's language model, and Nemotron
-(attention alone: its norms are LayerNorms, its MLP not gated).
+Laguna (its attention output gated by a softplus), Aria's language model, Nemotron
+(attention alone: its norms are LayerNorms, its MLP not gated) and Phi-3.5-MoE (its attention
+and routed experts; its LayerNorms stay).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -232,6 +233,7 @@ SUPPORTED_MODEL_TYPES = (
     "laguna",
     "aria_text",
     "nemotron",
+    "phimoe",
 )
 
 
