@@ -14,7 +14,7 @@ import ir_dispatch
 import ir_passes
 import ir_stack
 from ir_spec import ops
-from ir_stack.models import hf_rotary
+from ir_stack.models import hf, hf_rotary
 from ir_stack.models.hf import (
     IRGatedMLP,
     IRJoinedGatedMLP,
@@ -1087,6 +1087,58 @@ def test_an_mlp_computing_more_than_its_gated_form_is_left_alone() -> None:
     }
     assert report.mlps == ["model.layers.1.mlp"]
     assert model.model.layers[1].mlp.activation == "silu"
+
+
+class _ScaledInt8Linear(torch.nn.Linear):
+    """A quantized layer as transformers' integrations make them (FP8, compressed tensors,
+    bitsandbytes): an ``nn.Linear`` whose ``weight`` holds other values than it multiplies by
+    (here int8 steps), rescaled in its own forward."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__(linear.in_features, linear.out_features, bias=False)
+        scale = linear.weight.detach().abs().amax(dim=1, keepdim=True) / 127
+        steps = (linear.weight.detach() / scale).round().to(torch.int8)
+        self.weight = torch.nn.Parameter(steps, requires_grad=False)
+        self.register_buffer("scale", scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.weight.to(x.dtype) * self.scale)
+
+
+def test_an_mlp_of_quantized_layers_keeps_them() -> None:
+    """A gated MLP whose gate and up projections are quantized layers (subclasses of
+    ``nn.Linear`` with a forward of their own) stays: joining their ``weight`` would drop
+    their scales. One whose layers are an ``nn.Linear`` subclass that keeps its forward
+    converts. The converted MLP is checked against the original on a probe besides."""
+    model = build("llama")
+    quantized = model.model.layers[0].mlp
+    quantized.gate_proj = _ScaledInt8Linear(quantized.gate_proj)
+    quantized.up_proj = _ScaledInt8Linear(quantized.up_proj)
+    renamed = type("NamedLinear", (torch.nn.Linear,), {})
+    plain = model.model.layers[1].mlp
+    plain.gate_proj.__class__ = renamed
+    report = convert_keeping_logits(model)
+    assert report.skipped == {
+        "model.layers.0.mlp": "its gate and up projections are _ScaledInt8Linear, whose forward "
+        "is not nn.Linear's: their weights cannot be joined (a quantized layer's)"
+    }
+    assert report.mlps == ["model.layers.1.mlp"]
+    assert model.model.layers[0].mlp is quantized
+
+
+def test_a_converted_mlp_computing_other_than_the_original_is_left_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The joined MLP runs on a probe beside the original before it replaces it: where they
+    differ (here the join is made wrong on purpose), the MLP stays, reported."""
+    monkeypatch.setattr(
+        hf, "IRGatedMLP", lambda gate, up, down, *a, **k: IRGatedMLP(up, gate, down, *a, **k)
+    )
+    model = build("llama")
+    report = convert_keeping_logits(model)
+    why = "the converted MLP does not compute what its forward does on a probe"
+    assert report.skipped == {f"model.layers.{i}.mlp": why for i in range(2)}
+    assert report.mlps == []
 
 
 def test_a_converted_attention_takes_its_arguments_as_its_own_forward_does() -> None:

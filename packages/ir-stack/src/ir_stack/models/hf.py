@@ -36,7 +36,11 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   up projections joined into one ``gate_up`` linear layer, then ``ir_spec.ops.silu_and_mul`` or
   ``gelu_and_mul``; Phi-3's, joined already, become `IRJoinedGatedMLP` around its own layers.
   Its whole forward must compute ``down(act(gate(x)) * up(x))`` on a probe, with Falcon-H1's
-  multipliers on the gate and output where it holds them: one that does more stays;
+  multipliers on the gate and output where it holds them: one that does more stays, and so
+  does one whose gate and up projections are quantized layers (transformers' FP8 or
+  bitsandbytes layers subclass ``nn.Linear`` with a forward of their own: joining their
+  weights would drop their scales); the converted MLP runs on a probe beside the original
+  before it replaces it;
 - rotary embeddings are applied by ``ir_spec.ops.rotary_embedding``: the model's rotary module
   becomes `IRRotaryCache` (one ``cos_sin_cache`` table computed from its frequencies; Gemma
   3's local and global ropes one each; a model holding several rotary modules of one class and
@@ -318,7 +322,7 @@ def _mlp_activation(mlp: nn.Module, parts: tuple[str, ...], config: Any) -> tupl
     first: nn.Linear = getattr(mlp, parts[0])
     if first.weight.device.type == "meta":
         return None, "its weights are on the meta device"
-    rows = probe((3, first.in_features), first.weight.device).to(first.weight.dtype)
+    rows = probe((3, first.in_features), first.weight.device).to(_activation_dtype(mlp))
     try:
         with torch.no_grad():
             got = mlp(rows)
@@ -332,6 +336,54 @@ def _mlp_activation(mlp: nn.Module, parts: tuple[str, ...], config: Any) -> tupl
     if not matches:
         return None, "its forward computes other than down(act(gate(x)) * up(x))"
     return None, f"its activation is any of {matches} on a probe in {first.weight.dtype}"
+
+
+def _convert_gated_mlp(
+    mlp: nn.Module, parts: tuple[str, ...], config: Any
+) -> tuple[nn.Module | None, str]:
+    """The IR form of a gated MLP with the layers `parts`: `IRGatedMLP` (gate and up joined)
+    or `IRJoinedGatedMLP` (joined already), run on a probe beside the MLP before it may
+    replace it; else ``(None, why)``."""
+    layers = [getattr(mlp, name) for name in parts]
+    if len(parts) == 3:
+        # a quantized layer (transformers' FP8, compressed tensors, bitsandbytes) subclasses
+        # nn.Linear, but its `weight` is not what it multiplies by: its own forward says how
+        own = next((m for m in layers[:2] if type(m).forward is not nn.Linear.forward), None)
+        if own is not None:
+            return None, (
+                f"its gate and up projections are {type(own).__name__}, whose forward is not "
+                "nn.Linear's: their weights cannot be joined (a quantized layer's)"
+            )
+    activation, why = _mlp_activation(mlp, parts, config)
+    if activation is None:
+        return None, why
+    gate_scale, output_scale = _mlp_scales(mlp)
+    if len(parts) == 3:
+        gate, up, down = layers
+        converted: nn.Module = IRGatedMLP(
+            gate, up, down, activation, gate_scale=gate_scale, output_scale=output_scale
+        )
+    elif (gate_scale, output_scale) != (1.0, 1.0):
+        return None, "a joined gate-up layer with multipliers"
+    else:
+        gate_up, down = layers
+        converted = IRJoinedGatedMLP(gate_up, down, activation, (parts[0], parts[1]))
+    rows = probe((3, layers[0].in_features), layers[0].weight.device).to(_activation_dtype(mlp))
+    try:
+        with torch.no_grad():
+            same = close(converted(rows), mlp(rows))
+    except Exception as error:
+        return None, f"the converted MLP failed on a probe ({type(error).__name__}: {error})"
+    if not same:
+        return None, "the converted MLP does not compute what its forward does on a probe"
+    return converted, ""
+
+
+def _activation_dtype(mlp: nn.Module) -> torch.dtype:
+    """The dtype an MLP's inputs come in: that of its first parameter of 16 bits or more (a
+    quantized layer holds 8-bit weights), else float32."""
+    wide = (p.dtype for p in mlp.parameters() if p.dtype.is_floating_point and p.itemsize >= 2)
+    return next(wide, torch.float32)
 
 
 def _mlp_scales(mlp: nn.Module) -> tuple[float, float]:
@@ -569,22 +621,10 @@ def convert_hf_model(model: nn.Module, *, max_positions: int | None = None) -> C
                 continue
             report.experts.append(experts_path)
         elif (parts := _gated_mlp_parts(module)) is not None:
-            activation, why = _mlp_activation(module, parts, config)
-            if activation is None:
+            converted, why = _convert_gated_mlp(module, parts, config)
+            if converted is None:
                 report.skipped[path] = why
                 continue
-            gate_scale, output_scale = _mlp_scales(module)
-            if len(parts) == 3:
-                gate, up, down = (getattr(module, n) for n in parts)
-                converted: nn.Module = IRGatedMLP(
-                    gate, up, down, activation, gate_scale=gate_scale, output_scale=output_scale
-                )
-            elif (gate_scale, output_scale) != (1.0, 1.0):
-                report.skipped[path] = "a joined gate-up layer with multipliers"
-                continue
-            else:
-                gate_up, down = (getattr(module, n) for n in parts)
-                converted = IRJoinedGatedMLP(gate_up, down, activation, (parts[0], parts[1]))
             _set_submodule(model, path, converted)
             report.mlps.append(path)
     positions = int(config.max_position_embeddings) if max_positions is None else max_positions
