@@ -1126,6 +1126,21 @@ def test_an_mlp_of_quantized_layers_keeps_them() -> None:
     assert model.model.layers[0].mlp is quantized
 
 
+def test_quantized_projections_are_called_as_they_are_in_converted_layers() -> None:
+    """Quantized query, key, value, output and down projections are called as they are, so
+    the attention layers and MLPs around them convert; their probes run in the model's dtype,
+    not their weights' (int8 here)."""
+    model = build("llama")
+    for layer in model.model.layers:
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            setattr(layer.self_attn, name, _ScaledInt8Linear(getattr(layer.self_attn, name)))
+        layer.mlp.down_proj = _ScaledInt8Linear(layer.mlp.down_proj)
+    report = convert_keeping_logits(model)
+    assert report.skipped == {}
+    assert len(report.attentions) == len(report.mlps) == SIZES["num_hidden_layers"]
+    assert isinstance(model.model.layers[0].mlp.down_proj, _ScaledInt8Linear)
+
+
 def test_a_converted_mlp_computing_other_than_the_original_is_left_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -124,7 +124,7 @@ from .hf_modules import (
     act_and_mul,
     reference_gate,
 )
-from .hf_probes import close, probe
+from .hf_probes import close, input_dtype, probe
 from .hf_rotary import DYNAMIC_ROPE_TYPES, STATIC_ROPE_TYPES, convert_rotary
 
 __all__ = [
@@ -322,7 +322,7 @@ def _mlp_activation(mlp: nn.Module, parts: tuple[str, ...], config: Any) -> tupl
     first: nn.Linear = getattr(mlp, parts[0])
     if first.weight.device.type == "meta":
         return None, "its weights are on the meta device"
-    rows = probe((3, first.in_features), first.weight.device).to(_activation_dtype(mlp))
+    rows = probe((3, first.in_features), first.weight.device).to(input_dtype(mlp))
     try:
         with torch.no_grad():
             got = mlp(rows)
@@ -335,7 +335,7 @@ def _mlp_activation(mlp: nn.Module, parts: tuple[str, ...], config: Any) -> tupl
         return matches[0], ""
     if not matches:
         return None, "its forward computes other than down(act(gate(x)) * up(x))"
-    return None, f"its activation is any of {matches} on a probe in {first.weight.dtype}"
+    return None, f"its activation is any of {matches} on a probe in {rows.dtype}"
 
 
 def _convert_gated_mlp(
@@ -368,7 +368,7 @@ def _convert_gated_mlp(
     else:
         gate_up, down = layers
         converted = IRJoinedGatedMLP(gate_up, down, activation, (parts[0], parts[1]))
-    rows = probe((3, layers[0].in_features), layers[0].weight.device).to(_activation_dtype(mlp))
+    rows = probe((3, layers[0].in_features), layers[0].weight.device).to(input_dtype(mlp))
     try:
         with torch.no_grad():
             same = close(converted(rows), mlp(rows))
@@ -377,13 +377,6 @@ def _convert_gated_mlp(
     if not same:
         return None, "the converted MLP does not compute what its forward does on a probe"
     return converted, ""
-
-
-def _activation_dtype(mlp: nn.Module) -> torch.dtype:
-    """The dtype an MLP's inputs come in: that of its first parameter of 16 bits or more (a
-    quantized layer holds 8-bit weights), else float32."""
-    wide = (p.dtype for p in mlp.parameters() if p.dtype.is_floating_point and p.itemsize >= 2)
-    return next(wide, torch.float32)
 
 
 def _mlp_scales(mlp: nn.Module) -> tuple[float, float]:
@@ -501,7 +494,7 @@ def _batched_experts_gating(experts: nn.Module) -> tuple[str | None, str]:
     activation = _gated_activation(experts)
     if activation is None:
         return None, "mixture of experts: its experts' activation is not silu or gelu"
-    rows = probe((2 * gate_up.shape[0], gate_up.shape[1]), gate_up.device).to(gate_up.dtype)
+    rows = probe((2 * gate_up.shape[0], gate_up.shape[1]), gate_up.device).to(input_dtype(experts))
     try:
         with torch.no_grad():
             want = experts(rows)

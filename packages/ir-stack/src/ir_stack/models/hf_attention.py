@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from ir_spec import ops
 
 from .hf_modules import IRRMSNorm, IRRotaryCache
-from .hf_probes import close, probe
+from .hf_probes import close, input_dtype, probe
 
 #: the functions an attention output gate's projection may pass through (`_gate_factor`)
 GateFunction = Literal["sigmoid", "softplus"]
@@ -456,7 +456,7 @@ def attention_plan(
         return "its weights are on the meta device"
     layer_type = layer_type_of(attention, cache.layer_types)
     extra = () if layer_type is None else (layer_type,)
-    hidden = probe((1, 2, projection.in_features), weight.device).to(weight.dtype)
+    hidden = probe((1, 2, projection.in_features), weight.device).to(input_dtype(attention))
     # the last positions show what changes far out (the query scales): the last row of the
     # table, and a cache as long as the table less the probe's two tokens (Llama 4's scale)
     last = cache.max_positions - 1
@@ -873,7 +873,7 @@ def ignores_position_embeddings(
     weight = next(layer.parameters(), None)
     if weight is None or weight.device.type == "meta":
         return False
-    hidden = probe((1, 3, hidden_size), weight.device).to(weight.dtype)
+    hidden = probe((1, 3, hidden_size), weight.device).to(input_dtype(layer))
     position_ids = rotary_positions(rotary, torch.arange(3, device=weight.device).unsqueeze(0))
     layer_type = layer_type_of(layer, cache.layer_types)
     extra = () if layer_type is None else (layer_type,)

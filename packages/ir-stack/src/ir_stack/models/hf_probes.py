@@ -2,7 +2,7 @@
 part it would replace on a probe beside its replacement."""
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 #: seed of every probe input (norms, activations, the rotation form, attention plans); fixed,
 #: so conversions repeat
@@ -14,6 +14,13 @@ def probe(shape: tuple[int, ...], device: torch.device) -> Tensor:
     nearly linear middle of the gates)."""
     generator = torch.Generator().manual_seed(PROBE_SEED)
     return torch.randn(shape, generator=generator).mul_(3).to(device)
+
+
+def input_dtype(module: nn.Module) -> torch.dtype:
+    """The dtype a module's inputs come in: that of its first parameter of 16 bits or more (a
+    quantized layer holds 8-bit or integer weights), else float32."""
+    wide = (p.dtype for p in module.parameters() if p.dtype.is_floating_point and p.itemsize >= 2)
+    return next(wide, torch.float32)
 
 
 def close(got: Tensor, want: Tensor) -> bool:
