@@ -780,6 +780,35 @@ HF_FAMILIES = {
             },
         },
     ),
+    # LayerNorms (they stay); a rope over a quarter of each head, sliced off by the attention
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", _GPU_TOKENS),
+    # LayerNorms and an MLP of one activation (they stay); biased projections
+    "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", _GPU_TOKENS),
+    # norms without a weight, LayerNorms (they stay)
+    "olmo": ("OlmoConfig", "OlmoForCausalLM", _GPU_TOKENS),
+    # a Mamba-2 layer (it stays), then attention
+    "bamba": (
+        "BambaConfig",
+        "BambaForCausalLM",
+        {**_GPU_TOKENS, "attn_layer_indices": [1], "mamba_n_heads": 8, "mamba_d_head": 64},
+    ),
+    # a Mamba layer (it stays; its norms convert), then attention without a rope (it stays);
+    # routed experts (all eight a token) in both
+    "jamba": (
+        "JambaConfig",
+        "JambaForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "attn_layer_period": 2,
+            "attn_layer_offset": 1,
+            "expert_layer_period": 1,
+            "expert_layer_offset": 0,
+            "num_experts": 8,
+            "num_experts_per_tok": 8,
+            "mamba_dt_rank": 16,
+            "use_mamba_kernels": False,
+        },
+    ),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {
@@ -830,9 +859,10 @@ HF_MOE = {
     "laguna",
     "aria_text",
     "phimoe",
+    "jamba",
 }
 #: families without a rotary module (no rope): their attention stays
-HF_NO_ROTARY = {"granite4_h", "kimi_linear", "inkling"}
+HF_NO_ROTARY = {"granite4_h", "kimi_linear", "inkling", "jamba"}
 #: families whose latent attention stays, with the model's rotary module
 HF_LATENT = {
     "axk1",
@@ -850,9 +880,19 @@ HF_LATENT = {
     "youtu",
 }
 #: families whose norms are LayerNorms, which stay
-HF_LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2", "nemotron", "phimoe"}
+HF_LAYER_NORMS = {
+    "cohere",
+    "cohere2",
+    "cohere2_moe",
+    "jais2",
+    "nemotron",
+    "phimoe",
+    "stablelm",
+    "starcoder2",
+    "olmo",
+}
 #: families whose MLPs are not gated, which stay
-HF_UNGATED = {"apertus", "arcee", "apertus1p5", "jais2", "nemotron"}
+HF_UNGATED = {"apertus", "arcee", "apertus1p5", "jais2", "nemotron", "starcoder2"}
 #: families whose routed experts gate in their own way, which stay (GPT-OSS clamps its gate)
 HF_EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
 #: op calls served by the native function, as no kernel takes their rows (the H200 showed

@@ -134,6 +134,11 @@ FAMILIES = {
     "aria_text": ("AriaTextConfig", "AriaTextForCausalLM"),
     "nemotron": ("NemotronConfig", "NemotronForCausalLM"),
     "phimoe": ("PhimoeConfig", "PhimoeForCausalLM"),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM"),
+    "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM"),
+    "olmo": ("OlmoConfig", "OlmoForCausalLM"),
+    "bamba": ("BambaConfig", "BambaForCausalLM"),
+    "jamba": ("JambaConfig", "JambaForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -641,6 +646,34 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     # Nemotron (Minitron): LayerNorms with an offset of one and an MLP of one activation
     # (ReLU squared), which stay; the rope over half of each head
     "nemotron": {**_TOKENS, "head_dim": 16},
+    # StableLM: LayerNorms (they stay), a rope over a quarter of each head, which its attention
+    # slices off before it calls its rotation
+    "stablelm": _TOKENS,
+    # StarCoder2: LayerNorms and an MLP of one activation (they stay), biased projections
+    "starcoder2": _TOKENS,
+    # OLMo (1): norms without a weight or a bias, LayerNorms (they stay)
+    "olmo": _TOKENS,
+    # Bamba: a Mamba-2 layer (it stays; a small mixer, as Falcon-H1's), then attention
+    "bamba": {
+        **_TOKENS,
+        "attn_layer_indices": [1],
+        "mamba_n_heads": 8,
+        "mamba_d_head": 16,
+        "mamba_d_state": 16,
+        "mamba_chunk_size": 16,
+    },
+    # Jamba: a Mamba layer (it stays; its norms of the step, B and C convert), then attention
+    # without a rope (it stays); routed experts in both
+    "jamba": {
+        **_TOKENS,
+        "attn_layer_period": 2,
+        "attn_layer_offset": 1,
+        "expert_layer_period": 1,
+        "expert_layer_offset": 0,
+        "num_experts": 4,
+        "mamba_dt_rank": 8,
+        "use_mamba_kernels": False,
+    },
     # Phi-3.5-MoE: LayerNorms (they stay), routed experts, Phi-3's long rope (past four
     # positions, its long factors: the prompt reaches them), computed at each call
     "phimoe": {
@@ -773,21 +806,35 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "aria_text": (2, 1, 1),
     "nemotron": (0, 0, 0),
     "phimoe": (0, 0, 1),
+    "stablelm": (0, 1, 0),
+    "starcoder2": (0, 0, 0),
+    "olmo": (0, 1, 0),
+    "jamba": (2, 0, 1),
 }
 #: families without a rotary module (their attention rotates nothing, and stays): Granite 4's
 #: hybrids, as released
-NO_ROTARY = {"granite4_h", "kimi_linear", "inkling"}
+NO_ROTARY = {"granite4_h", "kimi_linear", "inkling", "jamba"}
 NO_ROTARY_WHY = "no rotary module (none named rotary_emb or of a class ending in RotaryEmbedding)"
 #: families whose two layers differ in their norms, by their total with the final norm:
 #: MiniMax's lightning layer has a norm of its own; Kimi Linear's latent-attention layer a norm
 #: after its key-value projection
-TOTAL_NORMS = {"minimax": 6, "kimi_linear": 6, "bailing_hybrid": 6, "inkling": 10}
+TOTAL_NORMS = {"minimax": 6, "kimi_linear": 6, "bailing_hybrid": 6, "inkling": 10, "jamba": 8}
 #: families whose routed experts gate in their own way and stay (GPT-OSS clamps its gate)
 EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
 #: families whose shared experts clamp their gate too, and stay
 SHARED_EXPERTS_STAY = {"minimax_m3"}
 #: families whose norms are LayerNorms (they stay), the final one too
-LAYER_NORMS = {"cohere", "cohere2", "cohere2_moe", "jais2", "nemotron", "phimoe"}
+LAYER_NORMS = {
+    "cohere",
+    "cohere2",
+    "cohere2_moe",
+    "jais2",
+    "nemotron",
+    "phimoe",
+    "stablelm",
+    "starcoder2",
+    "olmo",
+}
 #: families with layers that rotate nothing (NoPE), and how many of the two rotate
 ROTATING_LAYERS = {
     "smollm3": 1,
@@ -811,6 +858,7 @@ ATTENTION_LAYERS = {
     "olmo_hybrid": 1,
     "minimax": 1,
     "lfm3": 1,
+    "bamba": 1,
 }
 #: families whose rotating layers alone have a query and key norm, one module for both (run
 #: twice a layer)
@@ -968,7 +1016,7 @@ def test_a_forward_keeping_the_positions_is_followed(monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(attention_class, "forward", keeps_positions)
     _assert_same_attention_calls(model)
-    assert not model.model.layers[0].self_attn.ir_attention_plan.passes_position_ids
+    assert model.model.layers[0].self_attn.ir_attention_plan.kept_arguments == ("position_ids",)
 
 
 def _assert_same_attention_calls(model: Any, attention_layers: int | None = None) -> None:

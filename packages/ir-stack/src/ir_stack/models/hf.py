@@ -23,8 +23,10 @@ Sarvam MLA, A.X K1 and K2 and dots3 (their latent attention stays), Qwen4-Exp (t
 hyper-connections and indexed attention stay), Inkling (text; its rope-less attention stays),
 Granite SWA and Granite MoE SWA (a rotary module a rope base: each becomes a table of its own),
 Laguna (its attention output gated by a softplus), Aria's language model, Nemotron
-(attention alone: its norms are LayerNorms, its MLP not gated) and Phi-3.5-MoE (its attention
-and routed experts; its LayerNorms stay).
+(attention alone: its norms are LayerNorms, its MLP not gated), Phi-3.5-MoE (its attention
+and routed experts; its LayerNorms stay), StableLM (whose attention rotates the quarter of each
+head it slices off), StarCoder2 and OLMo (their LayerNorms stay), Bamba (its Mamba-2 layers
+stay) and Jamba (its Mamba layers and rope-less attention stay).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -238,6 +240,11 @@ SUPPORTED_MODEL_TYPES = (
     "aria_text",
     "nemotron",
     "phimoe",
+    "stablelm",
+    "starcoder2",
+    "olmo",
+    "bamba",
+    "jamba",
 )
 
 

@@ -100,10 +100,11 @@ class AttentionPlan:
     #: the keyword arguments it gives from the layer's own parameters or buffers (GPT-OSS's
     #: attention sinks, ``s_aux``): keyword -> attribute name, read at every call
     attention_tensors: dict[str, str] = field(default_factory=dict)
-    #: whether the forward hands its caller's ``position_ids`` on to the attention function
-    #: (most take them in ``**kwargs`` and do; Ministral 3 under transformers 5.17 names and
-    #: keeps them)
-    passes_position_ids: bool = True
+    #: the caller's arguments the forward names and does not hand on to the attention
+    #: function, found by running it (most take them in ``**kwargs`` and do; Ministral 3 under
+    #: transformers 5.17 keeps ``position_ids``, StableLM ``use_cache`` and
+    #: ``output_attentions``)
+    kept_arguments: tuple[str, ...] = ()
     #: the names of the layer's own forward's positional parameters, in order, which name the
     #: arguments a caller passes by position (Granite 4's forward takes the mask second)
     forward_parameters: tuple[str, ...] = ("hidden_states", "position_embeddings")
@@ -212,8 +213,8 @@ def _planned_forward(
             shared_kv_states[self.layer_type] = k, v
     kwargs.update(plan.attention_kwargs)
     kwargs.update((key, getattr(self, name)) for key, name in plan.attention_tensors.items())
-    if not plan.passes_position_ids:
-        kwargs.pop("position_ids", None)
+    for name in plan.kept_arguments:
+        kwargs.pop(name, None)
     attend = _attention_function(self)
     out, weights = attend(
         self,
@@ -501,7 +502,11 @@ def attention_plan(
         reuses_shared_kv=reuses,
         attention_kwargs=arguments[0],
         attention_tensors=arguments[1],
-        passes_position_ids="position_ids" in original.call.kwargs,
+        kept_arguments=tuple(
+            name
+            for name in ("position_ids", *_probe_flags(own))
+            if name not in original.call.kwargs
+        ),
         forward_parameters=forward_parameters(own),
     )
     # the converted layers' (cos_sin_cache, positions) pair, made inside the probe's guard
@@ -776,6 +781,17 @@ class _ProbeCache:
         return key, value
 
 
+#: flags a decoder layer passes its attention, which the probe passes too where the layer's
+#: forward names them (StableLM's names and keeps them)
+_FLAGS = ("use_cache", "output_attentions")
+
+
+def _probe_flags(forward: Callable[..., Any]) -> tuple[str, ...]:
+    """The `_FLAGS` `forward` names."""
+    parameters = inspect.signature(forward).parameters
+    return tuple(name for name in _FLAGS if name in parameters)
+
+
 def _run_probe_forward(
     attention: Any,
     forward: Callable[..., Any],
@@ -797,6 +813,7 @@ def _run_probe_forward(
     recording._attn_implementation_internal = _RECORDING_IMPLEMENTATION
     attention.config = recording
     kwargs: dict[str, Any] = {"position_ids": positions}
+    kwargs.update(dict.fromkeys(_probe_flags(type(attention).forward), False))
     parameters = inspect.signature(type(attention).forward).parameters
     if seen is not None:
         # transformers 5.24 names the cache `cache` (`past_key_values` deprecated), 5.17 not
@@ -906,7 +923,8 @@ def rotation_form(rotary: nn.Module, cache: IRRotaryCache, layers: list[nn.Modul
     each head: Llama, Qwen, Gemma), False where in the interleaved form (pairs: GLM, ERNIE,
     Llama 4's complex numbers), None where in neither. Run on float32 probe heads at every
     layer type's table, as wide as the heads of the attention `layers` of that type (Gemma 4's
-    differ), so the tables are checked too."""
+    differ), so the tables are checked too; where the model's rotation takes only the rotated
+    part of a head (StableLM's attention slices it off first), as wide as that part."""
     rotate = _model_rotation(layers[0])
     device = next(layers[0].parameters()).device
     if rotate is None or device.type == "meta":
@@ -920,21 +938,55 @@ def rotation_form(rotary: nn.Module, cache: IRRotaryCache, layers: list[nn.Modul
             of_type = [a for a in layers if layer_type_of(a, cache.layer_types) == layer_type]
             if not of_type:  # a rope no layer takes
                 continue
-            head_dim: int = of_type[0].head_dim  # type: ignore[assignment]
-            q = probe((1, 2, len(positions), head_dim), device)
-            k = q.flip(-1)  # not the query's values
-            flat = [t.transpose(1, 2).reshape(len(positions), -1) for t in (q, k)]
             extra = () if layer_type is None else (layer_type,)
-            embeddings = rotary(q, position_ids, *extra)
-            want = [t.transpose(1, 2).reshape(len(positions), -1) for t in rotate(q, k, embeddings)]
-            # the table and positions the layers get (the cache's own, in the plain form)
-            tokens = q.transpose(1, 2).flatten(-2)  # [1, positions, heads x head_dim]
-            table, dense = IRRotaryCache.plain_pair(*cache(tokens, position_ids, *extra))
+            head_dim: int = of_type[0].head_dim  # type: ignore[assignment]
+            try:
+                rotated = _probe_rotation(rotate, rotary, cache, position_ids, extra, head_dim)
+            except RuntimeError:  # heads wider than the rope: probe its part alone
+                width = _rope_width(cache, position_ids, extra, head_dim)
+                if width >= head_dim:
+                    raise
+                rotated = _probe_rotation(rotate, rotary, cache, position_ids, extra, width)
             for neox in list(forms):
-                got = ops.rotary_embedding.native(dense[0], *flat, head_dim, table, neox)
-                if not all(
-                    torch.allclose(g, w, rtol=1e-4, atol=1e-4)
-                    for g, w in zip(got, want, strict=True)
-                ):
+                if not rotated(neox):
                     forms.discard(neox)
     return forms.pop() if len(forms) == 1 else None
+
+
+def _rope_width(
+    cache: IRRotaryCache, position_ids: Tensor, extra: tuple[str, ...], head_dim: int
+) -> int:
+    """The width `cache`'s table rotates (``cos`` and ``sin`` halves together)."""
+    tokens = probe((1, position_ids.shape[-1], head_dim), position_ids.device)
+    table, _ = IRRotaryCache.plain_pair(*cache(tokens, position_ids, *extra))
+    return int(table.shape[-1])
+
+
+def _probe_rotation(
+    rotate: Callable[[Tensor, Tensor, Any], Any],
+    rotary: nn.Module,
+    cache: IRRotaryCache,
+    position_ids: Tensor,
+    extra: tuple[str, ...],
+    head_dim: int,
+) -> Callable[[bool], bool]:
+    """Rotate probe heads `head_dim` wide with the model's `rotate` and its `rotary` module's
+    output; a check whether ``rotary_embedding`` with `cache`'s table, in the neox form or
+    not, rotates them alike."""
+    count = position_ids.shape[-1]
+    q = probe((1, 2, count, head_dim), position_ids.device)
+    k = q.flip(-1)  # not the query's values
+    flat = [t.transpose(1, 2).reshape(count, -1) for t in (q, k)]
+    embeddings = rotary(q, position_ids, *extra)
+    want = [t.transpose(1, 2).reshape(count, -1) for t in rotate(q, k, embeddings)]
+    # the table and positions the layers get (the cache's own, in the plain form)
+    tokens = q.transpose(1, 2).flatten(-2)  # [1, positions, heads x head_dim]
+    table, dense = IRRotaryCache.plain_pair(*cache(tokens, position_ids, *extra))
+
+    def rotates_alike(neox: bool) -> bool:
+        got = ops.rotary_embedding.native(dense[0], *flat, head_dim, table, neox)
+        return all(
+            torch.allclose(g, w, rtol=1e-4, atol=1e-4) for g, w in zip(got, want, strict=True)
+        )
+
+    return rotates_alike
