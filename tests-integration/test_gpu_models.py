@@ -809,6 +809,25 @@ HF_FAMILIES = {
             "use_mamba_kernels": False,
         },
     ),
+    # LayerNorms and an MLP of one activation (they stay); an output projection named `dense`
+    "phi": ("PhiConfig", "PhiForCausalLM", _GPU_TOKENS),
+    # Gemma 3n (text): four streams (AltUp), a low-rank side path, inputs per layer, the last
+    # two layers reusing earlier ones' keys and values; dense MLPs (sparse ones stay)
+    "gemma3n": (
+        "Gemma3nTextConfig",
+        "Gemma3nForCausalLM",
+        {
+            **_GPU_TOKENS,
+            "head_dim": 64,
+            "num_hidden_layers": 4,
+            "layer_types": ["sliding_attention", "full_attention"] * 2,
+            "sliding_window": 8,
+            "num_kv_shared_layers": 2,
+            "activation_sparsity_pattern": [0.0] * 4,
+            "hidden_size_per_layer_input": 64,
+            "vocab_size_per_layer_input": 256,
+        },
+    ),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {
@@ -890,9 +909,10 @@ HF_LAYER_NORMS = {
     "stablelm",
     "starcoder2",
     "olmo",
+    "phi",
 }
 #: families whose MLPs are not gated, which stay
-HF_UNGATED = {"apertus", "arcee", "apertus1p5", "jais2", "nemotron", "starcoder2"}
+HF_UNGATED = {"apertus", "arcee", "apertus1p5", "jais2", "nemotron", "starcoder2", "phi"}
 #: families whose routed experts gate in their own way, which stay (GPT-OSS clamps its gate)
 HF_EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
 #: op calls served by the native function, as no kernel takes their rows (the H200 showed
@@ -907,8 +927,9 @@ HF_SHARED_EXPERTS_STAY = {"minimax_m3"}
 #: token to the same two experts in both
 HF_ZERO_ROUTERS = {"phimoe"}
 #: families whose parts this table expects to convert only from a transformers release on:
-#: Aria's experts (grouped products of its own before 5.24) have no ``_apply_gate`` hook
-HF_MIN_TRANSFORMERS = {"aria_text": "5.24"}
+#: Aria's experts (grouped products of its own before 5.24) have no ``_apply_gate`` hook;
+#: Gemma 3n's attention before 5.24 shares keys and values by layer index (it stays)
+HF_MIN_TRANSFORMERS = {"aria_text": "5.24", "gemma3n": "5.24"}
 
 
 def _converted_logits(model: Any) -> tuple[torch.Tensor, Any, torch.Tensor]:
@@ -986,7 +1007,7 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     )
     native = {op: n for (op, provider), n in calls.items() if provider == "native"}
     assert native == HF_NATIVE_CALLS.get(family, {}), calls
-    if gemma and family not in ("gemma4", "gemma4_moe"):
+    if gemma and family not in ("gemma4", "gemma4_moe", "gemma3n"):
         # Gemma 1-3's norms pass a float32 scale (1 + w), which the cuda kernels leave to triton
         assert {p for op, p in calls if op == "rms_norm"} <= {"triton"}, calls
     assert (after - before).abs().max() < 0.05 * before.abs().max()

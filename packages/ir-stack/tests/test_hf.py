@@ -139,6 +139,8 @@ FAMILIES = {
     "olmo": ("OlmoConfig", "OlmoForCausalLM"),
     "bamba": ("BambaConfig", "BambaForCausalLM"),
     "jamba": ("JambaConfig", "JambaForCausalLM"),
+    "gemma3n": ("Gemma3nTextConfig", "Gemma3nForCausalLM"),
+    "phi": ("PhiConfig", "PhiForCausalLM"),
 }
 #: the grouped router of GLM-4 MoE and DeepSeek, every layer routed (the first is dense by
 #: default)
@@ -674,6 +676,20 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
         "mamba_dt_rank": 8,
         "use_mamba_kernels": False,
     },
+    # Phi-2 (and 1.5): LayerNorms and an MLP of one activation (they stay), an output
+    # projection named `dense`, a rope over half of each head, sliced off by the attention
+    "phi": _TOKENS,
+    # Gemma 3n (text): four streams (AltUp) through each layer, a low-rank side path
+    # (Laurel), inputs per layer; dense MLPs here (`test_gemma3n_...` has sparse ones)
+    "gemma3n": {
+        **_TOKENS,
+        "head_dim": 16,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "num_kv_shared_layers": 0,
+        "activation_sparsity_pattern": [0.0, 0.0],
+        "hidden_size_per_layer_input": 16,
+        "vocab_size_per_layer_input": 128,
+    },
     # Phi-3.5-MoE: LayerNorms (they stay), routed experts, Phi-3's long rope (past four
     # positions, its long factors: the prompt reaches them), computed at each call
     "phimoe": {
@@ -810,6 +826,7 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     "starcoder2": (0, 0, 0),
     "olmo": (0, 1, 0),
     "jamba": (2, 0, 1),
+    "phi": (0, 0, 0),
 }
 #: families without a rotary module (their attention rotates nothing, and stays): Granite 4's
 #: hybrids, as released
@@ -818,7 +835,17 @@ NO_ROTARY_WHY = "no rotary module (none named rotary_emb or of a class ending in
 #: families whose two layers differ in their norms, by their total with the final norm:
 #: MiniMax's lightning layer has a norm of its own; Kimi Linear's latent-attention layer a norm
 #: after its key-value projection
-TOTAL_NORMS = {"minimax": 6, "kimi_linear": 6, "bailing_hybrid": 6, "inkling": 10, "jamba": 8}
+TOTAL_NORMS = {
+    "minimax": 6,
+    "kimi_linear": 6,
+    "bailing_hybrid": 6,
+    "inkling": 10,
+    "jamba": 8,
+    "gemma3n": 22,
+}
+#: families whose norms run more often than once a forward: Gemma 3n's AltUp norms its
+#: router's input twice a layer (to predict the streams and to correct them)
+NORM_CALLS = {"gemma3n": 24}
 #: families whose routed experts gate in their own way and stay (GPT-OSS clamps its gate)
 EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
 #: families whose shared experts clamp their gate too, and stay
@@ -834,6 +861,7 @@ LAYER_NORMS = {
     "stablelm",
     "starcoder2",
     "olmo",
+    "phi",
 }
 #: families with layers that rotate nothing (NoPE), and how many of the two rotate
 ROTATING_LAYERS = {
@@ -866,8 +894,10 @@ SHARED_HEAD_NORMS = {"llama4"}
 
 
 #: families whose parts this table expects to convert only from a transformers release on:
-#: Aria's experts (grouped products of its own before 5.24) have no ``_apply_gate`` hook
-MIN_TRANSFORMERS = {"aria_text": "5.24"}
+#: Aria's experts (grouped products of its own before 5.24) have no ``_apply_gate`` hook;
+#: Gemma 3n's attention before 5.24 shares keys and values by layer index, not layer type,
+#: which the probe finds and refuses
+MIN_TRANSFORMERS = {"aria_text": "5.24", "gemma3n": "5.24"}
 
 
 def build(family: str, **overrides: Any) -> Any:
@@ -932,6 +962,7 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     if family in SHARED_HEAD_NORMS:
         norms += ROTATING_LAYERS[family]
         norm_calls += 2 * ROTATING_LAYERS[family]
+    norm_calls = NORM_CALLS.get(family, norm_calls)
     assert len(report.norms) == norms
     assert len(report.mlps) == mlps_a_layer * layers
     assert len(report.experts) == experts_a_layer * layers
@@ -1582,6 +1613,25 @@ def test_gemma4_plans_value_norms_keys_as_values_and_the_keys_and_values_it_shar
         assert plan.stores_shared_kv
         assert isinstance(attention.v_norm, IRRMSNorm)
         assert attention.v_norm.weight is None
+
+
+def test_gemma3n_keeps_its_sparse_mlps_and_converts_its_kv_shared_layers() -> None:
+    """Gemma 3n (text) as its released models are built: the first layers' MLPs keep only the
+    top of each gate (activation sparsity), which the op does not do: they stay, reported;
+    the last layers reuse earlier layers' keys and values, and convert as Gemma 4's do."""
+    model = build(
+        "gemma3n",
+        num_hidden_layers=4,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+        num_kv_shared_layers=2,
+        activation_sparsity_pattern=[0.95, 0.95, 0.0, 0.0],
+    )
+    report = convert_keeping_logits(model)
+    why = "its forward computes other than down(act(gate(x)) * up(x))"
+    assert report.skipped == {f"model.layers.{i}.mlp": why for i in (0, 1)}
+    assert report.mlps == ["model.layers.2.mlp", "model.layers.3.mlp"]
+    assert len(report.attentions) == 4
+    assert model.model.layers[3].self_attn.ir_attention_plan.reuses_shared_kv
 
 
 def test_gemma4_layers_reusing_keys_and_values_convert() -> None:

@@ -26,7 +26,8 @@ Laguna (its attention output gated by a softplus), Aria's language model, Nemotr
 (attention alone: its norms are LayerNorms, its MLP not gated), Phi-3.5-MoE (its attention
 and routed experts; its LayerNorms stay), StableLM (whose attention rotates the quarter of each
 head it slices off), StarCoder2 and OLMo (their LayerNorms stay), Bamba (its Mamba-2 layers
-stay) and Jamba (its Mamba layers and rope-less attention stay).
+stay), Jamba (its Mamba layers and rope-less attention stay), Gemma 3n (text; its
+sparse-activation MLPs stay) and Phi-2 (attention alone).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -245,6 +246,8 @@ SUPPORTED_MODEL_TYPES = (
     "olmo",
     "bamba",
     "jamba",
+    "gemma3n_text",
+    "phi",
 )
 
 

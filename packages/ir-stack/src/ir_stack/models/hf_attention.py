@@ -248,8 +248,8 @@ def _gate_output(out: Tensor, gate: Tensor, head_dim: int) -> Tensor:
     return per_head.flatten(-2)
 
 
-#: the output projection's attribute names: most families', LFM2's
-OUTPUT_PROJECTIONS = ("o_proj", "out_proj")
+#: the output projection's attribute names: most families', LFM2's, Phi-2's
+OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "dense")
 _JOINED_ATTENTION_PARTS = ("qkv_proj", "o_proj")  # Phi-3
 
 
@@ -260,10 +260,10 @@ def has_linears(module: nn.Module, names: tuple[str, ...]) -> bool:
 
 def is_attention(module: nn.Module) -> bool:
     """An attention layer of the form `AttentionPlan` describes: query, key, value and output
-    projections (the output's ``o_proj``, or LFM2's ``out_proj``; Gemma 4's: a ``v_proj`` of
-    None where the keys serve as values, none but the query's and output's where the layer
-    reuses an earlier one's keys and values, which its plan then refuses), or Phi-3's joined
-    ones."""
+    projections (the output's ``o_proj``, LFM2's ``out_proj`` or Phi-2's ``dense``; Gemma
+    4's: a ``v_proj`` of None where the keys serve as values, none but the query's and
+    output's where the layer reuses an earlier one's keys and values, which its plan then
+    refuses), or Phi-3's joined ones."""
     if not type(module).__name__.endswith("Attention"):
         return False
     if has_linears(module, _JOINED_ATTENTION_PARTS):

@@ -231,7 +231,9 @@ class IRRotaryCache(nn.Module):
         # transformers passes one row of positions for a whole batch; the rotary kernels read
         # a dense position per token (a broadcast one sent them to the native function), so
         # the rows are copied out once here rather than in every layer
-        positions = position_ids.expand(x.shape[:-1]).contiguous()
+        # (Gemma 3n hands it its stacked streams, [streams, batch, tokens, hidden])
+        positions = position_ids.expand(x.shape[-3:-1] if x.dim() > 2 else x.shape[:-1])
+        positions = positions.contiguous()
         if self.sliced_by_token:
             return self.cache_for(layer_type)[:, None], positions[..., None]
         return self.cache_for(layer_type), positions
