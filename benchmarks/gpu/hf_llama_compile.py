@@ -8,7 +8,9 @@ heads twice as wide; per-layer inputs), ``--family lfm2`` an LFM2 of LFM2 1.2B's
 attention layers among ten short convolutions, which stay), ``--family glm4_moe_lite`` a
 GLM-4.7 Flash (latent attention, which stays; 64 experts, 4 a token), ``--family lfm3`` an
 LFM3 of LFM3 1.7B's (transformers 5.24: attention layers, their output gated a head, among
-short convolutions) (random weights, bf16),
+short convolutions), ``--family gemma3n`` a Gemma 3n of transformers' default text config
+(E4B's: four AltUp streams, sparse-activation MLPs in the first ten layers, which stay, KV
+sharing in the last layers) (random weights, bf16),
 on the GPU: forward latency in six ways, in one process:
 
 - ``hf eager``: the model as transformers runs it;
@@ -168,6 +170,18 @@ LFM3_1_7B = {
     "bos_token_id": 1,
     "eos_token_id": 2,
 }
+#: Gemma 3n E4B's shape (transformers' default Gemma 3n text config: 35 layers, the MLPs of the
+#: first ten sparse, the last fifteen reusing earlier keys and values); both vocabularies cut
+#: as for Llama
+GEMMA3N_E4B = {
+    "vocab_size": 32000,
+    "vocab_size_per_layer_input": 32000,
+    "max_position_embeddings": 8192,
+    "num_hidden_layers": 35,
+    "pad_token_id": 0,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
 #: family -> (config class, model class, shape, name in titles)
 FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", LLAMA_1B, "Llama, 1B shape"),
@@ -195,9 +209,12 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
         "GLM-4.7 Flash shape",
     ),
     "lfm3": ("Lfm3Config", "Lfm3ForCausalLM", LFM3_1_7B, "LFM3, 1.7B shape"),
+    "gemma3n": ("Gemma3nTextConfig", "Gemma3nForCausalLM", GEMMA3N_E4B, "Gemma 3n, E4B shape"),
 }
 #: families whose routed experts stay as they are (GPT-OSS's clamp their gate)
 EXPERTS_STAY = {"gpt_oss"}
+#: families whose sparse-activation MLPs stay (Gemma 3n's first layers')
+SPARSE_MLPS_STAY = {"gemma3n"}
 #: families whose latent attention stays, with the model's rotary module
 ATTENTION_STAYS = {"glm4_moe_lite"}
 SHAPES = {"decode 16 x 1": (16, 1), "prompt 1 x 1024": (1, 1024)}
@@ -235,6 +252,13 @@ def build(family: str, layers: int) -> Any:
         options["full_attn_idxs"] = [i for i in shape["full_attn_idxs"] if i < layers]
     if family == "lfm3":  # the default config's first `layers` layer types
         options["layer_types"] = transformers.Lfm3Config().layer_types[:layers]
+    if family == "gemma3n":  # the default config's first `layers` layers, sharing in proportion
+        default = transformers.Gemma3nTextConfig()
+        options["layer_types"] = default.layer_types[:layers]
+        options["activation_sparsity_pattern"] = default.activation_sparsity_pattern[:layers]
+        options["intermediate_size"] = default.intermediate_size[:layers]
+        shared = default.num_kv_shared_layers * layers // default.num_hidden_layers
+        options["num_kv_shared_layers"] = shared
     if family == "glm4_moe_lite":  # a dense first layer, as the config's default
         options["mlp_layer_types"] = ["dense"] + ["sparse"] * (layers - 1)
     if family == "gpt_oss":
@@ -316,6 +340,8 @@ def main() -> None:
         staying = conversion.skipped
         if args.family in EXPERTS_STAY:  # only its experts may stay
             staying = {p: why for p, why in staying.items() if not p.endswith(".experts")}
+        if args.family in SPARSE_MLPS_STAY:  # only its sparse-activation MLPs may stay
+            staying = {p: why for p, why in staying.items() if not p.endswith(".mlp")}
         if args.family in ATTENTION_STAYS:  # only its rotary module may stay
             staying = {p: why for p, why in staying.items() if not p.endswith("rotary_emb")}
         assert not staying, conversion.skipped
