@@ -14,15 +14,10 @@ from dataclasses import dataclass
 
 from torch import Tensor, nn
 
-from .hf_attention import (
-    attention_plan,
-    ignores_position_embeddings,
-    is_attention,
-    layer_type_of,
-    rotary_attention_forward,
-    rotation_form,
-)
+from .hf_attention import is_attention, layer_type_of, rotary_attention_forward
+from .hf_attention_probe import attention_plan
 from .hf_modules import IRRotaryCache
+from .hf_rotation_probe import ignores_position_embeddings, rotation_form
 
 logger = logging.getLogger("ir_stack")
 
