@@ -1372,14 +1372,78 @@ def test_norm_and_activation_forms_are_found_by_running_them() -> None:
     assert "model.layers.0.input_layernorm.scale" not in model.state_dict()
 
 
-def test_phi3_keeps_its_state_dict() -> None:
-    """Phi-3's joined projections convert in place of the original layers: the state dict
-    keeps its keys, so a checkpoint still loads."""
-    model = build("phi3")
-    keys = set(model.state_dict())
+#: families whose state dict comes back within rounding: Falcon-H1's gate rows, divided
+#: again by the gate multiplier folded into the joined matrix
+ROUNDED_STATE_DICTS = {"falcon_h1"}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_a_converted_model_keeps_the_original_state_dict_and_loads_one(family: str) -> None:
+    """The state dict after the conversion is the original's: the same keys in the same order
+    and the same values (a joined MLP shows its matrix as the gate and up layers). A state dict
+    of another model of the family, loaded strictly, gives the converted model that model's
+    logits."""
+    model = build(family)
+    before = model.state_dict()
+    before = {key: value.clone() for key, value in before.items()}
     convert_hf_model(model)
-    assert set(model.state_dict()) == keys
-    model.load_state_dict(build("phi3").state_dict())
+    after = model.state_dict()
+    assert list(after) == list(before)
+    exact = family not in ROUNDED_STATE_DICTS
+    for key, value in before.items():
+        torch.testing.assert_close(after[key], value, rtol=0 if exact else 1e-6, atol=0)
+    other = build(family)
+    with torch.no_grad():  # other weights, or the logits would match without any loading
+        for param in other.parameters():
+            param.add_(torch.randn_like(param), alpha=0.1)
+    model.load_state_dict(other.state_dict())
+    ids, mask = prompt()
+    with torch.no_grad():
+        want, got = (m(ids, attention_mask=mask).logits for m in (other, model))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["llama", "lfm3", "falcon_h1"])
+def test_save_pretrained_writes_a_checkpoint_the_original_class_loads(
+    family: str, tmp_path: Any
+) -> None:
+    """``save_pretrained`` of a converted model writes the original's checkpoint: the
+    model's class loads it with no key missing or unexpected, and gives the logits the model
+    gave before its conversion (LFM2's MLP layers are ``w1``, ``w3`` and ``w2``; Falcon-H1
+    folds a gate multiplier into the joined rows)."""
+    model = build(family)
+    ids, mask = prompt()
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+    convert_hf_model(model)
+    model.save_pretrained(tmp_path)
+    loaded, info = type(model).from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info[kind] for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"))
+    with torch.no_grad():
+        got = loaded.eval()(ids, attention_mask=mask).logits
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+def test_a_gated_mlp_refuses_names_it_cannot_keep_apart() -> None:
+    layer = torch.nn.Linear(4, 4)
+    with pytest.raises(ValueError, match="argument 'names' got \\('a', 'a', 'b'\\)"):
+        IRGatedMLP(layer, layer, layer, names=("a", "a", "b"))
+    with pytest.raises(ValueError, match="other than 'gate_up'"):
+        IRGatedMLP(layer, layer, layer, names=("gate_up", "b", "c"))
+
+
+def test_a_state_dict_of_the_joined_layer_still_loads() -> None:
+    """A state dict saved before the joined MLP showed the original layers (``gate_up``
+    entries) loads as it is."""
+    model = build("llama")
+    convert_hf_model(model)
+    mlp = model.model.layers[0].mlp
+    joined = {
+        "gate_up.weight": mlp.gate_up.weight.detach() + 1,
+        "down_proj.weight": mlp.down_proj.weight,
+    }
+    mlp.load_state_dict(joined)
+    assert torch.equal(mlp.gate_up.weight, joined["gate_up.weight"])
 
 
 _HEAD = SIZES["hidden_size"] // SIZES["num_attention_heads"]
@@ -1435,18 +1499,6 @@ def test_a_rope_changing_with_the_length_is_computed_at_each_call(
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
     assert torch.equal(converted_tokens, tokens)
-
-
-@pytest.mark.parametrize("family", ["mixtral", "granitemoeshared"])
-def test_mixtures_of_experts_keep_their_state_dict(family: str) -> None:
-    """The routed experts keep their module, and Granite's joined shared expert its layers'
-    names, so a checkpoint still loads after the conversion (a shared expert of separate gate
-    and up layers joins them into a copy, as a dense MLP does)."""
-    model = build(family)
-    keys = set(model.state_dict())
-    convert_hf_model(model)
-    assert set(model.state_dict()) == keys
-    model.load_state_dict(build(family).state_dict())
 
 
 #: Qwen4-Exp: a Gated DeltaNet layer, then attention whose indexer picks blocks of keys;

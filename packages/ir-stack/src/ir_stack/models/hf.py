@@ -98,9 +98,11 @@ followed by a norm into ``fused_add_rms_norm``.
 
 Which norm form and which activation a module computes is found by running it once on a probe
 input beside each candidate, so a module that computes neither is left alone (and reported),
-whatever its class is called. The MLP weights joined here are copies: load weights before
-converting (Phi-3's MLPs keep their own layers, and Gemma's norm scales follow their weights
-through ``load_state_dict``).
+whatever its class is called. A converted model's state dict is the original's, keys, order
+and values: a joined MLP shows its matrix as the original gate and up layers and joins them
+again in ``load_state_dict``, so ``save_pretrained`` writes a checkpoint the original class
+loads, and the original's checkpoints load into the converted model (Gemma's norm scales
+follow their weights through ``load_state_dict``, ``.to`` and ``.cuda``).
 
 ``transformers`` is imported only by the functions that need it; it is not a dependency of
 ir-stack (``pip install ir-stack[hf]`` adds it).
@@ -371,7 +373,13 @@ def _convert_gated_mlp(
     if len(parts) == 3:
         gate, up, down = layers
         converted: nn.Module = IRGatedMLP(
-            gate, up, down, activation, gate_scale=gate_scale, output_scale=output_scale
+            gate,
+            up,
+            down,
+            activation,
+            gate_scale=gate_scale,
+            output_scale=output_scale,
+            names=(parts[0], parts[1], parts[2]),
         )
     elif (gate_scale, output_scale) != (1.0, 1.0):
         return None, "a joined gate-up layer with multipliers"

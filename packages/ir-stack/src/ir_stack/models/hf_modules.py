@@ -70,10 +70,17 @@ def reference_gate(x: Tensor, approximate: str | None) -> Tensor:
 
 
 class IRGatedMLP(nn.Module):
-    """``down_proj(act_and_mul(gate_up(x)))``: the gate and up projections as one matrix, then
+    """``down(act_and_mul(gate_up(x)))``: the gate and up projections as one matrix, then
     ``ir_spec.ops.silu_and_mul`` or ``gelu_and_mul`` (`activation`, a `GATED_ACTIVATIONS`
     name). `gate_scale` multiplies the gate before the activation (folded into the joined
-    copy of its rows), `output_scale` the output: Falcon-H1's ``mlp_multipliers``."""
+    copy of its rows), `output_scale` the output: Falcon-H1's ``mlp_multipliers``.
+
+    `names`: the original layers' names, gate, up and down (``("w1", "w3", "w2")`` for
+    LFM2's). The down layer keeps its name, and the state dict shows the joined matrix as the
+    original gate and up layers (the gate's rows divided by `gate_scale` again), so saving
+    writes the original model's checkpoint and ``load_state_dict`` takes one, joining the
+    two as the conversion did. Without a `gate_scale` the split weights are views of the
+    joined one, so a state dict costs no memory."""
 
     def __init__(
         self,
@@ -84,12 +91,20 @@ class IRGatedMLP(nn.Module):
         *,
         gate_scale: float = 1.0,
         output_scale: float = 1.0,
+        names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj"),
     ) -> None:
         super().__init__()
         _check_activation("IRGatedMLP", activation)
+        if len(set(names)) != 3 or "gate_up" in names:
+            raise ValueError(
+                f"IRGatedMLP: argument 'names' got {names!r}; expected three distinct layer "
+                "names other than 'gate_up'"
+            )
         self.activation = activation
         self.gate_scale = gate_scale
         self.output_scale = output_scale
+        self.names = names
+        self.gate_rows = gate_proj.out_features
         bias = gate_proj.bias is not None
         self.gate_up = nn.Linear(
             gate_proj.in_features,
@@ -102,10 +117,14 @@ class IRGatedMLP(nn.Module):
             self.gate_up.weight.copy_(torch.cat([gate_proj.weight * gate_scale, up_proj.weight]))
             if bias:
                 self.gate_up.bias.copy_(torch.cat([gate_proj.bias * gate_scale, up_proj.bias]))
-        self.down_proj = down_proj
+        setattr(self, names[2], down_proj)
+        # (torch leaves both registrations untyped)
+        self.register_state_dict_post_hook(_split_gate_up)  # type: ignore[no-untyped-call]
+        self.register_load_state_dict_pre_hook(_join_gate_up)  # type: ignore[no-untyped-call]
 
     def forward(self, x: Tensor) -> Tensor:
-        out: Tensor = self.down_proj(act_and_mul(self.gate_up(x), self.activation))
+        down: nn.Module = getattr(self, self.names[2])
+        out: Tensor = down(act_and_mul(self.gate_up(x), self.activation))
         return out if self.output_scale == 1.0 else out * self.output_scale
 
     def extra_repr(self) -> str:
@@ -115,6 +134,50 @@ class IRGatedMLP(nn.Module):
             f"activation={self.activation}, gate_scale={self.gate_scale}, "
             f"output_scale={self.output_scale}"
         )
+
+
+def _split_gate_up(
+    module: nn.Module, state_dict: dict[str, Any], prefix: str, _metadata: Any
+) -> None:
+    """State-dict post-hook of `IRGatedMLP`: its joined ``gate_up`` entries become the
+    original gate and up layers' (in their place, so the order stays the original's)."""
+    assert isinstance(module, IRGatedMLP)
+    joined = prefix + "gate_up."
+    if not any(key.startswith(joined) for key in state_dict):
+        return
+    gate_name, up_name, _ = module.names
+    # this module's entries were added last: take them out and put them back in order
+    own = [key for key in state_dict if key.startswith(prefix)]
+    entries = {key: state_dict.pop(key) for key in own}
+    for key, value in entries.items():
+        if not key.startswith(joined):
+            state_dict[key] = value
+            continue
+        kind = key[len(joined) :]
+        gate, up = value[: module.gate_rows], value[module.gate_rows :]
+        if module.gate_scale != 1.0:
+            gate = gate / module.gate_scale
+        state_dict[f"{prefix}{gate_name}.{kind}"] = gate
+        state_dict[f"{prefix}{up_name}.{kind}"] = up
+
+
+def _join_gate_up(module: nn.Module, state_dict: dict[str, Any], prefix: str, *_args: Any) -> None:
+    """Load-state-dict pre-hook of `IRGatedMLP`: the original gate and up layers' entries,
+    where both are there, become the joined ``gate_up`` entry, made as the conversion made it
+    (the gate's rows times `gate_scale`, in the joined layer's dtype)."""
+    assert isinstance(module, IRGatedMLP)
+    gate_name, up_name, _ = module.names
+    for kind in ("weight", "bias"):
+        gate_key, up_key = f"{prefix}{gate_name}.{kind}", f"{prefix}{up_name}.{kind}"
+        if gate_key not in state_dict or up_key not in state_dict:
+            continue
+        target: Tensor = getattr(module.gate_up, kind)
+        gate, up = (state_dict.pop(key) for key in (gate_key, up_key))
+        with torch.no_grad():
+            gate = gate.to(target.dtype)
+            if module.gate_scale != 1.0:
+                gate = gate * module.gate_scale
+            state_dict[f"{prefix}gate_up.{kind}"] = torch.cat([gate, up.to(target.dtype)])
 
 
 class IRJoinedGatedMLP(nn.Module):
