@@ -33,7 +33,7 @@ class IRRMSNorm(nn.Module):
         self.register_buffer("scale", None, persistent=False)
         self.refresh_scale()
         refresh = self.register_load_state_dict_post_hook  # torch leaves it untyped
-        refresh(lambda module, _keys: module.refresh_scale())  # type: ignore[no-untyped-call]
+        refresh(_refresh_scale_after_load)  # type: ignore[no-untyped-call]
 
     def refresh_scale(self) -> None:
         """Compute the op's weight, ``offset + weight`` in float32, from `weight` as it is."""
@@ -55,6 +55,13 @@ class IRRMSNorm(nn.Module):
         offset = f", offset={self.offset}" if self.offset else ""
         width = "no weight" if self.weight is None else str(tuple(self.weight.shape))
         return f"{width}, eps={self.eps}{offset}"
+
+
+def _refresh_scale_after_load(module: nn.Module, _keys: Any) -> None:
+    """Load-state-dict post-hook of `IRRMSNorm` (a function of the module, not a lambda, so
+    that a converted model pickles)."""
+    assert isinstance(module, IRRMSNorm)
+    module.refresh_scale()
 
 
 #: the gated activations the IR has: name -> None for ``silu_and_mul``, else the

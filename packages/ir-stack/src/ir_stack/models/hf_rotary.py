@@ -8,8 +8,8 @@ so every layer still gets the table of its own rope. They must agree on their la
 widths and their rotation form, so that one plan, probed with the first, fits every layer."""
 
 import copy
+import functools
 import logging
-import types
 from dataclasses import dataclass
 
 from torch import Tensor, nn
@@ -216,6 +216,7 @@ def _convert(model: nn.Module, ropes: list[_Rope], max_positions: int, converted
         model.set_submodule(rope.path, cache)
     for attention_path, attention, plan in plans:
         attention.ir_attention_plan = plan
-        attention.forward = types.MethodType(rotary_attention_forward, attention)
+        # a partial of a module-level function, not a bound method: the model still pickles
+        attention.forward = functools.partial(rotary_attention_forward, attention)
         converted.append(attention_path)
     return ""
