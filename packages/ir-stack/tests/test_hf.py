@@ -1443,6 +1443,24 @@ def test_a_converted_model_pickles_whole(family: str) -> None:
     assert torch.equal(got, want)
 
 
+def test_a_gated_mlp_joins_weights_and_biases_in_their_dtype() -> None:
+    """The joined layer holds the gate's rows (times `gate_scale`) over the up's, weights and
+    biases, in their dtype and gradient flag, and computes the MLP."""
+    torch.manual_seed(0)
+    gate, up = (torch.nn.Linear(8, 6, dtype=torch.float16) for _ in range(2))
+    down = torch.nn.Linear(6, 8, dtype=torch.float16)
+    gate.requires_grad_(False)
+    mlp = IRGatedMLP(gate, up, down, gate_scale=0.5)
+    assert mlp.gate_up.weight.dtype == mlp.gate_up.bias.dtype == torch.float16
+    assert not mlp.gate_up.weight.requires_grad
+    assert torch.equal(mlp.gate_up.weight, torch.cat([gate.weight * 0.5, up.weight]))
+    assert torch.equal(mlp.gate_up.bias, torch.cat([gate.bias * 0.5, up.bias]))
+    x = torch.randn(3, 8, dtype=torch.float16)
+    with torch.no_grad():
+        want = down(torch.nn.functional.silu(gate(x) * 0.5) * up(x))
+        torch.testing.assert_close(mlp(x), want)
+
+
 def test_a_gated_mlp_refuses_names_it_cannot_keep_apart() -> None:
     layer = torch.nn.Linear(4, 4)
     with pytest.raises(ValueError, match="argument 'names' got \\('a', 'a', 'b'\\)"):

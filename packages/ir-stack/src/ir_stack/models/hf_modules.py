@@ -113,17 +113,20 @@ class IRGatedMLP(nn.Module):
         self.names = names
         self.gate_rows = gate_proj.out_features
         bias = gate_proj.bias is not None
+        # built on the meta device, so that no initialisation runs (most of a conversion's
+        # time on a CPU) and the joined tensors are the only new memory
         self.gate_up = nn.Linear(
             gate_proj.in_features,
             gate_proj.out_features + up_proj.out_features,
             bias=bias,
-            device=gate_proj.weight.device,
-            dtype=gate_proj.weight.dtype,
+            device="meta",
         )
+        kinds = ("weight", "bias") if bias else ("weight",)
         with torch.no_grad():
-            self.gate_up.weight.copy_(torch.cat([gate_proj.weight * gate_scale, up_proj.weight]))
-            if bias:
-                self.gate_up.bias.copy_(torch.cat([gate_proj.bias * gate_scale, up_proj.bias]))
+            for kind in kinds:
+                gate, up = getattr(gate_proj, kind), getattr(up_proj, kind)
+                joined = torch.cat([gate if gate_scale == 1.0 else gate * gate_scale, up])
+                setattr(self.gate_up, kind, nn.Parameter(joined, gate.requires_grad))
         setattr(self, names[2], down_proj)
         # (torch leaves both registrations untyped)
         self.register_state_dict_post_hook(_split_gate_up)  # type: ignore[no-untyped-call]
