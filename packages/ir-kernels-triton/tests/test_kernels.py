@@ -60,6 +60,18 @@ def test_matches_native(
     )
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
+def test_kernels_launch_on_the_gpu_of_their_rows(op: IrOp, provider: str) -> None:
+    """Rows on the second GPU while the first is current, as in a model split over GPUs by a
+    ``device_map``: Triton launches on the current device, so the provider makes the rows' GPU
+    current for the launch (bf16, an odd width, strided rows)."""
+    assert torch.cuda.current_device() == 0
+    spec = matrix_spec(torch.bfloat16, 769, 7, "strided", device="cuda:1")
+    assert_impl_matches_native(op, provider, sample_inputs(op, spec))
+    assert torch.cuda.current_device() == 0
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(("name", "options"), OPTION_VARIANTS, ids=OPTION_VARIANT_IDS)

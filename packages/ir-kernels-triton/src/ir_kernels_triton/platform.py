@@ -37,6 +37,13 @@ def triton_supported() -> bool:
 
 
 @functools.cache
+def several_gpus() -> bool:
+    """More than one GPU is visible: a tensor may then live on another than the current one,
+    where Triton would launch."""
+    return torch.cuda.device_count() > 1
+
+
+@functools.cache
 def _device_properties(device_index: int) -> Any:
     return torch.cuda.get_device_properties(device_index)
 

@@ -15,6 +15,8 @@ from torch.library import Library, infer_schema
 
 from ir_spec import IrOp
 
+from .platform import several_gpus
+
 NAMESPACE = "ir_triton"
 _LIB = Library(NAMESPACE, "FRAGMENT")
 _depth = torch._C._len_torch_dispatch_stack
@@ -47,9 +49,13 @@ def traceable(
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIB)
         overload = getattr(getattr(torch.ops, NAMESPACE), name).default
 
+        first_activation = activation_indices[0]
+
         @functools.wraps(kernel)
         def call(*args: Any) -> Any:
             if not _depth():
+                if several_gpus():
+                    return _on_device_of(args[first_activation], kernel, args)
                 return kernel(*args)
             result = overload(*args)
             if inplace:
@@ -61,3 +67,14 @@ def traceable(
         return call
 
     return decorator
+
+
+def _on_device_of(t: torch.Tensor, kernel: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """`kernel(*args)` with `t`'s GPU current: Triton launches on the current device, which a
+    model spread over GPUs (a ``device_map``) leaves on the first while a layer's rows live on
+    another."""
+    index = t.get_device()
+    if index < 0 or index == torch.cuda.current_device():
+        return kernel(*args)
+    with torch.cuda.device(index):
+        return kernel(*args)
