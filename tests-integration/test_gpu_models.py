@@ -1052,3 +1052,57 @@ def test_converted_qwen4_exp_agrees_on_gpu() -> None:
     native = {op: n for (op, provider), n in calls.items() if provider == "native"}
     assert native == HF_NATIVE_CALLS["qwen4_exp"], calls
     assert (after - before).abs().max() < 0.05 * before.abs().max()
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_converted_model_split_over_two_gpus_hands_its_layers_their_tokens_rows() -> None:
+    """A Llama split over two GPUs by accelerate (as ``from_pretrained(device_map=...)``
+    does) converts with rotary caches that gather the rows of the call's tokens: the layers on
+    the second GPU are handed ``[batch, tokens, width]`` rows, not the whole table, and the
+    logits agree in bf16."""
+    transformers = pytest.importorskip("transformers")
+    accelerate = pytest.importorskip("accelerate")
+    from ir_stack.models import convert_hf_model
+    from ir_stack.models.hf_modules import IRRotaryCache
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=256,
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+    )
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    device_map = {
+        "model.embed_tokens": 0,
+        "model.rotary_emb": 0,
+        **{f"model.layers.{i}": i // 2 for i in range(4)},
+        "model.norm": 1,
+        "lm_head": 1,
+    }
+    model = accelerate.dispatch_model(model, device_map)
+    handed: list[tuple[tuple[int, ...], torch.device]] = []
+
+    def record(_module: Any, _args: Any, kwargs: dict[str, Any]) -> None:
+        table = kwargs["position_embeddings"][0]
+        handed.append((tuple(table.shape), table.device))
+
+    model.model.layers[2].register_forward_pre_hook(record, with_kwargs=True)
+    ids = torch.randint(0, 256, (2, 17), device="cuda:0")
+    with torch.no_grad():
+        before = model(ids).logits.float()
+        report = convert_hf_model(model)
+        handed.clear()
+        after = model(ids).logits.float()
+        tokens = model.generate(ids, max_new_tokens=4, do_sample=False)
+    assert not report.skipped
+    assert len(report.attentions) == 4
+    assert isinstance(model.model.rotary_emb, IRRotaryCache)
+    assert model.model.rotary_emb.gather_rows
+    # the rows of the prompt's tokens, on the first GPU until accelerate moves them
+    assert handed[0] == ((2, 17, 64), torch.device("cuda", 0))
+    assert tokens.shape == (2, 21)
+    assert (after - before).abs().max() < 0.05 * before.abs().max()

@@ -2121,6 +2121,59 @@ def test_max_positions_sizes_the_rotary_table(
     assert "max_positions=" in caplog.text
 
 
+@pytest.mark.parametrize("family", ["llama", "gemma3", "ministral3", "llama4", "granite_swa"])
+def test_a_model_on_several_devices_hands_its_layers_the_rows_of_their_tokens(
+    family: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A model whose weights span devices (a ``device_map``) gets rotary caches that hand each
+    layer the table's rows of the call's tokens: accelerate moves a layer's arguments to its
+    device, so the whole table would be copied to every layer on another device at every call.
+    The logits and greedy tokens stay (Gemma 3's rope a layer type, Ministral 3's queries
+    scaled at the caller's positions, Llama 4's at positions counted in the cache, Granite
+    SWA's rope a base). One CPU stands in for the devices here; the GPU tests split a model
+    over two GPUs."""
+    devices = [torch.device("cuda", 0), torch.device("cuda", 1)]
+    monkeypatch.setattr(hf_rotary, "model_devices", lambda model: devices)
+    model = build(family)
+    ids, mask = prompt()
+    with torch.no_grad():
+        logits = model(ids, attention_mask=mask).logits
+        tokens = model.generate(ids, attention_mask=mask, max_new_tokens=6, do_sample=False)
+        with caplog.at_level("INFO", logger="ir_stack"):
+            report = convert_hf_model(model)
+        converted = model(ids, attention_mask=mask).logits
+        converted_tokens = model.generate(
+            ids, attention_mask=mask, max_new_tokens=6, do_sample=False
+        )
+    assert "spans cuda:0, cuda:1" in caplog.text
+    assert report.attentions
+    assert not report.skipped
+    caches = [m for m in model.modules() if isinstance(m, IRRotaryCache)]
+    assert caches
+    assert all(cache.gather_rows for cache in caches)
+    cache = caches[0]
+    positions = torch.tensor([[3, 0, 7]])
+    rows, given = cache(torch.zeros(1, 3, 4), positions, *cache.layer_types[:1])
+    assert torch.equal(rows, cache.cache_for(cache.layer_types[0])[positions])
+    assert torch.equal(given, positions)
+    torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
+    assert torch.equal(converted_tokens, tokens)
+
+
+def test_model_devices_lists_each_device_once_without_meta() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2, device="meta"))
+    model.register_buffer("steps", torch.zeros(1))
+    assert hf_rotary.model_devices(model) == [torch.device("cpu")]
+    assert hf_rotary.model_devices(build("llama")) == [torch.device("cpu")]
+
+
+def test_a_rotary_cache_gathers_rows_only_from_a_table_ahead() -> None:
+    tables = {None: (torch.ones(4), 1.0)}
+    for options in ({"sliced_by_token": True}, {"per_token": torch.nn.Identity()}):
+        with pytest.raises(ValueError, match="'gather_rows' got True"):
+            IRRotaryCache(tables, 8, gather_rows=True, **options)  # type: ignore[arg-type]
+
+
 def _with_second_rope(**config_changes: Any) -> Any:
     """A Llama holding a second rotary module (unused by its forward) built from its config
     with `config_changes`, under ``model.model.other_rotary_emb``."""

@@ -183,8 +183,10 @@ def planned_forward(
     forward does where the plan's probe found that it runs so."""
     cos_sin_cache: Tensor | None = None
     positions: Tensor | None = None
+    scale_positions: Tensor | None = None
     if position_embeddings is not None:
         cos_sin_cache, positions = IRRotaryCache.plain_pair(*position_embeddings)
+        scale_positions = IRRotaryCache.token_positions(*position_embeddings)
     elif plan.query_scale is not None and not plan.query_scale.from_cache:
         raise TypeError(
             f"{type(self).__name__}.forward (converted): position_embeddings is None, but the "
@@ -193,7 +195,6 @@ def planned_forward(
     input_shape = hidden_states.shape[:-1]
     cache = kwargs.pop("cache", None) or kwargs.pop("past_key_values", None)
     shared_kv_states = kwargs.pop("shared_kv_states", None)
-    scale_positions = positions
     if plan.query_scale is not None and plan.query_scale.from_cache:
         seen = cache.get_seq_length(self.layer_idx) if cache is not None else 0
         scale_positions = torch.arange(input_shape[-1], device=hidden_states.device) + seen

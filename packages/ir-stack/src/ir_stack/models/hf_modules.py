@@ -252,7 +252,12 @@ class IRRotaryCache(nn.Module):
     position (Qwen 3.5's multimodal rope takes a time, a height and a width position per
     token, and mixes their frequencies): the module computes each call's float32 cosines and
     sines, whose rows become the table (a row a token: ``[batch x tokens, width]``, positions
-    ``0 .. batch x tokens - 1``) in place of one built ahead."""
+    ``0 .. batch x tokens - 1``) in place of one built ahead.
+
+    `gather_rows`: the pair is ``([batch, tokens, width] rows of the table, [batch, tokens]
+    positions)``, the rows of the call's tokens gathered. For a model spread over several
+    devices (``device_map``): accelerate moves each layer's arguments to the layer's device,
+    which would copy the whole table to every layer on another device at every call."""
 
     def __init__(
         self,
@@ -261,6 +266,7 @@ class IRRotaryCache(nn.Module):
         *,
         sliced_by_token: bool = False,
         per_token: nn.Module | None = None,
+        gather_rows: bool = False,
     ) -> None:
         super().__init__()
         if per_token is not None and (sliced_by_token or list(tables) != [None]):
@@ -268,10 +274,16 @@ class IRRotaryCache(nn.Module):
                 "IRRotaryCache: argument 'per_token' takes a single rope (layer type None), "
                 "not sliced by token"
             )
+        if gather_rows and (sliced_by_token or per_token is not None):
+            raise ValueError(
+                "IRRotaryCache: argument 'gather_rows' got True for a rope sliced by token or "
+                "computed at each call; expected False there"
+            )
         self.layer_types = list(tables)
         self.max_positions = max_positions
         self.sliced_by_token = sliced_by_token
         self.per_token = per_token
+        self.gather_rows = gather_rows
         if per_token is not None:
             return
         for layer_type, (inv_freq, scaling) in tables.items():
@@ -309,16 +321,31 @@ class IRRotaryCache(nn.Module):
         positions = positions.contiguous()
         if self.sliced_by_token:
             return self.cache_for(layer_type)[:, None], positions[..., None]
-        return self.cache_for(layer_type), positions
+        table = self.cache_for(layer_type)
+        if self.gather_rows:  # on the caller's device (a probe's may be another layer's)
+            return table[positions.to(table.device)].to(x.device), positions.to(x.device)
+        return table, positions
 
     @staticmethod
     def plain_pair(table: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         """A pair this module returned, as ``([rows, width] table, [batch, tokens] dense
-        positions)``: the `sliced_by_token` form squeezed back (its positions made dense again
-        after a slice), the plain form as it is."""
-        if positions.dim() != 3:
-            return table, positions
-        return table.squeeze(1), positions.squeeze(-1).contiguous()
+        positions)`` for ``rotary_embedding``: the `sliced_by_token` form squeezed back (its
+        positions made dense again after a slice), the `gather_rows` form's rows flattened
+        (its positions then the rows' indices), the plain form as it is."""
+        if positions.dim() == 3:
+            return table.squeeze(1), positions.squeeze(-1).contiguous()
+        if table.dim() == 3:
+            rows = torch.arange(positions.numel(), device=table.device).view(positions.shape)
+            return table.flatten(0, 1), rows
+        return table, positions
+
+    @staticmethod
+    def token_positions(table: Tensor, positions: Tensor) -> Tensor:
+        """The ``[batch, tokens]`` positions of the tokens a pair this module returned
+        rotates (a `per_token` pair's are its rows' indices)."""
+        if positions.dim() == 3:
+            return positions.squeeze(-1).contiguous()
+        return positions
 
     def _per_token_pair(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
         assert self.per_token is not None

@@ -9,9 +9,11 @@ widths and their rotation form, so that one plan, probed with the first, fits ev
 
 import copy
 import functools
+import itertools
 import logging
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 
 from .hf_attention import is_attention, layer_type_of, rotary_attention_forward
@@ -127,6 +129,14 @@ def _find_ropes(model: nn.Module) -> list[_Rope] | tuple[str, str]:
     return ropes
 
 
+def model_devices(model: nn.Module) -> list[torch.device]:
+    """The devices `model`'s parameters and buffers are on (the meta device aside), in the
+    order first met: more than one for a model dispatched with a ``device_map``."""
+    tensors = itertools.chain(model.parameters(), model.buffers())
+    devices = dict.fromkeys(t.device for t in tensors if t.device.type != "meta")
+    return list(devices)
+
+
 def convert_rotary(model: nn.Module, max_positions: int) -> RotaryConversion:
     """Swap each of `model`'s rotary modules for an `IRRotaryCache` of `max_positions` rows and
     give its attention layers of the planned form the converted forward, where every probe
@@ -181,9 +191,21 @@ def _convert(model: nn.Module, ropes: list[_Rope], max_positions: int, converted
     # a dynamic rope keeps what it last computed (its cached length), and the probes reach the
     # last position
     probed = [copy.deepcopy(r.module) if r.per_token else r.module for r in ropes]
+    devices = model_devices(model)
+    gather = len(devices) > 1 and not sliced and not first.per_token
+    if gather:
+        logger.info(
+            "convert_hf_model: the model spans %s: the rotary modules hand the layers the rows "
+            "of their tokens, not the whole table",
+            ", ".join(map(str, devices)),
+        )
     caches = [
         IRRotaryCache(
-            r.tables, max_positions, sliced_by_token=sliced, per_token=m if r.per_token else None
+            r.tables,
+            max_positions,
+            sliced_by_token=sliced,
+            per_token=m if r.per_token else None,
+            gather_rows=gather,
         )
         for r, m in zip(ropes, probed, strict=True)
     ]
