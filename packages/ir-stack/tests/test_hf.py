@@ -2174,6 +2174,21 @@ def test_a_rotary_cache_gathers_rows_only_from_a_table_ahead() -> None:
             IRRotaryCache(tables, 8, gather_rows=True, **options)  # type: ignore[arg-type]
 
 
+def test_a_rope_rounded_by_a_cast_is_refused_with_the_way_to_load_it() -> None:
+    """Phimoe's rotary module computes its frequencies from the config at each call, so after
+    ``model.to(bfloat16)`` its rounded buffer, which the table is built from, is not what it
+    rotates by: the attention stays, and the reason says to load the model in bf16 instead,
+    which keeps the frequencies float32 and converts."""
+    rope = {"rope_type": "default", "rope_theta": 1e4}
+    cast = build("phimoe", rope_parameters=rope).to(torch.bfloat16)
+    why = convert_hf_model(cast).skipped["model.rotary_emb"]
+    assert "rotates in neither" in why
+    assert "frequencies are torch.bfloat16, as after model.to(dtype)" in why
+    loaded = type(cast)._from_config(cast.config, dtype=torch.bfloat16).eval()
+    assert loaded.model.rotary_emb.inv_freq.dtype == torch.float32
+    assert not convert_hf_model(loaded).skipped
+
+
 def _with_second_rope(**config_changes: Any) -> Any:
     """A Llama holding a second rotary module (unused by its forward) built from its config
     with `config_changes`, under ``model.model.other_rotary_emb``."""

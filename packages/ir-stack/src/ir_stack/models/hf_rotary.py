@@ -221,7 +221,15 @@ def _convert(model: nn.Module, ropes: list[_Rope], max_positions: int, converted
         except Exception as error:  # the model's rotary module or rotation, on the probe
             return f"its rotation failed on a probe ({type(error).__name__}: {error})"
     if None in forms:
-        return "its attention rotates in neither the op's neox nor its interleaved form"
+        why = "its attention rotates in neither the op's neox nor its interleaved form"
+        rounded = {str(f.dtype) for r in ropes for f, _ in r.tables.values()} - {"torch.float32"}
+        if rounded:  # the table then holds rounded frequencies, which not every module uses
+            why += (
+                f" (its rope's frequencies are {', '.join(sorted(rounded))}, as after "
+                "model.to(dtype); load the model in that dtype instead, which keeps them "
+                "float32)"
+            )
+        return why
     if len(forms) > 1:
         return "its rotary modules rotate in different forms"
     neox = forms.pop()
