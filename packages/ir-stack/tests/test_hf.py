@@ -1443,6 +1443,26 @@ def test_a_converted_model_pickles_whole(family: str) -> None:
     assert torch.equal(got, want)
 
 
+def test_a_converted_model_generates_compiled_with_a_static_cache() -> None:
+    """transformers' fast generation, a static KV cache and the forward compiled whole
+    (``fullgraph=True``: no graph break in the converted forwards), gives the greedy tokens the
+    original gives."""
+    model = build("llama")
+    ids, mask = prompt()
+    options = {"max_new_tokens": 6, "do_sample": False, "cache_implementation": "static"}
+    with torch.no_grad():
+        tokens = model.generate(ids, attention_mask=mask, **options)
+    convert_hf_model(model)
+    torch._dynamo.reset()
+    model.forward = torch.compile(model.forward, fullgraph=True, dynamic=False)
+    try:
+        with torch.no_grad():
+            converted_tokens = model.generate(ids, attention_mask=mask, **options)
+    finally:
+        torch._dynamo.reset()
+    assert torch.equal(converted_tokens, tokens)
+
+
 def test_a_gated_mlp_joins_weights_and_biases_in_their_dtype() -> None:
     """The joined layer holds the gate's rows (times `gate_scale`) over the up's, weights and
     biases, in their dtype and gradient flag, and computes the MLP."""
