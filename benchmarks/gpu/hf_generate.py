@@ -15,8 +15,8 @@ bf16), in five ways, in one process:
 Each way generates ``--new`` greedy tokens after a prompt of ``--prompt`` tokens, batch
 ``--batch``; after two warm-up generations (compiling and recording graphs), the decoding time
 a token is ``(t(new + 1 tokens) - t(1 token)) / new``, each the median of five runs, and the
-prompt's time is ``t(1 token)``. The tokens are compared with ``hf eager``'s (the leading
-tokens that agree: bf16 sums in other orders may flip a near tie later). Run on the GPU machine
+prompt's time is ``t(1 token)``. The first token's logits are compared with ``hf eager``'s, and
+the tokens with the same model's eager way's. Run on the GPU machine
 from the repository root after ``source benchmarks/gpu/env.sh``; ``--out DIR`` writes
 ``hf-<family>-generate-<card>.json`` and ``.md``.
 """
@@ -50,15 +50,16 @@ def compile_config(passes: bool) -> Any:
     return transformers.CompileConfig(fullgraph=True, dynamic=False, mode=None, options=options)
 
 
-def generate(model: Any, ids: torch.Tensor, new: int, way: dict[str, Any]) -> torch.Tensor:
+def generate(model: Any, ids: torch.Tensor, new: int, way: dict[str, Any], **options: Any) -> Any:
+    """`model.generate` as `way` says; `way["compile_config"]` is one object for all its calls
+    (transformers compiles again for a configuration unequal to the last)."""
     kwargs: dict[str, Any] = {"max_new_tokens": new, "min_new_tokens": new, "do_sample": False}
     if way["static"]:
         kwargs["cache_implementation"] = "static"
-        kwargs["compile_config"] = compile_config(way["passes"])
+        kwargs["compile_config"] = way["compile_config"]
     else:
         kwargs["disable_compile"] = True
-    out: torch.Tensor = model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs)
-    return out
+    return model.generate(ids, attention_mask=torch.ones_like(ids), **kwargs, **options)
 
 
 def timed(model: Any, ids: torch.Tensor, new: int, way: dict[str, Any]) -> float:
@@ -73,8 +74,9 @@ def measure(model: Any, ids: torch.Tensor, new: int, way: dict[str, Any]) -> dic
     torch._dynamo.reset()
     if hasattr(model, "_compiled_call"):  # transformers keeps the last compiled forward
         del model._compiled_call
+    way["compile_config"] = compile_config(way["passes"]) if way["static"] else None
     start = time.perf_counter()
-    tokens = generate(model, ids, new, way)
+    out = generate(model, ids, new, way, return_dict_in_generate=True, output_logits=True)
     generate(model, ids, new, way)
     warm_s = time.perf_counter() - start
     prompt_s = [timed(model, ids, 1, way) for _ in range(5)]
@@ -87,7 +89,8 @@ def measure(model: Any, ids: torch.Tensor, new: int, way: dict[str, Any]) -> dic
         "warmup_s": warm_s,
         "prompt_ms": 1e3 * prompt,
         "us_a_token": 1e6 * per_token,
-        "tokens": tokens,
+        "tokens": out.sequences,
+        "prompt_logits": out.logits[0].float(),
     }
 
 
@@ -134,11 +137,17 @@ def main() -> None:
             priority = KERNELS if way["passes"] else {}
             with ir_dispatch.priority(**priority):
                 runs.append(measure(model, ids, args.new, way))
-    reference = runs[0]["tokens"][:, args.prompt :]
+    ways = list(zip(WAYS, runs, strict=True))
+    eager = {way["converted"]: run for way, run in ways if not way["static"]}
+    reference_logits = runs[0]["prompt_logits"]
+    for way, run in ways:
+        own_eager = eager[way["converted"]]["tokens"][:, args.prompt :]
+        same = (run["tokens"][:, args.prompt :] == own_eager).int().cumprod(-1).sum(-1)
+        run["leading_tokens_as_eager"] = same.tolist()
+        diff = (run["prompt_logits"] - reference_logits).abs().max()
+        run["prompt_logits_diff_vs_hf_eager"] = float(diff / reference_logits.abs().max())
     for run in runs:
-        tokens = run.pop("tokens")[:, args.prompt :]
-        same = (tokens == reference).int().cumprod(-1).sum(-1)
-        run["leading_tokens_as_hf_eager"] = same.tolist()
+        del run["tokens"], run["prompt_logits"]
     card = torch.cuda.get_device_name().replace("NVIDIA ", "").split()[0]
     result = {
         "card": torch.cuda.get_device_name(),
@@ -158,15 +167,24 @@ def main() -> None:
         f"`benchmarks/gpu/hf_generate.py --family {args.family}`: batch {args.batch}, a "
         f"{args.prompt}-token prompt, {args.new} greedy tokens; medians of five runs.",
         "",
-        "| way | µs a token | prompt ms | leading tokens as hf eager's | warm-up s |",
-        "|---|---|---|---|---|",
+        "| way | µs a token | prompt ms | first token's logits vs hf eager | leading tokens as "
+        "its eager way's | warm-up s |",
+        "|---|---|---|---|---|---|",
     ]
     for run in runs:
-        same = ", ".join(map(str, run["leading_tokens_as_hf_eager"]))
+        same = sorted(set(run["leading_tokens_as_eager"]))
+        agree = f"all {args.new}" if same == [args.new] else f"{min(same)}-{max(same)}"
         lines.append(
             f"| {run['name']} | {run['us_a_token']:.1f} | {run['prompt_ms']:.2f} | "
-            f"{same} of {args.new} | {run['warmup_s']:.0f} |"
+            f"{run['prompt_logits_diff_vs_hf_eager']:.2%} | {agree} | {run['warmup_s']:.0f} |"
         )
+    lines += [
+        "",
+        "The first token's logits: the largest difference from hf eager's over their largest "
+        "magnitude. Leading tokens: for each sequence, the generated tokens that agree with "
+        "the same model's eager way before the first that differs (random weights give "
+        "near-uniform logits, where bf16 sums in another order flip near ties).",
+    ]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out is not None:

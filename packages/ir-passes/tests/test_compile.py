@@ -179,6 +179,19 @@ def test_inductor_options_for_plain_torch_compile() -> None:
     assert report.functionalized == 3
 
 
+def test_inductor_options_built_twice_compare_equal() -> None:
+    """Options of one configuration are equal (transformers compiles again when its
+    ``CompileConfig``, options included, differs from the last one); another configuration's
+    are not."""
+    first, again = ir_passes.inductor_options(), ir_passes.inductor_options(ir_passes.PassConfig())
+    assert first == again
+    assert {first["post_grad_custom_post_pass"], again["post_grad_custom_post_pass"]} == {
+        first["post_grad_custom_post_pass"]
+    }
+    assert first != ir_passes.inductor_options(ir_passes.PassConfig(fuse=False))
+    assert first["pre_grad_custom_pass"] != first["post_grad_custom_post_pass"]
+
+
 def test_native_lowering_of_every_catalog_activation_compiles() -> None:
     """Native implementations are traced with Inductor's decompositions (aten.silu and friends
     must not reach Inductor undecomposed after the post-grad passes)."""

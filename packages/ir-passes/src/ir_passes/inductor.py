@@ -81,11 +81,27 @@ def _compute_selection_key(config: PassConfig) -> str:
     return h.hexdigest()
 
 
-class PreGradPass(CustomGraphPass):
-    """Inductor pre-grad hook: `InplaceFunctionalizationPass` (starts a new report)."""
+class _ConfiguredPass(CustomGraphPass):
+    """An Inductor hook of the pipeline run as its `PassConfig` says. Two of one class and
+    configuration are equal, so options built twice compare equal: transformers compares its
+    ``CompileConfig`` (options included) with the last one to decide whether to compile
+    again."""
 
     def __init__(self, config: PassConfig) -> None:
         self.config = config
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.config == self.config
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.config))
+
+    def uuid(self) -> str:
+        return selection_key(self.config)
+
+
+class PreGradPass(_ConfiguredPass):
+    """Inductor pre-grad hook: `InplaceFunctionalizationPass` (starts a new report)."""
 
     def __call__(self, graph: fx.Graph) -> None:
         report = claim_report()
@@ -94,15 +110,9 @@ class PreGradPass(CustomGraphPass):
             InplaceFunctionalizationPass(report)(graph)
             dump(self.config.debug_dir, "pre-grad-after-functionalize", graph)
 
-    def uuid(self) -> str:
-        return selection_key(self.config)
 
-
-class PostGradPass(CustomGraphPass):
+class PostGradPass(_ConfiguredPass):
     """Inductor post-grad hook: fusion, lowering and clone elimination."""
-
-    def __init__(self, config: PassConfig) -> None:
-        self.config = config
 
     def __call__(self, graph: fx.Graph) -> None:
         report = current_report()
@@ -121,9 +131,6 @@ class PostGradPass(CustomGraphPass):
             if enabled:
                 run(graph)
                 dump(self.config.debug_dir, f"post-grad-after-{name}", graph)
-
-    def uuid(self) -> str:
-        return selection_key(self.config)
 
 
 def inductor_options(config: PassConfig | None = None) -> dict[str, Any]:
