@@ -60,6 +60,53 @@ def test_matches_native(
     )
 
 
+class _OnSecondGpu:
+    """Stands in for a tensor on GPU 1 (`get_device` is all the guard reads)."""
+
+    def get_device(self) -> int:
+        return 1
+
+
+def test_a_call_makes_the_gpu_of_its_rows_current_where_there_are_several(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The guard's choice, without GPUs: a kernel runs under ``torch.cuda.device`` of its
+    first activation's GPU where that is not the current one, and plainly where it is, or
+    where the activation is not on a GPU (the interpreter's CPU tensors)."""
+    from ir_kernels_triton import torch_ops
+
+    entered: list[int] = []
+
+    class Device:
+        def __init__(self, index: int) -> None:
+            self.index = index
+
+        def __enter__(self) -> None:
+            entered.append(self.index)
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    monkeypatch.setattr(torch.cuda, "device", Device)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+
+    def kernel(*args: object) -> str:
+        return "ran"
+
+    assert torch_ops._on_device_of(_OnSecondGpu(), kernel, ()) == "ran"  # type: ignore[arg-type]
+    assert entered == [1]
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    assert torch_ops._on_device_of(_OnSecondGpu(), kernel, ()) == "ran"  # type: ignore[arg-type]
+    assert torch_ops._on_device_of(torch.empty(1), kernel, ()) == "ran"
+    assert entered == [1]
+    # a provider's call takes that path where several GPUs are visible
+    monkeypatch.setattr(torch_ops, "several_gpus", lambda: True)
+    args = sample_inputs(ops.rms_norm, spec_for(torch.float32, 64, 3, "contiguous"))
+    assert_impl_matches_native(ops.rms_norm, "triton", args)
+    # (on a GPU its rows are on GPU 0 while GPU 1 is said to be current)
+    assert entered == [1] + ([0] if GPU else [])
+
+
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
 def test_kernels_launch_on_the_gpu_of_their_rows(op: IrOp, provider: str) -> None:
