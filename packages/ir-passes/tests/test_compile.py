@@ -180,16 +180,16 @@ def test_inductor_options_for_plain_torch_compile() -> None:
 
 
 def test_inductor_options_built_twice_compare_equal() -> None:
-    """Options of one configuration are equal (transformers compiles again when its
-    ``CompileConfig``, options included, differs from the last one); another configuration's
-    are not."""
+    """Options of one configuration and selection state are equal (transformers compiles
+    again when its ``CompileConfig``, options included, differs from the last one); another
+    configuration's, or the same after a change of priorities, are not."""
     first, again = ir_passes.inductor_options(), ir_passes.inductor_options(ir_passes.PassConfig())
     assert first == again
-    assert {first["post_grad_custom_post_pass"], again["post_grad_custom_post_pass"]} == {
-        first["post_grad_custom_post_pass"]
-    }
     assert first != ir_passes.inductor_options(ir_passes.PassConfig(fuse=False))
-    assert first["pre_grad_custom_pass"] != first["post_grad_custom_post_pass"]
+    ir_dispatch.set_priority(fused_add_rms_norm=["t_inplace"])
+    assert ir_passes.inductor_options() != first
+    ir_dispatch.set_priority()
+    assert ir_passes.inductor_options() == first
 
 
 def test_native_lowering_of_every_catalog_activation_compiles() -> None:

@@ -82,19 +82,10 @@ def _compute_selection_key(config: PassConfig) -> str:
 
 
 class _ConfiguredPass(CustomGraphPass):
-    """An Inductor hook of the pipeline run as its `PassConfig` says. Two of one class and
-    configuration are equal, so options built twice compare equal: transformers compares its
-    ``CompileConfig`` (options included) with the last one to decide whether to compile
-    again."""
+    """An Inductor hook of the pipeline, run as its `PassConfig` says."""
 
     def __init__(self, config: PassConfig) -> None:
         self.config = config
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other.config == self.config
-
-    def __hash__(self) -> int:
-        return hash((type(self), self.config))
 
     def uuid(self) -> str:
         return selection_key(self.config)
@@ -134,12 +125,21 @@ class PostGradPass(_ConfiguredPass):
 
 
 def inductor_options(config: PassConfig | None = None) -> dict[str, Any]:
-    """Options for ``torch.compile(..., options=...)`` installing the IR passes in Inductor."""
+    """Options for ``torch.compile(..., options=...)`` installing the IR passes in Inductor.
+
+    Asked again with the same configuration and selection state (`selection_key`), it gives
+    the same hook objects, so the options compare equal: transformers compiles its forward
+    again when a ``generate`` call's ``CompileConfig`` (options included) differs from the
+    last one. After a change of priorities they are new objects, which torch.compile does not
+    take for the backend it compiled with."""
     config = config or PassConfig()
-    return {
-        "pre_grad_custom_pass": PreGradPass(config),
-        "post_grad_custom_post_pass": PostGradPass(config),
-    }
+    pre, post = _hooks(config, selection_key(config))
+    return {"pre_grad_custom_pass": pre, "post_grad_custom_post_pass": post}
+
+
+@functools.lru_cache(maxsize=32)
+def _hooks(config: PassConfig, _selection: str) -> tuple[PreGradPass, PostGradPass]:
+    return PreGradPass(config), PostGradPass(config)
 
 
 def compile(
