@@ -1,4 +1,6 @@
-"""Tutorial: run a transformers Llama on IR ops, generate with it, and compile it."""
+"""Tutorial: run a transformers Llama on IR ops, generate with it, compile it and save it."""
+
+import tempfile
 
 import torch
 import transformers
@@ -41,3 +43,11 @@ assert passes is not None
 print(passes.fusions)
 if passes.passes_ran:  # False on a warm start: Inductor's caches served the compiled code
     assert passes.fusions["add+rms_norm"] == 2 * sizes["num_hidden_layers"]
+
+# The converted model keeps the original's state dict (the joined MLP shows its gate and up
+# layers), so it saves a checkpoint that the original class loads, with the same logits.
+with tempfile.TemporaryDirectory() as checkpoint:
+    model.save_pretrained(checkpoint)
+    reloaded = transformers.LlamaForCausalLM.from_pretrained(checkpoint).eval()
+with torch.no_grad():
+    torch.testing.assert_close(reloaded(ids).logits, before, atol=1e-6, rtol=1e-6)
