@@ -9,21 +9,20 @@ copied to every layer on the second GPU at every call.
 Each way runs a batch of one-token sequences (decode-sized rows, no KV cache) and one prompt;
 times are ``triton.testing.do_bench`` medians in µs, in the order listed (the gathered way twice,
 first and last, to show drift), and every way's logits are compared with the unconverted
-model's. Run on a machine of two GPUs from the repository root after ``source
-benchmarks/gpu/env.sh``; ``--out DIR`` writes ``hf-device-map-<card>.json`` and ``.md``.
+model's. Run on a machine of two GPUs from ``benchmarks/gpu`` after ``source env.sh`` in the
+repository root; ``--out DIR`` writes ``hf-device-map-<card>.json`` and ``.md``.
 """
 
 import argparse
 import json
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import accelerate
 import torch
 import transformers
-import triton.testing
+from hf_llama_compile import measure  # benchmarks/gpu/
 
 from ir_stack.bench.kernels import import_providers
 from ir_stack.models.hf import convert_hf_model
@@ -74,18 +73,6 @@ def build(layers: int) -> Any:
         "lm_head": 1,
     }
     return accelerate.dispatch_model(model, device_map)
-
-
-def measure(
-    name: str, fn: Callable[[torch.Tensor], torch.Tensor], inputs: dict[str, torch.Tensor]
-) -> dict[str, Any]:
-    logits = {shape: fn(ids).clone() for shape, ids in inputs.items()}
-    times = {
-        shape: 1e3 * float(triton.testing.do_bench(lambda ids=ids: fn(ids), warmup=50, rep=300))
-        for shape, ids in inputs.items()
-    }
-    logger.info("%s: %s", name, times)
-    return {"name": name, "us": times, "logits": logits}
 
 
 def main() -> None:
