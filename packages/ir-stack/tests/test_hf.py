@@ -2267,6 +2267,25 @@ def test_rotary_cache_names_the_layer_types_it_has() -> None:
         rotary(x, positions, "chunked_attention")
 
 
+def test_a_report_reads_as_counts_and_reasons() -> None:
+    """``str(report)``: what was converted, counted, then what was left alone, its paths
+    grouped by reason (three shown, the rest counted)."""
+    why = "mixture of experts: its routed experts gate in their own way"
+    report = hf.ConversionReport(
+        norms=["a", "b"],
+        attentions=["c"],
+        skipped={f"model.layers.{i}.mlp.experts": why for i in range(5)} | {"x": "another"},
+    )
+    assert str(report).splitlines() == [
+        "2 norms, 0 MLPs, 0 routed experts' gating, 1 attention layers on IR ops",
+        "left alone:",
+        "  model.layers.0.mlp.experts, model.layers.1.mlp.experts, model.layers.2.mlp.experts "
+        f"and 2 more: {why}",
+        "  x: another",
+    ]
+    assert str(hf.ConversionReport()).endswith("left alone: nothing")
+
+
 def test_a_converted_model_is_not_converted_again() -> None:
     """A second conversion would find the converted modules' forms unknown and report them
     as skipped for the wrong reasons; it is refused, naming a converted module."""

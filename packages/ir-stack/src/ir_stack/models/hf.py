@@ -264,6 +264,21 @@ class ConversionReport:
     #: routed experts whose gating runs on the IR op (their module keeps its class)
     experts: list[str] = field(default_factory=list)
 
+    def __str__(self) -> str:
+        """The counts converted, then what was left alone, the paths grouped by reason."""
+        lines = [
+            f"{len(self.norms)} norms, {len(self.mlps)} MLPs, {len(self.experts)} routed "
+            f"experts' gating, {len(self.attentions)} attention layers on IR ops"
+        ]
+        by_reason: dict[str, list[str]] = {}
+        for path, why in self.skipped.items():
+            by_reason.setdefault(why, []).append(path)
+        lines.append("left alone: nothing" if not by_reason else "left alone:")
+        for why, paths in by_reason.items():
+            shown = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+            lines.append(f"  {shown}: {why}")
+        return "\n".join(lines)
+
 
 def _norm_offset(module: nn.Module, eps: float) -> float | None:
     """0 where `module` computes ``x / rms * weight``, 1 where it computes
@@ -642,15 +657,7 @@ def convert_hf_model(model: nn.Module, *, max_positions: int | None = None) -> C
     rotary = convert_rotary(model, positions)
     report.attentions.extend(rotary.attentions)
     report.skipped.update(rotary.skipped)
-    logger.info(
-        "convert_hf_model: %d norms, %d MLPs, %d routed experts' gating, %d attention layers on "
-        "IR ops; skipped %s",
-        len(report.norms),
-        len(report.mlps),
-        len(report.experts),
-        len(report.attentions),
-        report.skipped or "nothing",
-    )
+    logger.info("convert_hf_model: %s", report)
     return report
 
 
