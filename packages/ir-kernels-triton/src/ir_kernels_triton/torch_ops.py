@@ -37,9 +37,16 @@ def traceable(
             schema = schema.split(" -> ")[0] + " -> ()"
         _LIB.define(name + schema)
         activation_indices = op.activation_indices
+        first_activation = activation_indices[0]
+
+        def launch(*args: Any) -> Any:
+            # the eager call and the torch op both launch here, on the rows' GPU
+            if several_gpus():
+                return _on_device_of(args[first_activation], kernel, args)
+            return kernel(*args)
 
         def run_kernel(*args: Any) -> Any:
-            result = kernel(*args)
+            result = launch(*args)
             return None if inplace else result
 
         def fake(*args: Any) -> Any:
@@ -49,14 +56,10 @@ def traceable(
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIB)
         overload = getattr(getattr(torch.ops, NAMESPACE), name).default
 
-        first_activation = activation_indices[0]
-
         @functools.wraps(kernel)
         def call(*args: Any) -> Any:
             if not _depth():
-                if several_gpus():
-                    return _on_device_of(args[first_activation], kernel, args)
-                return kernel(*args)
+                return launch(*args)
             result = overload(*args)
             if inplace:
                 outs = tuple(args[i] for i in activation_indices)
