@@ -186,7 +186,8 @@ def planned_forward(
     scale_positions: Tensor | None = None
     if position_embeddings is not None:
         cos_sin_cache, positions = IRRotaryCache.plain_pair(*position_embeddings)
-        scale_positions = IRRotaryCache.token_positions(*position_embeddings)
+        if plan.query_scale is not None:  # only its scale reads the tokens' own positions
+            scale_positions = IRRotaryCache.token_positions(*position_embeddings)
     elif plan.query_scale is not None and not plan.query_scale.from_cache:
         raise TypeError(
             f"{type(self).__name__}.forward (converted): position_embeddings is None, but the "

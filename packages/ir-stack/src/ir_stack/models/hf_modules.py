@@ -333,7 +333,7 @@ class IRRotaryCache(nn.Module):
         positions made dense again after a slice), the `gather_rows` form's rows flattened
         (its positions then the rows' indices), the plain form as it is."""
         if positions.dim() == 3:
-            return table.squeeze(1), positions.squeeze(-1).contiguous()
+            return table.squeeze(1), IRRotaryCache.token_positions(table, positions)
         if table.dim() == 3:
             rows = torch.arange(positions.numel(), device=table.device).view(positions.shape)
             return table.flatten(0, 1), rows
