@@ -3,6 +3,7 @@ downloads): outputs equal before and after, the IR ops really run, generation wi
 and `ir_stack.compile` agree, and the compiled residual adds become fused adds."""
 
 import copy
+import dataclasses
 import io
 import sys
 from typing import Any
@@ -15,7 +16,7 @@ import ir_dispatch
 import ir_passes
 import ir_stack
 from ir_spec import ops
-from ir_stack.models import hf, hf_rotary
+from ir_stack.models import hf, hf_attention, hf_rotary
 from ir_stack.models.hf import (
     IRGatedMLP,
     IRJoinedGatedMLP,
@@ -1441,6 +1442,61 @@ def test_a_converted_model_pickles_whole(family: str) -> None:
     with torch.no_grad():
         want, got = (m(ids, attention_mask=mask).logits for m in (model, loaded))
     assert torch.equal(got, want)
+
+
+class _PlanReads:
+    """An attention plan that records the fields read from it."""
+
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+        self.read: set[str] = set()
+
+    def __getattr__(self, name: str) -> Any:
+        self.read.add(name)
+        return getattr(self.plan, name)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3", "llama4", "gpt_oss", "qwen3_5"])
+def test_a_converted_attention_reads_only_the_plan_fields_that_are_set(family: str) -> None:
+    """Under Dynamo every field a forward reads is a guard checked at each call of each layer,
+    so the converted forward reads a plan's optional fields only where `features` lists them:
+    the fields it reads are `neox`, `rotates`, `features` and those set (a plain Llama plan's
+    are none; Qwen3's its head norms; Gemma 3's its sliding window's keyword; Llama 4's, its
+    norms and query scale; GPT-OSS's, its sinks; Qwen 3.5's, its output gate)."""
+    model = build(family)
+    convert_hf_model(model)
+    ids, mask = prompt()
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask).logits
+    attentions = [m for m in model.modules() if hasattr(m, "ir_attention_plan")]
+    assert attentions
+    for attention in attentions:
+        attention.ir_attention_plan = _PlanReads(attention.ir_attention_plan)
+    with torch.no_grad():
+        got = model(ids, attention_mask=mask).logits
+    assert torch.equal(got, want)
+    for attention in attentions:
+        reads = attention.ir_attention_plan
+        optional_read = reads.read & hf_attention.OPTIONAL_FEATURES
+        assert optional_read <= set(reads.plan.features), (family, optional_read)
+        assert reads.read - hf_attention.OPTIONAL_FEATURES <= {
+            "features",
+            "neox",
+            "rotates",
+            "norms_per_head",
+            "output_gate_function",
+        }
+    if family == "llama":
+        assert all(a.ir_attention_plan.plan.features == () for a in attentions)
+
+
+def test_a_plans_features_are_its_fields_set_apart_from_their_defaults() -> None:
+    plain = hf_attention.AttentionPlan(neox=True)
+    assert plain.features == ()
+    scaled = dataclasses.replace(plain, key_scale=0.5, attention_kwargs={"sliding_window": 4})
+    assert scaled.features == ("key_scale", "attention_kwargs")
+    assert dataclasses.replace(scaled, key_scale=1.0).features == ("attention_kwargs",)
+    assert scaled == dataclasses.replace(scaled)  # `features` takes no part in equality
 
 
 def test_a_converted_model_generates_compiled_with_a_static_cache() -> None:

@@ -5,7 +5,7 @@ and which layers have the plan's form."""
 import inspect
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal, get_args
 
 import torch
@@ -106,6 +106,47 @@ class AttentionPlan:
     #: the names of the layer's own forward's positional parameters, in order, which name the
     #: arguments a caller passes by position (Granite 4's forward takes the mask second)
     forward_parameters: tuple[str, ...] = ("hidden_states", "position_embeddings")
+    #: the names of the fields above (of `OPTIONAL_FEATURES`) that differ from their defaults,
+    #: set by the dataclass. The converted forward reads only these: under Dynamo every field
+    #: read is a guard, checked at each call of each layer (a Llama layer's plan took 38 guard
+    #: entries read field by field, 8 through this)
+    features: tuple[str, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        set_fields = tuple(
+            f.name
+            for f in fields(self)
+            if f.name in OPTIONAL_FEATURES and getattr(self, f.name) != _default(f)
+        )
+        object.__setattr__(self, "features", set_fields)
+
+
+#: the `AttentionPlan` fields a converted forward consults only where they are set (its
+#: `features`); `neox`, `rotates` and `forward_parameters` it reads always
+OPTIONAL_FEATURES = frozenset(
+    (
+        "head_norms",
+        "norms_after_rotation",
+        "query_scale",
+        "key_scale",
+        "value_norm",
+        "value_head_dim",
+        "value_scale",
+        "gates_output",
+        "output_gate",
+        "stores_shared_kv",
+        "reuses_shared_kv",
+        "attention_kwargs",
+        "attention_tensors",
+        "kept_arguments",
+    )
+)
+
+
+def _default(plan_field: Any) -> Any:
+    if plan_field.default_factory is not MISSING:
+        return plan_field.default_factory()
+    return plan_field.default
 
 
 def rotary_attention_forward(
@@ -116,12 +157,13 @@ def rotary_attention_forward(
     """The forward of a converted attention layer (bound to the instance), taking its
     arguments by position or by name as the layer's own forward does."""
     plan = self.ir_attention_plan
-    if len(args) > len(plan.forward_parameters):
-        raise TypeError(
-            f"{type(self).__name__}.forward (converted): got {len(args)} positional arguments; "
-            f"its own forward takes {len(plan.forward_parameters)}"
-        )
-    kwargs.update(zip(plan.forward_parameters, args, strict=False))
+    if args:  # (transformers' layers pass their attention's arguments by name)
+        if len(args) > len(plan.forward_parameters):
+            raise TypeError(
+                f"{type(self).__name__}.forward (converted): got {len(args)} positional "
+                f"arguments; its own forward takes {len(plan.forward_parameters)}"
+            )
+        kwargs.update(zip(plan.forward_parameters, args, strict=False))
     hidden_states = kwargs.pop("hidden_states")
     position_embeddings = kwargs.pop("position_embeddings")
     attention_mask = kwargs.pop("attention_mask", None)
@@ -181,14 +223,16 @@ def planned_forward(
     """A converted attention layer's forward, as `plan` says. A layer handed no position
     embeddings (Lara's full-attention layers are handed None) rotates nothing, as its own
     forward does where the plan's probe found that it runs so."""
+    features = plan.features  # the plan's fields that are set: only these are read
+    query_scale = plan.query_scale if "query_scale" in features else None
     cos_sin_cache: Tensor | None = None
     positions: Tensor | None = None
     scale_positions: Tensor | None = None
     if position_embeddings is not None:
         cos_sin_cache, positions = IRRotaryCache.plain_pair(*position_embeddings)
-        if plan.query_scale is not None:  # only its scale reads the tokens' own positions
+        if query_scale is not None:  # only its scale reads the tokens' own positions
             scale_positions = IRRotaryCache.token_positions(*position_embeddings)
-    elif plan.query_scale is not None and not plan.query_scale.from_cache:
+    elif query_scale is not None and not query_scale.from_cache:
         raise TypeError(
             f"{type(self).__name__}.forward (converted): position_embeddings is None, but the "
             "layer scales its queries by their positions"
@@ -196,11 +240,11 @@ def planned_forward(
     input_shape = hidden_states.shape[:-1]
     cache = kwargs.pop("cache", None) or kwargs.pop("past_key_values", None)
     shared_kv_states = kwargs.pop("shared_kv_states", None)
-    if plan.query_scale is not None and plan.query_scale.from_cache:
+    if query_scale is not None and query_scale.from_cache:
         seen = cache.get_seq_length(self.layer_idx) if cache is not None else 0
         scale_positions = torch.arange(input_shape[-1], device=hidden_states.device) + seen
     gate = None
-    if plan.reuses_shared_kv:
+    if "reuses_shared_kv" in features:
         q = _shared_kv_queries(self, plan, hidden_states, cos_sin_cache, positions)
         k, v = shared_kv_states[self.layer_type]
     else:
@@ -209,12 +253,15 @@ def planned_forward(
         )
         if cache is not None:
             k, v = _update_cache(cache, k, v, self.layer_idx, kwargs)
-        if plan.stores_shared_kv and shared_kv_states is not None:
+        if "stores_shared_kv" in features and shared_kv_states is not None:
             shared_kv_states[self.layer_type] = k, v
-    kwargs.update(plan.attention_kwargs)
-    kwargs.update((key, getattr(self, name)) for key, name in plan.attention_tensors.items())
-    for name in plan.kept_arguments:
-        kwargs.pop(name, None)
+    if "attention_kwargs" in features:
+        kwargs.update(plan.attention_kwargs)
+    if "attention_tensors" in features:
+        kwargs.update((key, getattr(self, name)) for key, name in plan.attention_tensors.items())
+    if "kept_arguments" in features:
+        for name in plan.kept_arguments:
+            kwargs.pop(name, None)
     attend = _attention_function(self)
     out, weights = attend(
         self,
@@ -301,31 +348,35 @@ def _queries_keys_values(
     ``[batch, heads, tokens, head_dim]``, projected, normed, rotated (at `positions`) and
     scaled (at `scale_positions`) as `plan` says (rotated only where given a table and
     positions); and the output gate, ``[..., heads * head_dim]``, where the plan has one."""
+    features = plan.features  # the plan's fields that are set: only these are read
     head_dim: int = attention.head_dim
     q, k, v = _project_qkv(attention, hidden_states)
     gate = None
-    if plan.gates_output:  # each head's query, then its gate
+    if "gates_output" in features:  # each head's query, then its gate
         q, gate = (t.flatten(-2) for t in q.unflatten(-1, (-1, 2 * head_dim)).chunk(2, -1))
-    elif plan.output_gate is not None:
+    elif "output_gate" in features and plan.output_gate is not None:
         gate = getattr(attention, plan.output_gate)(hidden_states)
-    if plan.head_norms is not None and not plan.norms_after_rotation:
+    norms = "head_norms" in features
+    norms_after = "norms_after_rotation" in features
+    if norms and not norms_after:
         q, k = _norm_heads(attention, plan, q, k)
-    if plan.key_scale != 1.0:
+    if "key_scale" in features:
         k = k * plan.key_scale
     if plan.rotates and cos_sin_cache is not None and positions is not None:
         q, k = ops.rotary_embedding(positions, q, k, head_dim, cos_sin_cache, plan.neox)
-    if plan.head_norms is not None and plan.norms_after_rotation:
+    if norms and norms_after:
         q, k = _norm_heads(attention, plan, q, k)
-    if plan.query_scale is not None:
+    if "query_scale" in features and plan.query_scale is not None:
         assert scale_positions is not None  # `planned_forward` refuses a call without
         q = plan.query_scale.apply(q, scale_positions)
-    if plan.value_norm is not None:
+    if "value_norm" in features and plan.value_norm is not None:
         v = _norm_each_head(getattr(attention, plan.value_norm), v, head_dim)
-    if plan.value_scale != 1.0:
+    if "value_scale" in features:
         v = v * plan.value_scale
     tokens = hidden_states.shape[:-1]
     q, k = (t.view(*tokens, -1, head_dim).transpose(1, 2) for t in (q, k))
-    v = v.view(*tokens, -1, plan.value_head_dim or head_dim).transpose(1, 2)
+    value_head_dim = plan.value_head_dim if "value_head_dim" in features else None
+    v = v.view(*tokens, -1, value_head_dim or head_dim).transpose(1, 2)
     return q, k, v, gate
 
 
@@ -340,7 +391,7 @@ def _shared_kv_queries(
     ``[batch, heads, tokens, head_dim]``: projected, normed over each head, rotated."""
     head_dim: int = attention.head_dim
     q: Tensor = attention.q_proj(hidden_states)
-    if plan.head_norms is not None:
+    if "head_norms" in plan.features and plan.head_norms is not None:
         q = _norm_each_head(getattr(attention, plan.head_norms[0]), q, head_dim)
     if plan.rotates and cos_sin_cache is not None and positions is not None:
         # the op rotates a query and a key together: here a key of one head, its result unused

@@ -47,7 +47,9 @@ class IRRMSNorm(nn.Module):
         return self
 
     def forward(self, x: Tensor) -> Tensor:
-        weight = self.weight if self.scale is None else self.scale
+        # (`offset` rather than `scale`: a float attribute is one guard under Dynamo, a buffer
+        # looked up in `_buffers` two)
+        weight = self.scale if self.offset else self.weight
         out: Tensor = ops.rms_norm(x, weight, self.eps)
         return out
 
