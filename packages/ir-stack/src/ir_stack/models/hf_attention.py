@@ -107,9 +107,9 @@ class AttentionPlan:
     #: arguments a caller passes by position (Granite 4's forward takes the mask second)
     forward_parameters: tuple[str, ...] = ("hidden_states", "position_embeddings")
     #: the names of the fields above (of `OPTIONAL_FEATURES`) that differ from their defaults,
-    #: set by the dataclass. The converted forward reads only these: under Dynamo every field
+    #: computed at construction. The converted forward reads only these: under Dynamo every field
     #: read is a guard, checked at each call of each layer (a Llama layer's plan took 38 guard
-    #: entries read field by field, 8 through this)
+    #: entries read field by field, 10 through this)
     features: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
