@@ -1,0 +1,586 @@
+"""What a thread-block cluster would buy Triton's decode-size norms, with the row's bits kept.
+
+Provider `triton` shares a decode-size row among `SPLIT` programs that each load the whole row
+for its sum (`ir_kernels_triton.norm_kernels.split_for`); four shapes stay over the issue's 1 µs
+line that way (the fused adds at 16 x 8192, the dynamic-fp8 norm at 1 and 16 x 8192). Triton
+3.6 builds no reduction across the blocks of a cluster (`num_ctas` > 1 fails in its CTA
+planning), and an exchange through global memory ran slower (`triton_exchange_probe.py`).
+
+This probe compiles a kernel for one block (`num_ctas=1`) and launches it as clusters of `S`
+blocks a row: the compiled kernel's launch metadata is changed to ask Triton's C launcher for
+`S` blocks a cluster (a Triton 3.6 internal; a probe, not a kernel of the provider). Block `c`
+of a row takes the elements that warps `c, c + S, c + 2S, ...` hold in the one-program kernel
+of that row width (the same elements per thread, in the same register order), so its own
+reduction (in-thread chain, lane butterfly, warp butterfly) computes exactly a node of the
+one-program kernel's reduction tree. The blocks then exchange those partials through
+distributed shared memory in inline PTX and finish the tree in the one-program order:
+`(p0 + p2) + (p1 + p3)` for four, `p0 + p1` for two. So a row's outputs are the provider's
+bits, which the probe checks bitwise. Two exchanges (`cS` and `mS` in the output):
+
+- `cS`: `st.shared::cluster` into each peer, then a cluster barrier (release / acquire);
+- `mS`: `st.async` into each peer, completing bytes on the peer's mbarrier, which each block
+  waits on (no cluster-wide barrier after the sends; the mbarrier sits in Triton's dynamic
+  shared memory past what the kernel uses, and the launch asks for that much more).
+
+`--timing-variants` adds each cluster without its exchange (wrong outputs, timing only),
+launched as clusters (`cS-no-exchange`) and plainly (`pS-no-exchange`): the floor an exchange
+adds to. Timed beside the provider's op and an empty Triton kernel by CUDA-graph replay in
+rotated rounds; the fastest round is printed. Results: `triton-tuning-H200.log` round 11.
+
+Usage (GPU machine, ``source benchmarks/gpu/env.sh``, ``benchmarks/gpu`` on ``PYTHONPATH``):
+  python benchmarks/gpu/triton_cluster_probe.py [--shapes OP:TOKENSxWIDTH,...]
+    [--clusters 2,4] [--rounds 7] [--timing-variants] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+from probe_tools import bf16_inputs, fastest_line, time_rotated, write_results
+
+from ir_kernels_triton.fp8 import quantize, round_to_dtype
+from ir_kernels_triton.norm_kernels import (
+    QUANT_DYNAMIC,
+    QUANT_NONE,
+    QUANT_STATIC,
+    _sum_and_max,
+    norm_warps,
+)
+
+DEFAULT_SHAPES = (
+    "fused_add_rms_norm:16x8192,fused_add_rms_norm:1x8192,"
+    "fused_add_rms_norm_static_quant_fp8:16x8192,rms_norm_dynamic_quant_fp8:1x8192,"
+    "rms_norm_dynamic_quant_fp8:16x8192,rms_norm:16x8192,rms_norm:1x8192"
+)
+
+
+@triton.jit
+def _cluster_arrive(anchor):
+    """Arrive (relaxed) on the cluster barrier: the wait before the first remote store then
+    knows every block of the cluster has started (its shared memory exists)."""
+    return tl.inline_asm_elementwise(
+        "barrier.cluster.arrive.relaxed.aligned; mov.u32 $0, 0;",
+        "=r,r",
+        [anchor],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@triton.jit
+def _cluster_total(partial, S: tl.constexpr):
+    """The row's sum from each block's `partial`: thread t < S stores it in slot `rank` of block
+    t's buffer, a release/acquire cluster barrier, then every block adds the slots in the
+    one-program kernel's butterfly order."""
+    if S == 2:
+        total = tl.inline_asm_elementwise(
+            """{
+            .shared .align 8 .f32 xch[2];
+            .reg .b32 tid, rank, base, mine, peer;
+            .reg .pred writer;
+            .reg .f32 a, b;
+            mov.u32 tid, %tid.x;
+            mov.u32 rank, %cluster_ctarank;
+            setp.lt.u32 writer, tid, 2;
+            mov.u32 base, xch;
+            shl.b32 mine, rank, 2;
+            add.u32 mine, base, mine;
+            barrier.cluster.wait.aligned;
+            @writer mapa.shared::cluster.u32 peer, mine, tid;
+            @writer st.shared::cluster.f32 [peer], $1;
+            barrier.cluster.arrive.release.aligned;
+            barrier.cluster.wait.acquire.aligned;
+            ld.shared.v2.f32 {a, b}, [base];
+            add.f32 $0, a, b;
+            }""",
+            "=f,f",
+            [partial],
+            dtype=tl.float32,
+            is_pure=False,
+            pack=1,
+        )
+    else:
+        total = tl.inline_asm_elementwise(
+            """{
+            .shared .align 16 .f32 xch[4];
+            .reg .b32 tid, rank, base, mine, peer;
+            .reg .pred writer;
+            .reg .f32 a, b, c, d;
+            mov.u32 tid, %tid.x;
+            mov.u32 rank, %cluster_ctarank;
+            setp.lt.u32 writer, tid, 4;
+            mov.u32 base, xch;
+            shl.b32 mine, rank, 2;
+            add.u32 mine, base, mine;
+            barrier.cluster.wait.aligned;
+            @writer mapa.shared::cluster.u32 peer, mine, tid;
+            @writer st.shared::cluster.f32 [peer], $1;
+            barrier.cluster.arrive.release.aligned;
+            barrier.cluster.wait.acquire.aligned;
+            ld.shared.v4.f32 {a, b, c, d}, [base];
+            add.f32 a, a, c;
+            add.f32 b, b, d;
+            add.f32 $0, a, b;
+            }""",
+            "=f,f",
+            [partial],
+            dtype=tl.float32,
+            is_pure=False,
+            pack=1,
+        )
+    return total
+
+
+@triton.jit
+def _cluster_total_and_peak(partial, peak, S: tl.constexpr):
+    """`_cluster_total` for a (sum, peak) pair: the sums in the butterfly order, the largest
+    peak."""
+    if S == 2:
+        total, top = tl.inline_asm_elementwise(
+            """{
+            .shared .align 16 .f32 xch[4];
+            .reg .b32 tid, rank, base, mine, peer;
+            .reg .pred writer;
+            .reg .f32 a, b, c, d;
+            mov.u32 tid, %tid.x;
+            mov.u32 rank, %cluster_ctarank;
+            setp.lt.u32 writer, tid, 2;
+            mov.u32 base, xch;
+            shl.b32 mine, rank, 3;
+            add.u32 mine, base, mine;
+            barrier.cluster.wait.aligned;
+            @writer mapa.shared::cluster.u32 peer, mine, tid;
+            @writer st.shared::cluster.v2.f32 [peer], {$2, $3};
+            barrier.cluster.arrive.release.aligned;
+            barrier.cluster.wait.acquire.aligned;
+            ld.shared.v4.f32 {a, b, c, d}, [base];
+            add.f32 $0, a, c;
+            max.f32 $1, b, d;
+            }""",
+            "=f,=f,f,f",
+            [partial, peak],
+            dtype=(tl.float32, tl.float32),
+            is_pure=False,
+            pack=1,
+        )
+    else:
+        total, top = tl.inline_asm_elementwise(
+            """{
+            .shared .align 16 .f32 xch[8];
+            .reg .b32 tid, rank, base, mine, peer;
+            .reg .pred writer;
+            .reg .f32 a, b, c, d, e, f, g, h;
+            mov.u32 tid, %tid.x;
+            mov.u32 rank, %cluster_ctarank;
+            setp.lt.u32 writer, tid, 4;
+            mov.u32 base, xch;
+            shl.b32 mine, rank, 3;
+            add.u32 mine, base, mine;
+            barrier.cluster.wait.aligned;
+            @writer mapa.shared::cluster.u32 peer, mine, tid;
+            @writer st.shared::cluster.v2.f32 [peer], {$2, $3};
+            barrier.cluster.arrive.release.aligned;
+            barrier.cluster.wait.acquire.aligned;
+            ld.shared.v4.f32 {a, b, c, d}, [base];
+            ld.shared.v4.f32 {e, f, g, h}, [base + 16];
+            add.f32 a, a, e;
+            add.f32 c, c, g;
+            add.f32 $0, a, c;
+            max.f32 b, b, d;
+            max.f32 f, f, h;
+            max.f32 $1, b, f;
+            }""",
+            "=f,=f,f,f",
+            [partial, peak],
+            dtype=(tl.float32, tl.float32),
+            is_pure=False,
+            pack=1,
+        )
+    return total, top
+
+
+#: Where the mbarrier exchange keeps its barrier and slots in Triton's dynamic shared memory
+#: (`global_smem`): past what the kernel itself uses, which the probe checks, and its launch
+#: asks for that much more.
+MB_OFFSET = 1024
+MB_BYTES = 64
+
+
+def _mb_exchange_asm(clusters: int, pair: bool) -> str:
+    """PTX of the mbarrier exchange: thread t < S sends this block's partial(s) to slot `rank`
+    of block t with `st.async` (completing bytes on block t's mbarrier); thread 0 expects the S
+    slots' bytes on this block's mbarrier; all wait for it, then combine in butterfly order."""
+    width = 8 if pair else 4
+    send = (
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [peer], {$2, $3}, [peerbar];"
+        if pair
+        else "st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [peer], $1, [peerbar];"
+    )
+    if clusters == 2 and not pair:
+        combine = "ld.shared.v2.f32 {a, b}, [slots]; add.f32 $0, a, b;"
+    elif clusters == 4 and not pair:
+        combine = (
+            "ld.shared.v4.f32 {a, b, c, d}, [slots]; add.f32 a, a, c; add.f32 b, b, d;"
+            " add.f32 $0, a, b;"
+        )
+    elif clusters == 2:
+        combine = "ld.shared.v4.f32 {a, b, c, d}, [slots]; add.f32 $0, a, c; max.f32 $1, b, d;"
+    else:
+        combine = (
+            "ld.shared.v4.f32 {a, b, c, d}, [slots]; ld.shared.v4.f32 {e, f, g, h}, [slots+16];"
+            " add.f32 a, a, e; add.f32 c, c, g; add.f32 $0, a, c;"
+            " max.f32 b, b, d; max.f32 f, f, h; max.f32 $1, b, f;"
+        )
+    return f"""{{
+    .reg .b32 tid, rank, bar, slots, mine, peer, peerbar;
+    .reg .pred writer, lead, done;
+    .reg .f32 a, b, c, d, e, f, g, h;
+    mov.u32 tid, %tid.x;
+    mov.u32 rank, %cluster_ctarank;
+    mov.u32 bar, global_smem;
+    add.u32 bar, bar, {MB_OFFSET};
+    add.u32 slots, bar, 16;
+    setp.lt.u32 writer, tid, {clusters};
+    setp.eq.u32 lead, tid, 0;
+    barrier.cluster.wait.aligned;
+    @lead mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], {width * clusters};
+    mul.lo.u32 mine, rank, {width};
+    add.u32 mine, slots, mine;
+    @writer mapa.shared::cluster.u32 peer, mine, tid;
+    @writer mapa.shared::cluster.u32 peerbar, bar, tid;
+    @writer {send}
+    MB_WAIT:
+    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [bar], 0;
+    @!done bra MB_WAIT;
+    {combine}
+    }}"""
+
+
+_MB_BEGIN = tl.constexpr(
+    f"""{{
+    .reg .b32 tid, bar;
+    .reg .pred lead;
+    mov.u32 tid, %tid.x;
+    setp.eq.u32 lead, tid, 0;
+    mov.u32 bar, global_smem;
+    add.u32 bar, bar, {MB_OFFSET};
+    @lead mbarrier.init.shared::cta.b64 [bar], 1;
+    @lead fence.mbarrier_init.release.cluster;
+    barrier.cluster.arrive.relaxed.aligned;
+    mov.u32 $0, 0;
+    }}"""
+)
+_MB_SUM_2 = tl.constexpr(_mb_exchange_asm(2, False))
+_MB_SUM_4 = tl.constexpr(_mb_exchange_asm(4, False))
+_MB_PAIR_2 = tl.constexpr(_mb_exchange_asm(2, True))
+_MB_PAIR_4 = tl.constexpr(_mb_exchange_asm(4, True))
+
+
+@triton.jit
+def _mb_begin(anchor):
+    """Thread 0 initializes this block's mbarrier (one arrival) and fences it for the cluster;
+    every thread arrives (relaxed) on the cluster barrier, waited on before the first send."""
+    return tl.inline_asm_elementwise(
+        _MB_BEGIN, "=r,r", [anchor], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
+def _mb_total(partial, S: tl.constexpr):
+    if S == 2:
+        total = tl.inline_asm_elementwise(
+            _MB_SUM_2, "=f,f", [partial], dtype=tl.float32, is_pure=False, pack=1
+        )
+    else:
+        total = tl.inline_asm_elementwise(
+            _MB_SUM_4, "=f,f", [partial], dtype=tl.float32, is_pure=False, pack=1
+        )
+    return total
+
+
+@triton.jit
+def _mb_total_and_peak(partial, peak, S: tl.constexpr):
+    if S == 2:
+        total, top = tl.inline_asm_elementwise(
+            _MB_PAIR_2,
+            "=f,=f,f,f",
+            [partial, peak],
+            dtype=(tl.float32, tl.float32),
+            is_pure=False,
+            pack=1,
+        )
+    else:
+        total, top = tl.inline_asm_elementwise(
+            _MB_PAIR_4,
+            "=f,=f,f,f",
+            [partial, peak],
+            dtype=(tl.float32, tl.float32),
+            is_pure=False,
+            pack=1,
+        )
+    return total, top
+
+
+@triton.jit
+def cluster_norm_kernel(
+    x_ptr,
+    x_stride,
+    r_ptr,
+    r_stride,
+    w_ptr,
+    out_ptr,
+    out_stride,
+    res_ptr,
+    res_stride,
+    scale_ptr,
+    scale_out_ptr,
+    variance_size,
+    eps,
+    HAS_RESIDUAL: tl.constexpr,
+    QUANT: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ROW_WARPS: tl.constexpr,
+    S: tl.constexpr,
+    EXCHANGE: tl.constexpr = 1,
+    CLUSTER_LAUNCH: tl.constexpr = True,
+):
+    # EXCHANGE: 1 through a cluster barrier, 2 through an mbarrier (`_mb_exchange_asm`), 0
+    # (timing only, wrong outputs) none, each block taking its own partial for the row's;
+    # CLUSTER_LAUNCH only keeps the plain launch's compiled kernel apart
+    pid = tl.program_id(0)
+    row = (pid // S).to(tl.int64)
+    rank = pid % S
+    if EXCHANGE == 1:
+        _cluster_arrive(pid)
+    elif EXCHANGE == 2:
+        _mb_begin(pid)
+    act_dtype = x_ptr.dtype.element_ty
+    VEC: tl.constexpr = 128 // act_dtype.primitive_bitwidth
+    SPAN: tl.constexpr = 32 * VEC  # a warp's elements in one access
+    LOCAL: tl.constexpr = ROW_WARPS // S  # this block's warps
+    i = tl.arange(0, BLOCK // S)
+    # local warp v of repeat k holds what warp rank + S * v holds in the one-program kernel
+    offs = (i // (SPAN * LOCAL)) * (SPAN * ROW_WARPS) + (rank + S * ((i // SPAN) % LOCAL)) * SPAN
+    offs = tl.max_contiguous(tl.multiple_of(offs + i % SPAN, VEC), VEC)
+    x = tl.load(x_ptr + row * x_stride + offs).to(tl.float32)
+    if QUANT == 1:
+        scale = tl.load(scale_ptr)
+    w = tl.load(w_ptr + offs).to(tl.float32)
+    if HAS_RESIDUAL:
+        r = tl.load(r_ptr + row * r_stride + offs).to(tl.float32)
+        s = (x + r).to(act_dtype)
+        tl.store(res_ptr + row * res_stride + offs, s)
+        x = s.to(tl.float32)
+    sq = x * x
+    if QUANT == 2:
+        xw = x * w
+        part, part_peak = tl.reduce((sq, tl.abs(xw)), 0, _sum_and_max)
+        if EXCHANGE == 1:
+            total, peak = _cluster_total_and_peak(part, part_peak, S)
+        elif EXCHANGE == 2:
+            total, peak = _mb_total_and_peak(part, part_peak, S)
+        else:
+            total, peak = part, part_peak
+    else:
+        total = tl.sum(sq, axis=0)
+        if EXCHANGE == 1:
+            total = _cluster_total(total, S)
+        elif EXCHANGE == 2:
+            total = _mb_total(total, S)
+    inv_rms = tl.rsqrt(total / variance_size + eps)
+    if QUANT == 2:
+        y = xw * inv_rms
+    else:
+        y = x * inv_rms
+        y = y * w
+    if QUANT == 0:
+        tl.store(out_ptr + row * out_stride + offs, y.to(out_ptr.dtype.element_ty))
+    else:
+        y = round_to_dtype(y, act_dtype, False)
+        if QUANT == 2:
+            amax = (peak * inv_rms).to(act_dtype).to(tl.float32)
+            scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
+            tl.store(scale_out_ptr + row, scale, mask=rank == 0)
+        q = quantize(y, 1.0 / scale, False)
+        tl.store(out_ptr + row * out_stride + offs, q.to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def empty_kernel():
+    pass
+
+
+_QUANT = {
+    "rms_norm": QUANT_NONE,
+    "fused_add_rms_norm": QUANT_NONE,
+    "rms_norm_static_quant_fp8": QUANT_STATIC,
+    "fused_add_rms_norm_static_quant_fp8": QUANT_STATIC,
+    "rms_norm_dynamic_quant_fp8": QUANT_DYNAMIC,
+}
+
+
+class ClusterProbe:
+    """The cluster kernel for one op's sample inputs, its outputs allocated once (so that a CUDA
+    graph replays the same launch)."""
+
+    def __init__(
+        self,
+        name: str,
+        args: tuple[Any, ...],
+        clusters: int,
+        exchange: int = 1,
+        cluster_launch: bool = True,
+    ) -> None:
+        self.quant = _QUANT[name]
+        self.residual = name.startswith("fused_add")
+        self.scale = None
+        if self.residual:
+            self.x, self.r, self.w, self.eps = args[:4]
+            if self.quant == QUANT_STATIC:
+                self.scale = args[4]
+        else:
+            self.x, self.w, self.eps = args[:3]
+            self.r = self.x
+            if self.quant == QUANT_STATIC:
+                self.scale = args[3]
+        rows, hidden = self.x.shape
+        self.rows, self.hidden, self.clusters = rows, hidden, clusters
+        self.exchange = exchange
+        self.warps = norm_warps(hidden, self.quant, self.residual)
+        if self.warps % clusters:
+            raise ValueError(f"clusters={clusters}: must divide the row's {self.warps} warps")
+        dev = self.x.device
+        out_dtype = torch.float8_e4m3fn if self.quant else self.x.dtype
+        self.out = torch.empty(rows, hidden, dtype=out_dtype, device=dev)
+        self.res = torch.empty_like(self.x)
+        self.scale_out = torch.empty(rows, 1, dtype=torch.float32, device=dev)
+        self.args = (
+            self.x,
+            self.x.stride(0),
+            self.r,
+            self.r.stride(0),
+            self.w,
+            self.out,
+            self.out.stride(0),
+            self.res,
+            self.res.stride(0),
+            self.scale if self.scale is not None else self.scale_out,
+            self.scale_out,
+            hidden,
+            float(self.eps),
+        )
+        self.kwargs = dict(
+            HAS_RESIDUAL=self.residual,
+            QUANT=self.quant,
+            BLOCK=hidden,
+            ROW_WARPS=self.warps,
+            S=clusters,
+            EXCHANGE=exchange,
+            CLUSTER_LAUNCH=cluster_launch,
+            num_warps=self.warps // clusters,
+        )
+        self.grid = (rows,) if cluster_launch else (rows * clusters,)
+        compiled = cluster_norm_kernel.warmup(*self.args, grid=self.grid, **self.kwargs)
+        if hasattr(compiled, "result"):
+            compiled = compiled.result()
+        warps, ctas, shared = compiled.packed_metadata
+        assert ctas in (1, clusters), compiled.packed_metadata
+        if exchange == 2:
+            assert compiled.metadata.shared <= MB_OFFSET, compiled.metadata.shared
+            shared = max(shared, MB_OFFSET + MB_BYTES)
+        if cluster_launch:
+            # the launcher multiplies the grid by num_ctas and asks for clusters of that many
+            # blocks (the compiled kernel is Triton's cached one: every launch of it runs so)
+            compiled.packed_metadata = (warps, clusters, shared)
+        self.compiled = compiled
+
+    def __call__(self) -> Any:
+        cluster_norm_kernel[self.grid](*self.args, **self.kwargs)
+        if self.quant == QUANT_DYNAMIC:
+            return self.out, self.scale_out
+        return (self.out, self.res) if self.residual else self.out
+
+
+def _flat(value: Any) -> list[torch.Tensor]:
+    return list(value) if isinstance(value, (tuple, list)) else [value]
+
+
+def check(name: str, probe: ClusterProbe, provider: Any) -> bool:
+    """The probe's outputs against provider `triton`'s, bitwise."""
+    got = _flat(probe())
+    torch.cuda.synchronize()
+    same = all(
+        torch.equal(g.view(torch.uint8), p.reshape(g.shape).contiguous().view(torch.uint8))
+        for g, p in zip(got, _flat(provider), strict=True)
+    )
+    how = "same bits as" if same else "DIFFERS from"
+    print(f"  {name} S={probe.clusters} exchange {probe.exchange}: {how} triton")
+    return same
+
+
+def probe_shape(
+    name: str,
+    tokens: int,
+    width: int,
+    clusters: list[int],
+    rounds: int,
+    timing_variants: bool = False,
+) -> dict:
+    op, args = bf16_inputs(name, tokens, width)
+    impl = op.impls["triton"].fn
+    provider = impl(*args)
+    torch.cuda.synchronize()
+    candidates: dict[str, Callable[[], Any]] = {
+        "triton": partial(impl, *args),
+        "empty": lambda: empty_kernel[(1,)](),
+    }
+    same: dict[str, bool] = {}
+    for s in clusters:
+        for exchange, tag in ((1, f"c{s}"), (2, f"m{s}")):
+            probe = ClusterProbe(name, args, s, exchange=exchange)
+            same[tag] = check(name, probe, provider)
+            candidates[tag] = probe
+        if timing_variants:
+            candidates[f"c{s}-no-exchange"] = ClusterProbe(name, args, s, exchange=0)
+            candidates[f"p{s}-no-exchange"] = ClusterProbe(
+                name, args, s, exchange=0, cluster_launch=False
+            )
+    times = time_rotated(candidates, rounds)
+    print(f"{name} {tokens}x{width}: {fastest_line(times)}", flush=True)
+    return {"op": name, "tokens": tokens, "width": width, "same_bits": same, "times_us": times}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="OP:TOKENSxWIDTH,...")
+    parser.add_argument("--clusters", default="2,4")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--timing-variants",
+        action="store_true",
+        help="also time each cluster without its exchange, launched as clusters and plainly",
+    )
+    a = parser.parse_args()
+    import ir_kernels_triton  # noqa: F401  (registers provider triton)
+
+    print("triton", triton.__version__, torch.cuda.get_device_name())
+    clusters = [int(s) for s in a.clusters.split(",")]
+    results = []
+    for item in a.shapes.split(","):
+        name, shape = item.split(":")
+        tokens, width = (int(v) for v in shape.split("x"))
+        results.append(probe_shape(name, tokens, width, clusters, a.rounds, a.timing_variants))
+    write_results(a.json, results)
+
+
+if __name__ == "__main__":
+    main()
