@@ -238,7 +238,10 @@ def test_dram_bandwidth_per_sm_from_the_reported_clocks() -> None:
 
 def record_bandwidth_queries(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[torch.Tensor]:
     """The tensors `module` asks `dram_gbps_per_sm` about from now on (each answered with an
-    H200's bandwidth)."""
+    H200's bandwidth), with launch plans off: a plan recorded by an earlier test replays its
+    launch without the rules (on a GPU, where plans run)."""
+    from ir_kernels_triton import plans
+
     asked: list[torch.Tensor] = []
 
     def bandwidth(t: torch.Tensor) -> float:
@@ -246,6 +249,7 @@ def record_bandwidth_queries(monkeypatch: pytest.MonkeyPatch, module: Any) -> li
         return H200_GBPS_PER_SM
 
     monkeypatch.setattr(module, "dram_gbps_per_sm", bandwidth)
+    monkeypatch.setattr(plans, "_enabled", False)
     return asked
 
 
