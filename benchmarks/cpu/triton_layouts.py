@@ -26,6 +26,7 @@ from concurrent.futures import ProcessPoolExecutor
 import triton
 from triton.backends.compiler import GPUTarget
 
+from ir_kernels_triton import cluster_norm as cn
 from ir_kernels_triton import norm_kernels as nk
 
 WIDTH = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -79,6 +80,53 @@ def reduction_layouts(ir: str) -> list[str]:
     layouts = dict(re.findall(r"^(#\w+) = (.*)$", ir, re.M))
     operands = re.findall(r'"tt.reduce"\(.*?\}\) : \(tensor<[^,]*, (#\w+)>', ir, re.S)
     return [layouts[name] for name in operands]
+
+
+def cluster_ttgir(dtype: str, residual: bool, quant: int) -> tuple[str, str]:
+    """TTGIR and PTX of `cluster_norm_kernel` for rows of `CLUSTER_BLOCK` `dtype` elements
+    beside a weight of their type, every argument 16-byte aligned, as `launch_norm` compiles
+    it (one block of the row's warps over `CLUSTER`)."""
+    block = cn.CLUSTER_BLOCK
+    out = "fp8e4nv" if quant else dtype
+    signature = {
+        "x_ptr": f"*{dtype}", "x_stride": "i32", "r_ptr": f"*{dtype}", "r_stride": "i32",
+        "w_ptr": f"*{dtype}", "out_ptr": f"*{out}", "out_stride": "i32",
+        "res_ptr": f"*{dtype}", "res_stride": "i32", "scale_ptr": "*fp32",
+        "scale_out_ptr": "*fp32", "scale_ub_ptr": "*fp32", "variance_size": "i32", "eps": "fp32",
+    }  # fmt: skip
+    warps = nk.norm_warps(block, quant, residual)
+    constants = dict(
+        HAS_RESIDUAL=residual, QUANT=quant, HAS_UB=False, BLOCK=block, ROW_WARPS=warps,
+        S=cn.CLUSTER,
+    )  # fmt: skip
+    aligned = [k for k in signature if k != "eps"]
+    signature.update(dict.fromkeys(constants, "constexpr"))
+    names = list(signature)
+    source = triton.compiler.ASTSource(
+        fn=cn.cluster_norm_kernel,
+        signature=signature,
+        constexprs=constants,
+        attrs={(names.index(k),): [["tt.divisibility", 16]] for k in aligned},
+    )
+    compiled = triton.compile(
+        source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps // cn.CLUSTER}
+    )
+    return str(compiled.asm["ttgir"]), str(compiled.asm["ptx"])
+
+
+def cluster_case(case: tuple[str, bool, int]) -> tuple[list[str], list[str], bool]:
+    """The reduction layouts of the one-program kernel and of the cluster kernel for `case`
+    (the warps a block aside), and whether the cluster kernel's PTX holds its exchange."""
+    dtype, residual, quant = case
+    one = reduction_layouts(ttgir(dtype, dtype, residual, quant, cn.CLUSTER_BLOCK, 1, True, True))
+    ir, ptx = cluster_ttgir(dtype, residual, quant)
+    spread = reduction_layouts(ir)
+    exchange = all(op in ptx for op in ("mapa.shared::cluster", "st.async", "mbarrier.try_wait"))
+
+    def no_warps(layouts: list[str]) -> list[str]:
+        return [re.sub(r"warpsPerCTA = \[\d+\]", "warpsPerCTA = [_]", x) for x in layouts]
+
+    return no_warps(one), no_warps(spread), exchange
 
 
 def case_layouts(
@@ -140,11 +188,28 @@ def main() -> int:
         if WIDTH[case[0]] == WIDTH[case[1]] and case[6] and layouts[(*case[:6], False)] != one:
             unmasked += 1
             print("different without masks:", case, one, layouts[(*case[:6], False)])
+    # rows spread over a cluster (`cluster_norm`): each block's reduction must run in the
+    # one-program kernel's layout (but for its share of the warps), on aligned rows only
+    clustered = 0
+    if not unaligned:
+        cluster_cases = [
+            (dtype, residual, quant)
+            for dtype in ("fp16", "bf16")
+            for residual, quant in ((True, 0), (True, 1), (False, 2))
+        ]
+        with ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=context) as pool:
+            for case, (one, spread, exchange) in zip(
+                cluster_cases, pool.map(cluster_case, cluster_cases), strict=True
+            ):
+                if one != spread or not exchange:
+                    clustered += 1
+                    print("cluster kernel differs:", case, one, spread, "exchange", exchange)
+        print(f"{len(cluster_cases)} cluster configurations, {clustered} differing")
     print(
         f"{len(cases)} configurations, {different} with other reduction layouts when split, "
         f"{unmasked} without masks (triton {triton.__version__})"
     )
-    return 1 if different or unmasked else 0
+    return 1 if different or unmasked or clustered else 0
 
 
 if __name__ == "__main__":

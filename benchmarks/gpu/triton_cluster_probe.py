@@ -1,14 +1,15 @@
 """What a thread-block cluster would buy Triton's decode-size norms, with the row's bits kept.
 
-Provider `triton` shares a decode-size row among `SPLIT` programs that each load the whole row
-for its sum (`ir_kernels_triton.norm_kernels.split_for`); four shapes stay over the issue's 1 µs
-line that way (the fused adds at 16 x 8192, the dynamic-fp8 norm at 1 and 16 x 8192). Triton
-3.6 builds no reduction across the blocks of a cluster (`num_ctas` > 1 fails in its CTA
-planning), and an exchange through global memory ran slower (`triton_exchange_probe.py`).
+Until round 12, provider `triton` shared a decode-size row among `SPLIT` programs that each
+load the whole row for its sum (`ir_kernels_triton.norm_kernels.split_for`); four shapes stayed
+over the issue's 1 µs line that way (the fused adds at 16 x 8192, the dynamic-fp8 norm at 1
+and 16 x 8192). Triton 3.6 builds no reduction across the blocks of a cluster (`num_ctas` > 1
+fails in its CTA planning), and an exchange through global memory ran slower
+(`triton_exchange_probe.py`).
 
 This probe compiles a kernel for one block (`num_ctas=1`) and launches it as clusters of `S`
 blocks a row: the compiled kernel's launch metadata is changed to ask Triton's C launcher for
-`S` blocks a cluster (a Triton 3.6 internal; a probe, not a kernel of the provider). Block `c`
+`S` blocks a cluster (a Triton 3.6 internal). Block `c`
 of a row takes the elements that warps `c, c + S, c + 2S, ...` hold in the one-program kernel
 of that row width (the same elements per thread, in the same register order), so its own
 reduction (in-thread chain, lane butterfly, warp butterfly) computes exactly a node of the
@@ -22,10 +23,18 @@ bits, which the probe checks bitwise. Two exchanges (`cS` and `mS` in the output
   waits on (no cluster-wide barrier after the sends; the mbarrier sits in Triton's dynamic
   shared memory past what the kernel uses, and the launch asks for that much more).
 
+Since round 12 the provider itself spreads the fused adds and the dynamic-fp8 norm this way
+(`ir_kernels_triton.cluster_norm`, whose exchange the `mS` variants use), so `triton` is the
+provider's op as it now runs and `split` the provider with clusters off (``launch_norm(...,
+cluster=1)``): the split, as before. For the fused add, `triton-inplace` and
+`one-program-inplace` are the same two in place (a row written in place is never split), beside
+`mS-inplace`. The JSONs of rounds 11 and 12 predate the change: their `triton` and
+`triton-inplace` are the split and the one program.
+
 `--timing-variants` adds each cluster without its exchange (wrong outputs, timing only),
 launched as clusters (`cS-no-exchange`) and plainly (`pS-no-exchange`): the floor an exchange
-adds to. Timed beside the provider's op and an empty Triton kernel by CUDA-graph replay in
-rotated rounds; the fastest round is printed. Results: `triton-tuning-H200.log` round 11.
+adds to. Timed beside an empty Triton kernel by CUDA-graph replay in rotated rounds; the
+fastest round is printed. Results: `triton-tuning-H200.log` rounds 11 and 12.
 
 Usage (GPU machine, ``source benchmarks/gpu/env.sh``, ``benchmarks/gpu`` on ``PYTHONPATH``):
   python benchmarks/gpu/triton_cluster_probe.py [--shapes OP:TOKENSxWIDTH,...]
@@ -45,12 +54,21 @@ import triton
 import triton.language as tl
 from probe_tools import bf16_inputs, fastest_line, time_rotated, write_results
 
+from ir_kernels_triton.cluster_norm import (
+    EXCHANGE_BYTES,
+    EXCHANGE_OFFSET,
+    _begin_exchange,
+    _exchange_asm,
+    _row_sum,
+    _row_sum_and_peak,
+)
 from ir_kernels_triton.fp8 import quantize, round_to_dtype
 from ir_kernels_triton.norm_kernels import (
     QUANT_DYNAMIC,
     QUANT_NONE,
     QUANT_STATIC,
     _sum_and_max,
+    launch_norm,
     norm_warps,
 )
 
@@ -75,257 +93,72 @@ def _cluster_arrive(anchor):
     )
 
 
+def _barrier_exchange_asm(clusters: int, pair: bool) -> str:
+    """PTX of the cluster-barrier exchange (`cS`): thread t < `clusters` stores this block's
+    partial (`pair`: its sum and peak) in slot `rank` of block t's buffer with
+    ``st.shared::cluster``; a release / acquire cluster barrier; then every block adds its slots
+    in the one-program tree's order (the peaks by maximum), as `cluster_norm._exchange_asm`
+    does after its mbarrier."""
+    width = 8 if pair else 4
+    store = (
+        "st.shared::cluster.v2.f32 [peer], {$2, $3};"
+        if pair
+        else "st.shared::cluster.f32 [peer], $1;"
+    )
+    combine = _exchange_asm(clusters, pair).split("@!done bra EXCHANGE_WAIT;")[1].rsplit("}", 1)[0]
+    return f"""{{
+    .shared .align 16 .f32 xch[{2 * clusters if pair else clusters}];
+    .reg .b32 tid, rank, slots, mine, peer;
+    .reg .pred writer;
+    .reg .f32 a, b, c, d, e, f, g, h;
+    mov.u32 tid, %tid.x;
+    mov.u32 rank, %cluster_ctarank;
+    setp.lt.u32 writer, tid, {clusters};
+    mov.u32 slots, xch;
+    mul.lo.u32 mine, rank, {width};
+    add.u32 mine, slots, mine;
+    barrier.cluster.wait.aligned;
+    @writer mapa.shared::cluster.u32 peer, mine, tid;
+    @writer {store}
+    barrier.cluster.arrive.release.aligned;
+    barrier.cluster.wait.acquire.aligned;
+    {combine.strip()}
+    }}"""
+
+
+_BARRIER_SUM_2 = tl.constexpr(_barrier_exchange_asm(2, False))
+_BARRIER_SUM_4 = tl.constexpr(_barrier_exchange_asm(4, False))
+_BARRIER_PAIR_2 = tl.constexpr(_barrier_exchange_asm(2, True))
+_BARRIER_PAIR_4 = tl.constexpr(_barrier_exchange_asm(4, True))
+
+
 @triton.jit
 def _cluster_total(partial, S: tl.constexpr):
-    """The row's sum from each block's `partial`: thread t < S stores it in slot `rank` of block
-    t's buffer, a release/acquire cluster barrier, then every block adds the slots in the
-    one-program kernel's butterfly order."""
+    """The row's sum through the cluster-barrier exchange."""
     if S == 2:
         total = tl.inline_asm_elementwise(
-            """{
-            .shared .align 8 .f32 xch[2];
-            .reg .b32 tid, rank, base, mine, peer;
-            .reg .pred writer;
-            .reg .f32 a, b;
-            mov.u32 tid, %tid.x;
-            mov.u32 rank, %cluster_ctarank;
-            setp.lt.u32 writer, tid, 2;
-            mov.u32 base, xch;
-            shl.b32 mine, rank, 2;
-            add.u32 mine, base, mine;
-            barrier.cluster.wait.aligned;
-            @writer mapa.shared::cluster.u32 peer, mine, tid;
-            @writer st.shared::cluster.f32 [peer], $1;
-            barrier.cluster.arrive.release.aligned;
-            barrier.cluster.wait.acquire.aligned;
-            ld.shared.v2.f32 {a, b}, [base];
-            add.f32 $0, a, b;
-            }""",
-            "=f,f",
-            [partial],
-            dtype=tl.float32,
-            is_pure=False,
-            pack=1,
+            _BARRIER_SUM_2, "=f,f", [partial], dtype=tl.float32, is_pure=False, pack=1
         )
     else:
         total = tl.inline_asm_elementwise(
-            """{
-            .shared .align 16 .f32 xch[4];
-            .reg .b32 tid, rank, base, mine, peer;
-            .reg .pred writer;
-            .reg .f32 a, b, c, d;
-            mov.u32 tid, %tid.x;
-            mov.u32 rank, %cluster_ctarank;
-            setp.lt.u32 writer, tid, 4;
-            mov.u32 base, xch;
-            shl.b32 mine, rank, 2;
-            add.u32 mine, base, mine;
-            barrier.cluster.wait.aligned;
-            @writer mapa.shared::cluster.u32 peer, mine, tid;
-            @writer st.shared::cluster.f32 [peer], $1;
-            barrier.cluster.arrive.release.aligned;
-            barrier.cluster.wait.acquire.aligned;
-            ld.shared.v4.f32 {a, b, c, d}, [base];
-            add.f32 a, a, c;
-            add.f32 b, b, d;
-            add.f32 $0, a, b;
-            }""",
-            "=f,f",
-            [partial],
-            dtype=tl.float32,
-            is_pure=False,
-            pack=1,
+            _BARRIER_SUM_4, "=f,f", [partial], dtype=tl.float32, is_pure=False, pack=1
         )
     return total
 
 
 @triton.jit
 def _cluster_total_and_peak(partial, peak, S: tl.constexpr):
-    """`_cluster_total` for a (sum, peak) pair: the sums in the butterfly order, the largest
-    peak."""
+    """`_cluster_total`, and the row's peak."""
     if S == 2:
         total, top = tl.inline_asm_elementwise(
-            """{
-            .shared .align 16 .f32 xch[4];
-            .reg .b32 tid, rank, base, mine, peer;
-            .reg .pred writer;
-            .reg .f32 a, b, c, d;
-            mov.u32 tid, %tid.x;
-            mov.u32 rank, %cluster_ctarank;
-            setp.lt.u32 writer, tid, 2;
-            mov.u32 base, xch;
-            shl.b32 mine, rank, 3;
-            add.u32 mine, base, mine;
-            barrier.cluster.wait.aligned;
-            @writer mapa.shared::cluster.u32 peer, mine, tid;
-            @writer st.shared::cluster.v2.f32 [peer], {$2, $3};
-            barrier.cluster.arrive.release.aligned;
-            barrier.cluster.wait.acquire.aligned;
-            ld.shared.v4.f32 {a, b, c, d}, [base];
-            add.f32 $0, a, c;
-            max.f32 $1, b, d;
-            }""",
-            "=f,=f,f,f",
-            [partial, peak],
-            dtype=(tl.float32, tl.float32),
-            is_pure=False,
-            pack=1,
-        )
+            _BARRIER_PAIR_2, "=f,=f,f,f", [partial, peak], dtype=(tl.float32, tl.float32),
+            is_pure=False, pack=1,
+        )  # fmt: skip
     else:
         total, top = tl.inline_asm_elementwise(
-            """{
-            .shared .align 16 .f32 xch[8];
-            .reg .b32 tid, rank, base, mine, peer;
-            .reg .pred writer;
-            .reg .f32 a, b, c, d, e, f, g, h;
-            mov.u32 tid, %tid.x;
-            mov.u32 rank, %cluster_ctarank;
-            setp.lt.u32 writer, tid, 4;
-            mov.u32 base, xch;
-            shl.b32 mine, rank, 3;
-            add.u32 mine, base, mine;
-            barrier.cluster.wait.aligned;
-            @writer mapa.shared::cluster.u32 peer, mine, tid;
-            @writer st.shared::cluster.v2.f32 [peer], {$2, $3};
-            barrier.cluster.arrive.release.aligned;
-            barrier.cluster.wait.acquire.aligned;
-            ld.shared.v4.f32 {a, b, c, d}, [base];
-            ld.shared.v4.f32 {e, f, g, h}, [base + 16];
-            add.f32 a, a, e;
-            add.f32 c, c, g;
-            add.f32 $0, a, c;
-            max.f32 b, b, d;
-            max.f32 f, f, h;
-            max.f32 $1, b, f;
-            }""",
-            "=f,=f,f,f",
-            [partial, peak],
-            dtype=(tl.float32, tl.float32),
-            is_pure=False,
-            pack=1,
-        )
-    return total, top
-
-
-#: Where the mbarrier exchange keeps its barrier and slots in Triton's dynamic shared memory
-#: (`global_smem`): past what the kernel itself uses, which the probe checks, and its launch
-#: asks for that much more.
-MB_OFFSET = 1024
-MB_BYTES = 64
-
-
-def _mb_exchange_asm(clusters: int, pair: bool) -> str:
-    """PTX of the mbarrier exchange: thread t < S sends this block's partial(s) to slot `rank`
-    of block t with `st.async` (completing bytes on block t's mbarrier); thread 0 expects the S
-    slots' bytes on this block's mbarrier; all wait for it, then combine in butterfly order."""
-    width = 8 if pair else 4
-    send = (
-        "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [peer], {$2, $3}, [peerbar];"
-        if pair
-        else "st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [peer], $1, [peerbar];"
-    )
-    if clusters == 2 and not pair:
-        combine = "ld.shared.v2.f32 {a, b}, [slots]; add.f32 $0, a, b;"
-    elif clusters == 4 and not pair:
-        combine = (
-            "ld.shared.v4.f32 {a, b, c, d}, [slots]; add.f32 a, a, c; add.f32 b, b, d;"
-            " add.f32 $0, a, b;"
-        )
-    elif clusters == 2:
-        combine = "ld.shared.v4.f32 {a, b, c, d}, [slots]; add.f32 $0, a, c; max.f32 $1, b, d;"
-    else:
-        combine = (
-            "ld.shared.v4.f32 {a, b, c, d}, [slots]; ld.shared.v4.f32 {e, f, g, h}, [slots+16];"
-            " add.f32 a, a, e; add.f32 c, c, g; add.f32 $0, a, c;"
-            " max.f32 b, b, d; max.f32 f, f, h; max.f32 $1, b, f;"
-        )
-    return f"""{{
-    .reg .b32 tid, rank, bar, slots, mine, peer, peerbar;
-    .reg .pred writer, lead, done;
-    .reg .f32 a, b, c, d, e, f, g, h;
-    mov.u32 tid, %tid.x;
-    mov.u32 rank, %cluster_ctarank;
-    mov.u32 bar, global_smem;
-    add.u32 bar, bar, {MB_OFFSET};
-    add.u32 slots, bar, 16;
-    setp.lt.u32 writer, tid, {clusters};
-    setp.eq.u32 lead, tid, 0;
-    barrier.cluster.wait.aligned;
-    @lead mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], {width * clusters};
-    mul.lo.u32 mine, rank, {width};
-    add.u32 mine, slots, mine;
-    @writer mapa.shared::cluster.u32 peer, mine, tid;
-    @writer mapa.shared::cluster.u32 peerbar, bar, tid;
-    @writer {send}
-    MB_WAIT:
-    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [bar], 0;
-    @!done bra MB_WAIT;
-    {combine}
-    }}"""
-
-
-_MB_BEGIN = tl.constexpr(
-    f"""{{
-    .reg .b32 tid, bar;
-    .reg .pred lead;
-    mov.u32 tid, %tid.x;
-    setp.eq.u32 lead, tid, 0;
-    mov.u32 bar, global_smem;
-    add.u32 bar, bar, {MB_OFFSET};
-    @lead mbarrier.init.shared::cta.b64 [bar], 1;
-    @lead fence.mbarrier_init.release.cluster;
-    barrier.cluster.arrive.relaxed.aligned;
-    mov.u32 $0, 0;
-    }}"""
-)
-_MB_SUM_2 = tl.constexpr(_mb_exchange_asm(2, False))
-_MB_SUM_4 = tl.constexpr(_mb_exchange_asm(4, False))
-_MB_PAIR_2 = tl.constexpr(_mb_exchange_asm(2, True))
-_MB_PAIR_4 = tl.constexpr(_mb_exchange_asm(4, True))
-
-
-@triton.jit
-def _mb_begin(anchor):
-    """Thread 0 initializes this block's mbarrier (one arrival) and fences it for the cluster;
-    every thread arrives (relaxed) on the cluster barrier, waited on before the first send."""
-    return tl.inline_asm_elementwise(
-        _MB_BEGIN, "=r,r", [anchor], dtype=tl.int32, is_pure=False, pack=1
-    )
-
-
-@triton.jit
-def _mb_total(partial, S: tl.constexpr):
-    if S == 2:
-        total = tl.inline_asm_elementwise(
-            _MB_SUM_2, "=f,f", [partial], dtype=tl.float32, is_pure=False, pack=1
-        )
-    else:
-        total = tl.inline_asm_elementwise(
-            _MB_SUM_4, "=f,f", [partial], dtype=tl.float32, is_pure=False, pack=1
-        )
-    return total
-
-
-@triton.jit
-def _mb_total_and_peak(partial, peak, S: tl.constexpr):
-    if S == 2:
-        total, top = tl.inline_asm_elementwise(
-            _MB_PAIR_2,
-            "=f,=f,f,f",
-            [partial, peak],
-            dtype=(tl.float32, tl.float32),
-            is_pure=False,
-            pack=1,
-        )
-    else:
-        total, top = tl.inline_asm_elementwise(
-            _MB_PAIR_4,
-            "=f,=f,f,f",
-            [partial, peak],
-            dtype=(tl.float32, tl.float32),
-            is_pure=False,
-            pack=1,
-        )
+            _BARRIER_PAIR_4, "=f,=f,f,f", [partial, peak], dtype=(tl.float32, tl.float32),
+            is_pure=False, pack=1,
+        )  # fmt: skip
     return total, top
 
 
@@ -352,7 +185,7 @@ def cluster_norm_kernel(
     EXCHANGE: tl.constexpr = 1,
     CLUSTER_LAUNCH: tl.constexpr = True,
 ):
-    # EXCHANGE: 1 through a cluster barrier, 2 through an mbarrier (`_mb_exchange_asm`), 0
+    # EXCHANGE: 1 through a cluster barrier, 2 through an mbarrier (the provider's), 0
     # (timing only, wrong outputs) none, each block taking its own partial for the row's;
     # CLUSTER_LAUNCH only keeps the plain launch's compiled kernel apart
     pid = tl.program_id(0)
@@ -361,7 +194,7 @@ def cluster_norm_kernel(
     if EXCHANGE == 1:
         _cluster_arrive(pid)
     elif EXCHANGE == 2:
-        _mb_begin(pid)
+        _begin_exchange(pid)
     act_dtype = x_ptr.dtype.element_ty
     VEC: tl.constexpr = 128 // act_dtype.primitive_bitwidth
     SPAN: tl.constexpr = 32 * VEC  # a warp's elements in one access
@@ -386,7 +219,7 @@ def cluster_norm_kernel(
         if EXCHANGE == 1:
             total, peak = _cluster_total_and_peak(part, part_peak, S)
         elif EXCHANGE == 2:
-            total, peak = _mb_total_and_peak(part, part_peak, S)
+            total, peak = _row_sum_and_peak(part, part_peak, S)
         else:
             total, peak = part, part_peak
     else:
@@ -394,7 +227,7 @@ def cluster_norm_kernel(
         if EXCHANGE == 1:
             total = _cluster_total(total, S)
         elif EXCHANGE == 2:
-            total = _mb_total(total, S)
+            total = _row_sum(total, S)
     inv_rms = tl.rsqrt(total / variance_size + eps)
     if QUANT == 2:
         y = xw * inv_rms
@@ -438,6 +271,7 @@ class ClusterProbe:
         clusters: int,
         exchange: int = 1,
         cluster_launch: bool = True,
+        inplace: bool = False,
     ) -> None:
         self.quant = _QUANT[name]
         self.residual = name.startswith("fused_add")
@@ -461,6 +295,13 @@ class ClusterProbe:
         out_dtype = torch.float8_e4m3fn if self.quant else self.x.dtype
         self.out = torch.empty(rows, hidden, dtype=out_dtype, device=dev)
         self.res = torch.empty_like(self.x)
+        if inplace:
+            # as `fused_add_rms_norm`'s in-place variant: the sum over the residual, the
+            # output over x (each block reads only the elements it writes)
+            if not self.residual or self.quant:
+                raise ValueError(f"{name}: only fused_add_rms_norm runs in place")
+            self.x, self.r = self.x.clone(), self.r.clone()
+            self.out, self.res = self.x, self.r
         self.scale_out = torch.empty(rows, 1, dtype=torch.float32, device=dev)
         self.args = (
             self.x,
@@ -494,8 +335,8 @@ class ClusterProbe:
         warps, ctas, shared = compiled.packed_metadata
         assert ctas in (1, clusters), compiled.packed_metadata
         if exchange == 2:
-            assert compiled.metadata.shared <= MB_OFFSET, compiled.metadata.shared
-            shared = max(shared, MB_OFFSET + MB_BYTES)
+            assert compiled.metadata.shared <= EXCHANGE_OFFSET, compiled.metadata.shared
+            shared = max(shared, EXCHANGE_OFFSET + EXCHANGE_BYTES)
         if cluster_launch:
             # the launcher multiplies the grid by num_ctas and asks for clusters of that many
             # blocks (the compiled kernel is Triton's cached one: every launch of it runs so)
@@ -507,6 +348,29 @@ class ClusterProbe:
         if self.quant == QUANT_DYNAMIC:
             return self.out, self.scale_out
         return (self.out, self.res) if self.residual else self.out
+
+
+def unclustered(name: str, args: tuple[Any, ...], inplace: bool = False) -> Callable[[], None]:
+    """The provider's launch of these rows with clusters off (`launch_norm(..., cluster=1)`):
+    the split, or one program a row in place, as before round 12 (the JSONs of rounds 11 and
+    12 name it `triton` and `triton-inplace`)."""
+    quant = _QUANT[name]
+    residual = name.startswith("fused_add")
+    x = args[0].clone() if inplace else args[0]
+    r = (args[1].clone() if inplace else args[1]) if residual else None
+    w, eps = args[2 if residual else 1], args[3 if residual else 2]
+    scale = args[-1] if quant == QUANT_STATIC else None
+    rows = x.shape[0]
+    if inplace:
+        out, res = x, r
+    else:
+        out = torch.empty_like(x, dtype=torch.float8_e4m3fn if quant else x.dtype)
+        res = torch.empty_like(x) if residual else None
+    scale_out = torch.empty(rows, 1, device=x.device) if quant == QUANT_DYNAMIC else None
+    return partial(
+        launch_norm, x, w, eps, None, out, residual=r, residual_out=res, quant=quant,
+        scale=scale, scale_out=scale_out, cluster=1,
+    )  # fmt: skip
 
 
 def _flat(value: Any) -> list[torch.Tensor]:
@@ -540,6 +404,7 @@ def probe_shape(
     torch.cuda.synchronize()
     candidates: dict[str, Callable[[], Any]] = {
         "triton": partial(impl, *args),
+        "split": unclustered(name, args),
         "empty": lambda: empty_kernel[(1,)](),
     }
     same: dict[str, bool] = {}
@@ -553,6 +418,27 @@ def probe_shape(
             candidates[f"p{s}-no-exchange"] = ClusterProbe(
                 name, args, s, exchange=0, cluster_launch=False
             )
+    if name == "fused_add_rms_norm" and "triton_inplace" in op.impls:
+        # the in-place variant, which models call (`maybe_inplace`): the provider does not split
+        # a row whose outputs overwrite its inputs, while a cluster's blocks each read only
+        # the elements they write; each candidate works on clones of its own
+        inplace = op.impls["triton_inplace"].fn
+        x, r = args[0].clone(), args[1].clone()
+        inplace(x, r, *args[2:])
+        for s in clusters:
+            probe = ClusterProbe(name, args, s, exchange=2, inplace=True)
+            got = probe()
+            torch.cuda.synchronize()
+            bits = torch.equal(got[0], x) and torch.equal(got[1], r)
+            same[f"m{s}-inplace"] = bits
+            print(
+                f"  {name} S={s} exchange 2 in place: {'same bits as' if bits else 'DIFFERS from'}"
+                " triton_inplace"
+            )
+            candidates[f"m{s}-inplace"] = probe
+        own = (args[0].clone(), args[1].clone())
+        candidates["triton-inplace"] = partial(inplace, *own, *args[2:])
+        candidates["one-program-inplace"] = unclustered(name, args, inplace=True)
     times = time_rotated(candidates, rounds)
     print(f"{name} {tokens}x{width}: {fastest_line(times)}", flush=True)
     return {"op": name, "tokens": tokens, "width": width, "same_bits": same, "times_us": times}

@@ -191,6 +191,60 @@ def test_unaligned_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> Non
     assert nk.row_split(one_element_in, out, None, None, 8192, nk.QUANT_NONE, True) == 1
 
 
+def test_rows_spread_over_clusters_only_for_the_fused_adds_and_dynamic_norm_at_decode_sizes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`cluster_for`: 16-bit rows of `CLUSTER_BLOCK` that fill their block beside a weight, up to
+    `CLUSTER_ROWS` rows, every tensor aligned, in place too; never where clusters do not launch
+    (as here, off the GPU) or under programmatic launch."""
+    from ir_kernels_triton import launch
+
+    block, plain, static, dynamic = (
+        nk.CLUSTER_BLOCK,
+        nk.QUANT_NONE,
+        nk.QUANT_STATIC,
+        nk.QUANT_DYNAMIC,
+    )
+
+    def rows(n: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        return torch.randn(n, block, dtype=dtype)
+
+    x, r, w = rows(16), rows(16), torch.randn(block, dtype=torch.bfloat16)
+    out, res = torch.empty_like(x), torch.empty_like(x)
+    assert nk.cluster_for(x, w, out, r, res, block, plain, True) == 1  # no GPU here
+    monkeypatch.setattr(nk, "cluster_launches", lambda t: True)
+    assert nk.cluster_for(x, w, out, r, res, block, plain, True) == nk.CLUSTER
+    assert nk.cluster_for(x, w, x, r, r, block, plain, True) == nk.CLUSTER  # in place
+    assert nk.cluster_for(x, w, out, r, res, block, static, True) == nk.CLUSTER
+    assert nk.cluster_for(x, w, out, None, None, block, dynamic, True) == nk.CLUSTER
+    assert nk.cluster_for(rows(1), w, out[:1], None, None, block, dynamic, True) == nk.CLUSTER
+    # the plain and static norms keep the split
+    assert nk.cluster_for(x, w, out, None, None, block, plain, True) == 1
+    assert nk.cluster_for(x, w, out, None, None, block, static, True) == 1
+    # past decode sizes, other widths or dtypes, no weight, masked rows, unaligned tensors
+    big = rows(nk.CLUSTER_ROWS + 1)
+    assert nk.cluster_for(big, w, big, big, big, block, plain, True) == 1
+    assert nk.cluster_for(x, w, out, r, res, 4096, plain, True) == 1
+    x32 = rows(16, torch.float32)
+    assert nk.cluster_for(x32, w.float(), x32, x32, x32, block, plain, True) == 1
+    assert nk.cluster_for(x, None, out, r, res, block, plain, True) == 1
+    assert nk.cluster_for(x, w, out, r, res, block, plain, False) == 1
+    shifted = torch.randn(16 * block + 1, dtype=torch.bfloat16)[1:].view(16, block)
+    assert nk.cluster_for(x, w, out, shifted, res, block, plain, True) == 1
+    with launch.programmatic_launch(True):
+        assert nk.cluster_for(x, w, out, r, res, block, plain, True) == 1
+
+
+def test_launch_rejects_a_bad_cluster() -> None:
+    """More than one block a row only where `cluster_for`'s conditions on the rows hold, and on
+    a GPU where clusters launch (not here)."""
+    x = torch.randn(2, nk.CLUSTER_BLOCK, dtype=torch.bfloat16)
+    w = torch.randn(nk.CLUSTER_BLOCK, dtype=torch.bfloat16)
+    for cluster in (3, nk.CLUSTER):
+        with pytest.raises(ValueError, match=f"cluster={cluster}"):
+            nk.launch_norm(x, w, 1e-6, None, torch.empty_like(x), cluster=cluster)
+
+
 def test_launch_rejects_a_bad_split() -> None:
     x = torch.randn(2, 64)
     with pytest.raises(ValueError, match="split=3"):

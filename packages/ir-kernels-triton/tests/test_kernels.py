@@ -221,6 +221,66 @@ def test_batch_invariant_beside_a_float32_weight(op: IrOp, provider: str, hidden
     assert_row_zero_batch_invariant(op.impls[provider], sample_inputs(op, spec))
 
 
+def _clusters_launch() -> bool:
+    from ir_kernels_triton.cluster_norm import cluster_launches
+
+    return GPU and cluster_launches(torch.empty(1, device="cuda"))
+
+
+CLUSTER_CASES = [
+    ("fused_add_rms_norm", "triton"),
+    ("fused_add_rms_norm", "triton_inplace"),
+    ("fused_add_rms_norm_static_quant_fp8", "triton"),
+    ("rms_norm_dynamic_quant_fp8", "triton"),
+]
+
+
+@pytest.mark.skipif(not _clusters_launch(), reason="needs a GPU where Triton launches clusters")
+@pytest.mark.parametrize("tokens", [1, 5, 16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    ("name", "provider"), CLUSTER_CASES, ids=["-".join(c) for c in CLUSTER_CASES]
+)
+def test_rows_spread_over_a_cluster_give_the_bits_of_whole_rows(
+    monkeypatch: pytest.MonkeyPatch, name: str, provider: str, dtype: torch.dtype, tokens: int
+) -> None:
+    """Decode-size rows of 8192 spread over a cluster (`cluster_norm`), in place too, give
+    bitwise what the same rows give in a batch of `CLUSTER_ROWS` + 1 (one program a row, or
+    the split, which keeps its bits), on their first launch and replayed from its plan."""
+    from ir_kernels_triton import norm_kernels as nk
+    from ir_kernels_triton.plans import clear_launch_plans, launch_plans_enabled
+
+    op = getattr(ops, name)
+    impl = op.impls[provider].fn
+    big = sample_inputs(op, spec_for(dtype, nk.CLUSTER_BLOCK, nk.CLUSTER_ROWS + 1, "contiguous"))
+    small = tuple(
+        a[:tokens] if isinstance(a, torch.Tensor) and a.shape[:1] == (nk.CLUSTER_ROWS + 1,) else a
+        for a in big
+    )
+    spread: list[int] = []
+    launch = nk.launch_cluster_norm
+
+    def counted(rows: int, *rest: Any) -> Any:
+        spread.append(rows)
+        return launch(rows, *rest)
+
+    monkeypatch.setattr(nk, "launch_cluster_norm", counted)
+    clear_launch_plans()
+
+    def outputs(args: tuple[Any, ...]) -> list[torch.Tensor]:
+        out = impl(*clone_args(args))
+        return [o.view(torch.uint8) for o in (out if isinstance(out, tuple) else (out,))]
+
+    whole = [o[:tokens] for o in outputs(big)]
+    assert spread == []  # a batch past decode sizes is not spread
+    first, replayed = outputs(small), outputs(small)
+    # spread on its first launch, then replayed from its plan (launched again without plans)
+    assert spread == ([tokens] if launch_plans_enabled() else [tokens, tokens])
+    for got in (first, replayed):
+        for a, b in zip(got, whole, strict=True):
+            assert torch.equal(a, b)
+
+
 def assert_row_zero_batch_invariant(impl: Any, big: tuple[Any, ...]) -> None:
     """Row 0 of `big`'s batch gives bitwise the same outputs alone, in 7 rows and in all."""
     results = []

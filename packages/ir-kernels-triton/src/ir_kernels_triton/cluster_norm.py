@@ -1,0 +1,310 @@
+"""Decode-size norm rows spread over a thread-block cluster, with the bits of one program a row.
+
+A wide decode-size row is bound by what one SM moves. `norm_kernels.split_for` shares it among
+programs that each load the whole row for its sum, which cannot serve a row written in place
+(one program's stores would overwrite what another still reads) and costs the shared loads.
+Here `CLUSTER` blocks of one cluster each load only their part of the row and exchange their
+partial sums through distributed shared memory.
+
+The parts keep the one-program kernel's bits. That kernel (`norm_kernels.norm_kernel`, one
+program of `ROW_WARPS` warps a row) sums in its layout's order: each thread's elements in a
+chain, then a butterfly over the lanes, then one over the warps, whose last two steps add warp
+``w``'s partial to warp ``w ^ 2``'s, then to ``w ^ 1``'s. Block ``c`` of a cluster of ``S``
+takes what warps ``c, c + S, c + 2S, ...`` hold (the same elements a thread, in the same
+register order), so its own reduction computes a node of that tree; the blocks' partials are
+then added in the tree's order, ``(p0 + p2) + (p1 + p3)`` (``p0 + p1`` for two blocks). A
+dynamic scale's peak (a maximum) is exact in any order.
+
+Triton 3.6 builds no reduction across the blocks of a cluster (``num_ctas`` > 1 fails in its
+CTA planning), so the kernel is compiled for one block and its compiled launch metadata is
+changed to ask Triton's C launcher for clusters of `CLUSTER` blocks and for `EXCHANGE_BYTES`
+more dynamic shared memory, where the exchange keeps its mbarrier and slots (past what the
+kernel itself uses, `EXCHANGE_OFFSET`). The exchange is inline PTX: each block sends its partial
+to every block of the cluster with ``st.async``, completing bytes on the receiver's mbarrier,
+and waits on its own. Both rest on Triton internals, so clusters launch only with the Triton
+versions they were run on (`CLUSTER_TRITON`), on compute capability 9.0+, never in the
+interpreter or under programmatic launch; elsewhere rows take the split or one program.
+
+H200, bf16, CUDA-graph replay (`benchmarks/results/triton-tuning-H200.log` rounds 11 and 12):
+the fused add at 16 x 8192 1.82-1.84 µs against 1.99-2.02 split, and in place 1.81 against
+2.43 in one program; the dynamic-fp8 norm at 16 x 8192 1.97-2.02 against 2.09-2.11. Plain
+rms_norm gained nothing (16 x 8192 level, 1 x 8192 slower), so `norm_kernels.cluster_for`
+leaves it to the split.
+"""
+
+import functools
+import logging
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from .fp8 import quantize, round_to_dtype
+from .platform import interpreting
+
+logger = logging.getLogger(__name__)
+
+#: Blocks a cluster (a row's parts).
+CLUSTER = 4
+
+#: The row width (elements, 16-bit rows) whose decode-size rows take a cluster.
+CLUSTER_BLOCK = 8192
+
+#: Rows up to which a launch takes clusters (decode sizes).
+CLUSTER_ROWS = 16
+
+#: Triton versions (major, minor) whose launch metadata and shared-memory layout the cluster
+#: launch was run on; other versions take the split.
+CLUSTER_TRITON = frozenset({(3, 6)})
+
+#: Where the exchange's mbarrier (8 bytes) and slots (16 bytes on, 8 a block) sit in Triton's
+#: dynamic shared memory, and how much the launch adds past it.
+EXCHANGE_OFFSET = 1024
+EXCHANGE_BYTES = 64
+
+
+def _exchange_asm(clusters: int, pair: bool) -> str:
+    """PTX of one exchange in a cluster of `clusters` (2 or 4): thread t < `clusters` sends this
+    block's partial (`pair`: its sum and peak) to slot `rank` of block t, completing bytes on
+    block t's mbarrier; thread 0 expects all slots' bytes on this block's; every thread waits
+    for them and adds the slots in the one-program tree's order (the peaks by maximum)."""
+    width = 8 if pair else 4
+    values = "{$2, $3}" if pair else "$1"
+    vector = ".v2" if pair else ""
+    send = (
+        f"st.async.shared::cluster.mbarrier::complete_tx::bytes{vector}.f32"
+        f" [peer], {values}, [peerbar];"
+    )
+    loads = "ld.shared.v4.f32 {a, b, c, d}, [slots];"
+    if clusters == 2 and not pair:
+        combine = "ld.shared.v2.f32 {a, b}, [slots]; add.f32 $0, a, b;"
+    elif clusters == 4 and not pair:
+        combine = f"{loads} add.f32 a, a, c; add.f32 b, b, d; add.f32 $0, a, b;"
+    elif clusters == 2:
+        combine = f"{loads} add.f32 $0, a, c; max.f32 $1, b, d;"
+    else:
+        combine = (
+            f"{loads} ld.shared.v4.f32 {{e, f, g, h}}, [slots+16];"
+            " add.f32 a, a, e; add.f32 c, c, g; add.f32 $0, a, c;"
+            " max.f32 b, b, d; max.f32 f, f, h; max.f32 $1, b, f;"
+        )
+    return f"""{{
+    .reg .b32 tid, rank, bar, slots, mine, peer, peerbar;
+    .reg .pred writer, lead, done;
+    .reg .f32 a, b, c, d, e, f, g, h;
+    mov.u32 tid, %tid.x;
+    mov.u32 rank, %cluster_ctarank;
+    mov.u32 bar, global_smem;
+    add.u32 bar, bar, {EXCHANGE_OFFSET};
+    add.u32 slots, bar, 16;
+    setp.lt.u32 writer, tid, {clusters};
+    setp.eq.u32 lead, tid, 0;
+    barrier.cluster.wait.aligned;
+    @lead mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], {width * clusters};
+    mul.lo.u32 mine, rank, {width};
+    add.u32 mine, slots, mine;
+    @writer mapa.shared::cluster.u32 peer, mine, tid;
+    @writer mapa.shared::cluster.u32 peerbar, bar, tid;
+    @writer {send}
+    EXCHANGE_WAIT:
+    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [bar], 0;
+    @!done bra EXCHANGE_WAIT;
+    {combine}
+    }}"""
+
+
+_BEGIN_ASM = tl.constexpr(
+    f"""{{
+    .reg .b32 tid, bar;
+    .reg .pred lead;
+    mov.u32 tid, %tid.x;
+    setp.eq.u32 lead, tid, 0;
+    mov.u32 bar, global_smem;
+    add.u32 bar, bar, {EXCHANGE_OFFSET};
+    @lead mbarrier.init.shared::cta.b64 [bar], 1;
+    @lead fence.mbarrier_init.release.cluster;
+    barrier.cluster.arrive.relaxed.aligned;
+    mov.u32 $0, 0;
+    }}"""
+)
+_SUM_2 = tl.constexpr(_exchange_asm(2, False))
+_SUM_4 = tl.constexpr(_exchange_asm(4, False))
+_PAIR_2 = tl.constexpr(_exchange_asm(2, True))
+_PAIR_4 = tl.constexpr(_exchange_asm(4, True))
+
+
+@triton.jit
+def _begin_exchange(anchor):
+    """Thread 0 sets up this block's mbarrier (one arrival) for the cluster; every thread
+    arrives on the cluster barrier, waited on before the first send (every block has started,
+    so its shared memory exists)."""
+    return tl.inline_asm_elementwise(
+        _BEGIN_ASM, "=r,r", [anchor], dtype=tl.int32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
+def _row_sum(partial, S: tl.constexpr):
+    """The row's sum of squares from each block's `partial` (`_exchange_asm`)."""
+    if S == 2:
+        total = tl.inline_asm_elementwise(
+            _SUM_2, "=f,f", [partial], dtype=tl.float32, is_pure=False, pack=1
+        )
+    else:
+        total = tl.inline_asm_elementwise(
+            _SUM_4, "=f,f", [partial], dtype=tl.float32, is_pure=False, pack=1
+        )
+    return total
+
+
+@triton.jit
+def _row_sum_and_peak(partial, peak, S: tl.constexpr):
+    """`_row_sum`, and the row's peak |x * w| from each block's `peak`."""
+    if S == 2:
+        total, top = tl.inline_asm_elementwise(
+            _PAIR_2, "=f,=f,f,f", [partial, peak], dtype=(tl.float32, tl.float32),
+            is_pure=False, pack=1,
+        )  # fmt: skip
+    else:
+        total, top = tl.inline_asm_elementwise(
+            _PAIR_4, "=f,=f,f,f", [partial, peak], dtype=(tl.float32, tl.float32),
+            is_pure=False, pack=1,
+        )  # fmt: skip
+    return total, top
+
+
+@triton.jit
+def _sum_and_max(total_a, peak_a, total_b, peak_b):
+    # `norm_kernels._sum_and_max` (which imports this module)
+    return total_a + total_b, tl.maximum(peak_a, peak_b)
+
+
+@triton.jit
+def cluster_norm_kernel(
+    x_ptr,
+    x_stride,
+    r_ptr,
+    r_stride,
+    w_ptr,
+    out_ptr,
+    out_stride,
+    res_ptr,
+    res_stride,
+    scale_ptr,
+    scale_out_ptr,
+    scale_ub_ptr,
+    variance_size,
+    eps,
+    HAS_RESIDUAL: tl.constexpr,
+    QUANT: tl.constexpr,
+    HAS_UB: tl.constexpr,
+    BLOCK: tl.constexpr,
+    ROW_WARPS: tl.constexpr,
+    S: tl.constexpr,
+):
+    """`norm_kernels.norm_kernel`'s single-pass rows that fill their block, with a weight of
+    their width, each spread over `S` blocks of a cluster (launched by `launch_cluster_norm`):
+    block ``pid % S`` of row ``pid // S``."""
+    pid = tl.program_id(0)
+    row = (pid // S).to(tl.int64)
+    rank = pid % S
+    _begin_exchange(pid)
+    act_dtype = x_ptr.dtype.element_ty
+    VEC: tl.constexpr = 128 // act_dtype.primitive_bitwidth
+    SPAN: tl.constexpr = 32 * VEC  # a warp's elements in one 16-byte access a thread
+    LOCAL: tl.constexpr = ROW_WARPS // S
+    i = tl.arange(0, BLOCK // S)
+    # this block's warp v, repeat k, holds what warp rank + S * v holds in one program a row
+    warp = rank + S * ((i // SPAN) % LOCAL)
+    offs = (i // (SPAN * LOCAL)) * (SPAN * ROW_WARPS) + warp * SPAN
+    offs = tl.max_contiguous(tl.multiple_of(offs + i % SPAN, VEC), VEC)
+    x = tl.load(x_ptr + row * x_stride + offs).to(tl.float32)
+    if QUANT == 1:
+        scale = tl.load(scale_ptr)
+    w = tl.load(w_ptr + offs).to(tl.float32)
+    if HAS_RESIDUAL:
+        s = (x + tl.load(r_ptr + row * r_stride + offs).to(tl.float32)).to(act_dtype)
+        tl.store(res_ptr + row * res_stride + offs, s)
+        x = s.to(tl.float32)
+    sq = x * x
+    if QUANT == 2:
+        xw = x * w
+        partial, partial_peak = tl.reduce((sq, tl.abs(xw)), 0, _sum_and_max)
+        total, peak = _row_sum_and_peak(partial, partial_peak, S)
+    else:
+        total = _row_sum(tl.sum(sq, axis=0), S)
+    inv_rms = tl.rsqrt(total / variance_size + eps)
+    if QUANT == 2:
+        y = xw * inv_rms
+    else:
+        y = x * inv_rms
+        y = y * w
+    if QUANT == 0:
+        tl.store(out_ptr + row * out_stride + offs, y.to(out_ptr.dtype.element_ty))
+    else:
+        y = round_to_dtype(y, act_dtype, False)
+        if QUANT == 2:
+            amax = (peak * inv_rms).to(act_dtype).to(tl.float32)
+            if HAS_UB:
+                amax = tl.minimum(amax, tl.load(scale_ub_ptr))
+            scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
+            tl.store(scale_out_ptr + row, scale, mask=rank == 0)
+        q = quantize(y, 1.0 / scale, False)
+        tl.store(out_ptr + row * out_stride + offs, q.to(out_ptr.dtype.element_ty))
+
+
+def _triton_version() -> tuple[int, int]:
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+@functools.cache
+def _device_clusters(device_index: int) -> bool:
+    return torch.version.hip is None and torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
+def cluster_launches(t: torch.Tensor) -> bool:
+    """Whether rows of `t` may be spread over clusters: on a GPU of compute capability 9.0+,
+    with a Triton of `CLUSTER_TRITON`, not in the interpreter."""
+    if interpreting() or not t.is_cuda or _triton_version() not in CLUSTER_TRITON:
+        return False
+    return _device_clusters(t.device.index if t.device.index is not None else 0)
+
+
+def _ask_for_clusters(compiled: Any, clusters: int) -> bool:
+    """Make every launch of `compiled` (Triton's cached kernel, launched only from here) one of
+    clusters of `clusters` blocks with the exchange's shared memory: its packed launch metadata
+    is (warps, blocks a cluster, dynamic shared bytes), which Triton's C launcher reads. False
+    where the kernel is not in that form (then it is not launched)."""
+    packed = getattr(compiled, "packed_metadata", None)
+    shared = getattr(getattr(compiled, "metadata", None), "shared", None)
+    if not (isinstance(packed, tuple) and len(packed) == 3 and isinstance(shared, int)):
+        return False
+    if shared > EXCHANGE_OFFSET:
+        return False
+    warps, ctas, _ = packed
+    if ctas not in (1, clusters):
+        return False
+    compiled.packed_metadata = (warps, clusters, EXCHANGE_OFFSET + EXCHANGE_BYTES)
+    return True
+
+
+def launch_cluster_norm(rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any | None:
+    """``cluster_norm_kernel`` over `rows` rows, in clusters of ``kwargs["S"]`` blocks a row,
+    with `args` and `kwargs` (its constexprs and ``num_warps``); returns the compiled kernel,
+    or None, launching nothing, where Triton's compiled kernel is not in the form
+    `_ask_for_clusters` knows."""
+    grid = (rows,)  # the launcher multiplies it by the blocks a cluster
+    compiled = cluster_norm_kernel.warmup(*args, grid=grid, **kwargs)
+    if hasattr(compiled, "result"):
+        compiled = compiled.result()
+    if not _ask_for_clusters(compiled, kwargs["S"]):
+        logger.warning(
+            "cluster_norm_kernel: Triton %s compiled a kernel whose launch metadata is not "
+            "(warps, blocks a cluster, shared bytes) within %d bytes; rows are not spread",
+            triton.__version__,
+            EXCHANGE_OFFSET,
+        )
+        return None
+    return cluster_norm_kernel[grid](*args, **kwargs)
