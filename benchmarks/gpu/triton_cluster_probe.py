@@ -61,6 +61,8 @@ from ir_kernels_triton.cluster_norm import (
     _exchange_asm,
     _row_sum,
     _row_sum_and_peak,
+    exchange_one,
+    exchange_pair,
 )
 from ir_kernels_triton.fp8 import quantize, round_to_dtype
 from ir_kernels_triton.norm_kernels import (
@@ -135,31 +137,13 @@ _BARRIER_PAIR_4 = tl.constexpr(_barrier_exchange_asm(4, True))
 @triton.jit
 def _cluster_total(partial, S: tl.constexpr):
     """The row's sum through the cluster-barrier exchange."""
-    if S == 2:
-        total = tl.inline_asm_elementwise(
-            _BARRIER_SUM_2, "=f,f", [partial], dtype=tl.float32, is_pure=False, pack=1
-        )
-    else:
-        total = tl.inline_asm_elementwise(
-            _BARRIER_SUM_4, "=f,f", [partial], dtype=tl.float32, is_pure=False, pack=1
-        )
-    return total
+    return exchange_one(partial, _BARRIER_SUM_2 if S == 2 else _BARRIER_SUM_4)
 
 
 @triton.jit
 def _cluster_total_and_peak(partial, peak, S: tl.constexpr):
     """`_cluster_total`, and the row's peak."""
-    if S == 2:
-        total, top = tl.inline_asm_elementwise(
-            _BARRIER_PAIR_2, "=f,=f,f,f", [partial, peak], dtype=(tl.float32, tl.float32),
-            is_pure=False, pack=1,
-        )  # fmt: skip
-    else:
-        total, top = tl.inline_asm_elementwise(
-            _BARRIER_PAIR_4, "=f,=f,f,f", [partial, peak], dtype=(tl.float32, tl.float32),
-            is_pure=False, pack=1,
-        )  # fmt: skip
-    return total, top
+    return exchange_pair(partial, peak, _BARRIER_PAIR_2 if S == 2 else _BARRIER_PAIR_4)
 
 
 @triton.jit

@@ -145,33 +145,31 @@ def _begin_exchange(anchor):
 
 
 @triton.jit
+def exchange_one(partial, ASM: tl.constexpr):
+    """One value a block through the exchange `ASM` (`_exchange_asm`'s form)."""
+    return tl.inline_asm_elementwise(
+        ASM, "=f,f", [partial], dtype=tl.float32, is_pure=False, pack=1
+    )
+
+
+@triton.jit
+def exchange_pair(partial, peak, ASM: tl.constexpr):
+    """A (sum, peak) pair a block through the exchange `ASM` (`_exchange_asm`'s form)."""
+    return tl.inline_asm_elementwise(
+        ASM, "=f,=f,f,f", [partial, peak], dtype=(tl.float32, tl.float32), is_pure=False, pack=1
+    )
+
+
+@triton.jit
 def _row_sum(partial, S: tl.constexpr):
-    """The row's sum of squares from each block's `partial` (`_exchange_asm`)."""
-    if S == 2:
-        total = tl.inline_asm_elementwise(
-            _SUM_2, "=f,f", [partial], dtype=tl.float32, is_pure=False, pack=1
-        )
-    else:
-        total = tl.inline_asm_elementwise(
-            _SUM_4, "=f,f", [partial], dtype=tl.float32, is_pure=False, pack=1
-        )
-    return total
+    """The row's sum of squares from each block's `partial`."""
+    return exchange_one(partial, _SUM_2 if S == 2 else _SUM_4)
 
 
 @triton.jit
 def _row_sum_and_peak(partial, peak, S: tl.constexpr):
     """`_row_sum`, and the row's peak |x * w| from each block's `peak`."""
-    if S == 2:
-        total, top = tl.inline_asm_elementwise(
-            _PAIR_2, "=f,=f,f,f", [partial, peak], dtype=(tl.float32, tl.float32),
-            is_pure=False, pack=1,
-        )  # fmt: skip
-    else:
-        total, top = tl.inline_asm_elementwise(
-            _PAIR_4, "=f,=f,f,f", [partial, peak], dtype=(tl.float32, tl.float32),
-            is_pure=False, pack=1,
-        )  # fmt: skip
-    return total, top
+    return exchange_pair(partial, peak, _PAIR_2 if S == 2 else _PAIR_4)
 
 
 @triton.jit
