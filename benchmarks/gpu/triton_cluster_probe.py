@@ -58,9 +58,9 @@ from ir_kernels_triton.cluster_norm import (
     EXCHANGE_BYTES,
     EXCHANGE_OFFSET,
     _begin_exchange,
-    _exchange_asm,
     _row_sum,
     _row_sum_and_peak,
+    combine_asm,
     exchange_one,
     exchange_pair,
 )
@@ -99,7 +99,7 @@ def _barrier_exchange_asm(clusters: int, pair: bool) -> str:
     """PTX of the cluster-barrier exchange (`cS`): thread t < `clusters` stores this block's
     partial (`pair`: its sum and peak) in slot `rank` of block t's buffer with
     ``st.shared::cluster``; a release / acquire cluster barrier; then every block adds its slots
-    in the one-program tree's order (the peaks by maximum), as `cluster_norm._exchange_asm`
+    in the one-program tree's order (`cluster_norm.combine_asm`), as the provider's exchange
     does after its mbarrier."""
     width = 8 if pair else 4
     store = (
@@ -107,12 +107,11 @@ def _barrier_exchange_asm(clusters: int, pair: bool) -> str:
         if pair
         else "st.shared::cluster.f32 [peer], $1;"
     )
-    combine = _exchange_asm(clusters, pair).split("@!done bra EXCHANGE_WAIT;")[1].rsplit("}", 1)[0]
     return f"""{{
     .shared .align 16 .f32 xch[{2 * clusters if pair else clusters}];
     .reg .b32 tid, rank, slots, mine, peer;
     .reg .pred writer;
-    .reg .f32 a, b, c, d, e, f, g, h;
+    .reg .f32 v<16>;
     mov.u32 tid, %tid.x;
     mov.u32 rank, %cluster_ctarank;
     setp.lt.u32 writer, tid, {clusters};
@@ -124,7 +123,7 @@ def _barrier_exchange_asm(clusters: int, pair: bool) -> str:
     @writer {store}
     barrier.cluster.arrive.release.aligned;
     barrier.cluster.wait.acquire.aligned;
-    {combine.strip()}
+    {combine_asm(clusters, pair)}
     }}"""
 
 

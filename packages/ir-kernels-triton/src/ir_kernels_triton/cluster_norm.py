@@ -58,17 +58,45 @@ CLUSTER_ROWS = 16
 #: launch was run on; other versions take the split.
 CLUSTER_TRITON = frozenset({(3, 6)})
 
-#: Where the exchange's mbarrier (8 bytes) and slots (16 bytes on, 8 a block) sit in Triton's
-#: dynamic shared memory, and how much the launch adds past it.
+#: Where the exchange's mbarrier (8 bytes) and slots (16 bytes on, at most 8 a block, for at
+#: most 4 blocks) sit in Triton's dynamic shared memory, and how much the launch adds past it.
 EXCHANGE_OFFSET = 1024
 EXCHANGE_BYTES = 64
+
+
+def combine_asm(clusters: int, pair: bool) -> str:
+    """PTX that loads the `clusters` slots (`pair`: a sum and a peak each) from ``slots`` into
+    ``v0, v1, ...`` and adds the sums in the one-program tree's order, the butterfly's last
+    steps: for d = clusters / 2, ..., 1, slot i takes slot i + d for i < d (the peaks by
+    maximum); the row's sum goes to $0 (its peak to $1)."""
+    per_slot = 2 if pair else 1
+    words = [f"v{i}" for i in range(clusters * per_slot)]
+    lines = []
+    for start in range(0, len(words), 4):
+        chunk = words[start : start + 4]
+        vector = {2: ".v2", 4: ".v4"}[len(chunk)]
+        lines.append(f"ld.shared{vector}.f32 {{{', '.join(chunk)}}}, [slots+{4 * start}];")
+    sums, peaks = words[::per_slot], words[1::2]
+    step = clusters // 2
+    while step:
+        for i in range(step):
+            lines.append(f"add.f32 {sums[i]}, {sums[i]}, {sums[i + step]};")
+            if pair:
+                lines.append(f"max.f32 {peaks[i]}, {peaks[i]}, {peaks[i + step]};")
+        step //= 2
+    lines.append(f"mov.f32 $0, {sums[0]};")
+    if pair:
+        lines.append(f"mov.f32 $1, {peaks[0]};")
+    return "\n    ".join(lines)
 
 
 def _exchange_asm(clusters: int, pair: bool) -> str:
     """PTX of one exchange in a cluster of `clusters` (2 or 4): thread t < `clusters` sends this
     block's partial (`pair`: its sum and peak) to slot `rank` of block t, completing bytes on
     block t's mbarrier; thread 0 expects all slots' bytes on this block's; every thread waits
-    for them and adds the slots in the one-program tree's order (the peaks by maximum)."""
+    for them and adds the slots in the one-program tree's order (`combine_asm`). The mbarrier
+    and slots sit in Triton's dynamic shared memory (``global_smem``), which a kernel of two
+    warps or more a block declares for its own reduction."""
     width = 8 if pair else 4
     values = "{$2, $3}" if pair else "$1"
     vector = ".v2" if pair else ""
@@ -76,23 +104,10 @@ def _exchange_asm(clusters: int, pair: bool) -> str:
         f"st.async.shared::cluster.mbarrier::complete_tx::bytes{vector}.f32"
         f" [peer], {values}, [peerbar];"
     )
-    loads = "ld.shared.v4.f32 {a, b, c, d}, [slots];"
-    if clusters == 2 and not pair:
-        combine = "ld.shared.v2.f32 {a, b}, [slots]; add.f32 $0, a, b;"
-    elif clusters == 4 and not pair:
-        combine = f"{loads} add.f32 a, a, c; add.f32 b, b, d; add.f32 $0, a, b;"
-    elif clusters == 2:
-        combine = f"{loads} add.f32 $0, a, c; max.f32 $1, b, d;"
-    else:
-        combine = (
-            f"{loads} ld.shared.v4.f32 {{e, f, g, h}}, [slots+16];"
-            " add.f32 a, a, e; add.f32 c, c, g; add.f32 $0, a, c;"
-            " max.f32 b, b, d; max.f32 f, f, h; max.f32 $1, b, f;"
-        )
     return f"""{{
     .reg .b32 tid, rank, bar, slots, mine, peer, peerbar;
     .reg .pred writer, lead, done;
-    .reg .f32 a, b, c, d, e, f, g, h;
+    .reg .f32 v<16>;
     mov.u32 tid, %tid.x;
     mov.u32 rank, %cluster_ctarank;
     mov.u32 bar, global_smem;
@@ -110,7 +125,7 @@ def _exchange_asm(clusters: int, pair: bool) -> str:
     EXCHANGE_WAIT:
     mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [bar], 0;
     @!done bra EXCHANGE_WAIT;
-    {combine}
+    {combine_asm(clusters, pair)}
     }}"""
 
 
