@@ -378,3 +378,88 @@ def test_streamed_gates_on_a_deep_card_match_the_reference(
     gate, up = x[:, :width], x[:, width:]
     expected = (F.silu(gate) if act == pk.ACT_SILU else F.gelu(gate)) * up
     torch.testing.assert_close(out, expected)
+
+
+def _run_combine(asm: str, slots: list[float]) -> list[float]:
+    """`combine_asm`'s PTX run on `slots` in float32: its loads, adds, maxima and moves."""
+    import re
+
+    import numpy as np
+
+    regs: dict[str, np.float32] = {}
+    out: list[float] = [0.0, 0.0]
+    for line in asm.split("\n"):
+        line = line.strip().rstrip(";")
+        if line.startswith("ld.shared"):
+            names = re.findall(r"v\d+", line[line.index("{") : line.index("}")])
+            start = int(re.search(r"slots\+(\d+)", line).group(1)) // 4  # type: ignore[union-attr]
+            for k, name in enumerate(names):
+                regs[name] = np.float32(slots[start + k])
+        elif line.startswith(("add.f32", "max.f32")):
+            dst, a, b = (x.strip() for x in line.split(None, 1)[1].split(","))
+            op = np.add if line.startswith("add") else np.maximum
+            regs[dst] = np.float32(op(regs[a], regs[b]))
+        elif line.startswith("mov.f32"):
+            dst, src = (x.strip() for x in line.split(None, 1)[1].split(","))
+            out[int(dst[1:])] = float(regs[src])
+    return out
+
+
+@pytest.mark.parametrize("clusters", [2, 4])
+@pytest.mark.parametrize("pair", [False, True])
+def test_cluster_exchange_adds_in_the_one_program_butterfly_order(
+    clusters: int, pair: bool
+) -> None:
+    """The blocks' partials are added as the last steps of the one-program kernel's warp
+    butterfly (slot i takes slot i + d, d halving down to 1), in float32: the row's bits."""
+    import numpy as np
+
+    from ir_kernels_triton import cluster_norm
+
+    rng = np.random.default_rng(clusters)
+    # four partials whose float32 sum depends on the order: (p0 + p2) + (p1 + p3) = 2, while
+    # ((p0 + p1) + p2) + p3 = 1
+    sums = (
+        [1e8, 1.0, -1e8, 1.0]
+        if clusters == 4
+        else [float(np.float32(v)) for v in rng.standard_normal(2)]
+    )
+    peaks = [float(np.float32(abs(v))) for v in rng.standard_normal(clusters)]
+    slots = [v for pair_ in zip(sums, peaks, strict=True) for v in pair_] if pair else sums
+    got = _run_combine(cluster_norm.combine_asm(clusters, pair), slots)
+    level = [np.float32(v) for v in sums]
+    step = clusters // 2
+    while step:
+        level = [np.float32(level[i] + level[i + step]) for i in range(step)]
+        step //= 2
+    assert got[0] == float(level[0])
+    if pair:
+        assert got[1] == max(peaks)
+
+
+def test_cluster_launch_asks_only_a_known_kernel_form_for_clusters() -> None:
+    """`_ask_for_clusters` rewrites Triton's packed launch metadata (warps, blocks a cluster,
+    shared bytes) and refuses a kernel in another form or using the exchange's shared memory."""
+    import types
+
+    from ir_kernels_triton import cluster_norm as cn
+
+    def kernel(packed: object, shared: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(
+            packed_metadata=packed, metadata=types.SimpleNamespace(shared=shared)
+        )
+
+    fine = kernel((2, 1, 16), 16)
+    assert cn._ask_for_clusters(fine, 4)
+    assert fine.packed_metadata == (2, 4, cn.EXCHANGE_OFFSET + cn.EXCHANGE_BYTES)
+    assert cn._ask_for_clusters(fine, 4)  # again: unchanged
+    assert fine.packed_metadata == (2, 4, cn.EXCHANGE_OFFSET + cn.EXCHANGE_BYTES)
+    for other in (
+        kernel((2, 1, 16, 0), 16),
+        kernel([2, 1, 16], 16),
+        kernel((2, 1, 4096), cn.EXCHANGE_OFFSET + 1),
+        kernel((2, 2, 16), 16),
+    ):
+        before = other.packed_metadata
+        assert not cn._ask_for_clusters(other, 4)
+        assert other.packed_metadata == before
