@@ -63,13 +63,13 @@ from ir_kernels_triton.cluster_norm import (
     combine_asm,
     exchange_one,
     exchange_pair,
+    sum_and_max,
 )
 from ir_kernels_triton.fp8 import quantize, round_to_dtype
 from ir_kernels_triton.norm_kernels import (
     QUANT_DYNAMIC,
     QUANT_NONE,
     QUANT_STATIC,
-    _sum_and_max,
     launch_norm,
     norm_warps,
 )
@@ -198,7 +198,7 @@ def cluster_norm_kernel(
     sq = x * x
     if QUANT == 2:
         xw = x * w
-        part, part_peak = tl.reduce((sq, tl.abs(xw)), 0, _sum_and_max)
+        part, part_peak = tl.reduce((sq, tl.abs(xw)), 0, sum_and_max)
         if EXCHANGE == 1:
             total, peak = _cluster_total_and_peak(part, part_peak, S)
         elif EXCHANGE == 2:

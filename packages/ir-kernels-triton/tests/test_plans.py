@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from ir_kernels_triton import norm_kernels as nk
-from ir_kernels_triton import plans
+from ir_kernels_triton import plans, platform
 from ir_kernels_triton import pointwise_kernels as pk
 from ir_kernels_triton import rotary_kernels as rk
 from ir_spec import IrOp, ops
@@ -404,4 +404,4 @@ def test_older_triton_gets_no_plans(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(triton, "__version__", "3.5.1")
     assert plans._triton_launcher() is None
     monkeypatch.setattr(triton, "__version__", "3.6.0+git1234")
-    assert plans._triton_version() == (3, 6)
+    assert platform.triton_version() == (3, 6)

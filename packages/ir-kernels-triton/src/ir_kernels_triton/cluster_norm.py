@@ -32,7 +32,6 @@ rms_norm gained nothing (16 x 8192 level, 1 x 8192 slower), so `norm_kernels.clu
 leaves it to the split.
 """
 
-import functools
 import logging
 from typing import Any
 
@@ -41,7 +40,7 @@ import triton
 import triton.language as tl
 
 from .fp8 import quantize, round_to_dtype
-from .platform import interpreting
+from .platform import interpreting, sm90_or_newer, triton_version
 
 logger = logging.getLogger(__name__)
 
@@ -188,8 +187,9 @@ def _row_sum_and_peak(partial, peak, S: tl.constexpr):
 
 
 @triton.jit
-def _sum_and_max(total_a, peak_a, total_b, peak_b):
-    # `norm_kernels._sum_and_max` (which imports this module)
+def sum_and_max(total_a, peak_a, total_b, peak_b):
+    """The combine of the norm kernels' joint reduction of a row's sum and peak (here and in
+    `norm_kernels.norm_kernel`)."""
     return total_a + total_b, tl.maximum(peak_a, peak_b)
 
 
@@ -243,7 +243,7 @@ def cluster_norm_kernel(
     sq = x * x
     if QUANT == 2:
         xw = x * w
-        partial, partial_peak = tl.reduce((sq, tl.abs(xw)), 0, _sum_and_max)
+        partial, partial_peak = tl.reduce((sq, tl.abs(xw)), 0, sum_and_max)
         total, peak = _row_sum_and_peak(partial, partial_peak, S)
     else:
         total = _row_sum(tl.sum(sq, axis=0), S)
@@ -267,22 +267,12 @@ def cluster_norm_kernel(
         tl.store(out_ptr + row * out_stride + offs, q.to(out_ptr.dtype.element_ty))
 
 
-def _triton_version() -> tuple[int, int]:
-    major, minor = triton.__version__.split(".")[:2]
-    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
-
-
-@functools.cache
-def _device_clusters(device_index: int) -> bool:
-    return torch.version.hip is None and torch.cuda.get_device_capability(device_index)[0] >= 9
-
-
 def cluster_launches(t: torch.Tensor) -> bool:
     """Whether rows of `t` may be spread over clusters: on a GPU of compute capability 9.0+,
     with a Triton of `CLUSTER_TRITON`, not in the interpreter."""
-    if interpreting() or not t.is_cuda or _triton_version() not in CLUSTER_TRITON:
+    if interpreting() or not t.is_cuda or triton_version() not in CLUSTER_TRITON:
         return False
-    return _device_clusters(t.device.index if t.device.index is not None else 0)
+    return sm90_or_newer(t.device.index if t.device.index is not None else 0)
 
 
 def _ask_for_clusters(compiled: Any, clusters: int) -> bool:

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .platform import interpreting
+from .platform import interpreting, sm90_or_newer
 
 try:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -89,9 +89,7 @@ def triton_launches_programmatically() -> bool:
 
 @functools.cache
 def _device_launches_programmatically(device_index: int) -> bool:
-    if torch.version.hip is not None or not triton_launches_programmatically():
-        return False
-    return torch.cuda.get_device_capability(device_index)[0] >= 9
+    return triton_launches_programmatically() and sm90_or_newer(device_index)
 
 
 #: Launches of at most this many threads are programmatic: one wave of 1024 threads an SM on a

@@ -36,6 +36,7 @@ from .cluster_norm import (
     cluster_launches,
     cluster_norm_kernel,
     launch_cluster_norm,
+    sum_and_max,
 )
 from .fp8 import exact_rounding, quantize, round_to_dtype
 from .launch import await_previous_grid, launch_options, programmatic_launch_enabled
@@ -69,11 +70,6 @@ def _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT: tl.constexpr):
         w = _load(w_ptr + offs, mask, "").to(tl.float32)
         y = y * w
     return y
-
-
-@triton.jit
-def _sum_and_max(total_a, peak_a, total_b, peak_b):
-    return total_a + total_b, tl.maximum(peak_a, peak_b)
 
 
 @triton.jit
@@ -214,7 +210,7 @@ def norm_kernel(
                 total = tl.sum(sq, axis=0)
                 peak = tl.max(tl.abs(xw), axis=0)
             else:
-                total, peak = tl.reduce((sq, tl.abs(xw)), 0, _sum_and_max)
+                total, peak = tl.reduce((sq, tl.abs(xw)), 0, sum_and_max)
         else:
             total = tl.sum(sq, axis=0)
         inv_rms = tl.rsqrt(total / variance_size + eps)
@@ -555,15 +551,29 @@ def _aligned_split(
     return split if split > 1 and _rows_aligned(x) else 1
 
 
-def _all_aligned(*tensors: torch.Tensor | None) -> bool:
-    """Whether every tensor given is 16-byte aligned as Triton specializes it (address, and
-    the row stride in elements of one with rows)."""
-    for t in tensors:
-        if t is None:
-            continue
-        if t.data_ptr() % 16 or (t.dim() > 1 and rows(t).stride(0) % 16):
-            return False
-    return True
+def _cluster_fits(
+    x: torch.Tensor,
+    weight: torch.Tensor | None,
+    out: torch.Tensor,
+    residual: torch.Tensor | None,
+    residual_out: torch.Tensor | None,
+    block: int,
+    full_row: bool,
+) -> bool:
+    """Whether a launch's rows can be spread over a cluster at all: 16-bit rows of
+    `CLUSTER_BLOCK` that fill their block (`full_row`) beside a weight, the weight and every
+    tensor of rows 16-byte aligned as Triton specializes them (`_rows_aligned`: the one-program
+    kernel's layout, hence the order of its sum, follows the alignment), where clusters launch
+    (`cluster_norm.cluster_launches`)."""
+    return (
+        block == CLUSTER_BLOCK
+        and full_row
+        and weight is not None
+        and x.element_size() == 2
+        and cluster_launches(x)
+        and weight.data_ptr() % 16 == 0
+        and all(_rows_aligned(t) for t in (x, out, residual, residual_out) if t is not None)
+    )
 
 
 def cluster_for(
@@ -577,28 +587,19 @@ def cluster_for(
     full_row: bool,
 ) -> int:
     """Blocks of a cluster a row (`cluster_norm`): `CLUSTER` for the fused adds and the
-    dynamic-fp8 norm at decode sizes (up to `CLUSTER_ROWS` rows) of `CLUSTER_BLOCK` 16-bit
-    elements that fill their block (`full_row`) beside a weight, every tensor 16-byte aligned
-    (the one-program kernel's layout, hence the order of its sum, follows the alignment),
-    where clusters launch (`cluster_norm.cluster_launches`) and programmatic launch is off;
-    else 1. Rows written in place are spread too: each block reads only what it writes. H200
-    (`triton-tuning-H200.log` rounds 11 and 12), against the split and, in place, one program
-    a row: fused add 16 x 8192 1.82-1.84 against 1.99-2.02 µs, in place 1.81 against 2.43;
-    dynamic fp8 16 x 8192 1.97-2.02 against 2.09-2.11. The plain norms stay split (rms_norm
-    1 x 8192 1.68-1.75 against 1.59-1.67)."""
-    if (
-        block != CLUSTER_BLOCK
-        or not full_row
-        or weight is None
-        or x.element_size() != 2
-        or (residual is None and quant != QUANT_DYNAMIC)
-        or num_rows(x) > CLUSTER_ROWS
-        or programmatic_launch_enabled()
-        or not cluster_launches(x)
-        or not _all_aligned(x, weight, out, residual, residual_out)
-    ):
-        return 1
-    return CLUSTER
+    dynamic-fp8 norm at decode sizes (up to `CLUSTER_ROWS` rows) whose rows fit a cluster
+    (`_cluster_fits`), with programmatic launch off; else 1. Rows written in place are spread
+    too: each block reads only what it writes. H200 (`triton-tuning-H200.log` rounds 11 and
+    12), against the split and, in place, one program a row: fused add 16 x 8192 1.82-1.84
+    against 1.99-2.02 µs, in place 1.81 against 2.43; dynamic fp8 16 x 8192 1.97-2.02 against
+    2.09-2.11. The plain norms stay split (rms_norm 1 x 8192 1.68-1.75 against 1.59-1.67)."""
+    spread = (
+        (residual is not None or quant == QUANT_DYNAMIC)
+        and num_rows(x) <= CLUSTER_ROWS
+        and not programmatic_launch_enabled()
+        and _cluster_fits(x, weight, out, residual, residual_out, block, full_row)
+    )
+    return CLUSTER if spread else 1
 
 
 #: Plans of `launch_norm` (`plans`), and the positions among `norm_kernel`'s arguments of
@@ -745,12 +746,7 @@ def launch_norm(
         clusters = cluster
         if cluster != 1 and (
             cluster != CLUSTER
-            or block != CLUSTER_BLOCK
-            or not full_row
-            or weight is None
-            or x.element_size() != 2
-            or not cluster_launches(x)
-            or not _all_aligned(x, weight, out, residual, residual_out)
+            or not _cluster_fits(x, weight, out, residual, residual_out, block, full_row)
         ):
             raise ValueError(
                 f"cluster={cluster}: expected 1, or {CLUSTER} for 16-bit rows of "

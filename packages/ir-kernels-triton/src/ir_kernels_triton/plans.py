@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from .launch import programmatic_launch_enabled
-from .platform import interpreting
+from .platform import interpreting, triton_version
 
 logger = logging.getLogger(__name__)
 
@@ -63,19 +63,9 @@ def _env_enabled() -> bool:
 MIN_TRITON = (3, 6)
 
 
-def _triton_version() -> tuple[int, ...]:
-    import triton
-
-    parts = []
-    for part in triton.__version__.split(".")[:2]:
-        digits = "".join(c for c in part if c.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
 def _triton_launcher() -> tuple[Any, Any] | None:
     """Triton's runtime knobs and driver where its compiled kernels can be launched directly."""
-    if _triton_version() < MIN_TRITON:
+    if triton_version() < MIN_TRITON:
         return None
     try:
         from triton import knobs

@@ -28,6 +28,23 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
+def triton_version() -> tuple[int, int]:
+    """The installed Triton's (major, minor), a local suffix ignored ("3.6.0+git1234": (3, 6));
+    read at each call."""
+    major, minor = (
+        int("".join(c for c in part if c.isdigit()) or 0)
+        for part in [*triton.__version__.split("."), "0"][:2]
+    )
+    return major, minor
+
+
+@functools.cache
+def sm90_or_newer(device_index: int) -> bool:
+    """Whether GPU `device_index` is an NVIDIA GPU of compute capability 9.0 or later (thread-block
+    clusters, programmatic dependent launch)."""
+    return torch.version.hip is None and torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
 @functools.cache
 def triton_supported() -> bool:
     """Triton can run here: a CUDA/ROCm GPU it targets, or the interpreter."""
