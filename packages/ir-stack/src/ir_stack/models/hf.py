@@ -120,6 +120,7 @@ from ir_spec import ops
 
 from . import hf_attention
 from .hf_attention import AttentionPlan, QueryScale, has_linears
+from .hf_forward import with_forward
 from .hf_modules import (
     GATED_ACTIVATIONS,
     IRGatedMLP,
@@ -488,9 +489,9 @@ def _is_mixture_of_experts(module: nn.Module) -> bool:
 
 def _convert_experts(experts: Any) -> str:
     """Make the routed `experts` gate with the IR op, through their ``_apply_gate`` hook
-    (`_experts_gating`) or, for Llama 4's, their forward (`_batched_experts_gating`); an
-    instance attribute either way, so the class and every other model's experts keep theirs.
-    Return why not, or ``""``."""
+    (`_experts_gating`, an instance attribute) or, for Llama 4's, their forward
+    (`_batched_experts_gating`; `hf_forward.with_forward`), so the class and every other
+    model's experts keep theirs. Return why not, or ``""``."""
     if getattr(type(experts), "_apply_gate", None) is not None:
         activation, why = _experts_gating(experts)
         if activation is not None:
@@ -498,11 +499,18 @@ def _convert_experts(experts: Any) -> str:
         return why
     activation, why = _batched_experts_gating(experts)
     if activation is not None:
-        experts.forward = functools.partial(_batched_experts_forward, experts, activation)
+        experts.ir_activation = activation
+        with_forward(experts, _batched_experts_forward)
     return why
 
 
-def _batched_experts_forward(experts: Any, activation: str, hidden_states: Tensor) -> Tensor:
+def _batched_experts_forward(self: Any, hidden_states: Tensor) -> Tensor:
+    """The forward of converted Llama 4 routed experts: `_batched_experts` with the activation
+    the conversion found (``ir_activation``)."""
+    return _batched_experts(self, self.ir_activation, hidden_states)
+
+
+def _batched_experts(experts: Any, activation: str, hidden_states: Tensor) -> Tensor:
     """Llama 4's routed experts' forward, gating with the IR op: the rows of each expert in
     turn (``[experts x rows, hidden]``) through its slice of ``gate_up_proj`` ``[experts,
     hidden, 2 x width]`` (gate columns first), `act_and_mul`, and its ``down_proj``."""
@@ -516,7 +524,7 @@ def _batched_experts_forward(experts: Any, activation: str, hidden_states: Tenso
 def _batched_experts_gating(experts: nn.Module) -> tuple[str | None, str]:
     """The `GATED_ACTIVATIONS` name of routed experts without an ``_apply_gate`` hook that
     gate inline in their own forward on batched products with one gate-up tensor per layer
-    (Llama 4's), where that forward computes `_batched_experts_forward`'s (run both on a
+    (Llama 4's), where that forward computes `_batched_experts`'s (run both on a
     probe); else ``(None, why)``."""
     gate_up, down = (getattr(experts, name, None) for name in ("gate_up_proj", "down_proj"))
     if not all(isinstance(w, nn.Parameter) and w.dim() == 3 for w in (gate_up, down)):
@@ -531,7 +539,7 @@ def _batched_experts_gating(experts: nn.Module) -> tuple[str | None, str]:
     try:
         with torch.no_grad():
             want = experts(rows)
-            got = _batched_experts_forward(experts, activation, rows)
+            got = _batched_experts(experts, activation, rows)
     except Exception as error:
         return None, f"mixture of experts: its experts failed on a probe ({error})"
     if not close(got, want):

@@ -8,7 +8,6 @@ so every layer still gets the table of its own rope. They must agree on their la
 widths and their rotation form, so that one plan, probed with the first, fits every layer."""
 
 import copy
-import functools
 import itertools
 import logging
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from torch import Tensor, nn
 
 from .hf_attention import is_attention, layer_type_of, rotary_attention_forward
 from .hf_attention_probe import attention_plan
+from .hf_forward import with_forward
 from .hf_modules import IRRotaryCache
 from .hf_rotation_probe import ignores_position_embeddings, rotation_form
 
@@ -246,7 +246,6 @@ def _convert(model: nn.Module, ropes: list[_Rope], max_positions: int, converted
         model.set_submodule(rope.path, cache)
     for attention_path, attention, plan in plans:
         attention.ir_attention_plan = plan
-        # a partial of a module-level function, not a bound method: the model still pickles
-        attention.forward = functools.partial(rotary_attention_forward, attention)
+        with_forward(attention, rotary_attention_forward)
         converted.append(attention_path)
     return ""
