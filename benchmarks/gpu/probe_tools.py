@@ -1,9 +1,9 @@
 """What the GPU probes share: building a standalone CUDA source with nvcc, the `ir_cuda` ops
-where the package builds, a catalog op's bf16 sample inputs, and timing candidates side by side in
-rotated rounds.
+where the package builds, a catalog op's bf16 sample inputs, which Triton norm kernel variant a
+norm op is, an empty Triton kernel, and timing candidates side by side in rotated rounds.
 
-The probes (`quant_layout_probe.py`, `static_quant_probe.py`) and `cuda_ab.py` import it as a
-sibling module (they run as scripts from this directory).
+The probes (`quant_layout_probe.py`, `static_quant_probe.py`, the `triton_*_probe.py` scripts)
+and `cuda_ab.py` import it as a sibling module (they run as scripts from this directory).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import triton
 from triton.testing import do_bench_cudagraph
 
 
@@ -69,6 +70,42 @@ def ir_cuda_kernels() -> Any:
         print(f"ir_cuda unavailable: {error}")
         return None
     return KERNELS if SUPPORTED else None
+
+
+#: The catalog norm ops, each one variant of the Triton norm kernel (`norm_variant`).
+NORM_OPS = (
+    "rms_norm",
+    "fused_add_rms_norm",
+    "rms_norm_static_quant_fp8",
+    "fused_add_rms_norm_static_quant_fp8",
+    "rms_norm_dynamic_quant_fp8",
+)
+
+
+def norm_variant(name: str) -> tuple[int, bool]:
+    """The Triton norm kernel's variant of catalog norm op `name` (one of `NORM_OPS`): its
+    ``QUANT`` constant (`ir_kernels_triton.norm_kernels`) and whether it adds a residual."""
+    from ir_kernels_triton import norm_kernels as nk
+
+    if name not in NORM_OPS:
+        raise ValueError(f"norm_variant: {name!r} is not a norm op; expected one of {NORM_OPS}")
+    if "dynamic_quant" in name:
+        quant = nk.QUANT_DYNAMIC
+    elif "static_quant" in name:
+        quant = nk.QUANT_STATIC
+    else:
+        quant = nk.QUANT_NONE
+    return quant, name.startswith("fused_add")
+
+
+@triton.jit
+def _empty_kernel():
+    pass
+
+
+def launch_empty_kernel() -> None:
+    """Launch an empty Triton kernel of one program: the floor a probe's decode times sit on."""
+    _empty_kernel[(1,)]()
 
 
 def time_rotated(

@@ -52,7 +52,14 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from probe_tools import bf16_inputs, fastest_line, time_rotated, write_results
+from probe_tools import (
+    bf16_inputs,
+    fastest_line,
+    launch_empty_kernel,
+    norm_variant,
+    time_rotated,
+    write_results,
+)
 
 from ir_kernels_triton.cluster_norm import (
     EXCHANGE_BYTES,
@@ -68,7 +75,6 @@ from ir_kernels_triton.cluster_norm import (
 from ir_kernels_triton.fp8 import quantize, round_to_dtype
 from ir_kernels_triton.norm_kernels import (
     QUANT_DYNAMIC,
-    QUANT_NONE,
     QUANT_STATIC,
     launch_norm,
     norm_warps,
@@ -229,20 +235,6 @@ def cluster_norm_kernel(
         tl.store(out_ptr + row * out_stride + offs, q.to(out_ptr.dtype.element_ty))
 
 
-@triton.jit
-def empty_kernel():
-    pass
-
-
-_QUANT = {
-    "rms_norm": QUANT_NONE,
-    "fused_add_rms_norm": QUANT_NONE,
-    "rms_norm_static_quant_fp8": QUANT_STATIC,
-    "fused_add_rms_norm_static_quant_fp8": QUANT_STATIC,
-    "rms_norm_dynamic_quant_fp8": QUANT_DYNAMIC,
-}
-
-
 class ClusterProbe:
     """The cluster kernel for one op's sample inputs, its outputs allocated once (so that a CUDA
     graph replays the same launch)."""
@@ -256,8 +248,7 @@ class ClusterProbe:
         cluster_launch: bool = True,
         inplace: bool = False,
     ) -> None:
-        self.quant = _QUANT[name]
-        self.residual = name.startswith("fused_add")
+        self.quant, self.residual = norm_variant(name)
         self.scale = None
         if self.residual:
             self.x, self.r, self.w, self.eps = args[:4]
@@ -337,8 +328,7 @@ def unclustered(name: str, args: tuple[Any, ...], inplace: bool = False) -> Call
     """The provider's launch of these rows with clusters off (`launch_norm(..., cluster=1)`):
     the split, or one program a row in place, as before round 12 (the JSONs of rounds 11 and
     12 name it `triton` and `triton-inplace`)."""
-    quant = _QUANT[name]
-    residual = name.startswith("fused_add")
+    quant, residual = norm_variant(name)
     x = args[0].clone() if inplace else args[0]
     r = (args[1].clone() if inplace else args[1]) if residual else None
     w, eps = args[2 if residual else 1], args[3 if residual else 2]
@@ -388,7 +378,7 @@ def probe_shape(
     candidates: dict[str, Callable[[], Any]] = {
         "triton": partial(impl, *args),
         "split": unclustered(name, args),
-        "empty": lambda: empty_kernel[(1,)](),
+        "empty": launch_empty_kernel,
     }
     same: dict[str, bool] = {}
     for s in clusters:

@@ -36,7 +36,13 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from probe_tools import bf16_inputs, fastest_line, time_rotated, write_results
+from probe_tools import (
+    bf16_inputs,
+    fastest_line,
+    launch_empty_kernel,
+    time_rotated,
+    write_results,
+)
 
 from ir_kernels_triton.fp8 import exact_rounding, quantize, round_to_dtype
 from ir_spec import IrOp
@@ -108,11 +114,6 @@ def exchange_norm_kernel(
         tl.store(out_ptr + at, q.to(out_ptr.dtype.element_ty))
     else:
         tl.store(out_ptr + at, (x * inv_rms * w).to(out_ptr.dtype.element_ty))
-
-
-@triton.jit
-def empty_kernel():
-    pass
 
 
 class ExchangeProbe:
@@ -189,7 +190,7 @@ def probe_shape(
     expected = op.native(*args)
     candidates: dict[str, Callable[[], Any]] = {
         "triton": partial(op.impls["triton"].fn, *args),
-        "empty": lambda: empty_kernel[(1,)](),
+        "empty": launch_empty_kernel,
     }
     for s in splits:
         for w in warps:

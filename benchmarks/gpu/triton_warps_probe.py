@@ -24,25 +24,25 @@ from typing import Any
 
 import torch
 import triton
-from probe_tools import bf16_inputs, fastest_line, time_rotated, write_results
+from probe_tools import (
+    NORM_OPS,
+    bf16_inputs,
+    fastest_line,
+    launch_empty_kernel,
+    norm_variant,
+    time_rotated,
+    write_results,
+)
 
-from ir_kernels_triton import norm_kernels
+from ir_kernels_triton import MAX_SINGLE_PASS, norm_kernels
 from ir_kernels_triton.plans import set_launch_plans
-
-_QUANT = {
-    "rms_norm": norm_kernels.QUANT_NONE,
-    "fused_add_rms_norm": norm_kernels.QUANT_NONE,
-    "rms_norm_static_quant_fp8": norm_kernels.QUANT_STATIC,
-    "fused_add_rms_norm_static_quant_fp8": norm_kernels.QUANT_STATIC,
-    "rms_norm_dynamic_quant_fp8": norm_kernels.QUANT_DYNAMIC,
-}
 
 
 @contextmanager
 def warps_for(op: str, width: int, warps: int | None) -> Iterator[None]:
     """`norm_warps` answering `warps` for `op`'s rows of `width` (None: as it is) inside."""
     original = norm_kernels.norm_warps
-    quant, residual = _QUANT[op], op.startswith("fused_add")
+    quant, residual = norm_variant(op)
 
     def changed(block: int, q: int, has_residual: bool = False) -> int:
         if warps is not None and (block, q, has_residual) == (width, quant, residual):
@@ -83,17 +83,12 @@ def same_first_row(
     return all(torch.equal(w[:1], f[:1]) for w, f in zip(whole, first, strict=True))
 
 
-@triton.jit
-def empty_kernel():
-    pass
-
-
 def probe(op: str, width: int, tokens: int, counts: list[int], rounds: int) -> dict[str, Any]:
     name_op, args = bf16_inputs(op, tokens, width)
     impl = name_op.impls["triton"].fn
-    default = norm_kernels.norm_warps(width, _QUANT[op], op.startswith("fused_add"))
+    default = norm_kernels.norm_warps(width, *norm_variant(op))
     variants = {f"warps={default}": None, **{f"warps={w}": w for w in counts if w != default}}
-    candidates: dict[str, Callable[[], Any]] = {"empty": lambda: empty_kernel[(1,)]()}
+    candidates: dict[str, Callable[[], Any]] = {"empty": launch_empty_kernel}
     same: dict[str, bool] = {}
     for tag, warps in variants.items():
         same[tag] = same_first_row(impl, args, op, width, warps)
@@ -109,13 +104,21 @@ def probe(op: str, width: int, tokens: int, counts: list[int], rounds: int) -> d
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--op", default="rms_norm_dynamic_quant_fp8", choices=sorted(_QUANT))
-    parser.add_argument("--width", type=int, default=8192)
+    parser.add_argument("--op", default="rms_norm_dynamic_quant_fp8", choices=NORM_OPS)
+    parser.add_argument(
+        "--width", type=int, default=8192, help="the row width, a power of two (one row block)"
+    )
     parser.add_argument("--warps", default="16", help="counts to time beside the provider's")
     parser.add_argument("--tokens", default="1,16,128,1024,4096,16384")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--json", type=Path)
     a = parser.parse_args()
+    # `norm_warps` answers for a row block: a width whose rows fill their block in one pass
+    if a.width & (a.width - 1) or not 0 < a.width <= MAX_SINGLE_PASS:
+        parser.error(
+            f"--width {a.width}: expected a power of two up to {MAX_SINGLE_PASS} "
+            "(the row block `norm_warps` is asked about)"
+        )
     import ir_kernels_triton  # noqa: F401  (registers provider triton)
 
     set_launch_plans(False)
