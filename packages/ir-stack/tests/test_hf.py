@@ -1085,6 +1085,18 @@ def _assert_same_attention_calls(model: Any, attention_layers: int | None = None
                 assert got[name] == value, name
 
 
+#: torch 2.11's Inductor corrupts the heap running its CPU code for transformers 5.17's Falcon-H1
+#: (the original model too, with stock `torch.compile`). On an H200's host, under
+#: ``MALLOC_CHECK_=3``, 13 of 13 processes aborted ("free(): corrupted unsorted chunks",
+#: "double free or corruption") or crashed; without it, the abort took a whole test shard down
+#: twice. With transformers 5.24 on torch 2.11, and with 5.17 on torch 2.13, none did
+#: (`benchmarks/results/stack-tests-H200.md`, round 62)
+INDUCTOR_CPU_FALCON_H1 = (
+    "torch < 2.13 with transformers < 5.24: Inductor's CPU code for Falcon-H1 corrupts the heap, "
+    "stock torch.compile of the original model too"
+)
+
+
 @pytest.mark.parametrize(
     "family",
     [
@@ -1103,7 +1115,14 @@ def _assert_same_attention_calls(model: Any, attention_layers: int | None = None
         "qwen3_5",
         "lfm2",
         "deepseek_v32",
-        "falcon_h1",
+        pytest.param(
+            "falcon_h1",
+            marks=pytest.mark.skipif(
+                Version(torch.__version__).release < (2, 13)
+                and Version(transformers.__version__) < Version("5.24"),
+                reason=INDUCTOR_CPU_FALCON_H1,
+            ),
+        ),
     ],
 )
 def test_converted_model_compiles_with_its_residual_adds_fused(family: str) -> None:
