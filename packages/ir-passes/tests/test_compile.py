@@ -48,6 +48,31 @@ def test_results_equal_eager_and_inputs_untouched(provider: str) -> None:
     assert set(report.selected_impls["fused_add_rms_norm"].values()) == {provider}
 
 
+def test_collect_reports_keeps_every_compilation_of_its_block() -> None:
+    """Two compilations in one block give two reports, in order; a nested block gets only its
+    own; nothing is collected after the block (where `last_report` keeps only the last)."""
+
+    def norm_then_graph_break(x: Tensor, w: Tensor) -> Tensor:
+        y = ops.rms_norm(x, w, 1e-6)
+        torch._dynamo.graph_break()  # a second graph: a second compilation
+        return ops.silu_and_mul(torch.cat([y, y], dim=-1))
+
+    x, w = torch.randn(8, 64), torch.randn(64)
+    with ir_passes.collect_reports() as outer:
+        ir_passes.compile(residual_chain)(*args())
+        with ir_passes.collect_reports() as inner:
+            ir_passes.compile(norm_then_graph_break)(x, w)
+    ir_passes.compile(residual_chain)(*args())  # after the block: not collected
+    assert [set(r.selected_impls) for r in inner] == [{"rms_norm"}, {"silu_and_mul"}]
+    assert [set(r.selected_impls) for r in outer] == [
+        {"fused_add_rms_norm"},
+        {"rms_norm"},
+        {"silu_and_mul"},
+    ]
+    assert all(r.passes_ran for r in outer)
+    assert ir_passes.last_report() not in outer
+
+
 def test_inplace_chain_leaves_no_clone() -> None:
     ir_dispatch.set_priority(fused_add_rms_norm=["t_inplace"])
     compiled = ir_passes.compile(residual_chain)

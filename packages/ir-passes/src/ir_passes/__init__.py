@@ -6,7 +6,8 @@ it into ``fused_add_rms_norm``; norm / activation + fp8 quant into the composite
 `LoweringPass` (each IR op -> the implementation ir-dispatch selects on the
 node's fake tensors, in-place ones with clones) and `CloneEliminationPass` (clones provably
 unneeded are removed, aliasing taken into account). `inductor_options` installs them in
-Inductor; `compile` wraps `torch.compile` with them; `last_report` tells what they did.
+Inductor; `compile` wraps `torch.compile` with them; `last_report` tells what they did in
+the last compilation, `collect_reports` in every compilation of a block.
 """
 
 from ._version import __version__
@@ -16,7 +17,7 @@ from .functionalize import InplaceFunctionalizationPass
 from .fusion import PATTERNS, RESIDUAL_ADD_PATTERN, FusionPass, FusionPattern
 from .inductor import PostGradPass, PreGradPass, compile, inductor_options, selection_key
 from .lowering import LoweringPass
-from .report import PassReport, last_report
+from .report import PassReport, collect_reports, last_report
 
 __all__ = [
     "PATTERNS",
@@ -31,6 +32,7 @@ __all__ = [
     "PostGradPass",
     "PreGradPass",
     "__version__",
+    "collect_reports",
     "compile",
     "inductor_options",
     "last_report",

@@ -1,7 +1,10 @@
-"""`PassReport`: what the passes did in one compilation; `last_report` per thread."""
+"""`PassReport`: what the passes did in one compilation; `last_report` per thread, and
+`collect_reports` for every compilation of a block (a piecewise model compiles several)."""
 
 import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 
@@ -39,7 +42,24 @@ def new_report() -> PassReport:
     report = PassReport()
     _local.report = report
     _local.claimed = False
+    for collected in getattr(_local, "collectors", ()):
+        collected.append(report)
     return report
+
+
+@contextmanager
+def collect_reports() -> Iterator[list[PassReport]]:
+    """The reports of every compilation this thread starts inside the block, in order (each
+    piece of a piecewise model is one; `last_report` keeps only the last). Blocks nest: an
+    outer block gets the inner block's reports too. A compilation served whole from Inductor's
+    caches starts a report whose ``passes_ran`` is False."""
+    collected: list[PassReport] = []
+    collectors: list[list[PassReport]] = getattr(_local, "collectors", [])
+    _local.collectors = [*collectors, collected]
+    try:
+        yield collected
+    finally:
+        _local.collectors = collectors
 
 
 def claim_report() -> PassReport:
