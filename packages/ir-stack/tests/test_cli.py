@@ -10,11 +10,12 @@ import pytest
 
 
 def run(
-    *args: str, module: str = "ir_stack.cli", gpus: bool = True
+    *args: str, module: str = "ir_stack.cli", gpus: bool = True, **env_vars: str
 ) -> subprocess.CompletedProcess[str]:
-    """`module` run with `args` in a child process; ``gpus=False`` hides the GPUs from it, for
-    tests of the CPU path that must hold on GPU machines too."""
-    env = {**os.environ, "COLUMNS": "200"}
+    """`module` run with `args` in a child process, `env_vars` added to its environment;
+    ``gpus=False`` hides the GPUs from it, for tests of the CPU path that must hold on GPU
+    machines too."""
+    env = {**os.environ, "COLUMNS": "200", **env_vars}
     if not gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""
     return subprocess.run(
@@ -27,12 +28,29 @@ def run(
     )
 
 
-def test_demo_runs_every_mode_and_agrees() -> None:
-    done = run("demo")
-    assert done.returncode == 0, done.stdout + done.stderr
-    for mode in ("eager native", "eager, selected kernels", "ir_stack.compile"):
-        assert mode in done.stdout
-    assert "all modes agree" in done.stdout
+def test_demo_runs_every_mode_under_the_priority_flags() -> None:
+    """On the CPU with Triton's interpreter (the GPU path: `test_gpu_models.py`): every mode
+    agrees with eager native, and each mode but eager native runs the provider the flag puts
+    first, and says so in its column of the providers table, the compiled ones too
+    (their passes run every time, not served from Inductor's caches). The demo had cleared
+    the flags' priority before its modes, and printed nothing for compiled graphs a cache
+    served."""
+    pytest.importorskip("ir_kernels_triton")
+    flag = "--ir-op-priority.silu_and_mul=triton,native"
+    for attempt in ("first", "caches warm"):
+        done = run("demo", flag, gpus=False, TRITON_INTERPRET="1")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "all modes agree" in done.stdout
+        for mode in ("eager native", "eager, selected kernels", "ir_stack.compile", "piecewise"):
+            assert mode in done.stdout
+        rows = {
+            cells[0]: cells[1:]
+            for line in done.stdout.splitlines()
+            if line.startswith("│ ")
+            for cells in [[cell.strip() for cell in line.strip("│ ").split("│")]]
+        }
+        assert rows["silu_and_mul"] == ["native", "triton", "triton", "triton"], attempt
+        assert rows["rms_norm"] == ["native"] * 4, attempt
 
 
 def test_explain_one_op_and_all() -> None:

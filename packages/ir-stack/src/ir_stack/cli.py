@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from .demo import main as demo
 
-        return demo(console)
+        return demo(console, config)
     if args.command == "bench":
         from .bench import main as bench
 

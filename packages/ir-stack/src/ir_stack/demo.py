@@ -1,8 +1,12 @@
-"""``ir-stack demo``: the tiny model in each mode, timed and compared with eager native."""
+"""``ir-stack demo``: the tiny model in each mode, timed and compared with eager native, and
+the provider each mode ran for each op."""
 
+import contextlib
+import dataclasses
+import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -25,14 +29,14 @@ BATCH = 2
 
 @dataclass
 class ModeResult:
-    """One mode's timings, error against eager native and the providers it used."""
+    """One mode's timings, error against eager native and the providers it used (op name ->
+    providers, sorted)."""
 
     name: str
     prefill_ms: float | None = None
     decode_ms: float | None = None
     max_error: float | None = None
-    providers: str = ""
-    note: str = ""
+    providers: dict[str, list[str]] = field(default_factory=dict)
 
 
 def run_generation(
@@ -67,39 +71,62 @@ def run_generation(
     return torch.cat(logits), prefill, decode
 
 
-class ReportingForward:
-    """Calls a compiled forward and keeps the providers its compilations lowered to (prefill
-    and decode compile separate graphs, each with its own report)."""
-
-    def __init__(self, forward: Callable[..., Any]) -> None:
-        self.forward = forward
-        self.selected: dict[str, set[str]] = {}
-
-    def __call__(self, *args: Any) -> Any:
-        out = self.forward(*args)
-        report = ir_passes.last_report()
-        if report is not None:
+def providers_used(reports: list[ir_passes.PassReport] | None = None) -> dict[str, list[str]]:
+    """Providers per op: from compilations' reports (a compiled mode), or from the eager call
+    counts (an eager mode, `reports` None)."""
+    chosen: dict[str, set[str]] = {}
+    if reports is not None:
+        for report in reports:
             for op, nodes in report.selected_impls.items():
-                self.selected.setdefault(op, set()).update(nodes.values())
-        return out
+                chosen.setdefault(op, set()).update(nodes.values())
+    for op, provider in ir_dispatch.stats():
+        chosen.setdefault(op, set()).add(provider)
+    return {op: sorted(providers) for op, providers in sorted(chosen.items())}
 
 
-def providers_used(compiled: ReportingForward | None = None) -> str:
-    """Providers per op: from the compilations' reports, or from eager call counts."""
-    if compiled is not None:
-        if not compiled.selected:
-            return "served from Inductor's caches (the passes ran when it was first compiled)"
-        chosen = {op: sorted(p) for op, p in compiled.selected.items()}
-    else:
-        chosen = {}
-        for (op, provider), _ in sorted(ir_dispatch.stats().items()):
-            chosen.setdefault(op, []).append(provider)
-    return ", ".join(f"{op}: {'/'.join(p)}" for op, p in sorted(chosen.items()))
+@contextlib.contextmanager
+def passes_run_every_time() -> Iterator[None]:
+    """Inductor compiles without its graph caches, so that the IR passes run and report what
+    they lowered to: a graph served from a cache carries no report. (Its compiled kernels are
+    still reused; only the graphs are compiled again.) torch's ``standalone_compile``, which
+    compiles the pieces, warns without the cache that it cannot save them: the demo saves
+    none, so that warning is held back inside the block."""
+    standalone = logging.getLogger("torch._inductor.standalone_compile")
+    level = standalone.level
+    standalone.setLevel(logging.ERROR)
+    try:
+        with (
+            torch._inductor.config.patch(fx_graph_cache=False),
+            torch._functorch.config.patch(enable_autograd_cache=False),
+        ):
+            yield
+    finally:
+        standalone.setLevel(level)
 
 
-def main(console: Console | None = None) -> int:
-    """Run every mode; exit code 0 only when all agree with eager native within tolerance."""
+def providers_table(results: list[ModeResult]) -> Table:
+    """The provider each mode ran for each op: ops down, modes across. Each mode's column is
+    as wide as its widest cell or header word, its header wrapped at spaces, so that the table
+    fits an 80-column terminal."""
+    ops_run = sorted({op for result in results for op in result.providers})
+    cells = [["/".join(r.providers.get(op, ["-"])) for op in ops_run] for r in results]
+    table = Table(title="providers by op (what each mode ran)")
+    table.add_column("op", no_wrap=True)
+    for result, column in zip(results, cells, strict=True):
+        width = max(len(text) for text in [*result.name.split(), *column])
+        table.add_column(result.name, min_width=width, max_width=width)
+    for op, *row in zip(ops_run, *cells, strict=True):
+        table.add_row(op, *row)
+    return table
+
+
+def main(console: Console | None = None, config: Config | None = None) -> int:
+    """Run every mode; exit code 0 only when all agree with eager native within tolerance.
+    `config` (the command's: its priorities and passes) is the one the kernel and compiled
+    modes run under; the piecewise mode adds its CUDA-graph mode to it."""
     console = console or Console()
+    config = config or Config.load([])
+    config.apply()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = LlamaModel(TINY).to(device).eval()
     results: list[ModeResult] = []
@@ -108,14 +135,17 @@ def main(console: Console | None = None) -> int:
     with torch.no_grad():
         piecewise_name = "piecewise" + (" + CUDA graphs" if device.type == "cuda" else "")
         for name in ("eager native", "eager, selected kernels", "ir_stack.compile", piecewise_name):
-            if name == "eager native":
-                ir_dispatch.set_priority({op.name: ["native"] for op in ops})
-            else:
-                ir_dispatch.set_priority()
+            # eager native overrides every op in its own block; the other modes select under
+            # the priority in force (the command's --ir-op-priority flags and config file)
+            native_only = (
+                ir_dispatch.priority({op.name: ["native"] for op in ops})
+                if name == "eager native"
+                else contextlib.nullcontext()
+            )
             forward: Callable[..., Any] = model
-            compiled = None
+            compiled = name in ("ir_stack.compile", piecewise_name)
             if name == "ir_stack.compile":
-                forward = compiled = ReportingForward(ir_passes.compile(model))
+                forward = compile(model, dataclasses.replace(config, piecewise=None))
             elif name == piecewise_name:
                 # decode steps replay as one graph (capturable attention), prefill piecewise
                 graphs = (
@@ -123,41 +153,47 @@ def main(console: Console | None = None) -> int:
                     if device.type == "cuda"
                     else CUDAGraphMode.NONE
                 )
-                piecewise = Config(piecewise=CompilationConfig(cudagraph_mode=graphs))
-                forward = compiled = ReportingForward(compile(model, piecewise))
+                base = config.piecewise or CompilationConfig()
+                piecewise = dataclasses.replace(
+                    config,
+                    piecewise=dataclasses.replace(base, cudagraph_mode=graphs, cache=False),
+                )
+                forward = compile(model, piecewise)
             # a first run outside the timing: Dynamo/Inductor and Triton compile there
-            with console.status(f"{name}: warming up (compiling kernels and graphs) ..."):
-                run_generation(forward, model, device)
-            ir_dispatch.reset_stats()
-            ir_dispatch.collect_stats(compiled is None)
-            logits, prefill, decode = run_generation(forward, model, device)
-            ir_dispatch.collect_stats(False)
+            with native_only:
+                with (
+                    console.status(f"{name}: warming up (compiling kernels and graphs) ..."),
+                    passes_run_every_time(),
+                    ir_passes.collect_reports() as reports,
+                ):
+                    run_generation(forward, model, device)
+                ir_dispatch.reset_stats()
+                ir_dispatch.collect_stats(True)  # ops a compiled mode runs eagerly count too
+                try:
+                    logits, prefill, decode = run_generation(forward, model, device)
+                finally:
+                    ir_dispatch.collect_stats(False)
             if reference is None:
                 reference = logits
             error = float((logits.float() - reference.float()).abs().max())
-            results.append(ModeResult(name, prefill, decode, error, providers_used(compiled)))
-    ir_dispatch.set_priority()
+            used = providers_used(reports if compiled else None)
+            results.append(ModeResult(name, prefill, decode, error, used))
     table = Table(
         title=f"ir-stack demo: tiny Llama on {device} (batch {BATCH}, prefill "
         f"{PREFILL_TOKENS} tokens, {DECODE_STEPS} decode steps)"
     )
-    for column in (
-        "mode",
-        "prefill ms",
-        "decode ms/step",
-        "max |error| vs eager native",
-        "providers",
-    ):
-        table.add_column(column)
+    table.add_column("mode", no_wrap=True)
+    for column in ("prefill ms", "decode ms/step", "max |error| vs eager native"):
+        table.add_column(column, justify="right")
     for r in results:
         table.add_row(
             r.name,
             "-" if r.prefill_ms is None else f"{r.prefill_ms:.2f}",
             "-" if r.decode_ms is None else f"{r.decode_ms:.2f}",
             "-" if r.max_error is None else f"{r.max_error:.2e}",
-            r.providers or r.note,
         )
     console.print(table)
+    console.print(providers_table(results))
     agree = all(r.max_error is None or r.max_error <= tolerance for r in results)
     console.print("all modes agree within" if agree else "MODES DISAGREE beyond", tolerance)
     return 0 if agree else 1
