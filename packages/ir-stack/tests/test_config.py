@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 
 import ir_dispatch
 from ir_passes import PassConfig
@@ -38,6 +39,25 @@ def test_apply_sets_process_priorities() -> None:
     Config(priority={"rms_norm": ["triton"]}).apply()
     try:
         assert ir_dispatch.effective_priority("rms_norm")[0] == "triton"
+    finally:
+        ir_dispatch.set_priority()
+
+
+def test_compile_keeps_the_priority_in_force_unless_its_config_names_one() -> None:
+    """`ir_stack.compile` with no config (or one without priorities) leaves what
+    `set_priority` set; a config that names priorities replaces it, as `Config.apply`."""
+    import ir_stack
+
+    def model(x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+    ir_dispatch.set_priority(rms_norm=["native"])
+    try:
+        ir_stack.compile(model)
+        ir_stack.compile(model, Config())
+        assert ir_dispatch.user_priority() == {"rms_norm": ["native"]}
+        ir_stack.compile(model, Config(priority={"silu_and_mul": ["native"]}))
+        assert ir_dispatch.user_priority() == {"silu_and_mul": ["native"]}
     finally:
         ir_dispatch.set_priority()
 

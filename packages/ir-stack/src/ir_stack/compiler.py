@@ -50,14 +50,17 @@ class PiecewisePerLength:
 
 
 def compile(model: Callable[..., Any], config: Config | None = None) -> Callable[..., Any]:
-    """Apply `config`'s priorities and compile `model` with the IR passes.
+    """Apply `config`'s priorities, where it names any, and compile `model` with the IR passes.
 
-    With ``config.piecewise`` set, the model (a reference model from `ir_stack.models`) is
+    A config without priorities (``Config()``, the default) leaves the priority in force as it
+    is: what ``ir_dispatch.set_priority`` or the command's flags set is not cleared. With
+    ``config.piecewise`` set, the model (a reference model from `ir_stack.models`) is
     compiled piecewise: split at attention unless other splitting ops are configured, pieces
     compiled per range and size with the IR passes, CUDA graphs as configured.
     """
     config = config or Config()
-    config.apply()
+    if config.priority:
+        config.apply()
     if config.piecewise is None:
         return ir_passes.compile(model, config=config.passes)
     piecewise = dataclasses.replace(
