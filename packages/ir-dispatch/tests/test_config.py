@@ -106,4 +106,5 @@ def test_module_prints_table() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "fused_add_rms_norm" in done.stdout
-    assert "supported here" in done.stdout
+    assert "op, then its providers" in done.stdout
+    assert "used, unless its supports_args rejects the call" in done.stdout

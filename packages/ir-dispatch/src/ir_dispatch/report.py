@@ -2,6 +2,7 @@
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ir_spec import ops
 
@@ -12,38 +13,36 @@ from .state import current_mode
 
 
 def providers_table() -> Table:
-    """One row per (op, provider): registered, supported here, priority position, verdict."""
-    table = Table(title=f"ir ops on {detect_platform().value} ({current_mode()} mode)")
-    table.add_column("op", no_wrap=True)
-    table.add_column("provider", no_wrap=True)
-    for column in ("registered", "supported here", "position", "why (not)"):
-        table.add_column(column)
+    """Each op, then its providers: place in the op's effective priority list and verdict
+    (the one used, or why not). Three columns, the op names' the only wide one, so that the
+    verdicts keep room to wrap in an 80-column terminal."""
+    table = Table(
+        title=f"ir ops on {detect_platform().value} ({current_mode()} mode)",
+        caption="#: place in the op's effective priority list (-: not in it)",
+    )
+    table.add_column("op, then its providers", no_wrap=True)
+    table.add_column("#", justify="right")
+    table.add_column("verdict")
     for op in sorted(ops, key=lambda o: o.name):
         explanation = explain(op)
         listed = [v.provider for v in explanation]
         first_eligible = next(
             (v.provider for v in explanation if v.verdict is Verdict.ELIGIBLE), "native"
         )
-        names = listed + [p for p in op.impls if p not in listed]
-        for i, provider in enumerate(names):
+        table.add_row(Text(op.name, style="bold"), "", "")
+        for provider in listed + [p for p in op.impls if p not in listed]:
             impl = op.impls.get(provider)
             verdict = next((v for v in explanation if v.provider == provider), None)
             if verdict is None:
-                why = "not in the priority list"
+                why = "not listed"
                 if impl is not None and not impl.supported:
-                    why = "not supported on this platform; not in the priority list"
+                    why = "not supported here; not listed"
             elif provider == first_eligible:
-                why = "used (unless its supports_args rejects the call)"
+                why = "used, unless its supports_args rejects the call"
             else:
                 why = str(verdict).split(": ", 1)[1]
-            table.add_row(
-                op.name if i == 0 else "",
-                provider,
-                "yes" if impl is not None else "no",
-                "-" if impl is None else ("yes" if impl.supported else "no"),
-                str(listed.index(provider) + 1) if provider in listed else "-",
-                why,
-            )
+            position = str(listed.index(provider) + 1) if provider in listed else "-"
+            table.add_row(f"  {provider}", position, why)
         table.add_section()
     return table
 
