@@ -144,6 +144,27 @@ def test_truncated_cache_entry_is_recompiled(
     assert all(e.stat().st_size > 0 for e in entries)  # rewritten whole
 
 
+def test_with_inductors_graph_cache_off_one_warning_and_nothing_stored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``standalone_compile`` saves a piece only through Inductor's FX graph cache. With that
+    cache off, the compile cache says so once, instead of a warning of torch's and one of its
+    own a piece (its attempt to store each piece); the compiled model still runs."""
+    model = ToyModel().eval()
+    x = torch.randn(5, 64)
+    with (
+        torch.no_grad(),
+        torch._inductor.config.patch(fx_graph_cache=False),
+        caplog.at_level(logging.WARNING),
+    ):
+        out = ir_piecewise.compile(model, toy_config(tmp_path))(x)
+    torch.testing.assert_close(out, model(x), **TOL)
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert "FX graph cache is off" in warnings[0].getMessage()
+    assert counters.num_backend_compilations > 1  # several pieces, one warning
+
+
 def test_guard_check_mode_raises_where_a_recompile_was_needed(tmp_path: Path) -> None:
     def fn(x: Tensor, y: Tensor) -> Tensor:
         return torch.relu(x) * 2 + y

@@ -1,9 +1,11 @@
 """`CompiledPiece`: one piece between splitting ops, compiled per range and per size."""
 
+import contextlib
+import functools
 import hashlib
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -230,15 +232,19 @@ class CompiledPiece:
         if cached_only:
             raise NotCached(f"{self.name} {label}")
         logger.info("ir_piecewise: compiling %s for %s", self.name, label)
-        artifact = torch._inductor.standalone_compile(
-            self.gm,
-            example_inputs,
-            dynamic_shapes=dynamic,  # type: ignore[arg-type]
-            options={"config_patches": ir_passes.inductor_options(self.config.passes)},
-            **_save_options(autograd),
-        )
+        saving = self.cache is not None and _inductor_graph_cache_on()
+        if self.cache is not None and not saving:
+            _warn_pieces_not_stored(self.cache.root)
+        with _unsaveable_expected(not saving):
+            artifact = torch._inductor.standalone_compile(
+                self.gm,
+                example_inputs,
+                dynamic_shapes=dynamic,  # type: ignore[arg-type]
+                options={"config_patches": ir_passes.inductor_options(self.config.passes)},
+                **_save_options(autograd),
+            )
         counters.num_backend_compilations += 1
-        if self.cache is not None:
+        if saving and self.cache is not None:
             try:
                 self.cache.store(key, lambda path: artifact.save(path=str(path), format="binary"))
             except Exception as exc:  # an unsaveable graph still runs; it is just not cached
@@ -295,6 +301,41 @@ def _records_autograd(example_inputs: list[Any]) -> bool:
     return torch.is_grad_enabled() and any(
         isinstance(value, Tensor) and value.requires_grad for value in example_inputs
     )
+
+
+def _inductor_graph_cache_on() -> bool:
+    """Whether Inductor's FX graph cache is on: ``standalone_compile`` makes the artifact a
+    piece is saved as from what that cache records, and has none without it."""
+    config = torch._inductor.config
+    return bool(config.fx_graph_cache) and not bool(getattr(config, "force_disable_caches", False))
+
+
+@functools.cache
+def _warn_pieces_not_stored(root: Path) -> None:
+    """Once per cache directory: the pieces compiled while Inductor's graph cache is off are
+    not stored."""
+    logger.warning(
+        "ir_piecewise: Inductor's FX graph cache is off (TORCHINDUCTOR_FX_GRAPH_CACHE=0 or "
+        "force_disable_caches), and standalone_compile saves a piece only through it: pieces "
+        "compiled now are not stored in the compile cache %s",
+        root,
+    )
+
+
+@contextlib.contextmanager
+def _unsaveable_expected(expected: bool) -> Iterator[None]:
+    """Where no piece will be saved (`expected`), hold back ``standalone_compile``'s warning
+    that it could not make an artifact to save (one a piece, with the graph cache off)."""
+    if not expected:
+        yield
+        return
+    standalone = logging.getLogger("torch._inductor.standalone_compile")
+    level = standalone.level
+    standalone.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        standalone.setLevel(level)
 
 
 def _save_options(autograd: bool) -> dict[str, Any]:
