@@ -3,7 +3,6 @@ the provider each mode ran for each op."""
 
 import contextlib
 import dataclasses
-import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -88,20 +87,12 @@ def providers_used(reports: list[ir_passes.PassReport] | None = None) -> dict[st
 def passes_run_every_time() -> Iterator[None]:
     """Inductor compiles without its graph caches, so that the IR passes run and report what
     they lowered to: a graph served from a cache carries no report. (Its compiled kernels are
-    still reused; only the graphs are compiled again.) torch's ``standalone_compile``, which
-    compiles the pieces, warns without the cache that it cannot save them: the demo saves
-    none, so that warning is held back inside the block."""
-    standalone = logging.getLogger("torch._inductor.standalone_compile")
-    level = standalone.level
-    standalone.setLevel(logging.ERROR)
-    try:
-        with (
-            torch._inductor.config.patch(fx_graph_cache=False),
-            torch._functorch.config.patch(enable_autograd_cache=False),
-        ):
-            yield
-    finally:
-        standalone.setLevel(level)
+    still reused; only the graphs are compiled again.)"""
+    with (
+        torch._inductor.config.patch(fx_graph_cache=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
+        yield
 
 
 def providers_table(results: list[ModeResult]) -> Table:
