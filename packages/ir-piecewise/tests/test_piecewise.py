@@ -149,7 +149,8 @@ def test_with_inductors_graph_cache_off_one_warning_and_nothing_stored(
 ) -> None:
     """``standalone_compile`` saves a piece only through Inductor's FX graph cache. With that
     cache off, the compile cache says so once, instead of a warning of torch's and one of its
-    own a piece (its attempt to store each piece); the compiled model still runs."""
+    own a piece (its attempt to store each piece), and stores nothing (no pieces, so no trace
+    either); the compiled model still runs."""
     model = ToyModel().eval()
     x = torch.randn(5, 64)
     with (
@@ -163,6 +164,7 @@ def test_with_inductors_graph_cache_off_one_warning_and_nothing_stored(
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert "FX graph cache is off" in warnings[0].getMessage()
     assert counters.num_backend_compilations > 1  # several pieces, one warning
+    assert not list((tmp_path / "cache").glob("*/*.irpw"))
 
 
 def test_guard_check_mode_raises_where_a_recompile_was_needed(tmp_path: Path) -> None:

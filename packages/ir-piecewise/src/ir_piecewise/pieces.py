@@ -232,7 +232,7 @@ class CompiledPiece:
         if cached_only:
             raise NotCached(f"{self.name} {label}")
         logger.info("ir_piecewise: compiling %s for %s", self.name, label)
-        saving = self.cache is not None and _inductor_graph_cache_on()
+        saving = self.cache is not None and inductor_graph_cache_on()
         if self.cache is not None and not saving:
             _warn_pieces_not_stored(self.cache.root)
         with _unsaveable_expected(not saving):
@@ -303,7 +303,7 @@ def _records_autograd(example_inputs: list[Any]) -> bool:
     )
 
 
-def _inductor_graph_cache_on() -> bool:
+def inductor_graph_cache_on() -> bool:
     """Whether Inductor's FX graph cache is on: ``standalone_compile`` makes the artifact a
     piece is saved as from what that cache records, and has none without it."""
     config = torch._inductor.config
