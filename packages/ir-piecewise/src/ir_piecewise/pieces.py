@@ -232,10 +232,10 @@ class CompiledPiece:
         if cached_only:
             raise NotCached(f"{self.name} {label}")
         logger.info("ir_piecewise: compiling %s for %s", self.name, label)
-        saving = self.cache is not None and inductor_graph_cache_on()
-        if self.cache is not None and not saving:
+        store_in = self.cache if inductor_graph_cache_on() else None
+        if self.cache is not None and store_in is None:
             _warn_pieces_not_stored(self.cache.root)
-        with _unsaveable_expected(not saving):
+        with _unsaveable_expected(store_in is None):
             artifact = torch._inductor.standalone_compile(
                 self.gm,
                 example_inputs,
@@ -244,9 +244,9 @@ class CompiledPiece:
                 **_save_options(autograd),
             )
         counters.num_backend_compilations += 1
-        if saving and self.cache is not None:
+        if store_in is not None:
             try:
-                self.cache.store(key, lambda path: artifact.save(path=str(path), format="binary"))
+                store_in.store(key, lambda path: artifact.save(path=str(path), format="binary"))
             except Exception as exc:  # an unsaveable graph still runs; it is just not cached
                 logger.warning("ir_piecewise: could not cache %s %s: %s", self.name, label, exc)
         return artifact

@@ -70,14 +70,14 @@ def run_generation(
     return torch.cat(logits), prefill, decode
 
 
-def providers_used(reports: list[ir_passes.PassReport] | None = None) -> dict[str, list[str]]:
-    """Providers per op: from compilations' reports (a compiled mode), or from the eager call
-    counts (an eager mode, `reports` None)."""
+def providers_used(reports: list[ir_passes.PassReport]) -> dict[str, list[str]]:
+    """Providers per op: what the compilations' `reports` lowered to (a compiled mode's) and
+    what the eager calls counted by ``ir_dispatch`` ran (an eager mode's, and the ops a
+    compiled mode runs eagerly)."""
     chosen: dict[str, set[str]] = {}
-    if reports is not None:
-        for report in reports:
-            for op, nodes in report.selected_impls.items():
-                chosen.setdefault(op, set()).update(nodes.values())
+    for report in reports:
+        for op, nodes in report.selected_impls.items():
+            chosen.setdefault(op, set()).update(nodes.values())
     for op, provider in ir_dispatch.stats():
         chosen.setdefault(op, set()).add(provider)
     return {op: sorted(providers) for op, providers in sorted(chosen.items())}
@@ -134,7 +134,6 @@ def main(console: Console | None = None, config: Config | None = None) -> int:
                 else contextlib.nullcontext()
             )
             forward: Callable[..., Any] = model
-            compiled = name in ("ir_stack.compile", piecewise_name)
             if name == "ir_stack.compile":
                 forward = compile(model, dataclasses.replace(config, piecewise=None))
             elif name == piecewise_name:
@@ -167,8 +166,7 @@ def main(console: Console | None = None, config: Config | None = None) -> int:
             if reference is None:
                 reference = logits
             error = float((logits.float() - reference.float()).abs().max())
-            used = providers_used(reports if compiled else None)
-            results.append(ModeResult(name, prefill, decode, error, used))
+            results.append(ModeResult(name, prefill, decode, error, providers_used(reports)))
     table = Table(
         title=f"ir-stack demo: tiny Llama on {device} (batch {BATCH}, prefill "
         f"{PREFILL_TOKENS} tokens, {DECODE_STEPS} decode steps)"
