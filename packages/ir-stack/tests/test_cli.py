@@ -64,10 +64,12 @@ def test_explain_one_op_and_all() -> None:
     assert "silu_and_mul" in done.stdout
 
 
-def test_bench_without_gpu_skips_kernels() -> None:
-    done = run("bench", "--only", "kernels", "--out", "unused", gpus=False)
-    assert done.returncode == 0, done.stderr
-    assert "kernels: skipped, they run on a CUDA GPU only" in done.stdout
+def test_bench_of_kernels_alone_fails_without_a_gpu(tmp_path: Path) -> None:
+    """Asked for by name, a kernel benchmark that cannot run here fails rather than skips."""
+    done = run("bench", "--only", "kernels", "--out", str(tmp_path / "unused"), gpus=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no CUDA GPU here" in done.stdout
+    assert not (tmp_path / "unused").exists()
 
 
 def test_e2e_benchmark_writes_json_markdown_and_plot(tmp_path: Path) -> None:
