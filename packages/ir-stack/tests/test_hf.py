@@ -6,6 +6,7 @@ import copy
 import dataclasses
 import io
 import sys
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -1507,6 +1508,44 @@ def test_a_converted_attention_reads_only_the_plan_fields_that_are_set(family: s
         }
     if family == "llama":
         assert all(a.ir_attention_plan.plan.features == () for a in attentions)
+
+
+def _attributes_found_lacking(model: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """(module class, name) of each attribute that a forward of `model` found lacking through
+    ``nn.Module.__getattr__``, in order."""
+    ids, mask = prompt()
+    lacked: list[tuple[str, str]] = []
+    module_getattr = torch.nn.Module.__getattr__
+
+    def recording_getattr(module: torch.nn.Module, name: str) -> Any:
+        try:
+            return module_getattr(module, name)
+        except AttributeError:
+            lacked.append((type(module).__name__, name))
+            raise
+
+    with monkeypatch.context() as patched, torch.no_grad():
+        patched.setattr(torch.nn.Module, "__getattr__", recording_getattr)
+        model(ids, attention_mask=mask)
+    return lacked
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_converted_forward_asks_no_module_for_an_attribute_it_lacks(
+    family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attribute a module lacks is found lacking by a raise inside ``nn.Module.__getattr__``;
+    read so by a forward under Dynamo, it becomes a guard that raises again at every call (a
+    16-layer Llama's guard check took 131-136 µs with one such read a layer, 113-117 without,
+    as the original model: `benchmarks/results/hf-guards-cpu.md`). The converted forwards look
+    their optional parts up in ``_modules`` instead (Phi-3's joined projection, LFM2's and
+    Phi-2's output projections), so they ask for nothing the original's forward does not
+    (transformers' own: the decoder's slice of its layers, a new ``ModuleList``; Llama 4's
+    attention asks for its ``qk_norm``, Phi-3.5-MoE's rotary module for its long table)."""
+    model = build(family)
+    original = Counter(_attributes_found_lacking(model, monkeypatch))
+    convert_hf_model(model)
+    assert Counter(_attributes_found_lacking(model, monkeypatch)) - original == Counter()
 
 
 def test_a_plans_features_are_its_fields_set_apart_from_their_defaults() -> None:

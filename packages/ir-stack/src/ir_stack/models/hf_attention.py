@@ -329,10 +329,12 @@ def is_attention(module: nn.Module) -> bool:
 
 def output_projection(attention: Any) -> nn.Linear:
     """The layer's output projection, the first of `OUTPUT_PROJECTIONS` it holds."""
+    # looked up in ``_modules``: read at every call, a missing name through ``getattr`` raises
+    # inside ``nn.Module.__getattr__``, and Dynamo's guard on that runs the raise at every call
     return next(
         projection
         for name in OUTPUT_PROJECTIONS
-        if isinstance(projection := getattr(attention, name, None), nn.Linear)
+        if isinstance(projection := attention._modules.get(name), nn.Linear)
     )
 
 
@@ -421,7 +423,9 @@ def _project_qkv(attention: Any, hidden_states: Tensor) -> tuple[Tensor, Tensor,
     its key projection's output as values: Gemma 4's full-attention layers), or from Phi-3's
     one ``qkv_proj`` (views of its output, rows a stride apart, which the rotary kernels
     take)."""
-    if not hasattr(attention, "qkv_proj"):
+    # ``_modules``, not ``hasattr``, for `output_projection`'s reason (a 16-layer Llama's guard
+    # check: 131-136 µs with ``hasattr``, 111-116 without, as the original's)
+    if "qkv_proj" not in attention._modules:
         k = attention.k_proj(hidden_states)
         v = k if attention.v_proj is None else attention.v_proj(hidden_states)
         return attention.q_proj(hidden_states), k, v
