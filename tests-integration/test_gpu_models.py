@@ -828,6 +828,16 @@ HF_FAMILIES = {
             "vocab_size_per_layer_input": 256,
         },
     ),
+    # Gemma 4 Unified's text model (Gemma 4's layers) and Emu3's (Llama's); Llama 3.2
+    # Vision's (Mllama's), whose second layer attends an image's states (its cross attention
+    # keeps its forward; a text-only forward skips that layer)
+    "gemma4_unified": ("Gemma4UnifiedTextConfig", "Gemma4UnifiedForCausalLM", {**_GPU_GEMMA4}),
+    "emu3": ("Emu3TextConfig", "Emu3ForCausalLM", _GPU_TOKENS),
+    "mllama": (
+        "MllamaTextConfig",
+        "MllamaForCausalLM",
+        {**_GPU_TOKENS, "cross_attention_layers": [1]},
+    ),
 }
 #: families whose routed experts gate on the IR op
 HF_MOE = {
@@ -1007,7 +1017,7 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     )
     native = {op: n for (op, provider), n in calls.items() if provider == "native"}
     assert native == HF_NATIVE_CALLS.get(family, {}), calls
-    if gemma and family not in ("gemma4", "gemma4_moe", "gemma3n"):
+    if gemma and family not in ("gemma4", "gemma4_moe", "gemma4_unified", "gemma3n"):
         # Gemma 1-3's norms pass a float32 scale (1 + w), which the cuda kernels leave to triton
         assert {p for op, p in calls if op == "rms_norm"} <= {"triton"}, calls
     assert (after - before).abs().max() < 0.05 * before.abs().max()

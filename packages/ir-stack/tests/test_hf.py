@@ -93,6 +93,9 @@ FAMILIES = {
     "gpt_oss": ("GptOssConfig", "GptOssForCausalLM"),
     "gemma4": ("Gemma4TextConfig", "Gemma4ForCausalLM"),
     "gemma4_moe": ("Gemma4TextConfig", "Gemma4ForCausalLM"),
+    "gemma4_unified": ("Gemma4UnifiedTextConfig", "Gemma4UnifiedForCausalLM"),
+    "emu3": ("Emu3TextConfig", "Emu3ForCausalLM"),
+    "mllama": ("MllamaTextConfig", "MllamaForCausalLM"),
     "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM"),
     "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM"),
     "qwen3_5_moe": ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM"),
@@ -510,6 +513,11 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     # proportional rope on a quarter of each head, the keys' projection serving as values too);
     # without the per-layer inputs, whose norms are counted apart
     "gemma4": {**_GEMMA4},
+    # Gemma 4 Unified's text model: Gemma 4's layers; Emu3's text model: Llama's
+    "gemma4_unified": {**_GEMMA4},
+    "emu3": _TOKENS,
+    # Llama 3.2 Vision's language model: its second layer attends an image's states
+    "mllama": {**_TOKENS, "cross_attention_layers": [1]},
     # routed experts beside each layer's MLP, with their own norms and a router's norm
     "gemma4_moe": {
         **_GEMMA4,
@@ -803,6 +811,9 @@ LAYER_COUNTS: dict[str, tuple[int, int, int]] = {
     # query, key and value norms; around the attention and the MLP; with experts, three more
     # and the router's
     "gemma4": (7, 1, 0),
+    "gemma4_unified": (7, 1, 0),
+    # Mllama's cross-attention layer has query and key norms too: 7 in all
+    "mllama": (3, 1, 0),
     "gemma4_moe": (11, 1, 1),
     # two norms a layer, and the attention layer's query and key norms: three on average
     "qwen3_next": (3, 1, 1),
@@ -846,9 +857,13 @@ TOTAL_NORMS = {
     "jamba": 8,
     "gemma3n": 22,
 }
-#: families whose norms run more often than once a forward: Gemma 3n's AltUp norms its
-#: router's input twice a layer (to predict the streams and to correct them)
-NORM_CALLS = {"gemma3n": 24}
+#: families whose norms run other than once a forward, and how often in all: Gemma 3n's AltUp
+#: norms its router's input twice a layer (to predict the streams and to correct them);
+#: Mllama's text-only forward skips the norms of its cross-attention layer
+NORM_CALLS = {"gemma3n": 24, "mllama": 3}
+#: families whose MLPs run fewer times a forward than they are layers, and how many: Mllama's
+#: text-only forward skips its cross-attention layers (and their norms: `NORM_CALLS`)
+MLP_CALLS = {"mllama": 1}
 #: families whose routed experts gate in their own way and stay (GPT-OSS clamps its gate)
 EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
 #: families whose shared experts clamp their gate too, and stay
@@ -890,6 +905,8 @@ ATTENTION_LAYERS = {
     "minimax": 1,
     "lfm3": 1,
     "bamba": 1,
+    # Mllama's cross attention (keys and values from an image's states) keeps its forward
+    "mllama": 1,
 }
 #: families whose rotating layers alone have a query and key norm, one module for both (run
 #: twice a layer)
@@ -1003,7 +1020,8 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     if not attention_stays:
         expected["rotary_embedding"] = ROTATING_LAYERS.get(family, attention_layers)
     if mlps_a_layer or experts_a_layer:
-        expected[gated_op(family)] = (mlps_a_layer + experts_a_layer) * layers
+        gated_calls = (mlps_a_layer + experts_a_layer) * layers
+        expected[gated_op(family)] = MLP_CALLS.get(family, gated_calls)
     assert calls == expected
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
     assert torch.equal(converted_tokens, tokens)
@@ -1857,15 +1875,16 @@ def test_gemma3n_keeps_its_sparse_mlps_and_converts_its_kv_shared_layers() -> No
     assert model.model.layers[3].self_attn.ir_attention_plan.reuses_shared_kv
 
 
-def test_gemma4_layers_reusing_keys_and_values_convert() -> None:
+@pytest.mark.parametrize("family", ["gemma4", "gemma4_unified"])
+def test_gemma4_layers_reusing_keys_and_values_convert(family: str) -> None:
     """Gemma 4's smaller models reuse the keys and values an earlier layer of the same type
     stored (KV sharing) in their last layers, which project only their queries, and slice the
     position embeddings to the tokens whose logits are kept before those layers: the rotary
     module's pair keeps its table whole under that slice. Logits (all, and the last token's
-    alone) and greedy tokens of a left-padded batch stay."""
+    alone) and greedy tokens of a left-padded batch stay. Gemma 4 Unified's text model too."""
     full = ["full_attention"] * SIZES["num_hidden_layers"]
     # with per-layer inputs, as those models have (transformers 5.24 needs them with sharing)
-    model = build("gemma4", num_kv_shared_layers=1, layer_types=full, hidden_size_per_layer_input=8)
+    model = build(family, num_kv_shared_layers=1, layer_types=full, hidden_size_per_layer_input=8)
     ids, mask = prompt()
     mask[0, :3] = 0
     with torch.no_grad():
@@ -2411,7 +2430,8 @@ def test_a_converted_model_is_not_converted_again() -> None:
 
 def test_other_model_types_are_refused() -> None:
     config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)
-    with pytest.raises(ValueError, match="type 'gpt2'; expected a transformers model of type"):
+    types = len(hf.SUPPORTED_MODEL_TYPES)
+    with pytest.raises(ValueError, match=f"type 'gpt2'; expected .* one of the {types} types in "):
         convert_hf_model(transformers.GPT2LMHeadModel(config))
 
 
@@ -2450,6 +2470,61 @@ def test_a_multimodal_model_is_refused_with_the_way_to_convert_its_language_mode
         convert_hf_model(model)
     report = convert_hf_model(model.model.language_model)
     assert len(report.attentions) == SIZES["num_hidden_layers"]
+
+    # Llama 3.2 Vision's (Mllama's) too, a bare MllamaTextModel
+    text = {**SIZES, **FAMILY_OPTIONS["mllama"]}
+    mllama_vision = {
+        **{k: vision[k] for k in ("hidden_size", "intermediate_size", "image_size", "patch_size")},
+        "num_hidden_layers": 2,
+        "num_global_layers": 1,
+        "attention_heads": 2,
+        "vision_output_dim": 64,
+        "intermediate_layers_indices": [0],
+        "max_num_tiles": 1,
+        "supported_aspect_ratios": [[1, 1]],
+    }
+    config = transformers.MllamaConfig(text_config=text, vision_config=mllama_vision)
+    model = transformers.MllamaForConditionalGeneration(config).eval()
+    hint = r"type 'mllama_text_model'.*convert_hf_model\(model\.model\.language_model\)"
+    with pytest.raises(ValueError, match=f"type 'mllama'; expected .*{hint}"):
+        convert_hf_model(model)
+    report = convert_hf_model(model.model.language_model)
+    assert report.attentions == ["layers.0.self_attn"]
+
+
+def test_mllama_converts_its_self_attention_and_keeps_its_cross_attention() -> None:
+    """Llama 3.2 Vision's language model: its self-attention layers rotate and convert; its
+    cross-attention layers attend an image's states, unrotated, with query and key norms of
+    their own (which convert): they keep their forward, since a probe shows them ignoring the
+    position embeddings. The logits stay with and without an image's states, and the image
+    changes them (so its layer ran)."""
+    model = build("mllama")
+    ids, mask = prompt()
+    states = torch.randn(2, 5, SIZES["hidden_size"], generator=torch.Generator().manual_seed(3))
+    image = {
+        "cross_attention_states": states,
+        "cross_attention_mask": torch.zeros(2, 1, ids.shape[1], 5),
+        "full_text_row_masked_out_mask": torch.ones(2, 1, ids.shape[1], 1),
+    }
+    with torch.no_grad():
+        # the gates before the cross attention and its MLP start at zero: open them
+        for name, param in model.named_parameters():
+            if name.endswith(("cross_attn_attn_gate", "cross_attn_mlp_gate")):
+                param.fill_(0.5)
+        text = model(ids, attention_mask=mask).logits
+        with_image = model(ids, attention_mask=mask, **image).logits
+        report = convert_hf_model(model)
+        converted_text = model(ids, attention_mask=mask).logits
+        converted_with_image = model(ids, attention_mask=mask, **image).logits
+    assert not torch.allclose(with_image, text, atol=1e-3)
+    torch.testing.assert_close(converted_text, text, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(converted_with_image, with_image, atol=1e-5, rtol=1e-5)
+    assert report.attentions == ["model.layers.0.self_attn"]
+    assert not report.skipped
+    cross = model.model.layers[1].cross_attn
+    assert not hasattr(cross, "ir_attention_plan")
+    assert isinstance(cross.q_norm, IRRMSNorm)
+    assert isinstance(cross.k_norm, IRRMSNorm)
 
 
 def test_query_and_key_norms_of_mixed_forms_leave_the_rotary_alone() -> None:

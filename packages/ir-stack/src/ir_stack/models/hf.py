@@ -27,7 +27,9 @@ Laguna (its attention output gated by a softplus), Aria's language model, Nemotr
 and routed experts; its LayerNorms stay), StableLM (whose attention rotates the quarter of each
 head it slices off), StarCoder2 and OLMo (their LayerNorms stay), Bamba (its Mamba-2 layers
 stay), Jamba (its Mamba layers and rope-less attention stay), Gemma 3n (text; its
-sparse-activation MLPs stay) and Phi-2 (attention alone).
+sparse-activation MLPs stay), Phi-2 (attention alone), the text models of Gemma 4 Unified
+(Gemma 4's layers) and Emu3 (Llama's), and Llama 3.2 Vision's language model (Mllama: its
+cross-attention layers, which attend an image's states unrotated, stay).
 
 The conversion is in place and keeps the weights (the same ``Parameter`` objects):
 
@@ -82,7 +84,8 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   rotates nothing, as its own forward does where a probe runs it so. A model with
   an attention layer of another form that uses the rotary module's output (DeepSeek's latent
   attention) keeps that module and every attention layer as they are; one that ignores it
-  (MiniMax's lightning attention, found on a probe) keeps its own forward while the others
+  (MiniMax's lightning attention, Mllama's cross attention: found on a probe) keeps its own
+  forward while the others
   convert;
 - the routed experts of a mixture-of-experts block (transformers holds them as one tensor per
   projection) gate with the IR op: their ``_apply_gate`` hook, which transformers' grouped,
@@ -251,6 +254,9 @@ SUPPORTED_MODEL_TYPES = (
     "jamba",
     "gemma3n_text",
     "phi",
+    "gemma4_unified_text",
+    "emu3_text_model",
+    "mllama_text_model",
 )
 
 
@@ -614,9 +620,14 @@ def convert_hf_model(model: nn.Module, *, max_positions: int | None = None) -> C
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
     if model_type not in SUPPORTED_MODEL_TYPES:
+        # the types named in full are too many to read in a message: the first few, and where
+        # the rest are
+        some = ", ".join(SUPPORTED_MODEL_TYPES[:6])
         raise ValueError(
             f"convert_hf_model: got a model of type {model_type!r}; expected a transformers "
-            f"model of type {' or '.join(SUPPORTED_MODEL_TYPES)}{_language_model_hint(model)}"
+            f"model of one of the {len(SUPPORTED_MODEL_TYPES)} types in "
+            f"ir_stack.models.hf.SUPPORTED_MODEL_TYPES ({some}, ...)"
+            f"{_language_model_hint(model)}"
         )
     assert config is not None
     converted_already = next(

@@ -327,6 +327,18 @@ def is_attention(module: nn.Module) -> bool:
     return has_linears(module, ("k_proj",)) and (value is None or isinstance(value, nn.Linear))
 
 
+#: the forward parameter naming the other sequence a cross-attention layer attends (Mllama's
+#: cross-attention layers: their keys and values come from an image's states, unrotated)
+CROSS_ATTENTION_STATES = "cross_attention_states"
+
+
+def is_cross_attention(module: nn.Module) -> bool:
+    """Whether `module`'s forward names `CROSS_ATTENTION_STATES`: a layer of another form than
+    the plan describes, which `convert_hf_model` keeps as it is where a probe shows it ignores
+    the position embeddings (`hf_rotation_probe.ignores_position_embeddings`)."""
+    return CROSS_ATTENTION_STATES in inspect.signature(type(module).forward).parameters
+
+
 def output_projection(attention: Any) -> nn.Linear:
     """The layer's output projection, the first of `OUTPUT_PROJECTIONS` it holds."""
     # looked up in ``_modules``: read at every call, a missing name through ``getattr`` raises

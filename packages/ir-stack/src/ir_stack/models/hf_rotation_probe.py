@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from ir_spec import ops
 
-from .hf_attention import layer_type_of
+from .hf_attention import CROSS_ATTENTION_STATES, is_cross_attention, layer_type_of
 from .hf_modules import IRRotaryCache
 from .hf_probes import input_dtype, probe
 
@@ -58,10 +58,11 @@ def ignores_position_embeddings(
     layer: Any, rotary: nn.Module, cache: IRRotaryCache, hidden_size: int
 ) -> bool:
     """Whether an attention layer of another form (one the plan does not describe: MiniMax's
-    lightning attention) gives the same output on a probe of `hidden_size` wide rows whether
-    it is handed the rotary module's ``(cos, sin)`` or `cache`'s pair, so that it may keep its
-    own forward while the model's rotary module becomes `cache`. False where it differs or
-    fails (DeepSeek's latent attention rotates with the pair)."""
+    lightning attention, Mllama's cross attention, handed the probe as the states it attends)
+    gives the same output on a probe of `hidden_size` wide rows whether it is handed the rotary
+    module's ``(cos, sin)`` or `cache`'s pair, so that it may keep its own forward while the
+    model's rotary module becomes `cache`. False where it differs or fails (DeepSeek's latent
+    attention rotates with the pair)."""
     weight = next(layer.parameters(), None)
     if weight is None or weight.device.type == "meta":
         return False
@@ -69,10 +70,16 @@ def ignores_position_embeddings(
     position_ids = rotary_positions(rotary, torch.arange(3, device=weight.device).unsqueeze(0))
     layer_type = layer_type_of(layer, cache.layer_types)
     extra = () if layer_type is None else (layer_type,)
+    attended = {CROSS_ATTENTION_STATES: hidden} if is_cross_attention(layer) else {}
     try:
         with torch.no_grad():
             outputs = [
-                layer(hidden_states=hidden, position_embeddings=embeddings, attention_mask=None)
+                layer(
+                    hidden_states=hidden,
+                    position_embeddings=embeddings,
+                    attention_mask=None,
+                    **attended,
+                )
                 for embeddings in (
                     rotary(hidden, position_ids, *extra),
                     cache(hidden, position_ids, *extra),
