@@ -5,6 +5,7 @@ and `ir_stack.compile` agree, and the compiled residual adds become fused adds."
 import copy
 import dataclasses
 import io
+import re
 import sys
 from collections import Counter
 from typing import Any
@@ -2435,46 +2436,35 @@ def test_other_model_types_are_refused() -> None:
         convert_hf_model(transformers.GPT2LMHeadModel(config))
 
 
-def test_a_multimodal_model_is_refused_with_the_way_to_convert_its_language_model() -> None:
-    """Llama 4's multimodal model is of type 'llama4'; its language model is a
-    ``Llama4ForCausalLM`` of type 'llama4_text', which converts (its logits stay). Gemma 3's
-    is named one level down."""
-    text = {**SIZES, **FAMILY_OPTIONS["llama4"]}
+_VISION = {
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "image_size": 28,
+    "patch_size": 14,
+}
+
+
+def _multimodal(family: str) -> tuple[Any, str]:
+    """A multimodal transformers model whose language model is `family`'s, and where it holds
+    that model (Llama 4's at the top, Gemma 3's and Mllama's one level down)."""
+    text = {**SIZES, **FAMILY_OPTIONS[family]}
+    if family == "llama4":
+        vision = {
+            **_VISION,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "vision_output_dim": 32,
+            "projector_input_dim": 32,
+            "projector_output_dim": SIZES["hidden_size"],
+        }
+        config = transformers.Llama4Config(text_config=text, vision_config=vision)
+        return transformers.Llama4ForConditionalGeneration(config).eval(), "language_model"
+    if family == "gemma3":
+        vision = {**_VISION, "num_hidden_layers": 1, "num_attention_heads": 2}
+        config = transformers.Gemma3Config(text_config=text, vision_config=vision)
+        return transformers.Gemma3ForConditionalGeneration(config).eval(), "model.language_model"
     vision = {
-        "hidden_size": 32,
-        "num_hidden_layers": 1,
-        "num_attention_heads": 2,
-        "intermediate_size": 64,
-        "image_size": 28,
-        "patch_size": 14,
-        "vision_output_dim": 32,
-        "projector_input_dim": 32,
-        "projector_output_dim": SIZES["hidden_size"],
-    }
-    torch.manual_seed(0)
-    config = transformers.Llama4Config(text_config=text, vision_config=vision)
-    model = transformers.Llama4ForConditionalGeneration(config).eval()
-    hint = r"language model is of type 'llama4_text'.*convert_hf_model\(model.language_model\)"
-    with pytest.raises(ValueError, match=f"type 'llama4'; expected .*{hint}"):
-        convert_hf_model(model)
-    report = convert_keeping_logits(model.language_model)
-    assert len(report.attentions) == SIZES["num_hidden_layers"]
-
-    # Gemma 3's holds its language model, a bare Gemma3TextModel, one level down (transformers
-    # versions may name it at the top as well)
-    text = {**SIZES, **FAMILY_OPTIONS["gemma3"]}
-    config = transformers.Gemma3Config(text_config=text, vision_config=vision)
-    model = transformers.Gemma3ForConditionalGeneration(config).eval()
-    hint = r"type 'gemma3_text'.*convert_hf_model\(model(\.model)?\.language_model\)"
-    with pytest.raises(ValueError, match=f"type 'gemma3'; expected .*{hint}"):
-        convert_hf_model(model)
-    report = convert_hf_model(model.model.language_model)
-    assert len(report.attentions) == SIZES["num_hidden_layers"]
-
-    # Llama 3.2 Vision's (Mllama's) too, a bare MllamaTextModel
-    text = {**SIZES, **FAMILY_OPTIONS["mllama"]}
-    mllama_vision = {
-        **{k: vision[k] for k in ("hidden_size", "intermediate_size", "image_size", "patch_size")},
+        **_VISION,
         "num_hidden_layers": 2,
         "num_global_layers": 1,
         "attention_heads": 2,
@@ -2483,13 +2473,39 @@ def test_a_multimodal_model_is_refused_with_the_way_to_convert_its_language_mode
         "max_num_tiles": 1,
         "supported_aspect_ratios": [[1, 1]],
     }
-    config = transformers.MllamaConfig(text_config=text, vision_config=mllama_vision)
-    model = transformers.MllamaForConditionalGeneration(config).eval()
-    hint = r"type 'mllama_text_model'.*convert_hf_model\(model\.model\.language_model\)"
-    with pytest.raises(ValueError, match=f"type 'mllama'; expected .*{hint}"):
+    config = transformers.MllamaConfig(text_config=text, vision_config=vision)
+    return transformers.MllamaForConditionalGeneration(config).eval(), "model.language_model"
+
+
+@pytest.mark.parametrize(
+    ("family", "outer", "inner"),
+    [
+        ("llama4", "llama4", "llama4_text"),
+        ("gemma3", "gemma3", "gemma3_text"),
+        ("mllama", "mllama", "mllama_text_model"),
+    ],
+)
+def test_a_multimodal_model_is_refused_with_the_way_to_convert_its_language_model(
+    family: str, outer: str, inner: str
+) -> None:
+    """A multimodal model (Llama 4's of type 'llama4', Gemma 3's, Llama 3.2 Vision's) is
+    refused, naming its language model's type and the call that converts it; that model
+    converts (Llama 4's a ``Llama4ForCausalLM`` whose logits stay; Gemma 3's and Mllama's a
+    bare text model one level down, which transformers versions may name at the top too).
+    Mllama's cross-attention layer keeps its forward."""
+    torch.manual_seed(0)
+    model, path = _multimodal(family)
+    where = r"model(\.model)?\.language_model" if family == "gemma3" else re.escape(f"model.{path}")
+    hint = f"language model is of type '{inner}'.*convert_hf_model\\({where}\\)"
+    with pytest.raises(ValueError, match=f"type '{outer}'; expected .*{hint}"):
         convert_hf_model(model)
-    report = convert_hf_model(model.model.language_model)
-    assert report.attentions == ["layers.0.self_attn"]
+    language_model = model.get_submodule(path)
+    if family == "llama4":
+        report = convert_keeping_logits(language_model)
+    else:
+        report = convert_hf_model(language_model)
+    rotating = 1 if family == "mllama" else SIZES["num_hidden_layers"]
+    assert len(report.attentions) == rotating
 
 
 def test_mllama_converts_its_self_attention_and_keeps_its_cross_attention() -> None:
