@@ -85,8 +85,7 @@ The conversion is in place and keeps the weights (the same ``Parameter`` objects
   an attention layer of another form that uses the rotary module's output (DeepSeek's latent
   attention) keeps that module and every attention layer as they are; one that ignores it
   (MiniMax's lightning attention, Mllama's cross attention: found on a probe) keeps its own
-  forward while the others
-  convert;
+  forward while the others convert;
 - the routed experts of a mixture-of-experts block (transformers holds them as one tensor per
   projection) gate with the IR op: their ``_apply_gate`` hook, which transformers' grouped,
   batched and fused experts implementations call on the ``(tokens x experts, 2 x width)`` rows

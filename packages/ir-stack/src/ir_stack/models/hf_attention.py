@@ -150,7 +150,7 @@ def _default(plan_field: Any) -> Any:
 
 
 def rotary_attention_forward(
-    self: Any,  # a transformers attention module (`_is_attention` in hf.py says which)
+    self: Any,  # a transformers attention module (`is_attention` says which)
     *args: Any,
     **kwargs: Any,
 ) -> tuple[Tensor, Tensor | None]:
@@ -307,13 +307,26 @@ def has_linears(module: nn.Module, names: tuple[str, ...]) -> bool:
     return all(isinstance(getattr(module, n, None), nn.Linear) for n in names)
 
 
+#: the forward parameter naming the other sequence a cross-attention layer attends (Mllama's
+#: cross-attention layers: their keys and values come from an image's states, unrotated)
+CROSS_ATTENTION_STATES = "cross_attention_states"
+
+
+def is_cross_attention(module: nn.Module) -> bool:
+    """Whether `module`'s forward names `CROSS_ATTENTION_STATES`: a layer of another form than
+    the plan describes (`is_attention`), which `convert_hf_model` keeps as it is where a probe
+    shows it ignores the position embeddings (`hf_rotation_probe.ignores_position_embeddings`)."""
+    return CROSS_ATTENTION_STATES in inspect.signature(type(module).forward).parameters
+
+
 def is_attention(module: nn.Module) -> bool:
     """An attention layer of the form `AttentionPlan` describes: query, key, value and output
     projections (the output's ``o_proj``, LFM2's ``out_proj`` or Phi-2's ``dense``; Gemma
     4's: a ``v_proj`` of None where the keys serve as values, none but the query's and
     output's where the layer reuses an earlier one's keys and values, which its plan then
-    refuses), or Phi-3's joined ones."""
-    if not type(module).__name__.endswith("Attention"):
+    refuses), or Phi-3's joined ones; not a cross attention (`is_cross_attention`), whose keys
+    and values come from another sequence."""
+    if not type(module).__name__.endswith("Attention") or is_cross_attention(module):
         return False
     if has_linears(module, _JOINED_ATTENTION_PARTS):
         return True
@@ -325,18 +338,6 @@ def is_attention(module: nn.Module) -> bool:
         return True
     value = getattr(module, "v_proj", False)
     return has_linears(module, ("k_proj",)) and (value is None or isinstance(value, nn.Linear))
-
-
-#: the forward parameter naming the other sequence a cross-attention layer attends (Mllama's
-#: cross-attention layers: their keys and values come from an image's states, unrotated)
-CROSS_ATTENTION_STATES = "cross_attention_states"
-
-
-def is_cross_attention(module: nn.Module) -> bool:
-    """Whether `module`'s forward names `CROSS_ATTENTION_STATES`: a layer of another form than
-    the plan describes, which `convert_hf_model` keeps as it is where a probe shows it ignores
-    the position embeddings (`hf_rotation_probe.ignores_position_embeddings`)."""
-    return CROSS_ATTENTION_STATES in inspect.signature(type(module).forward).parameters
 
 
 def output_projection(attention: Any) -> nn.Linear:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .hf_attention import is_attention, is_cross_attention, layer_type_of, rotary_attention_forward
+from .hf_attention import is_attention, layer_type_of, rotary_attention_forward
 from .hf_attention_probe import attention_plan
 from .hf_forward import with_forward
 from .hf_modules import IRRotaryCache
@@ -159,12 +159,11 @@ def _convert(model: nn.Module, ropes: list[_Rope], max_positions: int, converted
     why not."""
     first = ropes[0]
     named = [(p, m) for p, m in model.named_modules() if type(m).__name__.endswith("Attention")]
-    planned = [is_attention(m) and not is_cross_attention(m) for _, m in named]
-    layers = [pm for pm, plan in zip(named, planned, strict=True) if plan]
+    layers = [(p, m) for p, m in named if is_attention(m)]
     # layers of another form keep their forward: DeepSeek's latent attention rotates with the
     # model's (cos, sin) itself, and leaves the rotary module alone; MiniMax's lightning
     # attention and Mllama's cross attention ignore it, which a probe below shows
-    others = [pm for pm, plan in zip(named, planned, strict=True) if not plan]
+    others = [(p, m) for p, m in named if not is_attention(m)]
     if not layers:
         return f"attention of another form in {others[0][0]}" if others else "no attention layers"
     widths = first.widths()
