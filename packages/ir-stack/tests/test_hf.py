@@ -1555,7 +1555,7 @@ def test_a_converted_forward_asks_no_module_for_an_attribute_it_lacks(
 ) -> None:
     """An attribute a module lacks is found lacking by a raise inside ``nn.Module.__getattr__``;
     read so by a forward under Dynamo, it becomes a guard that raises again at every call (a
-    16-layer Llama's guard check took 131-136 µs with one such read a layer, 113-117 without,
+    16-layer Llama's guard check took 133-136 µs with one such read a layer, 111-116 without,
     as the original model: `benchmarks/results/hf-guards-cpu.md`). The converted forwards look
     their optional parts up in ``_modules`` instead (Phi-3's joined projection, LFM2's and
     Phi-2's output projections), so they ask for nothing the original's forward does not

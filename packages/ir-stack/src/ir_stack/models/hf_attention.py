@@ -437,7 +437,7 @@ def _project_qkv(attention: Any, hidden_states: Tensor) -> tuple[Tensor, Tensor,
     one ``qkv_proj`` (views of its output, rows a stride apart, which the rotary kernels
     take)."""
     # ``_modules``, not ``hasattr``, for `output_projection`'s reason (a 16-layer Llama's guard
-    # check: 131-136 µs with ``hasattr``, 111-116 without, as the original's)
+    # check: 133-136 µs with ``hasattr``, 111-116 without, as the original's)
     if "qkv_proj" not in attention._modules:
         k = attention.k_proj(hidden_states)
         v = k if attention.v_proj is None else attention.v_proj(hidden_states)
