@@ -97,6 +97,9 @@ FAMILIES = {
     "gemma4_unified": ("Gemma4UnifiedTextConfig", "Gemma4UnifiedForCausalLM"),
     "emu3": ("Emu3TextConfig", "Emu3ForCausalLM"),
     "mllama": ("MllamaTextConfig", "MllamaForCausalLM"),
+    # Phi-4-multimodal: Phi-3's decoder, a vision tower and an audio encoder inside its
+    # embeddings
+    "phi4_multimodal": ("Phi4MultimodalConfig", "Phi4MultimodalForCausalLM"),
     "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM"),
     "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM"),
     "qwen3_5_moe": ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM"),
@@ -519,6 +522,27 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     "emu3": _TOKENS,
     # Llama 3.2 Vision's language model: its second layer attends an image's states
     "mllama": {**_TOKENS, "cross_attention_layers": [1]},
+    # Phi-4-multimodal: rotating part of each head, as the released model's 0.75; a tower of one
+    # layer and an encoder of one block, whose attention the rope does not reach
+    "phi4_multimodal": {
+        **_TOKENS,
+        "partial_rotary_factor": 0.5,
+        "vision_config": {
+            "hidden_size": 32,
+            "intermediate_size": 48,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+        },
+        "audio_config": {
+            "hidden_size": 32,
+            "intermediate_size": 48,
+            "num_blocks": 1,
+            "num_attention_heads": 2,
+            "depthwise_separable_out_channel": 32,
+            "ext_pw_out_channel": 32,
+            "nemo_conv_channels": 32,
+        },
+    },
     # routed experts beside each layer's MLP, with their own norms and a router's norm
     "gemma4_moe": {
         **_GEMMA4,
@@ -733,7 +757,7 @@ FAMILY_OPTIONS: dict[str, dict[str, Any]] = {
     },
 }
 #: families whose gate and up projections are one layer already
-JOINED_MLPS = {"phi3", "glm", "glm4", "granite4"}
+JOINED_MLPS = {"phi3", "glm", "glm4", "granite4", "phi4_multimodal"}
 #: families whose attention stays as it is (DeepSeek's latent attention rotates on its own)
 ATTENTION_STAYS = {
     "axk1",
@@ -869,6 +893,16 @@ MLP_CALLS = {"mllama": 1}
 EXPERTS_STAY = {"gpt_oss", "minimax_m3"}
 #: families whose shared experts clamp their gate too, and stay
 SHARED_EXPERTS_STAY = {"minimax_m3"}
+#: parts of other models inside a family's model that stay, and why: Phi-4-multimodal's audio
+#: encoder norms its feed-forward blocks' input with a LayerNorm first
+TOWERS_STAY = {
+    "phi4_multimodal": {
+        f"model.embed_tokens_extend.audio_embed.encoder.encoders.0.{part}": (
+            "its forward computes other than down(act(gate(x)) * up(x))"
+        )
+        for part in ("feed_forward_in", "feed_forward_out")
+    }
+}
 #: families whose norms are LayerNorms (they stay), the final one too
 LAYER_NORMS = {
     "cohere",
@@ -1000,6 +1034,7 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     if family in SHARED_EXPERTS_STAY:
         why = "its forward computes other than down(act(gate(x)) * up(x))"
         skipped |= {f"model.layers.{i}.mlp.shared_experts": why for i in range(layers)}
+    skipped |= TOWERS_STAY.get(family, {})
     assert report.skipped == skipped
     # most families' `norm`, LFM2's `embedding_norm`, Falcon-H1's `final_layernorm`
     final_norm = next(
@@ -1653,6 +1688,17 @@ _HEAD = SIZES["hidden_size"] // SIZES["num_attention_heads"]
                 "partial_rotary_factor": 0.5,
             },
         ),
+        # Phi-4-multimodal's decoder: Phi-3's, its long rope as the released model's
+        (
+            "phi4_multimodal",
+            {
+                "rope_type": "longrope",
+                "short_factor": [1.0] * (_HEAD // 4),
+                "long_factor": [2.0] * (_HEAD // 4),
+                "original_max_position_embeddings": 32,
+                "partial_rotary_factor": 0.5,
+            },
+        ),
         # dynamic NTK scaling: a larger base past the model's 64 positions
         ("llama", {"rope_type": "dynamic", "factor": 8.0, "rope_theta": 1e4}),
     ],
@@ -1667,8 +1713,8 @@ def test_a_rope_changing_with_the_length_is_computed_at_each_call(
     position 999, ran on a copy), a short one and the long one again, and so do greedy tokens
     generated across Phi-3's switch. (The
     table of the static ropes stops at `max_positions`; these have none.)"""
-    # Phi-3's config sets the original length over its rope's
-    options = {"original_max_position_embeddings": 32} if family == "phi3" else {}
+    # Phi-3's config (Phi-4-multimodal's too) sets the original length over its rope's
+    options = {"original_max_position_embeddings": 32} if family != "llama" else {}
     model = build(family, rope_parameters=rope, **options)
     ids = torch.randint(0, SIZES["vocab_size"], (2, 80), generator=torch.Generator().manual_seed(1))
     short, long = ids[:, :9], ids
@@ -1679,7 +1725,7 @@ def test_a_rope_changing_with_the_length_is_computed_at_each_call(
         report = convert_hf_model(model, max_positions=1000)
         got = [model(ids).logits for ids in (long, short, long)]
         converted_tokens = model.generate(short, max_new_tokens=30, do_sample=False, pad_token_id=0)
-    assert not report.skipped
+    assert report.skipped == TOWERS_STAY.get(family, {})
     assert len(report.attentions) == SIZES["num_hidden_layers"]
     assert isinstance(model.model.rotary_emb, IRRotaryCache)
     assert model.model.rotary_emb.per_token is not None
@@ -2541,6 +2587,40 @@ def test_mllama_converts_its_self_attention_and_keeps_its_cross_attention() -> N
     assert not hasattr(cross, "ir_attention_plan")
     assert isinstance(cross.q_norm, IRRMSNorm)
     assert isinstance(cross.k_norm, IRRMSNorm)
+
+
+def test_phi4_multimodal_converts_its_decoder_and_leaves_its_towers_attention() -> None:
+    """Phi-4-multimodal holds its vision tower and audio encoder inside its embeddings: models of
+    their own, holding no rope. Their attention (the vision tower's of the planned form, with
+    an ``out_proj``) keeps its forward; the decoder's layers convert. The logits stay with and
+    without an image, and the image changes them (so the tower ran)."""
+    vision = {**FAMILY_OPTIONS["phi4_multimodal"]["vision_config"], "image_token_id": 5}
+    # one crop of 2 x 2 patches beside the global one: 5 image tokens
+    model = build("phi4_multimodal", vision_config={**vision, "image_size": 28, "crop_size": 28})
+    ids = torch.tensor([[1, 9, 5, 5, 5, 5, 5, 17, 33, 40]])
+    image = {
+        "image_pixel_values": torch.randn(
+            1, 2, 3, 28, 28, generator=torch.Generator().manual_seed(3)
+        ),
+        "image_sizes": torch.tensor([[28, 28]]),
+        "image_attention_mask": torch.ones(1, 2, 2, 2),
+    }
+    with torch.no_grad():
+        text = model(ids).logits
+        with_image = model(ids, **image).logits
+        report = convert_hf_model(model)
+        converted_text = model(ids).logits
+        converted_with_image = model(ids, **image).logits
+    assert not torch.allclose(with_image, text, atol=1e-3)
+    torch.testing.assert_close(converted_text, text, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(converted_with_image, with_image, atol=1e-5, rtol=1e-5)
+    assert report.attentions == [f"model.layers.{i}.self_attn" for i in range(2)]
+    towers = model.model.embed_tokens_extend
+    tower_attentions = [
+        m for _, m in towers.named_modules() if type(m).__name__.endswith("Attention")
+    ]
+    assert len(tower_attentions) >= 2
+    assert not any(hasattr(m, "ir_attention_plan") for m in tower_attentions)
 
 
 def test_query_and_key_norms_of_mixed_forms_leave_the_rotary_alone() -> None:

@@ -256,6 +256,7 @@ SUPPORTED_MODEL_TYPES = (
     "gemma4_unified_text",
     "emu3_text_model",
     "mllama_text_model",
+    "phi4_multimodal",
 )
 
 

@@ -11,6 +11,7 @@ import copy
 import itertools
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -154,11 +155,35 @@ def convert_rotary(model: nn.Module, max_positions: int) -> RotaryConversion:
     return done
 
 
+def _reached_modules(model: nn.Module, rope_paths: list[str]) -> list[tuple[str, Any]]:
+    """`model`'s modules save those inside a model of its own that holds none of the ropes
+    (Phi-4-multimodal's vision tower and audio encoder, inside its embeddings): the ropes
+    cannot reach their attention, which keeps its forward whatever its form."""
+    from transformers import PreTrainedModel
+
+    towers = [
+        f"{path}."
+        for path, module in model.named_modules()
+        if path
+        and isinstance(module, PreTrainedModel)
+        and not any(r == path or r.startswith(f"{path}.") for r in rope_paths)
+    ]
+    return [
+        (path, module)
+        for path, module in model.named_modules()
+        if not any(f"{path}.".startswith(tower) for tower in towers)
+    ]
+
+
 def _convert(model: nn.Module, ropes: list[_Rope], max_positions: int, converted: list[str]) -> str:
     """Convert `ropes` and the attention layers (appending their paths to `converted`), or say
     why not."""
     first = ropes[0]
-    named = [(p, m) for p, m in model.named_modules() if type(m).__name__.endswith("Attention")]
+    named = [
+        (p, m)
+        for p, m in _reached_modules(model, [r.path for r in ropes])
+        if type(m).__name__.endswith("Attention")
+    ]
     layers = [(p, m) for p, m in named if is_attention(m)]
     # layers of another form keep their forward: DeepSeek's latent attention rotates with the
     # model's (cos, sin) itself, and leaves the rotary module alone; MiniMax's lightning
