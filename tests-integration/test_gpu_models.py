@@ -1059,6 +1059,104 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     assert (after - before).abs().max() < 0.05 * before.abs().max()
 
 
+#: vision-language models whose language model converts: (config, model class)
+HF_VISION_LANGUAGE = {
+    "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration"),
+    "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
+    "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration"),
+    "qwen3_vl_moe": ("Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration"),
+    "glm4v_moe": ("Glm4vMoeConfig", "Glm4vMoeForConditionalGeneration"),
+}
+
+
+@pytest.mark.parametrize("family", list(HF_VISION_LANGUAGE))
+def test_converted_vision_language_model_agrees_on_gpu(family: str) -> None:
+    """bf16 on the GPU: a vision-language model whose language model is converted (its rope of
+    three positions a token computed at each call) gives the original's logits on a prompt with
+    an image (16 tokens: an 8 x 8 grid of patches merged 2 x 2), every converted op on a kernel
+    provider. Heads of 64 in sections of 8, 12 and 12 frequencies (GLM-4.5V's half-rotated
+    heads: 4, 4 and 8); every expert a token in the MoE forms."""
+    transformers = pytest.importorskip("transformers")
+    from ir_stack.models import convert_hf_model
+
+    names = HF_VISION_LANGUAGE[family]
+    missing = [name for name in names if not hasattr(transformers, name)]
+    if missing:
+        pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
+    torch.manual_seed(0)
+    sections = [4, 4, 8] if family == "glm4v_moe" else [8, 12, 12]
+    rope: dict[str, Any] = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": sections}
+    if family.startswith("qwen3"):
+        rope["mrope_interleaved"] = True
+    text: dict[str, Any] = {
+        **_GPU_TOKENS,
+        "vocab_size": 256,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "max_position_embeddings": 128,
+        "rope_parameters": rope,
+    }
+    if family.endswith("moe"):
+        text |= {
+            "num_experts": 4,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 4,
+            "moe_intermediate_size": 128,
+            "first_k_dense_replace": 1,
+            "n_group": 1,
+            "topk_group": 1,
+        }
+    vision = {
+        "depth": 1,
+        "num_heads": 2,
+        "hidden_size": 256 if family == "qwen2_vl" else 64,
+        "intermediate_size": 128,
+        "out_hidden_size": 256,
+        "embed_dim": 64,
+        "mlp_ratio": 2,
+        "num_position_embeddings": 64,
+        "deepstack_visual_indexes": [0],
+    }
+    config_class, model_class = (getattr(transformers, name) for name in names)
+    config = config_class(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=5,
+        video_token_id=6,
+        vision_start_token_id=7,
+        vision_end_token_id=8,
+    )
+    model = model_class(config).to("cuda", torch.bfloat16).eval()
+    vision_config = model.config.vision_config
+    patch = 3 * vision_config.temporal_patch_size * vision_config.patch_size**2
+    ids = torch.randint(9, 256, (1, 24), device="cuda")
+    ids[0, 2], ids[0, 3:19], ids[0, 19] = 7, 5, 8
+    image = {
+        "pixel_values": torch.randn(64, patch, device="cuda", dtype=torch.bfloat16),
+        "image_grid_thw": torch.tensor([[1, 8, 8]], device="cuda"),
+        "mm_token_type_ids": (ids == 5).long(),
+    }
+    with torch.no_grad():
+        before = model(ids, **image).logits.float()
+        report = convert_hf_model(model.model.language_model)
+        ir_dispatch.reset_stats()
+        ir_dispatch.collect_stats(True)
+        try:
+            after = model(ids, **image).logits.float()
+        finally:
+            ir_dispatch.collect_stats(False)
+    assert not report.skipped
+    assert len(report.attentions) == 2
+    calls = ir_dispatch.stats()
+    assert {op for op, _ in calls} == {"rms_norm", "silu_and_mul", "rotary_embedding"}
+    assert not [key for key in calls if key[1] == "native"], calls
+    assert (after - before).abs().max() < 0.05 * before.abs().max()
+
+
 def test_converted_qwen4_exp_agrees_on_gpu() -> None:
     """Qwen4-Exp in bf16 on the GPU: its experts gate on a kernel, its shared experts and the
     attention's norms convert (its hyper-connections' norms and sparse attention stay), and

@@ -2554,6 +2554,114 @@ def test_a_multimodal_model_is_refused_with_the_way_to_convert_its_language_mode
     assert len(report.attentions) == rotating
 
 
+#: vision-language models whose language model converts: (config, model class), and the
+#: options of their vision tower (one block, 32 wide, its output as wide as the text model)
+VISION_LANGUAGE = {
+    "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLForConditionalGeneration"),
+    "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
+    "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration"),
+    "qwen3_vl_moe": ("Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration"),
+    "glm4v_moe": ("Glm4vMoeConfig", "Glm4vMoeForConditionalGeneration"),
+}
+_VISION_TOWER: dict[str, Any] = {
+    "depth": 1,
+    "num_heads": 2,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "out_hidden_size": SIZES["hidden_size"],
+    # Qwen2-VL's: its width, and its output as `hidden_size`
+    "embed_dim": 32,
+    "mlp_ratio": 1,
+    # Qwen3-VL's: positions learned, the first block's states added to the first layers'
+    "num_position_embeddings": 64,
+    "deepstack_visual_indexes": [0],
+}
+_IMAGE_TOKEN, _VISION_START, _VISION_END = 5, 7, 8
+
+
+def _vision_language(family: str) -> Any:
+    """`family`'s vision-language model: a text model of `SIZES` (two routed experts of four
+    in every layer for the MoE forms; GLM-4.5V's first layer dense), heads of 16 rotated in
+    three position sections (time, height, width) of 2, 3 and 3 frequencies (GLM-4.5V's
+    half-rotated heads: 1, 1 and 2), Qwen3-VL's sections interleaved."""
+    torch.manual_seed(0)
+    names = VISION_LANGUAGE[family]
+    missing = [name for name in names if not hasattr(transformers, name)]
+    if missing:
+        pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
+    config_class, model_class = (getattr(transformers, name) for name in names)
+    sections = [1, 1, 2] if family == "glm4v_moe" else [2, 3, 3]
+    rope = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": sections}
+    if family.startswith("qwen3"):
+        rope["mrope_interleaved"] = True
+    text: dict[str, Any] = {**SIZES, **_TOKENS, "head_dim": 16, "rope_parameters": rope}
+    if family.endswith("moe"):
+        text |= {
+            "num_experts": 4,
+            "n_routed_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "first_k_dense_replace": 1,
+            "n_group": 1,
+            "topk_group": 1,
+        }
+    vision = {**_VISION_TOWER}
+    if family == "qwen2_vl":
+        vision["hidden_size"] = SIZES["hidden_size"]
+    config = config_class(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=_IMAGE_TOKEN,
+        video_token_id=6,
+        vision_start_token_id=_VISION_START,
+        vision_end_token_id=_VISION_END,
+    )
+    model = model_class(config).eval()
+    with torch.no_grad():  # norm weights of ones would hide a norm applied to the wrong axis
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(0.5, 1.5)
+    return model
+
+
+@pytest.mark.parametrize("family", list(VISION_LANGUAGE))
+def test_a_vision_language_models_language_model_converts(family: str) -> None:
+    """Qwen2-VL, Qwen2.5-VL, Qwen3-VL (dense and MoE) and GLM-4.5V: the whole model is refused,
+    naming its language model, which converts whole: its rope, of three positions a token
+    (an image's tokens take their place in its grid), computed at each call. The logits stay
+    with and without an image (4 tokens: a 4 x 4 grid of patches merged 2 x 2), and the image
+    changes them; so do greedy tokens generated after it."""
+    model = _vision_language(family)
+    inner = model.model.language_model.config.model_type
+    hint = f"language model is of type '{inner}'.*convert_hf_model\\(model.model.language_model\\)"
+    with pytest.raises(ValueError, match=f"expected .*{hint}"):
+        convert_hf_model(model)
+    vision = model.config.vision_config
+    patch = 3 * vision.temporal_patch_size * vision.patch_size**2
+    generator = torch.Generator().manual_seed(2)
+    ids = torch.tensor([[1, 9, _VISION_START, *[_IMAGE_TOKEN] * 4, _VISION_END, 17, 33, 40, 41]])
+    image = {
+        "pixel_values": torch.randn(16, patch, generator=generator),
+        "image_grid_thw": torch.tensor([[1, 4, 4]]),
+        "mm_token_type_ids": (ids == _IMAGE_TOKEN).long(),
+    }
+    with torch.no_grad():
+        text = model(ids).logits
+        with_image = model(ids, **image).logits
+        tokens = model.generate(ids, max_new_tokens=8, do_sample=False, **image)
+        report = convert_hf_model(model.model.language_model)
+        converted_text = model(ids).logits
+        converted_with_image = model(ids, **image).logits
+        converted_tokens = model.generate(ids, max_new_tokens=8, do_sample=False, **image)
+    assert not report.skipped
+    assert report.attentions == [f"layers.{i}.self_attn" for i in range(2)]
+    assert isinstance(model.model.language_model.rotary_emb, IRRotaryCache)
+    assert not torch.allclose(with_image, text, atol=1e-3)
+    torch.testing.assert_close(converted_text, text, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(converted_with_image, with_image, atol=1e-5, rtol=1e-5)
+    assert torch.equal(converted_tokens, tokens)
+
+
 def test_mllama_converts_its_self_attention_and_keeps_its_cross_attention() -> None:
     """Llama 3.2 Vision's language model: its self-attention layers rotate and convert; its
     cross-attention layers attend an image's states, unrotated, with query and key norms of

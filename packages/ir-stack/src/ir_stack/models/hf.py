@@ -257,6 +257,11 @@ SUPPORTED_MODEL_TYPES = (
     "emu3_text_model",
     "mllama_text_model",
     "phi4_multimodal",
+    "qwen2_vl_text",
+    "qwen2_5_vl_text",
+    "qwen3_vl_text",
+    "qwen3_vl_moe_text",
+    "glm4v_moe_text",
 )
 
 
