@@ -10,7 +10,8 @@ GLM-4.7 Flash (latent attention, which stays; 64 experts, 4 a token), ``--family
 LFM3 of LFM3 1.7B's (transformers 5.24: attention layers, their output gated a head, among
 short convolutions), ``--family gemma3n`` a Gemma 3n of transformers' default text config
 (E4B's: four AltUp streams, sparse-activation MLPs in the first ten layers, which stay, KV
-sharing in the last layers) (random weights, bf16),
+sharing in the last layers), ``--family qwen2_5_vl`` Qwen2.5-VL's language model of Qwen2.5-VL
+3B's shape, run on text prompts (random weights, bf16),
 on the GPU: forward latency in six ways, in one process:
 
 - ``hf eager``: the model as transformers runs it;
@@ -93,6 +94,20 @@ PHI3_MINI = {
     "max_position_embeddings": 4096,
     "pad_token_id": 0,
     "eos_token_id": 1,
+}
+#: Qwen2.5-VL 3B's language model (its rope of three positions a token, computed at each call
+#: by the converted model too); vocabulary cut as for Llama. The vision tower, which a text
+#: prompt does not run, is one block
+QWEN2_5_VL_3B = {
+    "hidden_size": 2048,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 32768,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]},
+    "tie_word_embeddings": True,
 }
 #: Qwen3 30B-A3B's shape: 128 routed experts of width 768, 8 a token (transformers' grouped
 #: matrix products); vocabulary cut as for Llama
@@ -210,6 +225,12 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     ),
     "lfm3": ("Lfm3Config", "Lfm3ForCausalLM", LFM3_1_7B, "LFM3, 1.7B shape"),
     "gemma3n": ("Gemma3nTextConfig", "Gemma3nForCausalLM", GEMMA3N_E4B, "Gemma 3n, E4B shape"),
+    "qwen2_5_vl": (
+        "Qwen2_5_VLConfig",
+        "Qwen2_5_VLForConditionalGeneration",
+        QWEN2_5_VL_3B,
+        "Qwen2.5-VL, 3B shape, text prompts",
+    ),
 }
 #: families whose routed experts stay as they are (GPT-OSS's clamp their gate)
 EXPERTS_STAY = {"gpt_oss"}
@@ -217,6 +238,9 @@ EXPERTS_STAY = {"gpt_oss"}
 SPARSE_MLPS_STAY = {"gemma3n"}
 #: families whose latent attention stays, with the model's rotary module
 ATTENTION_STAYS = {"glm4_moe_lite"}
+#: families whose model is a vision-language one (its text config apart, its language model
+#: converted)
+VISION_LANGUAGE = {"qwen2_5_vl"}
 SHAPES = {"decode 16 x 1": (16, 1), "prompt 1 x 1024": (1, 1024)}
 #: Inductor's CUDA graphs (what ``mode="reduce-overhead"`` turns on; ``ir_passes.compile``
 #: passes its hooks as options, which torch.compile does not take beside a mode)
@@ -265,7 +289,11 @@ def build(family: str, layers: int) -> Any:
         options["layer_types"] = [
             "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)
         ]
-    config = getattr(transformers, config_name)(**options)
+    if family in VISION_LANGUAGE:
+        vision = {"depth": 1, "out_hidden_size": shape["hidden_size"]}
+        config = getattr(transformers, config_name)(text_config=options, vision_config=vision)
+    else:
+        config = getattr(transformers, config_name)(**options)
     # GPT-OSS's sinks need eager attention (transformers gives it no sdpa)
     config._attn_implementation = "eager" if family == "gpt_oss" else "sdpa"
     with torch.device("cuda"):
@@ -336,7 +364,9 @@ def main() -> None:
             stock = torch.compile(forward_of(model), options=GRAPHS, dynamic=False)
             runs.append(measure("hf torch.compile", stock, inputs))
             torch._dynamo.reset()
-        conversion = convert_hf_model(model)
+        # a vision-language model converts through its language model
+        text_model = model.model.language_model if args.family in VISION_LANGUAGE else model
+        conversion = convert_hf_model(text_model)
         staying = conversion.skipped
         if args.family in EXPERTS_STAY:  # only its experts may stay
             staying = {p: why for p, why in staying.items() if not p.endswith(".experts")}
