@@ -151,6 +151,16 @@ HF_TOWERS_STAY = {
     }
 }
 #: (config, model class, options) of each transformers family the converter takes
+#: the text model of every family the GPU tests convert
+_GPU_SIZES: dict[str, Any] = {
+    "vocab_size": 256,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 128,
+}
 #: special tokens inside the small vocabulary
 _GPU_TOKENS: dict[str, Any] = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
 #: a sliding-window layer shorter than the prompt, then a global one
@@ -1008,16 +1018,7 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     needed = HF_MIN_TRANSFORMERS.get(family)
     if needed is not None and Version(transformers.__version__) < Version(needed):
         pytest.skip(f"{family} converts as this table expects from transformers {needed}")
-    sizes = {
-        "vocab_size": 256,
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 128,
-    }
-    config = getattr(transformers, config_name)(**{**sizes, **options})
+    config = getattr(transformers, config_name)(**{**_GPU_SIZES, **options})
     model = getattr(transformers, model_name)(config).to("cuda", torch.bfloat16).eval()
     # weights not ones (Gemma's scale by 1 + w), so that a norm applied wrongly would show
     low, high = (-0.5, 0.5) if "gemma" in family else (0.5, 1.5)
@@ -1088,18 +1089,7 @@ def test_converted_vision_language_model_agrees_on_gpu(family: str) -> None:
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": sections}
     if family.startswith("qwen3"):
         rope["mrope_interleaved"] = True
-    text: dict[str, Any] = {
-        **_GPU_TOKENS,
-        "vocab_size": 256,
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 64,
-        "max_position_embeddings": 128,
-        "rope_parameters": rope,
-    }
+    text = {**_GPU_SIZES, **_GPU_TOKENS, "head_dim": 64, "rope_parameters": rope}
     if family.endswith("moe"):
         text |= {
             "num_experts": 4,
