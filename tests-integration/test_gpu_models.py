@@ -1066,6 +1066,7 @@ HF_VISION_LANGUAGE = {
     "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
     "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration"),
     "qwen3_vl_moe": ("Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration"),
+    "glm4v": ("Glm4vConfig", "Glm4vForConditionalGeneration"),
     "glm4v_moe": ("Glm4vMoeConfig", "Glm4vMoeForConditionalGeneration"),
 }
 
@@ -1075,8 +1076,8 @@ def test_converted_vision_language_model_agrees_on_gpu(family: str) -> None:
     """bf16 on the GPU: a vision-language model whose language model is converted (its rope of
     three positions a token computed at each call) gives the original's logits on a prompt with
     an image (16 tokens: an 8 x 8 grid of patches merged 2 x 2), every converted op on a kernel
-    provider. Heads of 64 in sections of 8, 12 and 12 frequencies (GLM-4.5V's half-rotated
-    heads: 4, 4 and 8); every expert a token in the MoE forms."""
+    provider. Heads of 64 in sections of 8, 12 and 12 frequencies (GLM-4.1V's and GLM-4.5V's
+    half-rotated heads: 4, 4 and 8); every expert a token in the MoE forms."""
     transformers = pytest.importorskip("transformers")
     from ir_stack.models import convert_hf_model
 
@@ -1085,10 +1086,12 @@ def test_converted_vision_language_model_agrees_on_gpu(family: str) -> None:
     if missing:
         pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
     torch.manual_seed(0)
-    sections = [4, 4, 8] if family == "glm4v_moe" else [8, 12, 12]
+    sections = [4, 4, 8] if family.startswith("glm") else [8, 12, 12]
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": sections}
     if family.startswith("qwen3"):
         rope["mrope_interleaved"] = True
+    if family.startswith("glm"):  # half of each head, as the released models
+        rope["partial_rotary_factor"] = 0.5
     text = {**_GPU_SIZES, **_GPU_TOKENS, "head_dim": 64, "rope_parameters": rope}
     if family.endswith("moe"):
         text |= {

@@ -27,6 +27,7 @@ from ir_stack.models.hf import (
     QueryScale,
     convert_hf_model,
 )
+from ir_stack.models.hf_rotation_probe import per_token_pairs
 
 transformers = pytest.importorskip("transformers")
 
@@ -2561,6 +2562,7 @@ VISION_LANGUAGE = {
     "qwen2_5_vl": ("Qwen2_5_VLConfig", "Qwen2_5_VLForConditionalGeneration"),
     "qwen3_vl": ("Qwen3VLConfig", "Qwen3VLForConditionalGeneration"),
     "qwen3_vl_moe": ("Qwen3VLMoeConfig", "Qwen3VLMoeForConditionalGeneration"),
+    "glm4v": ("Glm4vConfig", "Glm4vForConditionalGeneration"),
     "glm4v_moe": ("Glm4vMoeConfig", "Glm4vMoeForConditionalGeneration"),
 }
 _VISION_TOWER: dict[str, Any] = {
@@ -2582,18 +2584,21 @@ _IMAGE_TOKEN, _VISION_START, _VISION_END = 5, 7, 8
 def _vision_language(family: str) -> Any:
     """`family`'s vision-language model: a text model of `SIZES` (two routed experts of four
     in every layer for the MoE forms; GLM-4.5V's first layer dense), heads of 16 rotated in
-    three position sections (time, height, width) of 2, 3 and 3 frequencies (GLM-4.5V's
-    half-rotated heads: 1, 1 and 2), Qwen3-VL's sections interleaved."""
+    three position sections (time, height, width) of 2, 3 and 3 frequencies (GLM-4.1V's and
+    GLM-4.5V's half-rotated heads: 1, 1 and 2; GLM-4.1V's rope gives its angles in pairs),
+    Qwen3-VL's sections interleaved."""
     torch.manual_seed(0)
     names = VISION_LANGUAGE[family]
     missing = [name for name in names if not hasattr(transformers, name)]
     if missing:
         pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
     config_class, model_class = (getattr(transformers, name) for name in names)
-    sections = [1, 1, 2] if family == "glm4v_moe" else [2, 3, 3]
+    sections = [1, 1, 2] if family.startswith("glm") else [2, 3, 3]
     rope = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": sections}
     if family.startswith("qwen3"):
         rope["mrope_interleaved"] = True
+    if family.startswith("glm"):  # half of each head, as the released models
+        rope["partial_rotary_factor"] = 0.5
     text: dict[str, Any] = {**SIZES, **_TOKENS, "head_dim": 16, "rope_parameters": rope}
     if family.endswith("moe"):
         text |= {
@@ -2626,11 +2631,11 @@ def _vision_language(family: str) -> Any:
 
 @pytest.mark.parametrize("family", list(VISION_LANGUAGE))
 def test_a_vision_language_models_language_model_converts(family: str) -> None:
-    """Qwen2-VL, Qwen2.5-VL, Qwen3-VL (dense and MoE) and GLM-4.5V: the whole model is refused,
-    naming its language model, which converts whole: its rope, of three positions a token
-    (an image's tokens take their place in its grid), computed at each call. The logits stay
-    with and without an image (4 tokens: a 4 x 4 grid of patches merged 2 x 2), and the image
-    changes them; so do greedy tokens generated after it."""
+    """Qwen2-VL, Qwen2.5-VL, Qwen3-VL (dense and MoE), GLM-4.1V and GLM-4.5V: the whole model is
+    refused, naming its language model, which converts whole: its rope, of three positions a
+    token (an image's tokens take their place in its grid), computed at each call. The logits
+    stay with and without an image (4 tokens: a 4 x 4 grid of patches merged 2 x 2), and the
+    image changes them; so do greedy tokens generated after it."""
     model = _vision_language(family)
     inner = model.model.language_model.config.model_type
     hint = f"language model is of type '{inner}'.*convert_hf_model\\(model.model.language_model\\)"
@@ -2660,6 +2665,44 @@ def test_a_vision_language_models_language_model_converts(family: str) -> None:
     torch.testing.assert_close(converted_text, text, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(converted_with_image, with_image, atol=1e-5, rtol=1e-5)
     assert torch.equal(converted_tokens, tokens)
+
+
+class _AnglesOfEachCall(torch.nn.Module):
+    """A rotary module computing each call's angles (4 frequencies), given in `layout`."""
+
+    def __init__(self, layout: str) -> None:
+        super().__init__()
+        self.layout = layout
+        self.register_buffer("inv_freq", 1.0 / 10.0 ** torch.arange(4.0))
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        angles = position_ids[..., None].float() * self.inv_freq
+        if self.layout == "halves":
+            angles = torch.cat([angles, angles], dim=-1)
+        elif self.layout == "pairs":
+            angles = angles.repeat_interleave(2, dim=-1)
+        else:  # four frequencies, then four others
+            angles = torch.cat([angles, 2 * angles], dim=-1)
+        return angles.cos(), angles.sin()
+
+
+@pytest.mark.parametrize(("layout", "pairs"), [("halves", False), ("pairs", True), ("other", None)])
+def test_the_layout_of_a_rope_computed_at_each_call_is_probed(
+    layout: str, pairs: bool | None
+) -> None:
+    """Qwen's modules give a frequency's cosine in each half, GLM-4.1V's twice in a row; the
+    table the cache builds takes one of each. Any other layout is neither, and refused."""
+    rotary = _AnglesOfEachCall(layout)
+    assert per_token_pairs(rotary, torch.device("cpu")) is pairs
+    if pairs is None:
+        return
+    cache = IRRotaryCache(
+        {None: (rotary.inv_freq, 1.0)}, 8, per_token=rotary, per_token_pairs=pairs
+    )
+    positions = torch.tensor([[3, 5]])
+    table, rows = cache(torch.randn(1, 2, 16), positions)
+    angles = positions.flatten()[:, None].float() * rotary.inv_freq
+    torch.testing.assert_close(table[rows.flatten()], torch.cat([angles.cos(), angles.sin()], -1))
 
 
 def test_mllama_converts_its_self_attention_and_keeps_its_cross_attention() -> None:

@@ -261,6 +261,7 @@ SUPPORTED_MODEL_TYPES = (
     "qwen2_5_vl_text",
     "qwen3_vl_text",
     "qwen3_vl_moe_text",
+    "glm4v_text",
     "glm4v_moe_text",
 )
 

@@ -254,7 +254,9 @@ class IRRotaryCache(nn.Module):
     position (Qwen 3.5's multimodal rope takes a time, a height and a width position per
     token, and mixes their frequencies): the module computes each call's float32 cosines and
     sines, whose rows become the table (a row a token: ``[batch x tokens, width]``, positions
-    ``0 .. batch x tokens - 1``) in place of one built ahead.
+    ``0 .. batch x tokens - 1``) in place of one built ahead. `per_token_pairs`: that module
+    gives each frequency's cosine twice in a row (GLM-4.1V's, for its rotation of pairs), not
+    the frequencies' in two equal halves.
 
     `gather_rows`: the pair is ``([batch, tokens, width] rows of the table, [batch, tokens]
     positions)``, the rows of the call's tokens gathered. For a model spread over several
@@ -268,6 +270,7 @@ class IRRotaryCache(nn.Module):
         *,
         sliced_by_token: bool = False,
         per_token: nn.Module | None = None,
+        per_token_pairs: bool = False,
         gather_rows: bool = False,
     ) -> None:
         super().__init__()
@@ -285,6 +288,7 @@ class IRRotaryCache(nn.Module):
         self.max_positions = max_positions
         self.sliced_by_token = sliced_by_token
         self.per_token = per_token
+        self.per_token_pairs = per_token_pairs
         self.gather_rows = gather_rows
         if per_token is not None:
             return
@@ -355,7 +359,11 @@ class IRRotaryCache(nn.Module):
         like = x.new_empty(0, dtype=torch.float32)
         # [batch, tokens, cat(f, f)]; a row of positions for the whole batch, broadcast
         cos, sin = (t.expand(*x.shape[:-1], -1) for t in self.per_token(like, position_ids))
-        half = cos.shape[-1] // 2
-        table = torch.cat([cos[..., :half], sin[..., :half]], dim=-1).flatten(0, -2)
+        if self.per_token_pairs:
+            cos, sin = cos[..., 0::2], sin[..., 0::2]
+        else:
+            half = cos.shape[-1] // 2
+            cos, sin = cos[..., :half], sin[..., :half]
+        table = torch.cat([cos, sin], dim=-1).flatten(0, -2)
         positions = torch.arange(table.shape[0], device=table.device).view(cos.shape[:-1])
         return table, positions

@@ -20,7 +20,7 @@ from .hf_attention import is_attention, layer_type_of, rotary_attention_forward
 from .hf_attention_probe import attention_plan
 from .hf_forward import with_forward
 from .hf_modules import IRRotaryCache
-from .hf_rotation_probe import ignores_position_embeddings, rotation_form
+from .hf_rotation_probe import ignores_position_embeddings, per_token_pairs, rotation_form
 
 logger = logging.getLogger("ir_stack")
 
@@ -217,6 +217,10 @@ def _convert(model: nn.Module, ropes: list[_Rope], max_positions: int, converted
     # last position
     probed = [copy.deepcopy(r.module) if r.per_token else r.module for r in ropes]
     devices = model_devices(model)
+    # (a model wholly on the meta device is not probed: its rotation form is none below)
+    pairs = per_token_pairs(probed[0], devices[0]) if first.per_token and devices else False
+    if pairs is None:
+        return "its rope computed at each call gives its angles in neither halves nor pairs"
     gather = len(devices) > 1 and not sliced and not first.per_token
     if gather:
         logger.info(
@@ -230,6 +234,7 @@ def _convert(model: nn.Module, ropes: list[_Rope], max_positions: int, converted
             max_positions,
             sliced_by_token=sliced,
             per_token=m if r.per_token else None,
+            per_token_pairs=pairs,
             gather_rows=gather,
         )
         for r, m in zip(ropes, probed, strict=True)

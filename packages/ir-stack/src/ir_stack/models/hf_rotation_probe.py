@@ -99,6 +99,19 @@ def rotary_positions(rotary: nn.Module, positions: Tensor) -> Tensor:
     return positions if sections is None else positions.expand(len(sections), *positions.shape)
 
 
+def per_token_pairs(rotary: nn.Module, device: torch.device) -> bool | None:
+    """Whether the cosines `rotary`, a module computing each call's angles, returns come each
+    frequency twice in a row (pairs: GLM-4.1V's, which its rotation of pairs takes as they
+    are) rather than in two equal halves (Qwen's, Phi-3's); None where in neither layout."""
+    position_ids = rotary_positions(rotary, torch.arange(1, 5, device=device)[None])
+    with torch.no_grad():
+        cos, _ = rotary(torch.empty(0, device=device), position_ids)
+    half = cos.shape[-1] // 2
+    halves = torch.equal(cos[..., :half], cos[..., half:])
+    pairs = torch.equal(cos[..., 0::2], cos[..., 1::2])
+    return None if halves == pairs else pairs
+
+
 def rotation_form(rotary: nn.Module, cache: IRRotaryCache, layers: list[nn.Module]) -> bool | None:
     """True where the model's own rotation (`_model_rotation`), given its rotary module's
     output, rotates as ``rotary_embedding`` with `cache` does in the neox form (the halves of
