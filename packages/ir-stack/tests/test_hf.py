@@ -2667,13 +2667,76 @@ def test_a_vision_language_models_language_model_converts(family: str) -> None:
     assert torch.equal(converted_tokens, tokens)
 
 
+def test_hunyuan_vl_keeps_its_attention_whose_head_halves_rotate_by_different_axes() -> None:
+    """HunYuan-VL's rope takes four positions a token, and gives the two halves of a head the
+    angles of different ones: a text prompt (every axis alike) rotates as the op does, an
+    image's tokens do not (a probe run converting it anyway, its query and key norms placed
+    after the rotation as its attention has them, moved the logits with an image by 0.1). The
+    rope and attention stay, reported, and the logits with an image stay; the norms and MLPs
+    convert."""
+    names = ("HunYuanVLConfig", "HunYuanVLForConditionalGeneration")
+    missing = [name for name in names if not hasattr(transformers, name)]
+    if missing:
+        pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
+    torch.manual_seed(0)
+    rope = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 2, 2, 2]}
+    text = {**SIZES, **_TOKENS, "head_dim": 16, "rope_parameters": rope}
+    vision = {
+        "hidden_size": 32,
+        "intermediate_size": 48,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "out_hidden_size": SIZES["hidden_size"],
+        "text_hidden_size": SIZES["hidden_size"],
+    }
+    config = transformers.HunYuanVLConfig(
+        text_config=text,
+        vision_config=vision,
+        image_token_id=_IMAGE_TOKEN,
+        image_start_token_id=_VISION_START,
+        image_end_token_id=_VISION_END,
+    )
+    model = transformers.HunYuanVLForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(0.5, 1.5)
+    # 4 x 4 patches of 16, merged 2 x 2, with a token closing each row and two around them
+    ids = torch.tensor([[1, 9, _VISION_START, *[_IMAGE_TOKEN] * 8, _VISION_END, 17, 33, 40]])
+    image = {
+        "pixel_values": torch.randn(16, 3 * 16 * 16, generator=torch.Generator().manual_seed(2)),
+        "image_grid_thw": torch.tensor([[1, 4, 4]]),
+        "mm_token_type_ids": (ids == _IMAGE_TOKEN).long(),
+    }
+    with torch.no_grad():
+        text_logits = model(ids).logits
+        with_image = model(ids, **image).logits
+        report = convert_hf_model(model.model.language_model)
+        converted_with_image = model(ids, **image).logits
+    assert not torch.allclose(with_image, text_logits, atol=1e-3)
+    torch.testing.assert_close(converted_with_image, with_image, atol=1e-5, rtol=1e-5)
+    why = "its rope computed at each call gives its angles in neither halves nor pairs"
+    assert report.skipped == {"rotary_emb": why}
+    assert report.attentions == []
+    assert (len(report.norms), len(report.mlps)) == (9, 2)
+
+
+#: layouts of a rope of two positions a token
+_AXES = ("axes in each half", "an axis a half")
+
+
 class _AnglesOfEachCall(torch.nn.Module):
-    """A rotary module computing each call's angles (4 frequencies), given in `layout`."""
+    """A rotary module computing each call's angles (4 frequencies), given in `layout`; those
+    of the `_AXES` layouts take two positions a token (``mrope_section``), one a frequency
+    section (frequencies 0-1 and 2-3)."""
 
     def __init__(self, layout: str) -> None:
         super().__init__()
         self.layout = layout
         self.register_buffer("inv_freq", 1.0 / 10.0 ** torch.arange(4.0))
+        if layout in _AXES:
+            self.mrope_section = [2, 2]
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, ...]:
         angles = position_ids[..., None].float() * self.inv_freq
@@ -2681,20 +2744,36 @@ class _AnglesOfEachCall(torch.nn.Module):
             angles = torch.cat([angles, angles], dim=-1)
         elif self.layout == "pairs":
             angles = angles.repeat_interleave(2, dim=-1)
+        elif self.layout == "axes in each half":  # Qwen2-VL's: each half takes both axes
+            mixed = torch.cat([angles[0, ..., :2], angles[1, ..., 2:]], dim=-1)
+            angles = torch.cat([mixed, mixed], dim=-1)
+        elif self.layout == "an axis a half":  # HunYuan-VL's: the halves take different axes
+            angles = torch.cat([angles[0], angles[1]], dim=-1)
         else:  # four frequencies, then four others
             angles = torch.cat([angles, 2 * angles], dim=-1)
         return angles.cos(), angles.sin()
 
 
-@pytest.mark.parametrize(("layout", "pairs"), [("halves", False), ("pairs", True), ("other", None)])
+@pytest.mark.parametrize(
+    ("layout", "pairs"),
+    [
+        ("halves", False),
+        ("pairs", True),
+        ("other", None),
+        ("axes in each half", False),
+        ("an axis a half", None),
+    ],
+)
 def test_the_layout_of_a_rope_computed_at_each_call_is_probed(
     layout: str, pairs: bool | None
 ) -> None:
     """Qwen's modules give a frequency's cosine in each half, GLM-4.1V's twice in a row; the
-    table the cache builds takes one of each. Any other layout is neither, and refused."""
+    table the cache builds takes one of each. Any other layout is neither, and refused: among
+    them a rope of several positions a token whose halves take different positions, which only
+    a probe with different positions on each axis (an image's tokens) shows."""
     rotary = _AnglesOfEachCall(layout)
     assert per_token_pairs(rotary, torch.device("cpu")) is pairs
-    if pairs is None:
+    if pairs is None or layout in _AXES:
         return
     cache = IRRotaryCache(
         {None: (rotary.inv_freq, 1.0)}, 8, per_token=rotary, per_token_pairs=pairs

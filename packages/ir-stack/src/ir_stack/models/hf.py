@@ -263,6 +263,7 @@ SUPPORTED_MODEL_TYPES = (
     "qwen3_vl_moe_text",
     "glm4v_text",
     "glm4v_moe_text",
+    "hunyuan_vl_text",
 )
 
 

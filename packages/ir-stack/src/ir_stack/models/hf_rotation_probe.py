@@ -102,8 +102,17 @@ def rotary_positions(rotary: nn.Module, positions: Tensor) -> Tensor:
 def per_token_pairs(rotary: nn.Module, device: torch.device) -> bool | None:
     """Whether the cosines `rotary`, a module computing each call's angles, returns come each
     frequency twice in a row (pairs: GLM-4.1V's, which its rotation of pairs takes as they
-    are) rather than in two equal halves (Qwen's, Phi-3's); None where in neither layout."""
-    position_ids = rotary_positions(rotary, torch.arange(1, 5, device=device)[None])
+    are) rather than in two equal halves (Qwen's, Phi-3's); None where in neither layout.
+
+    A rope of several positions a token is probed with a different position on each axis, as
+    an image's tokens have: HunYuan-VL's gives the halves of a head the angles of different
+    axes then, a rotation the op does not compute, though text (every axis alike) hides it."""
+    positions = torch.arange(1, 5, device=device)[None]
+    sections = getattr(rotary, "mrope_section", None)
+    if sections is None:
+        position_ids = positions
+    else:
+        position_ids = torch.stack([positions * (axis + 1) + axis for axis in range(len(sections))])
     with torch.no_grad():
         cos, _ = rotary(torch.empty(0, device=device), position_ids)
     half = cos.shape[-1] // 2
