@@ -2667,6 +2667,36 @@ def test_a_vision_language_models_language_model_converts(family: str) -> None:
     assert torch.equal(converted_tokens, tokens)
 
 
+def test_a_vision_language_model_compiles_with_its_language_models_adds_fused() -> None:
+    """Qwen2.5-VL with an image, its language model converted, compiled whole: the vision
+    tower's and the position code's graph breaks are stock ``torch.compile``'s; the language
+    model is one graph, where every residual add fuses with the norm after it, and the logits
+    stay."""
+    model = _vision_language("qwen2_5_vl")
+    vision = model.config.vision_config
+    patch = 3 * vision.temporal_patch_size * vision.patch_size**2
+    ids = torch.tensor([[1, 9, _VISION_START, *[_IMAGE_TOKEN] * 4, _VISION_END, 17, 33, 40, 41]])
+    image = {
+        "pixel_values": torch.randn(16, patch, generator=torch.Generator().manual_seed(2)),
+        "image_grid_thw": torch.tensor([[1, 4, 4]]),
+        "mm_token_type_ids": (ids == _IMAGE_TOKEN).long(),
+        "use_cache": False,
+    }
+    convert_hf_model(model.model.language_model)
+    config = ir_stack.Config(passes=ir_passes.PassConfig(force_fusion=True))
+    with (
+        torch.no_grad(),
+        torch._inductor.config.patch(fx_graph_cache=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+        ir_passes.collect_reports() as reports,
+    ):
+        eager = model(ids, **image).logits
+        compiled = ir_stack.compile(model, config)(ids, **image).logits
+    fused = [report.fusions for report in reports if report.fusions]
+    assert fused == [{"add+rms_norm": 2 * SIZES["num_hidden_layers"]}]
+    torch.testing.assert_close(compiled, eager, atol=1e-4, rtol=1e-4)
+
+
 def test_hunyuan_vl_keeps_its_attention_whose_head_halves_rotate_by_different_axes() -> None:
     """HunYuan-VL's rope takes four positions a token, and gives the two halves of a head the
     angles of different ones: a text prompt (every axis alike) rotates as the op does, an
