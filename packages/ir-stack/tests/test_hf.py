@@ -2491,10 +2491,25 @@ _VISION = {
 }
 
 
-def _multimodal(family: str) -> tuple[Any, str]:
-    """A multimodal transformers model whose language model is `family`'s, and where it holds
-    that model (Llama 4's at the top, Gemma 3's and Mllama's one level down)."""
-    text = {**SIZES, **FAMILY_OPTIONS[family]}
+def _multimodal(outer: str, family: str) -> tuple[Any, str]:
+    """A multimodal transformers model of type `outer` whose language model is `family`'s, and
+    where it holds that model (Llama 4's at the top, the others' one level down)."""
+    text = {**SIZES, **FAMILY_OPTIONS.get(family, {})}
+    if outer in ("llava", "mistral3"):  # LLaVA's wrapper of a CLIP tower; Mistral 3's of Pixtral
+        vision = {**_VISION, "num_hidden_layers": 1, "num_attention_heads": 2}
+        if outer == "llava":
+            config = transformers.LlavaConfig(
+                text_config={**text, "model_type": family},
+                vision_config={**vision, "model_type": "clip_vision_model"},
+                image_token_index=5,
+            )
+            return transformers.LlavaForConditionalGeneration(config).eval(), "model.language_model"
+        config = transformers.Mistral3Config(
+            text_config={**text, "model_type": family},
+            vision_config={**vision, "model_type": "pixtral", "head_dim": 16},
+            image_token_index=5,
+        )
+        return transformers.Mistral3ForConditionalGeneration(config).eval(), "model.language_model"
     if family == "llama4":
         vision = {
             **_VISION,
@@ -2530,18 +2545,21 @@ def _multimodal(family: str) -> tuple[Any, str]:
         ("llama4", "llama4", "llama4_text"),
         ("gemma3", "gemma3", "gemma3_text"),
         ("mllama", "mllama", "mllama_text_model"),
+        ("llama", "llava", "llama"),
+        ("mistral", "mistral3", "mistral"),
     ],
 )
 def test_a_multimodal_model_is_refused_with_the_way_to_convert_its_language_model(
     family: str, outer: str, inner: str
 ) -> None:
-    """A multimodal model (Llama 4's of type 'llama4', Gemma 3's, Llama 3.2 Vision's) is
-    refused, naming its language model's type and the call that converts it; that model
-    converts (Llama 4's a ``Llama4ForCausalLM`` whose logits stay; Gemma 3's and Mllama's a
-    bare text model one level down, which transformers versions may name at the top too).
-    Mllama's cross-attention layer keeps its forward."""
+    """A multimodal model (Llama 4's of type 'llama4', Gemma 3's, Llama 3.2 Vision's, and
+    LLaVA's and Mistral 3's wrappers of a Llama and a Mistral) is refused, naming its language
+    model's type and the call that converts it; that model converts (Llama 4's a
+    ``Llama4ForCausalLM`` whose logits stay; the others' a bare text model one level down,
+    which transformers versions may name at the top too, as Gemma 3's). Mllama's
+    cross-attention layer keeps its forward."""
     torch.manual_seed(0)
-    model, path = _multimodal(family)
+    model, path = _multimodal(outer, family)
     where = r"model(\.model)?\.language_model" if family == "gemma3" else re.escape(f"model.{path}")
     hint = f"language model is of type '{inner}'.*convert_hf_model\\({where}\\)"
     with pytest.raises(ValueError, match=f"type '{outer}'; expected .*{hint}"):
