@@ -284,6 +284,11 @@ class IRRotaryCache(nn.Module):
                 "IRRotaryCache: argument 'gather_rows' got True for a rope sliced by token or "
                 "computed at each call; expected False there"
             )
+        if per_token_pairs and per_token is None:
+            raise ValueError(
+                "IRRotaryCache: argument 'per_token_pairs' got True without 'per_token'; it says "
+                "how a rope computed at each call lays out its angles"
+            )
         self.layer_types = list(tables)
         self.max_positions = max_positions
         self.sliced_by_token = sliced_by_token

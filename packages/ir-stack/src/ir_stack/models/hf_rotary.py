@@ -179,16 +179,14 @@ def _convert(model: nn.Module, ropes: list[_Rope], max_positions: int, converted
     """Convert `ropes` and the attention layers (appending their paths to `converted`), or say
     why not."""
     first = ropes[0]
-    named = [
-        (p, m)
-        for p, m in _reached_modules(model, [r.path for r in ropes])
-        if type(m).__name__.endswith("Attention")
-    ]
-    layers = [(p, m) for p, m in named if is_attention(m)]
-    # layers of another form keep their forward: DeepSeek's latent attention rotates with the
-    # model's (cos, sin) itself, and leaves the rotary module alone; MiniMax's lightning
-    # attention and Mllama's cross attention ignore it, which a probe below shows
-    others = [(p, m) for p, m in named if not is_attention(m)]
+    # layers of another form (`others`) keep their forward: DeepSeek's latent attention rotates
+    # with the model's (cos, sin) itself, and leaves the rotary module alone; MiniMax's
+    # lightning attention and Mllama's cross attention ignore it, which a probe below shows
+    layers: list[tuple[str, Any]] = []
+    others: list[tuple[str, Any]] = []
+    for path, module in _reached_modules(model, [r.path for r in ropes]):
+        if type(module).__name__.endswith("Attention"):
+            (layers if is_attention(module) else others).append((path, module))
     if not layers:
         return f"attention of another form in {others[0][0]}" if others else "no attention layers"
     widths = first.widths()
