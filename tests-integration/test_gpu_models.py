@@ -987,6 +987,16 @@ HF_ZERO_ROUTERS = {"phimoe"}
 HF_MIN_TRANSFORMERS = {"aria_text": "5.24", "gemma3n": "5.24"}
 
 
+def _transformers_classes(*names: str) -> list[Any]:
+    """The transformers classes of `names`; the test skips where transformers is missing or
+    lacks one (a family newer than the installed transformers)."""
+    transformers = pytest.importorskip("transformers")
+    missing = [name for name in names if not hasattr(transformers, name)]
+    if missing:
+        pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
+    return [getattr(transformers, name) for name in names]
+
+
 def _converted_logits(model: Any) -> tuple[torch.Tensor, Any, torch.Tensor]:
     """`model`'s float32 logits on a random prompt, the report of `convert_hf_model(model)`,
     and the converted model's logits on that prompt, its op calls counted by `ir_dispatch`."""
@@ -1012,14 +1022,12 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config_name, model_name, options = HF_FAMILIES[family]
-    missing = [name for name in (config_name, model_name) if not hasattr(transformers, name)]
-    if missing:  # a family newer than the installed transformers
-        pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
+    config_class, model_class = _transformers_classes(config_name, model_name)
     needed = HF_MIN_TRANSFORMERS.get(family)
     if needed is not None and Version(transformers.__version__) < Version(needed):
         pytest.skip(f"{family} converts as this table expects from transformers {needed}")
-    config = getattr(transformers, config_name)(**{**_GPU_SIZES, **options})
-    model = getattr(transformers, model_name)(config).to("cuda", torch.bfloat16).eval()
+    config = config_class(**{**_GPU_SIZES, **options})
+    model = model_class(config).to("cuda", torch.bfloat16).eval()
     # weights not ones (Gemma's scale by 1 + w), so that a norm applied wrongly would show
     low, high = (-0.5, 0.5) if "gemma" in family else (0.5, 1.5)
     with torch.no_grad():
@@ -1078,13 +1086,9 @@ def test_converted_vision_language_model_agrees_on_gpu(family: str) -> None:
     an image (16 tokens: an 8 x 8 grid of patches merged 2 x 2), every converted op on a kernel
     provider. Heads of 64 in sections of 8, 12 and 12 frequencies (GLM-4.1V's and GLM-4.5V's
     half-rotated heads: 4, 4 and 8); every expert a token in the MoE forms."""
-    transformers = pytest.importorskip("transformers")
     from ir_stack.models import convert_hf_model
 
-    names = HF_VISION_LANGUAGE[family]
-    missing = [name for name in names if not hasattr(transformers, name)]
-    if missing:
-        pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
+    config_class, model_class = _transformers_classes(*HF_VISION_LANGUAGE[family])
     torch.manual_seed(0)
     sections = [4, 4, 8] if family.startswith("glm") else [8, 12, 12]
     rope: dict[str, Any] = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": sections}
@@ -1114,7 +1118,6 @@ def test_converted_vision_language_model_agrees_on_gpu(family: str) -> None:
         "num_position_embeddings": 64,
         "deepstack_visual_indexes": [0],
     }
-    config_class, model_class = (getattr(transformers, name) for name in names)
     config = config_class(
         text_config=text,
         vision_config=vision,

@@ -956,21 +956,33 @@ SHARED_HEAD_NORMS = {"llama4"}
 MIN_TRANSFORMERS = {"aria_text": "5.24", "gemma3n": "5.24"}
 
 
+def transformers_classes(*names: str) -> list[Any]:
+    """The transformers classes of `names`; the test skips where the installed transformers
+    lacks one (a family newer than it)."""
+    missing = [name for name in names if not hasattr(transformers, name)]
+    if missing:
+        pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
+    return [getattr(transformers, name) for name in names]
+
+
+def randomize_norms(model: Any, low: float = 0.5, high: float = 1.5) -> None:
+    """Draw `model`'s norm weights from [low, high): weights of ones would hide a norm applied
+    to the wrong axis."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(low, high)
+
+
 def build(family: str, **overrides: Any) -> Any:
     torch.manual_seed(0)
-    missing = [name for name in FAMILIES[family] if not hasattr(transformers, name)]
-    if missing:  # a family newer than the installed transformers
-        pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
+    config_class, model_class = transformers_classes(*FAMILIES[family])
     needed = MIN_TRANSFORMERS.get(family)
     if needed is not None and Version(transformers.__version__) < Version(needed):
         pytest.skip(f"{family} converts as this table expects from transformers {needed}")
-    config_class, model_class = (getattr(transformers, name) for name in FAMILIES[family])
     options = {**FAMILY_OPTIONS.get(family, {}), **overrides}
     model = model_class(config_class(**{**SIZES, **options})).eval()
-    with torch.no_grad():  # norm weights of ones would hide a norm applied to the wrong axis
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.uniform_(0.5, 1.5)
+    randomize_norms(model)
     return model
 
 
@@ -1384,10 +1396,7 @@ def test_gemma_norms_take_a_float32_scale_in_half_precision() -> None:
     model the converted norms pass it as a float32 weight: each gives bitwise Gemma's own
     result, and the scale stays float32 through casts and follows ``load_state_dict``."""
     model = build("gemma").to(torch.bfloat16)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.uniform_(-0.5, 0.5)
+    randomize_norms(model, -0.5, 0.5)
     original = model.model.layers[0].input_layernorm
     ids, mask = prompt()
     x = torch.randn(3, SIZES["hidden_size"]).to(torch.bfloat16)
@@ -2375,6 +2384,11 @@ def test_a_rotary_cache_gathers_rows_only_from_a_table_ahead() -> None:
             IRRotaryCache(tables, 8, gather_rows=True, **options)  # type: ignore[arg-type]
 
 
+def test_a_rotary_cache_takes_the_layout_of_pairs_only_for_a_rope_computed_at_each_call() -> None:
+    with pytest.raises(ValueError, match="'per_token_pairs' got True without 'per_token'"):
+        IRRotaryCache({None: (torch.ones(4), 1.0)}, 8, per_token_pairs=True)
+
+
 def test_a_rope_rounded_by_a_cast_is_refused_with_the_way_to_load_it() -> None:
     """Phimoe's rotary module computes its frequencies from the config at each call, so after
     ``model.to(bfloat16)`` its rounded buffer, which the table is built from, is not what it
@@ -2606,11 +2620,7 @@ def _vision_language(family: str) -> Any:
     GLM-4.5V's half-rotated heads: 1, 1 and 2; GLM-4.1V's rope gives its angles in pairs),
     Qwen3-VL's sections interleaved."""
     torch.manual_seed(0)
-    names = VISION_LANGUAGE[family]
-    missing = [name for name in names if not hasattr(transformers, name)]
-    if missing:
-        pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
-    config_class, model_class = (getattr(transformers, name) for name in names)
+    config_class, model_class = transformers_classes(*VISION_LANGUAGE[family])
     sections = [1, 1, 2] if family.startswith("glm") else [2, 3, 3]
     rope = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": sections}
     if family.startswith("qwen3"):
@@ -2640,11 +2650,22 @@ def _vision_language(family: str) -> Any:
         vision_end_token_id=_VISION_END,
     )
     model = model_class(config).eval()
-    with torch.no_grad():  # norm weights of ones would hide a norm applied to the wrong axis
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.uniform_(0.5, 1.5)
+    randomize_norms(model)
     return model
+
+
+def _image_prompt(model: Any, image_tokens: int) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A prompt holding one image of 4 x 4 patches, which `model`'s vision tower turns into
+    `image_tokens` tokens, and the image's arguments (random pixels)."""
+    vision = model.config.vision_config
+    patch = 3 * vision.temporal_patch_size * vision.patch_size**2
+    image = [_VISION_START, *[_IMAGE_TOKEN] * image_tokens, _VISION_END]
+    ids = torch.tensor([[1, 9, *image, 17, 33, 40, 41]])
+    return ids, {
+        "pixel_values": torch.randn(16, patch, generator=torch.Generator().manual_seed(2)),
+        "image_grid_thw": torch.tensor([[1, 4, 4]]),
+        "mm_token_type_ids": (ids == _IMAGE_TOKEN).long(),
+    }
 
 
 @pytest.mark.parametrize("family", list(VISION_LANGUAGE))
@@ -2659,15 +2680,7 @@ def test_a_vision_language_models_language_model_converts(family: str) -> None:
     hint = f"language model is of type '{inner}'.*convert_hf_model\\(model.model.language_model\\)"
     with pytest.raises(ValueError, match=f"expected .*{hint}"):
         convert_hf_model(model)
-    vision = model.config.vision_config
-    patch = 3 * vision.temporal_patch_size * vision.patch_size**2
-    generator = torch.Generator().manual_seed(2)
-    ids = torch.tensor([[1, 9, _VISION_START, *[_IMAGE_TOKEN] * 4, _VISION_END, 17, 33, 40, 41]])
-    image = {
-        "pixel_values": torch.randn(16, patch, generator=generator),
-        "image_grid_thw": torch.tensor([[1, 4, 4]]),
-        "mm_token_type_ids": (ids == _IMAGE_TOKEN).long(),
-    }
+    ids, image = _image_prompt(model, 4)
     with torch.no_grad():
         text = model(ids).logits
         with_image = model(ids, **image).logits
@@ -2691,15 +2704,8 @@ def test_a_vision_language_model_compiles_with_its_language_models_adds_fused() 
     model is one graph, where every residual add fuses with the norm after it, and the logits
     stay."""
     model = _vision_language("qwen2_5_vl")
-    vision = model.config.vision_config
-    patch = 3 * vision.temporal_patch_size * vision.patch_size**2
-    ids = torch.tensor([[1, 9, _VISION_START, *[_IMAGE_TOKEN] * 4, _VISION_END, 17, 33, 40, 41]])
-    image = {
-        "pixel_values": torch.randn(16, patch, generator=torch.Generator().manual_seed(2)),
-        "image_grid_thw": torch.tensor([[1, 4, 4]]),
-        "mm_token_type_ids": (ids == _IMAGE_TOKEN).long(),
-        "use_cache": False,
-    }
+    ids, image = _image_prompt(model, 4)
+    image["use_cache"] = False
     convert_hf_model(model.model.language_model)
     config = ir_stack.Config(passes=ir_passes.PassConfig(force_fusion=True))
     with (
@@ -2722,10 +2728,9 @@ def test_hunyuan_vl_keeps_its_attention_whose_head_halves_rotate_by_different_ax
     after the rotation as its attention has them, moved the logits with an image by 0.1). The
     rope and attention stay, reported, and the logits with an image stay; the norms and MLPs
     convert."""
-    names = ("HunYuanVLConfig", "HunYuanVLForConditionalGeneration")
-    missing = [name for name in names if not hasattr(transformers, name)]
-    if missing:
-        pytest.skip(f"transformers {transformers.__version__} has no {missing[0]}")
+    config_class, model_class = transformers_classes(
+        "HunYuanVLConfig", "HunYuanVLForConditionalGeneration"
+    )
     torch.manual_seed(0)
     rope = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 2, 2, 2]}
     text = {**SIZES, **_TOKENS, "head_dim": 16, "rope_parameters": rope}
@@ -2738,25 +2743,17 @@ def test_hunyuan_vl_keeps_its_attention_whose_head_halves_rotate_by_different_ax
         "out_hidden_size": SIZES["hidden_size"],
         "text_hidden_size": SIZES["hidden_size"],
     }
-    config = transformers.HunYuanVLConfig(
+    config = config_class(
         text_config=text,
         vision_config=vision,
         image_token_id=_IMAGE_TOKEN,
         image_start_token_id=_VISION_START,
         image_end_token_id=_VISION_END,
     )
-    model = transformers.HunYuanVLForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.uniform_(0.5, 1.5)
-    # 4 x 4 patches of 16, merged 2 x 2, with a token closing each row and two around them
-    ids = torch.tensor([[1, 9, _VISION_START, *[_IMAGE_TOKEN] * 8, _VISION_END, 17, 33, 40]])
-    image = {
-        "pixel_values": torch.randn(16, 3 * 16 * 16, generator=torch.Generator().manual_seed(2)),
-        "image_grid_thw": torch.tensor([[1, 4, 4]]),
-        "mm_token_type_ids": (ids == _IMAGE_TOKEN).long(),
-    }
+    model = model_class(config).eval()
+    randomize_norms(model)
+    # its 4 x 4 patches merged 2 x 2, with a token closing each row and two around them
+    ids, image = _image_prompt(model, 8)
     with torch.no_grad():
         text_logits = model(ids).logits
         with_image = model(ids, **image).logits
