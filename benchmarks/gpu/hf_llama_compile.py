@@ -12,7 +12,8 @@ short convolutions), ``--family gemma3n`` a Gemma 3n of transformers' default te
 (E4B's: four AltUp streams, sparse-activation MLPs in the first ten layers, which stay, KV
 sharing in the last layers), ``--family qwen2_5_vl`` Qwen2.5-VL's language model of Qwen2.5-VL
 3B's shape, run on text prompts (random weights, bf16),
-on the GPU: forward latency in six ways, in one process:
+on the GPU: forward latency in six ways, and two more where Liger-Kernel patches the family, in
+one process:
 
 - ``hf eager``: the model as transformers runs it;
 - ``hf torch.compile``: stock ``torch.compile`` of that model with Inductor's CUDA graphs (as
@@ -23,7 +24,12 @@ on the GPU: forward latency in six ways, in one process:
   default priorities: compiled, the simple ops run as Inductor's code;
 - ``ir compile, kernels, no add fusion`` / ``ir compile, kernels``: the same with the op
   kernels ahead of Inductor's code, without and with the fusion of each residual add and the
-  norm after it into ``fused_add_rms_norm``.
+  norm after it into ``fused_add_rms_norm``;
+- ``liger eager`` / ``liger torch.compile``: a copy of the original model with Liger-Kernel's
+  patches for its family (its Triton RMSNorm, gated MLP and rope; its loss kernels off, which
+  inference does not run), eagerly and under the stock ``torch.compile`` above: what a
+  transformers user would otherwise reach for to put faster kernels in the model. Left out,
+  and said so, where ``liger_kernel`` is not installed or has no patch for the family.
 
 Each way runs a batch of one-token sequences (decode-sized rows, no KV cache) and one prompt;
 times are ``triton.testing.do_bench`` medians in µs, and every way's logits are compared with
@@ -33,6 +39,8 @@ benchmarks/gpu/env.sh``; ``--out DIR`` writes ``hf-<family>-compile-<card>.json`
 """
 
 import argparse
+import copy
+import importlib.metadata
 import json
 import logging
 import time
@@ -308,6 +316,26 @@ def build(family: str, layers: int) -> Any:
     return model
 
 
+def liger_copy(model: Any) -> tuple[Any | None, str]:
+    """A copy of `model` with Liger-Kernel's patches for its family, or None and why not.
+
+    Liger patches some functions of the family's transformers module too (its rope), not only
+    the copy: take the copy's ways after the ways of every other model.
+    """
+    try:
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+        from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+    except ImportError as error:
+        return None, f"liger_kernel is not installed ({error})"
+    model_type = model.config.model_type
+    if model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:
+        return None, f"Liger-Kernel has no patch for model type {model_type!r}"
+    patched = copy.deepcopy(model)
+    # inference computes logits: no loss kernels (the fused one would not return them)
+    _apply_liger_kernel_to_instance(patched, cross_entropy=False, fused_linear_cross_entropy=False)
+    return patched, f"liger-kernel {importlib.metadata.version('liger-kernel')}"
+
+
 def forward_of(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
     def forward(ids: torch.Tensor) -> torch.Tensor:
         logits: torch.Tensor = model(ids, use_cache=False).logits
@@ -364,6 +392,8 @@ def main() -> None:
             stock = torch.compile(forward_of(model), options=GRAPHS, dynamic=False)
             runs.append(measure("hf torch.compile", stock, inputs))
             torch._dynamo.reset()
+        liger, liger_note = liger_copy(model)  # before the conversion changes the model
+        logger.info("Liger ways: %s", liger_note)
         # a vision-language model converts through its language model
         text_model = model.model.language_model if args.family in VISION_LANGUAGE else model
         conversion = convert_hf_model(text_model)
@@ -398,6 +428,16 @@ def main() -> None:
                 if report
                 else {},
             }
+        if liger is not None:
+            runs.append(measure("liger eager", forward_of(liger), inputs))
+            if not args.eager_only:
+                torch._dynamo.reset()
+                stock = torch.compile(forward_of(liger), options=GRAPHS, dynamic=False)
+                try:  # a third party's kernels under Dynamo: a failure is a result too
+                    runs.append(measure("liger torch.compile", stock, inputs))
+                except Exception as error:
+                    logger.exception("liger torch.compile failed")
+                    liger_note += f"; its torch.compile failed: {type(error).__name__}: {error}"
     reference = runs[0]["logits"]
     for run in runs:
         logits = run.pop("logits")
@@ -415,6 +455,7 @@ def main() -> None:
         "config": config,
         "runs": runs,
         "passes": reports,
+        "liger": liger_note,
         "eager_launch_plans": planned,
         "converted": {
             part: len(getattr(conversion, part))
@@ -437,6 +478,7 @@ def main() -> None:
         lines.append(f"| {run['name']} | {times} | {diffs} | {run['warmup_s']:.0f} |")
     lines.append("")
     lines.append(f"- converted: {result['converted']}")
+    lines.append(f"- Liger ways: {liger_note}")
     lines.append(f"- ir eager: Triton launch plans by launcher {planned}")
     for name, summary in reports.items():
         lines.append(f"- {name}: fusions {summary['fusions']}, kernels {summary['selected']}")
