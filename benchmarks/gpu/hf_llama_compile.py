@@ -432,9 +432,9 @@ def main() -> None:
             runs.append(measure("liger eager", forward_of(liger), inputs))
             if not args.eager_only:
                 torch._dynamo.reset()
-                stock = torch.compile(forward_of(liger), options=GRAPHS, dynamic=False)
+                compiled = torch.compile(forward_of(liger), options=GRAPHS, dynamic=False)
                 try:  # a third party's kernels under Dynamo: a failure is a result too
-                    runs.append(measure("liger torch.compile", stock, inputs))
+                    runs.append(measure("liger torch.compile", compiled, inputs))
                 except Exception as error:
                     logger.exception("liger torch.compile failed")
                     liger_note += f"; its torch.compile failed: {type(error).__name__}: {error}"

@@ -2306,43 +2306,39 @@ def test_a_rotation_failing_on_the_probe_is_left_alone(monkeypatch: pytest.Monke
     assert len(report.mlps) == SIZES["num_hidden_layers"]
 
 
-#: calls of the forwards bound on instances below, by module kind
-_instance_calls: Counter[str] = Counter()
-
-
-def _instance_norm_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
-    _instance_calls["norm"] += 1
-    variance = x.float().pow(2).mean(-1, keepdim=True)
-    return self.weight * (x.float() * torch.rsqrt(variance + self.variance_epsilon)).to(x.dtype)
-
-
-def _instance_mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
-    _instance_calls["mlp"] += 1
-    return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
 def test_forwards_bound_on_instances_are_replaced() -> None:
     """A model whose norms and MLPs carry a forward of their own instance (as Liger-Kernel's
     patches of a loaded model bind them) converts like the original: the converted model runs
     the IR ops, not the instances' forwards, and the logits stay."""
+    calls: Counter[str] = Counter()
+
+    def norm_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+        calls["norm"] += 1
+        variance = x.float().pow(2).mean(-1, keepdim=True)
+        normed = x.float() * torch.rsqrt(variance + self.variance_epsilon)
+        return self.weight * normed.to(x.dtype)
+
+    def mlp_forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+        calls["mlp"] += 1
+        return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+    bound_forwards = {"LlamaRMSNorm": norm_forward, "LlamaMLP": mlp_forward}
     model = build("llama")
     for module in model.modules():
-        if type(module).__name__ in ("LlamaRMSNorm", "LlamaMLP"):
-            mlp = hasattr(module, "gate_proj")
-            bound = _instance_mlp_forward if mlp else _instance_norm_forward
-            module.__dict__["forward"] = bound.__get__(module, type(module))
+        forward = bound_forwards.get(type(module).__name__)
+        if forward is not None:
+            module.__dict__["forward"] = forward.__get__(module, type(module))
     ids, mask = prompt()
-    _instance_calls.clear()
     with torch.no_grad():
         model(ids, attention_mask=mask)
     layers = SIZES["num_hidden_layers"]
-    assert _instance_calls == {"norm": 2 * layers + 1, "mlp": layers}
+    assert calls == {"norm": 2 * layers + 1, "mlp": layers}
     report = convert_keeping_logits(model)
     assert (len(report.norms), len(report.mlps)) == (2 * layers + 1, layers)
-    _instance_calls.clear()  # the conversion's probes ran them
+    calls.clear()  # the conversion's probes ran them
     with torch.no_grad():
         model(ids, attention_mask=mask)
-    assert not _instance_calls
+    assert not calls
 
 
 def test_max_positions_sizes_the_rotary_table(
