@@ -6,6 +6,7 @@ tool, see benchmarks/gpu/)."""
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -997,12 +998,16 @@ def _transformers_classes(*names: str) -> list[Any]:
     return [getattr(transformers, name) for name in names]
 
 
-def _converted_logits(model: Any) -> tuple[torch.Tensor, Any, torch.Tensor]:
-    """`model`'s float32 logits on a random prompt, the report of `convert_hf_model(model)`,
-    and the converted model's logits on that prompt, its op calls counted by `ir_dispatch`."""
+def _converted_logits(
+    model: Any, ids: torch.Tensor | None = None
+) -> tuple[torch.Tensor, Any, torch.Tensor]:
+    """`model`'s float32 logits on `ids` (a random prompt by default), the report of
+    `convert_hf_model(model)`, and the converted model's logits on that prompt, its op calls
+    counted by `ir_dispatch`."""
     from ir_stack.models import convert_hf_model
 
-    ids = torch.randint(0, 256, (2, 17), device="cuda")
+    if ids is None:
+        ids = torch.randint(0, 256, (2, 17), device="cuda")
     with torch.no_grad():
         before = model(ids).logits.float()
         report = convert_hf_model(model)
@@ -1066,6 +1071,104 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
         # Gemma 1-3's norms pass a float32 scale (1 + w), which the cuda kernels leave to triton
         assert {p for op, p in calls if op == "rms_norm"} <= {"triton"}, calls
     assert (after - before).abs().max() < 0.05 * before.abs().max()
+
+
+#: dense families that Liger-Kernel 0.8.5 patches and that convert whole (no part stays)
+LIGER_FAMILIES = [
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "phi3",
+    "gemma2",
+    "gemma3",
+    "granite",
+    "olmo2",
+    "smollm3",
+]
+
+
+def _count_calls(
+    monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, counts: Counter[str], key: str
+) -> None:
+    """Count the calls of ``owner.name`` under `key` (a static method stays one)."""
+    original = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        counts[key] += 1
+        return original(*args, **kwargs)
+
+    wrapped = staticmethod(counted) if isinstance(owner, type) else counted
+    monkeypatch.setattr(owner, name, wrapped)
+
+
+@pytest.mark.parametrize("family", LIGER_FAMILIES)
+def test_model_patched_by_liger_kernel_converts_on_gpu(
+    family: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model already patched with Liger-Kernel (its norms', MLPs' and rope's Triton kernels,
+    bound on the loaded instance and set in the family's transformers module) converts like
+    the original: every norm and MLP is taken, the converted model runs the IR ops on kernel
+    providers and none of Liger's kernels, and its logits agree with Liger's and the
+    original's."""
+    pytest.importorskip("transformers")
+    liger = pytest.importorskip("liger_kernel.transformers")
+    from liger_kernel.ops.geglu import LigerGELUMulFunction
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+    from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN
+
+    torch.manual_seed(0)
+    config_name, model_name, options = HF_FAMILIES[family]
+    config_class, model_class = _transformers_classes(config_name, model_name)
+    model = model_class(config_class(**{**_GPU_SIZES, **options})).to("cuda", torch.bfloat16)
+    model.eval()
+    if model.config.model_type not in MODEL_TYPE_TO_APPLY_LIGER_FN:
+        pytest.skip(f"Liger-Kernel has no patch for {model.config.model_type!r}")
+    low, high = (-0.5, 0.5) if "gemma" in family else (0.5, 1.5)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(low, high)
+    ids = torch.randint(0, 256, (2, 17), device="cuda")
+    with torch.no_grad():
+        stock = model(ids).logits.float()
+
+    # Liger also sets functions and classes of the family's module: undo them after the test
+    modeling = sys.modules[type(model).__module__]
+    for name, value in list(vars(modeling).items()):
+        if not name.startswith("__"):
+            monkeypatch.setattr(modeling, name, value)
+    liger._apply_liger_kernel_to_instance(
+        model, cross_entropy=False, fused_linear_cross_entropy=False
+    )
+    counts: Counter[str] = Counter()
+    _count_calls(monkeypatch, LigerRMSNormFunction, "forward", counts, "norm")
+    _count_calls(monkeypatch, LigerSiLUMulFunction, "forward", counts, "gate")
+    _count_calls(monkeypatch, LigerGELUMulFunction, "forward", counts, "gate")
+    _count_calls(monkeypatch, modeling, "apply_rotary_pos_emb", counts, "rope")
+    norms = [m for m in model.modules() if type(m).__name__.endswith("RMSNorm")]
+    bound = [m for m in norms if "forward" in vars(m)]  # the norms Liger took
+    with torch.no_grad():
+        patched = model(ids).logits.float()
+    assert set(counts) == {"norm", "gate", "rope"}, counts  # Liger's kernels ran
+    assert bound
+    assert counts["norm"] == len(bound), (counts, len(bound), len(norms))
+
+    before, report, after = _converted_logits(model, ids)
+    assert report.skipped == {}
+    assert (len(report.norms), len(report.mlps)) == (len(norms), _GPU_SIZES["num_hidden_layers"])
+    counts.clear()  # the conversion's probes ran Liger's forwards
+    with torch.no_grad():
+        model(ids)
+    assert not counts, counts
+    calls = ir_dispatch.stats()
+    gate = "gelu_and_mul" if "gemma" in family else "silu_and_mul"
+    assert {op for op, _ in calls} == {"rms_norm", gate, "rotary_embedding"}
+    assert not [key for key in calls if key[1] == "native"], calls
+    scale = stock.abs().max()
+    assert (patched - stock).abs().max() < 0.05 * scale
+    assert (after - before).abs().max() < 0.05 * scale
 
 
 #: vision-language models whose language model converts: (config, model class)
