@@ -283,9 +283,10 @@ def build(family: str, layers: int) -> Any:
     if family == "lfm2":  # the attention layers among the first `layers`
         options["full_attn_idxs"] = [i for i in shape["full_attn_idxs"] if i < layers]
     if family == "lfm3":  # the default config's first `layers` layer types
-        options["layer_types"] = transformers.Lfm3Config().layer_types[:layers]
+        lfm3: Any = transformers.Lfm3Config()  # transformers types these as optional
+        options["layer_types"] = lfm3.layer_types[:layers]
     if family == "gemma3n":  # the default config's first `layers` layers, sharing in proportion
-        default = transformers.Gemma3nTextConfig()
+        default: Any = transformers.Gemma3nTextConfig()
         options["layer_types"] = default.layer_types[:layers]
         options["activation_sparsity_pattern"] = default.activation_sparsity_pattern[:layers]
         options["intermediate_size"] = default.intermediate_size[:layers]
