@@ -35,7 +35,8 @@ Each way runs a batch of one-token sequences (decode-sized rows, no KV cache) an
 times are ``triton.testing.do_bench`` medians in µs, and every way's logits are compared with
 ``hf eager``'s. Run on the GPU machine from the repository root after ``source
 benchmarks/gpu/env.sh``; ``--out DIR`` writes ``hf-<family>-compile-<card>.json`` and ``.md``
-(``hf-<family>-eager-<card>.*`` with ``--eager-only``, which runs the three eager ways only).
+(``hf-<family>-eager-<card>.*`` with ``--eager-only``, which runs the eager ways only);
+``--skip WAY`` leaves a way out (Liger's eager warm-up alone takes minutes on a MoE model).
 """
 
 import argparse
@@ -270,6 +271,15 @@ COMPILED: list[tuple[str, bool, dict[str, list[str]]]] = [
     ("ir compile, kernels, no add fusion", False, KERNELS),
     ("ir compile, kernels", True, KERNELS),
 ]
+#: the ways `--skip` may leave out (all but ``hf eager``, the reference of the logits)
+SKIPPABLE = (
+    "hf torch.compile",
+    "ir eager, plans off",
+    "ir eager",
+    *(name for name, _, _ in COMPILED),
+    "liger eager",
+    "liger torch.compile",
+)
 
 
 def build(family: str, layers: int) -> Any:
@@ -364,13 +374,34 @@ def measure(
     return {"name": name, "warmup_s": warm_s, "us": times, "logits": logits}
 
 
+def command_line(args: argparse.Namespace) -> str:
+    """The options that shaped this run, as they would be typed (``--out`` aside)."""
+    words = [f"--family {args.family}"]
+    if args.layers:
+        words.append(f"--layers {args.layers}")
+    if args.eager_only:
+        words.append("--eager-only")
+    words += [f'--skip "{way}"' for way in args.skip]
+    return " ".join(words)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="directory for JSON and markdown")
     parser.add_argument("--family", choices=sorted(FAMILIES), default="llama")
     parser.add_argument("--layers", type=int, default=None, help="default: the model's own")
     parser.add_argument("--eager-only", action="store_true", help="only the eager ways")
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        choices=SKIPPABLE,
+        metavar="WAY",
+        help="leave out this way (repeatable; `hf eager`, the reference, always runs): "
+        + ", ".join(SKIPPABLE),
+    )
     args = parser.parse_args()
+    skip = set(args.skip)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     import_providers()  # run from source, the packages have no entry points
     _, _, config, title = FAMILIES[args.family]
@@ -389,7 +420,7 @@ def main() -> None:
         torch._functorch.config.patch(enable_autograd_cache=False),
     ):
         runs.append(measure("hf eager", forward_of(model), inputs))
-        if not args.eager_only:
+        if not args.eager_only and "hf torch.compile" not in skip:
             stock = torch.compile(forward_of(model), options=GRAPHS, dynamic=False)
             runs.append(measure("hf torch.compile", stock, inputs))
             torch._dynamo.reset()
@@ -406,13 +437,17 @@ def main() -> None:
         if args.family in ATTENTION_STAYS:  # only its rotary module may stay
             staying = {p: why for p, why in staying.items() if not p.endswith("rotary_emb")}
         assert not staying, conversion.skipped
-        with launch_plans(False):
-            runs.append(measure("ir eager, plans off", forward_of(model), inputs))
-        runs.append(measure("ir eager", forward_of(model), inputs))
+        if "ir eager, plans off" not in skip:
+            with launch_plans(False):
+                runs.append(measure("ir eager, plans off", forward_of(model), inputs))
+        if "ir eager" not in skip:
+            runs.append(measure("ir eager", forward_of(model), inputs))
         # the Triton launches the converted model made eagerly, by launcher
         planned = {name: len(plans) for name, plans in ALL_PLANS.items() if len(plans)}
         reports = {}
         for name, fuse, priority in [] if args.eager_only else COMPILED:
+            if name in skip:
+                continue
             torch._dynamo.reset()
             with ir_dispatch.priority(**priority):
                 compiled = ir_passes.compile(
@@ -430,8 +465,9 @@ def main() -> None:
                 else {},
             }
         if liger is not None:
-            runs.append(measure("liger eager", forward_of(liger), inputs))
-            if not args.eager_only:
+            if "liger eager" not in skip:
+                runs.append(measure("liger eager", forward_of(liger), inputs))
+            if not args.eager_only and "liger torch.compile" not in skip:
                 torch._dynamo.reset()
                 compiled = torch.compile(forward_of(liger), options=GRAPHS, dynamic=False)
                 try:  # a third party's kernels under Dynamo: a failure is a result too
@@ -457,6 +493,7 @@ def main() -> None:
         "runs": runs,
         "passes": reports,
         "liger": liger_note,
+        "skipped_ways": sorted(skip),
         "eager_launch_plans": planned,
         "converted": {
             part: len(getattr(conversion, part))
@@ -467,7 +504,7 @@ def main() -> None:
         f"# transformers {title}, {layers} layers, bf16, on an {result['card']}",
         "",
         f"torch {torch.__version__}, transformers {transformers.__version__}; "
-        f"`benchmarks/gpu/hf_llama_compile.py --family {args.family}`; "
+        f"`benchmarks/gpu/hf_llama_compile.py {command_line(args)}`; "
         "`triton.testing.do_bench` medians, µs.",
         "",
         "| way | " + " | ".join(SHAPES) + " | max abs diff of logits vs hf eager | warm-up s |",
@@ -480,6 +517,8 @@ def main() -> None:
     lines.append("")
     lines.append(f"- converted: {result['converted']}")
     lines.append(f"- Liger ways: {liger_note}")
+    if skip:
+        lines.append(f"- left out (`--skip`): {', '.join(sorted(skip))}")
     lines.append(f"- ir eager: Triton launch plans by launcher {planned}")
     for name, summary in reports.items():
         lines.append(f"- {name}: fusions {summary['fusions']}, kernels {summary['selected']}")
