@@ -1085,6 +1085,12 @@ LIGER_FAMILIES = [
     "granite",
     "olmo2",
     "smollm3",
+    "gemma",
+    "glm4",
+    "exaone4",
+    "hunyuan_v1_dense",
+    "olmo3",
+    "ministral",
 ]
 
 
