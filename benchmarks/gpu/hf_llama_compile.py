@@ -424,7 +424,11 @@ def main() -> None:
             stock = torch.compile(forward_of(model), options=GRAPHS, dynamic=False)
             runs.append(measure("hf torch.compile", stock, inputs))
             torch._dynamo.reset()
-        liger, liger_note = liger_copy(model)  # before the conversion changes the model
+        liger_ways = {"liger eager"} if args.eager_only else {"liger eager", "liger torch.compile"}
+        if liger_ways <= skip:  # no copy, and no patch of the family's module
+            liger, liger_note = None, "left out (`--skip`)"
+        else:
+            liger, liger_note = liger_copy(model)  # before the conversion changes the model
         logger.info("Liger ways: %s", liger_note)
         # a vision-language model converts through its language model
         text_model = model.model.language_model if args.family in VISION_LANGUAGE else model
