@@ -62,8 +62,6 @@ from probe_tools import (
 )
 
 from ir_kernels_triton.cluster_norm import (
-    EXCHANGE_BYTES,
-    EXCHANGE_OFFSET,
     _begin_exchange,
     _row_sum,
     _row_sum_and_peak,
@@ -137,18 +135,26 @@ _BARRIER_SUM_2 = tl.constexpr(_barrier_exchange_asm(2, False))
 _BARRIER_SUM_4 = tl.constexpr(_barrier_exchange_asm(4, False))
 _BARRIER_PAIR_2 = tl.constexpr(_barrier_exchange_asm(2, True))
 _BARRIER_PAIR_4 = tl.constexpr(_barrier_exchange_asm(4, True))
+_BARRIER_SUM_8 = tl.constexpr(_barrier_exchange_asm(8, False))
+_BARRIER_PAIR_8 = tl.constexpr(_barrier_exchange_asm(8, True))
 
 
 @triton.jit
 def _cluster_total(partial, S: tl.constexpr):
     """The row's sum through the cluster-barrier exchange."""
-    return exchange_one(partial, _BARRIER_SUM_2 if S == 2 else _BARRIER_SUM_4)
+    return exchange_one(
+        partial, _BARRIER_SUM_2 if S == 2 else (_BARRIER_SUM_4 if S == 4 else _BARRIER_SUM_8)
+    )
 
 
 @triton.jit
 def _cluster_total_and_peak(partial, peak, S: tl.constexpr):
     """`_cluster_total`, and the row's peak."""
-    return exchange_pair(partial, peak, _BARRIER_PAIR_2 if S == 2 else _BARRIER_PAIR_4)
+    return exchange_pair(
+        partial,
+        peak,
+        _BARRIER_PAIR_2 if S == 2 else (_BARRIER_PAIR_4 if S == 4 else _BARRIER_PAIR_8),
+    )
 
 
 @triton.jit
@@ -308,9 +314,6 @@ class ClusterProbe:
             compiled = compiled.result()
         warps, ctas, shared = compiled.packed_metadata
         assert ctas in (1, clusters), compiled.packed_metadata
-        if exchange == 2:
-            assert compiled.metadata.shared <= EXCHANGE_OFFSET, compiled.metadata.shared
-            shared = max(shared, EXCHANGE_OFFSET + EXCHANGE_BYTES)
         if cluster_launch:
             # the launcher multiplies the grid by num_ctas and asks for clusters of that many
             # blocks (the compiled kernel is Triton's cached one: every launch of it runs so)

@@ -240,7 +240,7 @@ def test_launch_rejects_a_bad_cluster() -> None:
     a GPU where clusters launch (not here)."""
     x = torch.randn(2, nk.CLUSTER_BLOCK, dtype=torch.bfloat16)
     w = torch.randn(nk.CLUSTER_BLOCK, dtype=torch.bfloat16)
-    for cluster in (3, nk.CLUSTER):
+    for cluster in (3, 16, *nk.CLUSTER_SIZES):
         with pytest.raises(ValueError, match=f"cluster={cluster}"):
             nk.launch_norm(x, w, 1e-6, None, torch.empty_like(x), cluster=cluster)
 
@@ -405,7 +405,7 @@ def _run_combine(asm: str, slots: list[float]) -> list[float]:
     return out
 
 
-@pytest.mark.parametrize("clusters", [2, 4])
+@pytest.mark.parametrize("clusters", [2, 4, 8])
 @pytest.mark.parametrize("pair", [False, True])
 def test_cluster_exchange_adds_in_the_one_program_butterfly_order(
     clusters: int, pair: bool
@@ -417,12 +417,12 @@ def test_cluster_exchange_adds_in_the_one_program_butterfly_order(
     from ir_kernels_triton import cluster_norm
 
     rng = np.random.default_rng(clusters)
-    # four partials whose float32 sum depends on the order: (p0 + p2) + (p1 + p3) = 2, while
-    # ((p0 + p1) + p2) + p3 = 1
+    # partials whose float32 sum depends on the order: for four, (p0 + p2) + (p1 + p3) = 2
+    # while ((p0 + p1) + p2) + p3 = 1; for eight, the butterfly gives 4 and a chain 1
     sums = (
-        [1e8, 1.0, -1e8, 1.0]
-        if clusters == 4
-        else [float(np.float32(v)) for v in rng.standard_normal(2)]
+        [1e8, 1.0, -1e8, 1.0] * (clusters // 4)
+        if clusters >= 4
+        else [float(np.float32(v)) for v in rng.standard_normal(clusters)]
     )
     peaks = [float(np.float32(abs(v))) for v in rng.standard_normal(clusters)]
     slots = [v for pair_ in zip(sums, peaks, strict=True) for v in pair_] if pair else sums
@@ -439,27 +439,24 @@ def test_cluster_exchange_adds_in_the_one_program_butterfly_order(
 
 def test_cluster_launch_asks_only_a_known_kernel_form_for_clusters() -> None:
     """`_ask_for_clusters` rewrites Triton's packed launch metadata (warps, blocks a cluster,
-    shared bytes) and refuses a kernel in another form or using the exchange's shared memory."""
+    shared bytes), keeping the kernel's own shared bytes (the exchange's are declared in its
+    PTX), and refuses a kernel in another form."""
     import types
 
     from ir_kernels_triton import cluster_norm as cn
 
-    def kernel(packed: object, shared: int) -> types.SimpleNamespace:
-        return types.SimpleNamespace(
-            packed_metadata=packed, metadata=types.SimpleNamespace(shared=shared)
-        )
+    def kernel(packed: object) -> types.SimpleNamespace:
+        return types.SimpleNamespace(packed_metadata=packed)
 
-    fine = kernel((2, 1, 16), 16)
+    fine = kernel((2, 1, 16))
     assert cn._ask_for_clusters(fine, 4)
-    assert fine.packed_metadata == (2, 4, cn.EXCHANGE_OFFSET + cn.EXCHANGE_BYTES)
+    assert fine.packed_metadata == (2, 4, 16)
     assert cn._ask_for_clusters(fine, 4)  # again: unchanged
-    assert fine.packed_metadata == (2, 4, cn.EXCHANGE_OFFSET + cn.EXCHANGE_BYTES)
-    for other in (
-        kernel((2, 1, 16, 0), 16),
-        kernel([2, 1, 16], 16),
-        kernel((2, 1, 4096), cn.EXCHANGE_OFFSET + 1),
-        kernel((2, 2, 16), 16),
-    ):
+    assert fine.packed_metadata == (2, 4, 16)
+    one_warp = kernel((1, 1, 0))
+    assert cn._ask_for_clusters(one_warp, 8)
+    assert one_warp.packed_metadata == (1, 8, 0)
+    for other in (kernel((2, 1, 16, 0)), kernel([2, 1, 16]), kernel((2, 2, 16))):
         before = other.packed_metadata
         assert not cn._ask_for_clusters(other, 4)
         assert other.packed_metadata == before

@@ -236,17 +236,24 @@ CLUSTER_CASES = [
 
 
 @pytest.mark.skipif(not _clusters_launch(), reason="needs a GPU where Triton launches clusters")
+@pytest.mark.parametrize("clusters", [4, 8])
 @pytest.mark.parametrize("tokens", [1, 5, 16])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize(
     ("name", "provider"), CLUSTER_CASES, ids=["-".join(c) for c in CLUSTER_CASES]
 )
 def test_rows_spread_over_a_cluster_give_the_bits_of_whole_rows(
-    monkeypatch: pytest.MonkeyPatch, name: str, provider: str, dtype: torch.dtype, tokens: int
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    provider: str,
+    dtype: torch.dtype,
+    tokens: int,
+    clusters: int,
 ) -> None:
-    """Decode-size rows of 8192 spread over a cluster (`cluster_norm`), in place too, give
-    bitwise what the same rows give in a batch of `CLUSTER_ROWS` + 1 (one program a row, or
-    the split, which keeps its bits), on their first launch and replayed from its plan."""
+    """Decode-size rows of 8192 spread over a cluster of four or eight blocks (`cluster_norm`),
+    in place too, give bitwise what the same rows give in a batch of `CLUSTER_ROWS` + 1 (one
+    program a row, or the split, which keeps its bits), on their first launch and replayed
+    from its plan."""
     from ir_kernels_triton import norm_kernels as nk
     from ir_kernels_triton.plans import clear_launch_plans, launch_plans_enabled
 
@@ -257,14 +264,15 @@ def test_rows_spread_over_a_cluster_give_the_bits_of_whole_rows(
         a[:tokens] if isinstance(a, torch.Tensor) and a.shape[:1] == (nk.CLUSTER_ROWS + 1,) else a
         for a in big
     )
-    spread: list[int] = []
+    spread: list[tuple[int, int]] = []
     launch = nk.launch_cluster_norm
 
-    def counted(rows: int, *rest: Any) -> Any:
-        spread.append(rows)
-        return launch(rows, *rest)
+    def counted(rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        spread.append((rows, kwargs["S"]))
+        return launch(rows, args, kwargs)
 
     monkeypatch.setattr(nk, "launch_cluster_norm", counted)
+    monkeypatch.setattr(nk, "CLUSTER", clusters)
     clear_launch_plans()
 
     def outputs(args: tuple[Any, ...]) -> list[torch.Tensor]:
@@ -275,7 +283,8 @@ def test_rows_spread_over_a_cluster_give_the_bits_of_whole_rows(
     assert spread == []  # a batch past decode sizes is not spread
     first, replayed = outputs(small), outputs(small)
     # spread on its first launch, then replayed from its plan (launched again without plans)
-    assert spread == ([tokens] if launch_plans_enabled() else [tokens, tokens])
+    launched = (tokens, clusters)
+    assert spread == ([launched] if launch_plans_enabled() else [launched, launched])
     for got in (first, replayed):
         for a, b in zip(got, whole, strict=True):
             assert torch.equal(a, b)

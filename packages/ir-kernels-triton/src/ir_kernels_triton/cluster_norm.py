@@ -8,28 +8,30 @@ partial sums through distributed shared memory.
 
 The parts keep the one-program kernel's bits. That kernel (`norm_kernels.norm_kernel`, one
 program of `ROW_WARPS` warps a row) sums in its layout's order: each thread's elements in a
-chain, then a butterfly over the lanes, then one over the warps, whose last two steps add warp
-``w``'s partial to warp ``w ^ 2``'s, then to ``w ^ 1``'s. Block ``c`` of a cluster of ``S``
-takes what warps ``c, c + S, c + 2S, ...`` hold (the same elements a thread, in the same
-register order), so its own reduction computes a node of that tree; the blocks' partials are
-then added in the tree's order, ``(p0 + p2) + (p1 + p3)`` (``p0 + p1`` for two blocks). A
-dynamic scale's peak (a maximum) is exact in any order.
+chain, then a butterfly over the lanes, then one over the warps, which adds warp ``w``'s
+partial to warp ``w ^ d``'s for d halving down to 1. Block ``c`` of a cluster of ``S`` takes
+what warps ``c, c + S, c + 2S, ...`` hold (the same elements a thread, in the same register
+order), so its own reduction computes a node of that tree; the blocks' partials are then added
+in the tree's last steps, ``(p0 + p2) + (p1 + p3)`` for four blocks, ``((p0 + p4) + (p2 + p6))
++ ((p1 + p5) + (p3 + p7))`` for eight. A dynamic scale's peak (a maximum) is exact in any order.
+With eight blocks, the dynamic-fp8 norm's row of 8 warps takes one warp a block, which reduces
+with shuffles alone, no shared memory or block barrier.
 
 Triton 3.6 builds no reduction across the blocks of a cluster (``num_ctas`` > 1 fails in its
 CTA planning), so the kernel is compiled for one block and its compiled launch metadata is
-changed to ask Triton's C launcher for clusters of `CLUSTER` blocks and for `EXCHANGE_BYTES`
-more dynamic shared memory, where the exchange keeps its mbarrier and slots (past what the
-kernel itself uses, `EXCHANGE_OFFSET`). The exchange is inline PTX: each block sends its partial
-to every block of the cluster with ``st.async``, completing bytes on the receiver's mbarrier,
-and waits on its own. Both rest on Triton internals, so clusters launch only with the Triton
-versions they were run on (`CLUSTER_TRITON`), on compute capability 9.0+, never in the
-interpreter or under programmatic launch; elsewhere rows take the split or one program.
+changed to ask Triton's C launcher for clusters of `S` blocks. The exchange is inline PTX: each
+block sends its partial to every block of the cluster with ``st.async``, completing bytes on
+the receiver's mbarrier, and waits on its own; the mbarrier and slots are a shared array the
+kernel's PTX declares (`EXCHANGE_SYMBOL`), apart from Triton's own shared memory. The launch
+rests on a Triton internal, so clusters launch only with the Triton versions they were run on
+(`CLUSTER_TRITON`), on compute capability 9.0+, never in the interpreter or under programmatic
+launch; elsewhere rows take the split or one program.
 
-H200, bf16, CUDA-graph replay (`benchmarks/results/triton-tuning-H200.log` rounds 11 and 12):
-the fused add at 16 x 8192 1.82-1.84 µs against 1.99-2.02 split, and in place 1.81 against
-2.43 in one program; the dynamic-fp8 norm at 16 x 8192 1.97-2.02 against 2.09-2.11. Plain
-rms_norm gained nothing (16 x 8192 level, 1 x 8192 slower), so `norm_kernels.cluster_for`
-leaves it to the split.
+H200, bf16, CUDA-graph replay (`benchmarks/results/triton-tuning-H200.log` rounds 11, 12 and
+14): the fused add at 16 x 8192 1.82-1.84 µs against 1.99-2.02 split at four blocks, and in
+place 1.81 against 2.43 in one program; the dynamic-fp8 norm at 16 x 8192 1.97-2.02 against
+2.09-2.11 at four blocks, 1.85-1.87 at eight. Plain rms_norm gained nothing (16 x 8192 level,
+1 x 8192 slower), so `norm_kernels.cluster_for` leaves it to the split.
 """
 
 import logging
@@ -44,8 +46,13 @@ from .platform import interpreting, sm90_or_newer, triton_version
 
 logger = logging.getLogger(__name__)
 
-#: Blocks a cluster (a row's parts).
-CLUSTER = 4
+#: Blocks a cluster (a row's parts), as a rule: one warp a block for the dynamic-fp8 norm,
+#: two for the fused adds (`triton-tuning-H200.log` round 14).
+CLUSTER = 8
+
+#: Blocks a cluster the exchange is written for (a launch may ask for any that divides the
+#: row's warps).
+CLUSTER_SIZES = (2, 4, 8)
 
 #: The row width (elements, 16-bit rows) whose decode-size rows take a cluster.
 CLUSTER_BLOCK = 8192
@@ -57,10 +64,10 @@ CLUSTER_ROWS = 16
 #: launch was run on; other versions take the split.
 CLUSTER_TRITON = frozenset({(3, 6)})
 
-#: Where the exchange's mbarrier (8 bytes) and slots (16 bytes on, at most 8 a block, for at
-#: most 4 blocks) sit in Triton's dynamic shared memory, and how much the launch adds past it.
-EXCHANGE_OFFSET = 1024
-EXCHANGE_BYTES = 64
+#: The exchange's shared memory, declared in the kernel's PTX by `_begin_exchange`: its
+#: mbarrier (8 bytes), then from byte 16 one slot a block (at most 8 bytes, at most 8 blocks).
+EXCHANGE_SYMBOL = "ir_cluster_exchange"
+EXCHANGE_BYTES = 80
 
 
 def combine_asm(clusters: int, pair: bool) -> str:
@@ -90,12 +97,12 @@ def combine_asm(clusters: int, pair: bool) -> str:
 
 
 def _exchange_asm(clusters: int, pair: bool) -> str:
-    """PTX of one exchange in a cluster of `clusters` (2 or 4): thread t < `clusters` sends this
+    """PTX of one exchange in a cluster of `clusters` (2, 4 or 8): thread t < `clusters` sends this
     block's partial (`pair`: its sum and peak) to slot `rank` of block t, completing bytes on
     block t's mbarrier; thread 0 expects all slots' bytes on this block's; every thread waits
     for them and adds the slots in the one-program tree's order (`combine_asm`). The mbarrier
-    and slots sit in Triton's dynamic shared memory (``global_smem``), which a kernel of two
-    warps or more a block declares for its own reduction."""
+    and slots are `EXCHANGE_SYMBOL`, which `_begin_exchange` declares: a kernel of one warp a
+    block has no shared memory of Triton's to borrow."""
     width = 8 if pair else 4
     values = "{$2, $3}" if pair else "$1"
     vector = ".v2" if pair else ""
@@ -109,8 +116,7 @@ def _exchange_asm(clusters: int, pair: bool) -> str:
     .reg .f32 v<16>;
     mov.u32 tid, %tid.x;
     mov.u32 rank, %cluster_ctarank;
-    mov.u32 bar, global_smem;
-    add.u32 bar, bar, {EXCHANGE_OFFSET};
+    mov.u32 bar, {EXCHANGE_SYMBOL};
     add.u32 slots, bar, 16;
     setp.lt.u32 writer, tid, {clusters};
     setp.eq.u32 lead, tid, 0;
@@ -129,13 +135,13 @@ def _exchange_asm(clusters: int, pair: bool) -> str:
 
 
 _BEGIN_ASM = tl.constexpr(
-    f"""{{
+    f""".shared .align 16 .b8 {EXCHANGE_SYMBOL}[{EXCHANGE_BYTES}];
+    {{
     .reg .b32 tid, bar;
     .reg .pred lead;
     mov.u32 tid, %tid.x;
     setp.eq.u32 lead, tid, 0;
-    mov.u32 bar, global_smem;
-    add.u32 bar, bar, {EXCHANGE_OFFSET};
+    mov.u32 bar, {EXCHANGE_SYMBOL};
     @lead mbarrier.init.shared::cta.b64 [bar], 1;
     @lead fence.mbarrier_init.release.cluster;
     barrier.cluster.arrive.relaxed.aligned;
@@ -146,13 +152,16 @@ _SUM_2 = tl.constexpr(_exchange_asm(2, False))
 _SUM_4 = tl.constexpr(_exchange_asm(4, False))
 _PAIR_2 = tl.constexpr(_exchange_asm(2, True))
 _PAIR_4 = tl.constexpr(_exchange_asm(4, True))
+_SUM_8 = tl.constexpr(_exchange_asm(8, False))
+_PAIR_8 = tl.constexpr(_exchange_asm(8, True))
 
 
 @triton.jit
 def _begin_exchange(anchor):
-    """Thread 0 sets up this block's mbarrier (one arrival) for the cluster; every thread
-    arrives on the cluster barrier, waited on before the first send (every block has started,
-    so its shared memory exists)."""
+    """Declare the exchange's shared array (`EXCHANGE_SYMBOL`, in the kernel's body: called
+    once a kernel); thread 0 sets up this block's mbarrier (one arrival) for the cluster;
+    every thread arrives on the cluster barrier, waited on before the first send (every block
+    has started, so its shared memory exists)."""
     return tl.inline_asm_elementwise(
         _BEGIN_ASM, "=r,r", [anchor], dtype=tl.int32, is_pure=False, pack=1
     )
@@ -177,13 +186,13 @@ def exchange_pair(partial, peak, ASM: tl.constexpr):
 @triton.jit
 def _row_sum(partial, S: tl.constexpr):
     """The row's sum of squares from each block's `partial`."""
-    return exchange_one(partial, _SUM_2 if S == 2 else _SUM_4)
+    return exchange_one(partial, _SUM_2 if S == 2 else (_SUM_4 if S == 4 else _SUM_8))
 
 
 @triton.jit
 def _row_sum_and_peak(partial, peak, S: tl.constexpr):
     """`_row_sum`, and the row's peak |x * w| from each block's `peak`."""
-    return exchange_pair(partial, peak, _PAIR_2 if S == 2 else _PAIR_4)
+    return exchange_pair(partial, peak, _PAIR_2 if S == 2 else (_PAIR_4 if S == 4 else _PAIR_8))
 
 
 @triton.jit
@@ -277,19 +286,16 @@ def cluster_launches(t: torch.Tensor) -> bool:
 
 def _ask_for_clusters(compiled: Any, clusters: int) -> bool:
     """Make every launch of `compiled` (Triton's cached kernel, launched only from here) one of
-    clusters of `clusters` blocks with the exchange's shared memory: its packed launch metadata
-    is (warps, blocks a cluster, dynamic shared bytes), which Triton's C launcher reads. False
-    where the kernel is not in that form (then it is not launched)."""
+    clusters of `clusters` blocks: its packed launch metadata is (warps, blocks a cluster,
+    dynamic shared bytes), which Triton's C launcher reads. False where the kernel is not in
+    that form (then it is not launched)."""
     packed = getattr(compiled, "packed_metadata", None)
-    shared = getattr(getattr(compiled, "metadata", None), "shared", None)
-    if not (isinstance(packed, tuple) and len(packed) == 3 and isinstance(shared, int)):
+    if not (isinstance(packed, tuple) and len(packed) == 3):
         return False
-    if shared > EXCHANGE_OFFSET:
-        return False
-    warps, ctas, _ = packed
+    warps, ctas, shared = packed
     if ctas not in (1, clusters):
         return False
-    compiled.packed_metadata = (warps, clusters, EXCHANGE_OFFSET + EXCHANGE_BYTES)
+    compiled.packed_metadata = (warps, clusters, shared)
     return True
 
 
@@ -305,9 +311,8 @@ def launch_cluster_norm(rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]
     if not _ask_for_clusters(compiled, kwargs["S"]):
         logger.warning(
             "cluster_norm_kernel: Triton %s compiled a kernel whose launch metadata is not "
-            "(warps, blocks a cluster, shared bytes) within %d bytes; rows are not spread",
+            "(warps, blocks a cluster, shared bytes); rows are not spread",
             triton.__version__,
-            EXCHANGE_OFFSET,
         )
         return None
     return cluster_norm_kernel[grid](*args, **kwargs)

@@ -33,6 +33,7 @@ from .cluster_norm import (
     CLUSTER,
     CLUSTER_BLOCK,
     CLUSTER_ROWS,
+    CLUSTER_SIZES,
     cluster_launches,
     cluster_norm_kernel,
     launch_cluster_norm,
@@ -589,10 +590,12 @@ def cluster_for(
     """Blocks of a cluster a row (`cluster_norm`): `CLUSTER` for the fused adds and the
     dynamic-fp8 norm at decode sizes (up to `CLUSTER_ROWS` rows) whose rows fit a cluster
     (`_cluster_fits`), with programmatic launch off; else 1. Rows written in place are spread
-    too: each block reads only what it writes. H200 (`triton-tuning-H200.log` rounds 11 and
-    12), against the split and, in place, one program a row: fused add 16 x 8192 1.82-1.84
-    against 1.99-2.02 µs, in place 1.81 against 2.43; dynamic fp8 16 x 8192 1.97-2.02 against
-    2.09-2.11. The plain norms stay split (rms_norm 1 x 8192 1.68-1.75 against 1.59-1.67)."""
+    too: each block reads only what it writes. H200 (`triton-tuning-H200.log` rounds 11, 12
+    and 14), against the split and, in place, one program a row: fused add 16 x 8192 1.82-1.84
+    against 1.99-2.02 µs at four blocks, in place 1.81 against 2.43; dynamic fp8 16 x 8192
+    1.97-2.02 against 2.09-2.11 at four blocks, 1.85-1.87 at eight. The plain norms stay split
+    (rms_norm 1 x 8192 1.68-1.75 against 1.59-1.67 at four blocks, 1.69 against 1.58 at
+    eight)."""
     spread = (
         (residual is not None or quant == QUANT_DYNAMIC)
         and num_rows(x) <= CLUSTER_ROWS
@@ -644,11 +647,11 @@ def launch_norm(
     `early_weight` says (its peak is reduced with the sum). `reload` reads a single-pass row
     again after its sum instead of holding it through the reduction (`reload_for`; when set,
     the default is no register cap); `keep_masks` keeps the masks of a row that fills its
-    block (`full_row_for`). Neither changes the results. `cluster` (blocks of a cluster a row,
-    1 or `CLUSTER`) overrides `cluster_for`, which other overrides turn off; more than 1 where
-    that rule's conditions but the op's, the rows and programmatic launch do not hold is a
-    ValueError. Launches that override nothing are replayed from plans (`plans`) after the
-    first of their key."""
+    block (`full_row_for`). Neither changes the results. `cluster` (blocks of a cluster a
+    row, 1 or one of `CLUSTER_SIZES`) overrides `cluster_for`, which other overrides turn off;
+    more than 1 where that rule's conditions but the op's, the rows and programmatic launch do
+    not hold is a ValueError. Launches that override nothing are replayed from plans (`plans`)
+    after the first of their key."""
     hidden = x.shape[-1]
     n = num_rows(x)
     if n == 0:
@@ -745,11 +748,11 @@ def launch_norm(
     else:
         clusters = cluster
         if cluster != 1 and (
-            cluster != CLUSTER
+            cluster not in CLUSTER_SIZES
             or not _cluster_fits(x, weight, out, residual, residual_out, block, full_row)
         ):
             raise ValueError(
-                f"cluster={cluster}: expected 1, or {CLUSTER} for 16-bit rows of "
+                f"cluster={cluster}: expected 1, or one of {CLUSTER_SIZES} for 16-bit rows of "
                 f"{CLUSTER_BLOCK} elements that fill their block beside a weight, every "
                 "tensor 16-byte aligned, on a GPU where clusters launch "
                 f"(x: {tuple(x.shape)} {x.dtype}, block {block}, full row {full_row})"
