@@ -15,13 +15,15 @@ of that row width (the same elements per thread, in the same register order), so
 reduction (in-thread chain, lane butterfly, warp butterfly) computes exactly a node of the
 one-program kernel's reduction tree. The blocks then exchange those partials through
 distributed shared memory in inline PTX and finish the tree in the one-program order:
-`(p0 + p2) + (p1 + p3)` for four, `p0 + p1` for two. So a row's outputs are the provider's
+`(p0 + p2) + (p1 + p3)` for four, `p0 + p1` for two, and for eight
+`((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7))`. So a row's outputs are the provider's
 bits, which the probe checks bitwise. Two exchanges (`cS` and `mS` in the output):
 
 - `cS`: `st.shared::cluster` into each peer, then a cluster barrier (release / acquire);
 - `mS`: `st.async` into each peer, completing bytes on the peer's mbarrier, which each block
-  waits on (no cluster-wide barrier after the sends; the mbarrier sits in Triton's dynamic
-  shared memory past what the kernel uses, and the launch asks for that much more).
+  waits on (no cluster-wide barrier after the sends; the mbarrier and slots are a shared array
+  the kernel's PTX declares, since round 14; until then they sat in Triton's dynamic shared
+  memory past what the kernel used, which a kernel of one warp a block does not declare).
 
 Since round 12 the provider itself spreads the fused adds and the dynamic-fp8 norm this way
 (`ir_kernels_triton.cluster_norm`, whose exchange the `mS` variants use), so `triton` is the
@@ -34,11 +36,12 @@ cluster=1)``): the split, as before. For the fused add, `triton-inplace` and
 `--timing-variants` adds each cluster without its exchange (wrong outputs, timing only),
 launched as clusters (`cS-no-exchange`) and plainly (`pS-no-exchange`): the floor an exchange
 adds to. Timed beside an empty Triton kernel by CUDA-graph replay in rotated rounds; the
-fastest round is printed. Results: `triton-tuning-H200.log` rounds 11 and 12.
+fastest round is printed. Results: `triton-tuning-H200.log` rounds 11, 12 and 14 (eight
+blocks; since then `triton` is the provider at eight).
 
 Usage (GPU machine, ``source benchmarks/gpu/env.sh``, ``benchmarks/gpu`` on ``PYTHONPATH``):
   python benchmarks/gpu/triton_cluster_probe.py [--shapes OP:TOKENSxWIDTH,...]
-    [--clusters 2,4] [--rounds 7] [--timing-variants] [--json OUT]
+    [--clusters 2,4,8] [--rounds 7] [--timing-variants] [--json OUT]
 """
 
 from __future__ import annotations
@@ -423,7 +426,7 @@ def probe_shape(
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--shapes", default=DEFAULT_SHAPES, help="OP:TOKENSxWIDTH,...")
-    parser.add_argument("--clusters", default="2,4")
+    parser.add_argument("--clusters", default="2,4,8")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--json", type=Path)
     parser.add_argument(
