@@ -95,10 +95,9 @@ def cluster_ttgir(dtype: str, residual: bool, quant: int) -> tuple[str, str]:
         "scale_out_ptr": "*fp32", "scale_ub_ptr": "*fp32", "variance_size": "i32", "eps": "fp32",
     }  # fmt: skip
     warps = nk.norm_warps(block, quant, residual)
-    clusters = cn.CLUSTER
     constants = dict(
         HAS_RESIDUAL=residual, QUANT=quant, HAS_UB=False, BLOCK=block, ROW_WARPS=warps,
-        S=clusters,
+        S=cn.CLUSTER,
     )  # fmt: skip
     aligned = [k for k in signature if k != "eps"]
     signature.update(dict.fromkeys(constants, "constexpr"))
@@ -110,7 +109,7 @@ def cluster_ttgir(dtype: str, residual: bool, quant: int) -> tuple[str, str]:
         attrs={(names.index(k),): [["tt.divisibility", 16]] for k in aligned},
     )
     compiled = triton.compile(
-        source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps // clusters}
+        source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps // cn.CLUSTER}
     )
     return str(compiled.asm["ttgir"]), str(compiled.asm["ptx"])
 
