@@ -177,6 +177,20 @@ def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout
             assert_impl_matches_native(op, provider, args)
 
 
+@on_gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
+def test_kernels_launch_on_the_gpu_of_their_rows(op: IrOp, provider: str) -> None:
+    """Rows on the second GPU while the first is current, as in a model split over GPUs by a
+    ``device_map``: each op launches on its rows' GPU (bf16: strided rows of an odd width, and a
+    decode batch of wide rows, which Hopper spreads over clusters) and leaves GPU 0 current."""
+    assert torch.cuda.current_device() == 0
+    for hidden, tokens, layout in ((769, 7, "strided"), (8192, 4, "contiguous")):
+        spec = matrix_spec(torch.bfloat16, hidden, tokens, layout, device="cuda:1")
+        assert_impl_matches_native(op, provider, sample_inputs(op, spec))
+        assert torch.cuda.current_device() == 0
+
+
 NORM_OPS = [op for op in ops if "weight" in op.signature.parameters]
 
 

@@ -112,11 +112,13 @@ def test_a_call_makes_the_gpu_of_its_rows_current_where_there_are_several(
 def test_kernels_launch_on_the_gpu_of_their_rows(op: IrOp, provider: str) -> None:
     """Rows on the second GPU while the first is current, as in a model split over GPUs by a
     ``device_map``: Triton launches on the current device, so the provider makes the rows' GPU
-    current for the launch (bf16, an odd width, strided rows)."""
+    current for the launch (bf16: strided rows of an odd width, and a decode batch of wide
+    rows, which Hopper spreads over clusters)."""
     assert torch.cuda.current_device() == 0
-    spec = matrix_spec(torch.bfloat16, 769, 7, "strided", device="cuda:1")
-    assert_impl_matches_native(op, provider, sample_inputs(op, spec))
-    assert torch.cuda.current_device() == 0
+    for hidden, tokens, layout in ((769, 7, "strided"), (8192, 4, "contiguous")):
+        spec = matrix_spec(torch.bfloat16, hidden, tokens, layout, device="cuda:1")
+        assert_impl_matches_native(op, provider, sample_inputs(op, spec))
+        assert torch.cuda.current_device() == 0
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
