@@ -198,12 +198,12 @@ def main() -> int:
             for residual, quant in ((True, 0), (True, 1), (False, 2))
         ]
         with ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=context) as pool:
-            for case, (one, spread, exchange) in zip(
+            for config, (one, spread, exchange) in zip(
                 cluster_cases, pool.map(cluster_case, cluster_cases), strict=True
             ):
                 if one != spread or not exchange:
                     clustered += 1
-                    print("cluster kernel differs:", case, one, spread, "exchange", exchange)
+                    print("cluster kernel differs:", config, one, spread, "exchange", exchange)
         print(f"{len(cluster_cases)} cluster configurations, {clustered} differing")
     print(
         f"{len(cases)} configurations, {different} with other reduction layouts when split, "

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +89,8 @@ def main() -> None:
             expected = op.impls["cuda"].fn(x)
             out = torch.empty_like(expected)
             candidates: dict[str, Callable[[], Any]] = {
-                "cuda": lambda op=op, x=x: op.impls["cuda"].fn(x),
-                "triton": lambda op=op, x=x: op.impls["triton"].fn(x),
+                "cuda": partial(op.impls["cuda"].fn, x),
+                "triton": partial(op.impls["triton"].fn, x),
                 "inductor": anchors(op, (x,))["inductor"],
             }
             for config in args.configs.split(","):

@@ -6,6 +6,7 @@ launch plans turned off (``ir_kernels_triton.launch_plans``: every call through 
 configuration rules and Triton's own launch path). Run on the GPU machine from the repository
 root after ``source benchmarks/gpu/env.sh``."""
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -17,6 +18,12 @@ from ir_spec import ops
 from ir_stack.bench.kernels import import_providers
 
 PROVIDERS = ("native", "triton", "cuda")
+
+
+def bound(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
+    """`fn` on `args`, as a lambda (the per-call cost timed includes one Python call, as the
+    plain ``x.mul(1)`` line's does)."""
+    return lambda: fn(*args)
 
 
 def main() -> None:
@@ -49,16 +56,16 @@ def main() -> None:
                 continue
             with ir_dispatch.priority(**{name: [provider]}):
                 selected = ir_dispatch.select(name, *args).provider
-                through_op = per_call_us(lambda op=op, args=args: op(*args))
+                through_op = per_call_us(bound(op, args))
             fn = op.native if provider == "native" else op.impls[provider].fn
-            direct = per_call_us(lambda fn=fn, args=args: fn(*args))
+            direct = per_call_us(bound(fn, args))
             cells.append(
                 f"{provider} (selected {selected}): op {through_op:.1f}, direct {direct:.1f}"
             )
             if provider == "triton":
                 with launch_plans(False), ir_dispatch.priority(**{name: [provider]}):
-                    through_op = per_call_us(lambda op=op, args=args: op(*args))
-                    direct = per_call_us(lambda fn=fn, args=args: fn(*args))
+                    through_op = per_call_us(bound(op, args))
+                    direct = per_call_us(bound(fn, args))
                 cells.append(f"triton, plans off: op {through_op:.1f}, direct {direct:.1f}")
         print(f"{name}: " + " | ".join(cells))
 

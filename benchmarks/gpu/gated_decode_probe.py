@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ def run_case(
     """Times every layout of `op` at `tokens` rows of gated width `d`, with the op, Triton's
     kernel and Inductor's kernel for the catalog's reference (the grid's anchor)."""
     probe_act, triton_act = ACTIVATIONS[op]
-    native = getattr(ops, op).native
+    native: Callable[..., Any] = getattr(ops, op).native
     x = torch.randn(tokens, 2 * d, device="cuda", dtype=torch.bfloat16) * 2
     outs = {name: torch.empty(tokens, d, device="cuda", dtype=x.dtype) for name, _ in LAYOUTS}
     candidates = {

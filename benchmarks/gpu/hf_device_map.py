@@ -30,14 +30,16 @@ from ir_stack.models.hf_modules import IRRotaryCache
 
 logger = logging.getLogger("hf_device_map")
 
-#: Llama 3.1 8B's shape and rope; the vocabulary cut to keep the logits small
-LLAMA_8B = {
+#: the vocabulary, cut from Llama 3.1 8B's to keep the logits small
+VOCAB = 32000
+#: Llama 3.1 8B's shape and rope, with that vocabulary
+LLAMA_8B: dict[str, Any] = {
     "hidden_size": 4096,
     "intermediate_size": 14336,
     "num_hidden_layers": 32,
     "num_attention_heads": 32,
     "num_key_value_heads": 8,
-    "vocab_size": 32000,
+    "vocab_size": VOCAB,
     "max_position_embeddings": 131072,
     "rope_parameters": {
         "rope_type": "llama3",
@@ -87,7 +89,7 @@ def main() -> None:
     model = build(args.layers)
     gen = torch.Generator("cuda").manual_seed(1)
     inputs = {
-        shape: torch.randint(0, LLAMA_8B["vocab_size"], size, device="cuda:0", generator=gen)
+        shape: torch.randint(0, VOCAB, size, device="cuda:0", generator=gen)
         for shape, size in SHAPES.items()
     }
 

@@ -16,6 +16,7 @@ import hashlib
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +51,8 @@ def _clone(value: Any) -> Any:
 def _watch() -> None:
     """Wraps the piece runner and Inductor's autotuner to record what they did."""
     run_piece = pieces.CompiledPiece._run_sized
-    autotune = triton_heuristics.CachingAutotuner.autotune_to_one_config
-    launch = triton_heuristics.CachingAutotuner.run
+    autotune: Callable[..., Any] = triton_heuristics.CachingAutotuner.autotune_to_one_config
+    launch: Callable[..., Any] = triton_heuristics.CachingAutotuner.run
 
     def recording_run_piece(self: Any, size: int | None, args: tuple[Any, ...]) -> Any:
         out = run_piece(self, size, args)

@@ -21,6 +21,7 @@ Usage (GPU machine, the package built): python benchmarks/gpu/programmatic_launc
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 from collections.abc import Callable
@@ -60,6 +61,16 @@ def with_setting(provider: str, enabled: bool, fn: Callable[[], Any]) -> Callabl
     return run
 
 
+def after(first: Callable[[], Any], then: Callable[[], Any]) -> Callable[[], Any]:
+    """`first`, then `then`, as one call."""
+
+    def run() -> Any:
+        first()
+        return then()
+
+    return run
+
+
 def outputs(result: Any) -> list[torch.Tensor]:
     """An op's results, float8 tensors as their bits (`torch.equal` does not take them)."""
     return [bits(t) for t in (result if isinstance(result, tuple | list) else (result,))]
@@ -73,15 +84,15 @@ def time_shape(name: str, tokens: int, hidden: int, rounds: int) -> dict[str, fl
     candidates: dict[str, Callable[[], Any]] = {"plain empty": plain}
     for provider in PROVIDERS:
         fn = op.impls[provider].fn
-        off = with_setting(provider, False, lambda fn=fn: fn(*args))
-        on = with_setting(provider, True, lambda fn=fn: fn(*args))
+        off = with_setting(provider, False, functools.partial(fn, *args))
+        on = with_setting(provider, True, functools.partial(fn, *args))
         for a, b in zip(outputs(off()), outputs(on()), strict=True):
             if not torch.equal(a, b):
                 raise SystemExit(f"{provider} {name} {tokens}x{width}: outputs differ")
         candidates[f"{provider} off"] = off
         candidates[f"{provider} on"] = on
-        candidates[f"{provider} after plain off"] = lambda off=off: (plain(), off())
-        candidates[f"{provider} after plain on"] = lambda on=on: (plain(), on())
+        candidates[f"{provider} after plain off"] = after(plain, off)
+        candidates[f"{provider} after plain on"] = after(plain, on)
     best = {n: min(v) for n, v in time_rotated(candidates, rounds).items()}
     for key in best:
         if "after plain" in key:

@@ -30,7 +30,9 @@ VARIANTS = [("exit first (ir_cuda)", 0), ("scale first", 1), ("const block", 2),
 SHAPES = [(1, 2048), (1, 4096), (1, 8192), (16, 2048), (16, 4096), (16, 8192), (64, 2048)]
 
 
-def run_case(lib: ctypes.CDLL, kernels: Any, tokens: int, hidden: int, rounds: int) -> dict:
+def run_case(
+    lib: ctypes.CDLL, kernels: Any, tokens: int, hidden: int, rounds: int
+) -> dict[str, Any]:
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16) * 3
     scale = torch.tensor([0.05], device="cuda")
     outs = {name: torch.empty(tokens, hidden, device="cuda", dtype=FP8) for name, _ in VARIANTS}

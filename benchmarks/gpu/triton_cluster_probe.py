@@ -376,7 +376,7 @@ def probe_shape(
     clusters: list[int],
     rounds: int,
     timing_variants: bool = False,
-) -> dict:
+) -> dict[str, Any]:
     op, args = bf16_inputs(name, tokens, width)
     impl = op.impls["triton"].fn
     provider = impl(*args)

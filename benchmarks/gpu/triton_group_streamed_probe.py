@@ -15,8 +15,10 @@ Usage (GPU machine, from the repository root, `source benchmarks/gpu/env.sh`):
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import probe_tools as tools
 import torch
@@ -51,7 +53,9 @@ def main() -> None:
         launch_group_quant(x, GROUP, q, s)
         expected = (q.view(torch.uint8).clone(), s.clone())
         default = default_group_quant_config(x, GROUP, q, s)
-        candidates = {"default": partial(launch_group_quant, x, GROUP, q, s)}
+        candidates: dict[str, Callable[[], Any]] = {
+            "default": partial(launch_group_quant, x, GROUP, q, s)
+        }
         for p, w in [c for c in CONFIGS if c[0] <= groups]:
             q.zero_()
             launch_group_quant(x, GROUP, q, s, per_program=p, num_warps=w)

@@ -42,12 +42,12 @@ from ir_kernels_triton.plans import set_launch_plans
 def warps_for(op: str, width: int, warps: int | None) -> Iterator[None]:
     """`norm_warps` answering `warps` for `op`'s rows of `width` (None: as it is) inside."""
     original = norm_kernels.norm_warps
-    quant, residual = norm_variant(op)
+    op_quant, op_residual = norm_variant(op)
 
-    def changed(block: int, q: int, has_residual: bool = False) -> int:
-        if warps is not None and (block, q, has_residual) == (width, quant, residual):
+    def changed(block: int, quant: int, residual: bool = False) -> int:
+        if warps is not None and (block, quant, residual) == (width, op_quant, op_residual):
             return warps
-        return original(block, q, has_residual)
+        return original(block, quant, residual)
 
     norm_kernels.norm_warps = changed
     try:
@@ -56,7 +56,9 @@ def warps_for(op: str, width: int, warps: int | None) -> Iterator[None]:
         norm_kernels.norm_warps = original
 
 
-def _call(impl: Callable[..., Any], args: tuple[Any, ...], op: str, width: int, warps: int | None):
+def _call(
+    impl: Callable[..., Any], args: tuple[Any, ...], op: str, width: int, warps: int | None
+) -> Callable[[], Any]:
     def run() -> Any:
         with warps_for(op, width, warps):
             return impl(*args)

@@ -52,12 +52,20 @@ def sass_lines(act: int, width: int, block: int, warps: int) -> list[str]:
     return [line for line in listing.splitlines() if re.match(r"\s+/\*[0-9a-f]{4}\*/", line)]
 
 
+def opcode(line: str) -> str:
+    """The opcode of a SASS line of ``cuobjdump -sass`` (after its predicate, if any)."""
+    found = re.search(r"\*/\s+(?:@!?P\d\s+)?([A-Z0-9_]+)", line)
+    if found is None:
+        raise ValueError(f"no opcode in SASS line {line!r}")
+    return found[1]
+
+
 def main() -> None:
     print(f"Triton {triton.__version__}, sm_90, bf16")
     for name, act in GATES.items():
         for width, block, warps in LAUNCHES:
             lines = sass_lines(act, width, block, warps)
-            ops = Counter(re.search(r"\*/\s+(?:@!?P\d\s+)?([A-Z0-9_]+)", s)[1] for s in lines)
+            ops = Counter(opcode(s) for s in lines)
             per_thread = block // (32 * warps)
             top = " ".join(f"{op}={n}" for op, n in ops.most_common(6))
             print(

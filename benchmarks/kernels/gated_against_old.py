@@ -18,7 +18,9 @@ within the op's tolerances against the reference, not bitwise, and `flat` is lef
 """
 
 import argparse
+from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import torch
 from ir_kernels_triton_old import pointwise_kernels as old  # type: ignore[import-not-found]
@@ -66,7 +68,7 @@ def main() -> None:
         outs = [torch.empty(tokens, d, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
         inductor = anchors(op, (x,))["inductor"]
         inductor()
-        runs = {
+        runs: dict[str, Callable[[], Any]] = {
             "new": partial(new.launch_gated, x, outs[0], act),
             "old": partial(old.launch_gated, x, outs[1], act),
         }

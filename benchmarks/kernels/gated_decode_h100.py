@@ -7,6 +7,7 @@ repository root with the packages on `PYTHONPATH` (`source benchmarks/gpu/env.sh
 """
 
 import argparse
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -47,7 +48,10 @@ def main() -> None:
         inductor()
         pk.launch_gated(x, out, act)
         expected = out.clone()
-        runs = {"inductor": inductor, "default": partial(pk.launch_gated, x, out, act)}
+        runs: dict[str, Callable[[], object]] = {
+            "inductor": inductor,
+            "default": partial(pk.launch_gated, x, out, act),
+        }
         for block, warps in [] if args.no_sweep else CONFIGS:
             pk.launch_gated(x, out, act, flat=(block, warps))
             assert torch.equal(out, expected), (block, warps)

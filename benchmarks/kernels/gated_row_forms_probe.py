@@ -19,6 +19,7 @@ Usage (GPU machine, packages on `PYTHONPATH`, `benchmarks/kernels` on it too):
 import argparse
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 import torch
 import triton
@@ -108,7 +109,7 @@ def form_runs(
     its output compares (forms that round once against the default, twice against Liger)."""
     tokens, d = x.shape[0], x.shape[1] // 2
     out = torch.empty(tokens, d, device=x.device, dtype=x.dtype)
-    runs: dict[str, Callable[[], object]] = dict(anchors(ops.silu_and_mul, (x,)))
+    runs: dict[str, Callable[[], Any]] = dict(anchors(ops.silu_and_mul, (x,)))
     for anchor in runs.values():
         anchor()
     pk.launch_gated(x, out, pk.ACT_SILU)

@@ -50,7 +50,8 @@ def gelu_float32(a: np.ndarray, p: float, coefficients: np.ndarray) -> np.ndarra
     for c in coefficients[-2::-1]:
         poly = (poly * t + f(c)).astype(f)
     tail = (t * poly * np.exp2(a * a * f(-0.5 / np.log(2)))).astype(f)
-    return (a * np.where(a >= 0, f(1) - tail, tail)).astype(f)
+    result: np.ndarray = (a * np.where(a >= 0, f(1) - tail, tail)).astype(f)
+    return result
 
 
 def main() -> None:

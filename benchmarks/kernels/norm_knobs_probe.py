@@ -15,6 +15,7 @@ repository root with the packages on `PYTHONPATH` (`source benchmarks/gpu/env.sh
 import argparse
 import itertools
 from functools import partial
+from typing import Any
 
 import torch
 from norm_split_h100 import VARIANTS, fastest_of_rounds, make_case
@@ -89,7 +90,7 @@ def main() -> None:
     parser.add_argument("--splits", default="", help="decode: programs a row, e.g. 1,2,4,8")
     args = parser.parse_args()
     if args.splits:
-        knobs = [
+        knobs: list[dict[str, Any]] = [
             {"early_weight": w, "keep_masks": k, "split": n}
             for w, k, n in itertools.product(
                 (False, True), (False, True), map(int, args.splits.split(","))

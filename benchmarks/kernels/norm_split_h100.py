@@ -5,10 +5,10 @@ CUDA-graph replay, three rounds in turn. Run from the repository root with the p
 `PYTHONPATH` (`source benchmarks/gpu/env.sh`).
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from triton.testing import do_bench_cudagraph
@@ -53,13 +53,14 @@ def make_case(
     return run, outputs
 
 
-def fastest_of_rounds(
-    fns: dict[object, Callable[[], None]], rounds: int = 3
-) -> dict[object, float]:
+Key = TypeVar("Key")
+
+
+def fastest_of_rounds(fns: Mapping[Key, Callable[[], object]], rounds: int = 3) -> dict[Key, float]:
     """The fastest of `rounds` CUDA-graph timings of each function, in µs. Each round starts at
     another function: timed first in every round, a launch ran up to 4 % slower than the same
     launch timed later (`triton-tuning-H200.log` round 4)."""
-    times: dict[object, list[float]] = {k: [] for k in fns}
+    times: dict[Key, list[float]] = {k: [] for k in fns}
     keys = list(fns)
     for round_ in range(rounds):
         start = round_ * len(keys) // max(rounds, 1)

@@ -3,6 +3,7 @@ the activation loads, several rows per program, an Inductor-style two-pass loop
 (`benchmarks/results/triton-tuning-H100.log`, section 4). ``python norm_variants_h100.py``.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -110,7 +111,7 @@ def var_kernel(
         tl.store(out_ptr + base + c, y.to(out_ptr.dtype.element_ty), mask=m)
 
 
-def us(fn, rep=20):
+def us(fn: Callable[[], Any], rep: int = 20) -> float:
     fn()
     torch.cuda.synchronize()
     return float(do_bench_cudagraph(fn, rep=rep)) * 1e3

@@ -7,6 +7,8 @@ Inductor's kernel, CUDA-graph replays in µs, fastest first.
 """
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import triton
@@ -24,24 +26,24 @@ bk.lift_recompile_limits()
 FP8 = torch.float8_e4m3fn
 
 
-def us(fn, rep=10):
+def us(fn: Callable[[], Any], rep: int = 10) -> float:
     fn()
     torch.cuda.synchronize()
     return float(do_bench_cudagraph(fn, rep=rep)) * 1e3
 
 
-def show(label, res, top=7):
+def show(label: str, res: list[tuple[float, str]], top: int = 7) -> None:
     res.sort()
     print(f"{label}: " + " ".join(f"{u:.2f}:{n}" for u, n in res[:top]), flush=True)
 
 
-def spec(t, h, seed=0):
+def spec(t: int, h: int, seed: int = 0) -> SampleSpec:
     return SampleSpec(
         batch_shape=(t,), hidden_size=h, dtype=torch.bfloat16, device="cuda", seed=seed
     )
 
 
-def part_rotary():
+def part_rotary() -> None:
     for h in (2048, 4096, 8192):
         for t in (1, 16, 128, 1024, 4096):
             args = sample_inputs(ops.rotary_embedding, spec(t, h))
@@ -72,7 +74,7 @@ def part_rotary():
             )
 
 
-def part_norm():
+def part_norm() -> None:
     scale = torch.full((1,), 0.05, device="cuda")
     variants = {
         "rms_norm": (False, nk.QUANT_NONE),
@@ -92,7 +94,7 @@ def part_norm():
                 out = torch.empty(t, h, device="cuda", dtype=FP8 if quant else torch.bfloat16)
                 res_out = torch.empty_like(x)
                 s_out = torch.empty(t, 1, device="cuda")
-                kw = dict(
+                kw: dict[str, Any] = dict(
                     quant=quant,
                     scale=scale if quant == 1 else None,
                     scale_out=s_out if quant == 2 else None,
@@ -132,7 +134,7 @@ def part_norm():
                 show(f"{name} t={t} h={h} (default {res[0][0]:.2f})", res)
 
 
-def part_group():
+def part_group() -> None:
     for t in (1, 16, 128, 1024):
         for h in (2048, 4096, 8192):
             args = sample_inputs(ops.group_quant_fp8, spec(t, h))
@@ -160,4 +162,9 @@ def part_group():
 
 if __name__ == "__main__":
     for part in sys.argv[1].split(","):
-        {"rotary": part_rotary, "norm": part_norm, "group": part_group}[part]()
+        parts: dict[str, Callable[[], None]] = {
+            "rotary": part_rotary,
+            "norm": part_norm,
+            "group": part_group,
+        }
+        parts[part]()

@@ -16,6 +16,7 @@ first.
 
 import sys
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import torch
@@ -65,8 +66,8 @@ def part_flat() -> None:
                 out = torch.empty(t, d, device="cuda", dtype=FP8 if scale is not None else x.dtype)
                 fns = dict(bk.anchors(op, args))
                 for cfg in FLAT_CONFIGS:
-                    fns[f"b{cfg[0]}w{cfg[1]}"] = lambda cfg=cfg: pk.launch_gated(
-                        x, out, act, scale, flat=cfg
+                    fns[f"b{cfg[0]}w{cfg[1]}"] = partial(
+                        pk.launch_gated, x, out, act, scale, flat=cfg
                     )
                 time_all(f"{name} t={t} d={d}", fns)
     time_static_quant((1024, 4096, 16384), FLAT_CONFIGS)
@@ -87,9 +88,7 @@ def time_static_quant(
             if with_default:
                 fns["default"] = lambda: pk.launch_static_quant(x, scale, q)
             for cfg in configs:
-                fns[f"b{cfg[0]}w{cfg[1]}"] = lambda cfg=cfg: pk.launch_static_quant(
-                    x, scale, q, flat=cfg
-                )
+                fns[f"b{cfg[0]}w{cfg[1]}"] = partial(pk.launch_static_quant, x, scale, q, flat=cfg)
             time_all(f"static_quant_fp8 t={t} h={h}", fns)
 
 
@@ -115,8 +114,8 @@ def part_norm4096() -> None:
                 kw["scale_out"] = s_out
             fns = dict(bk.anchors(op, args))
             for warps in (4, 8, 16):
-                fns[f"w{warps}"] = lambda warps=warps: nk.launch_norm(
-                    x, w, 1e-6, None, out, num_warps=warps, **kw
+                fns[f"w{warps}"] = partial(
+                    nk.launch_norm, x, w, 1e-6, None, out, num_warps=warps, **kw
                 )
             time_all(f"{name} t={t} h={h}", fns)
 

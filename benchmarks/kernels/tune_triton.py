@@ -5,6 +5,7 @@ configuration, to choose the defaults in ir_kernels_triton. Usage: python tune_t
 """
 
 import sys
+from collections.abc import Callable
 
 import torch
 from triton.testing import do_bench, do_bench_cudagraph
@@ -20,15 +21,25 @@ def copy_gbps() -> float:
     src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     dst = torch.empty_like(src)
     ms = do_bench(lambda: dst.copy_(src), warmup=50, rep=300)
-    return 2 * (1 << 30) / (ms * 1e-3) / 1e9
+    return 2 * (1 << 30) / (float(ms) * 1e-3) / 1e9
 
 
-def report(label: str, fn, traffic: int, copy: float) -> None:
-    us = do_bench_cudagraph(fn, rep=15) * 1e3
+def report(label: str, fn: Callable[[], None], traffic: int, copy: float) -> None:
+    us = float(do_bench_cudagraph(fn, rep=15)) * 1e3
     print(f"    {label:40s} {us:9.2f} us  {traffic / (us * 1e-6) / 1e9 / copy:.3f}", flush=True)
 
 
-def norm_runner(x, w, eps, out, quant, scale, single, block, warps):  # type: ignore[no-untyped-def]
+def norm_runner(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    eps: float,
+    out: torch.Tensor,
+    quant: int,
+    scale: torch.Tensor,
+    single: bool,
+    block: int | None,
+    warps: int,
+) -> Callable[[], None]:
     def run() -> None:
         nk.launch_norm(
             x,
@@ -46,7 +57,9 @@ def norm_runner(x, w, eps, out, quant, scale, single, block, warps):  # type: ig
     return run
 
 
-def gated_runner(x, out, act, block, warps):  # type: ignore[no-untyped-def]
+def gated_runner(
+    x: torch.Tensor, out: torch.Tensor, act: int, block: int, warps: int
+) -> Callable[[], None]:
     def run() -> None:
         pk.launch_gated(x, out, act, block=block, num_warps=warps)
 
@@ -71,7 +84,14 @@ def quant_sweep(copy: float) -> None:
                 for warps in (4, 8, 16):
 
                     def run(
-                        early=early, warps=warps, x=x, w=w, eps=eps, out=out, q=quant, scale=scale
+                        early: bool = early,
+                        warps: int = warps,
+                        x: torch.Tensor = x,
+                        w: torch.Tensor = w,
+                        eps: float = eps,
+                        out: torch.Tensor = out,
+                        q: int = quant,
+                        scale: torch.Tensor = scale,
                     ) -> None:
                         nk.launch_norm(
                             x,
@@ -94,7 +114,9 @@ def quant_sweep(copy: float) -> None:
         print(f"  silu_static t={t} d={d}")
         for block, warps in ((512, 4), (1024, 4), (2048, 4), (2048, 8), (4096, 8)):
 
-            def run_gated(b=block, wp=warps, x=x, out=out) -> None:
+            def run_gated(
+                b: int = block, wp: int = warps, x: torch.Tensor = x, out: torch.Tensor = out
+            ) -> None:
                 pk.launch_gated(x, out, pk.ACT_SILU, ones, block=b, num_warps=wp)
 
             report(f"block={block} warps={warps}", run_gated, traffic, copy)
