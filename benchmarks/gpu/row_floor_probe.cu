@@ -4,7 +4,11 @@
 //   0 copy: the row read and written back (the bytes a norm must move, less its weight);
 //   1 scaled: the row's sum of squares over the block, then x * rsqrt(mean + eps) (a norm
 //     without its weight: the reduction's cost on top of the copy);
-//   2 norm: as 1 with the weight read beside the row and multiplied in (a minimal rms_norm).
+//   2 norm: as 1 with the weight read beside the row and multiplied in (a minimal rms_norm);
+//   3 mul: out = a * b for the two halves a, b of each row of x (a gated activation's bytes
+//     without its activation; any width of whole vectors, one vector a thread, blocks of 256);
+//   4 fused add: s = x + residual stored over the residual, then s / rms * weight (a minimal
+//     fused_add_rms_norm; `out` holds the residual's rows, then the output's).
 // Built by nvcc alone (`probe_tools.build_probe`).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -88,6 +92,65 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
+template <int THREADS, int VPT>
+__global__ void __launch_bounds__(THREADS)
+    fused_add_kernel(uint16_t* out, const uint16_t* x, const uint16_t* weight, float inv_width, float eps) {
+  constexpr int64_t kWidth = int64_t{THREADS} * VPT * 8;
+  const auto* xr = reinterpret_cast<const Vec*>(x + blockIdx.x * kWidth);
+  auto* rr = reinterpret_cast<Vec*>(out + blockIdx.x * kWidth);
+  auto* yr = reinterpret_cast<Vec*>(out + (gridDim.x + blockIdx.x) * kWidth);
+  Vec v[VPT];
+  Vec w[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    const Vec a = xr[threadIdx.x + k * THREADS];
+    const Vec b = rr[threadIdx.x + k * THREADS];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[k].w[j] = pack(low(a.w[j]) + low(b.w[j]), high(a.w[j]) + high(b.w[j]));
+  }
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) w[k] = reinterpret_cast<const Vec*>(weight)[threadIdx.x + k * THREADS];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) rr[threadIdx.x + k * THREADS] = v[k];
+  float acc[2] = {0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      acc[0] = fmaf(low(v[k].w[j]), low(v[k].w[j]), acc[0]);
+      acc[1] = fmaf(high(v[k].w[j]), high(v[k].w[j]), acc[1]);
+    }
+  }
+  const float inv_rms = rsqrtf(block_sum<THREADS>(acc[0] + acc[1]) * inv_width + eps);
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    Vec o;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      o.w[j] = pack(low(v[k].w[j]) * inv_rms * low(w[k].w[j]), high(v[k].w[j]) * inv_rms * high(w[k].w[j]));
+    }
+    yr[threadIdx.x + k * THREADS] = o;
+  }
+}
+
+constexpr int kMulThreads = 256;
+
+__global__ void __launch_bounds__(kMulThreads) mul_kernel(uint16_t* out, const uint16_t* x, int width) {
+  const int vectors = width / 8;
+  const int i = static_cast<int>(blockIdx.x) * kMulThreads + static_cast<int>(threadIdx.x);
+  const auto* a = reinterpret_cast<const Vec*>(x + int64_t{blockIdx.y} * 2 * width);
+  const bool inside = i < vectors;
+  Vec va{}, vb{};
+  if (inside) {
+    va = a[i];
+    vb = a[vectors + i];
+  }
+  Vec o;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) o.w[j] = pack(low(va.w[j]) * low(vb.w[j]), high(va.w[j]) * high(vb.w[j]));
+  if (inside) reinterpret_cast<Vec*>(out + int64_t{blockIdx.y} * width)[i] = o;
+}
+
 constexpr float kEps = 1e-6f;
 
 template <int WIDTH, int VPT, int MODE>
@@ -96,9 +159,14 @@ int launch(const void* x, void* out, const void* weight, int rows, cudaStream_t 
   if constexpr (kThreads < 32 || kThreads > 1024) {
     return -1;
   } else {
-    row_kernel<kThreads, VPT, MODE><<<rows, kThreads, 0, stream>>>(
-        static_cast<uint16_t*>(out), static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(weight),
-        1.f / WIDTH, kEps);
+    auto* o = static_cast<uint16_t*>(out);
+    const auto* xs = static_cast<const uint16_t*>(x);
+    const auto* w = static_cast<const uint16_t*>(weight);
+    if constexpr (MODE == 4) {
+      fused_add_kernel<kThreads, VPT><<<rows, kThreads, 0, stream>>>(o, xs, w, 1.f / WIDTH, kEps);
+    } else {
+      row_kernel<kThreads, VPT, MODE><<<rows, kThreads, 0, stream>>>(o, xs, w, 1.f / WIDTH, kEps);
+    }
     return static_cast<int>(cudaGetLastError());
   }
 }
@@ -126,6 +194,8 @@ int launch_mode(int mode, int vpt, const void* x, void* out, const void* weight,
       return launch_form<WIDTH, 1>(vpt, x, out, weight, rows, stream);
     case 2:
       return launch_form<WIDTH, 2>(vpt, x, out, weight, rows, stream);
+    case 4:
+      return launch_form<WIDTH, 4>(vpt, x, out, weight, rows, stream);
     default:
       return -1;
   }
@@ -133,13 +203,20 @@ int launch_mode(int mode, int vpt, const void* x, void* out, const void* weight,
 
 }  // namespace
 
-// variant = 10 * mode + vectors a thread (1, 2 or 4); `scale` is the weight (bf16, `width`
-// values) for mode 2 and unused otherwise; eps 1e-6. 0, the launch's CUDA error, or -1 for a
-// variant or width this probe does not build.
+// variant = 10 * mode + vectors a thread (1, 2 or 4; mode 3 takes 1); `scale` is the weight
+// (bf16, `width` values) for modes 2 and 4 and unused otherwise; `width` is the output's (x is
+// twice as wide for mode 3); eps 1e-6. 0, the launch's CUDA error, or -1 for a variant or width
+// this probe does not build.
 extern "C" int probe_launch(int variant, const void* x, void* out, const float* scale, int rows, int width,
                             void* stream) {
   const int mode = variant / 10, vpt = variant % 10;
   const auto s = static_cast<cudaStream_t>(stream);
+  if (mode == 3) {
+    if (vpt != 1 || width % 8 != 0) return -1;
+    const dim3 grid((width / 8 + kMulThreads - 1) / kMulThreads, rows);
+    mul_kernel<<<grid, kMulThreads, 0, s>>>(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(x), width);
+    return static_cast<int>(cudaGetLastError());
+  }
   switch (width) {
     case 2048:
       return launch_mode<2048>(mode, vpt, x, out, scale, rows, s);
