@@ -301,7 +301,14 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
       auto streams = [&] {
         return tensor_bytes(x) + tensor_bytes(out) > l2_cache_bytes();
       };
-      if (outputs <= kDecodeOutputs) {
+      // Gated rows without quantization take the decode form up to twice as many outputs while
+      // under 64 rows (16 x 14336: H200, `cuda_ab.py`, two runs of 7 and 21 rounds, silu 1.47
+      // to 1.45 and 1.46 to 1.39 µs, gelu 1.53 to 1.48 and 1.49 to 1.46; the quantizing silu
+      // 1.53 to 1.50, then 1.48 to 1.49, so it keeps its form). Past that the decode form lost
+      // up to 11 % (silu 32 x 28672 1.98 to 2.19 µs; `cuda-ab-gates-decode-form-H200.json`).
+      const bool decode_form = outputs <= kDecodeOutputs ||
+                               (kGated && !QUANT && rows < 64 && outputs <= 2 * kDecodeOutputs);
+      if (decode_form) {
         // two outputs a thread in blocks of 256 (`flat_elementwise_kernel`): as one run where the
         // outputs are contiguous (a gated op's single row, or contiguous rows), else, without
         // quantization, a row a grid row (H100, `cuda_ab.py`, median of 7 against the aligned

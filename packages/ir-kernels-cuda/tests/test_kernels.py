@@ -191,6 +191,17 @@ def test_kernels_launch_on_the_gpu_of_their_rows(op: IrOp, provider: str) -> Non
         assert torch.cuda.current_device() == 0
 
 
+@on_gpu
+@pytest.mark.parametrize("layout", ["contiguous", "3d"])
+@pytest.mark.parametrize("name", ["silu_and_mul", "gelu_and_mul", "silu_and_mul_static_quant_fp8"])
+def test_gated_rows_just_past_decode_sizes(name: str, layout: str) -> None:
+    """16 rows of 14336 (229K outputs, past the decode launches' 128K): the gated ops without
+    quantization take the decode form there (`activation.cu`), the quantizing one its own."""
+    op = getattr(ops, name)
+    args = sample_inputs(op, spec_for(torch.bfloat16, 14336, 16, layout))
+    assert_impl_matches_native(op, "cuda", args)
+
+
 NORM_OPS = [op for op in ops if "weight" in op.signature.parameters]
 
 
