@@ -47,6 +47,40 @@ __device__ __forceinline__ float block_sum(float v) {
   return v;
 }
 
+// The sum of squares of a thread's VPT vectors, in two chains (low and high halves).
+template <int VPT>
+__device__ __forceinline__ float sum_of_squares(const Vec (&v)[VPT]) {
+  float acc[2] = {0.f, 0.f};
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      acc[0] = fmaf(low(v[k].w[j]), low(v[k].w[j]), acc[0]);
+      acc[1] = fmaf(high(v[k].w[j]), high(v[k].w[j]), acc[1]);
+    }
+  }
+  return acc[0] + acc[1];
+}
+
+// (v * inv_rms) * w, or v * inv_rms without WEIGHTED, rounded to bf16 into the row `out`.
+template <int THREADS, int VPT, bool WEIGHTED>
+__device__ __forceinline__ void store_normed(Vec* out, const Vec (&v)[VPT], const Vec (&w)[VPT], float inv_rms) {
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    Vec o;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float lo = low(v[k].w[j]) * inv_rms, hi = high(v[k].w[j]) * inv_rms;
+      if constexpr (WEIGHTED) {
+        lo *= low(w[k].w[j]);
+        hi *= high(w[k].w[j]);
+      }
+      o.w[j] = pack(lo, hi);
+    }
+    out[threadIdx.x + k * THREADS] = o;
+  }
+}
+
 template <int THREADS, int VPT, int MODE>
 __global__ void __launch_bounds__(THREADS)
     row_kernel(uint16_t* out, const uint16_t* x, const uint16_t* weight, float inv_width, float eps) {
@@ -65,30 +99,8 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
     for (int k = 0; k < VPT; ++k) outr[threadIdx.x + k * THREADS] = v[k];
   } else {
-    float acc[2] = {0.f, 0.f};
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        acc[0] = fmaf(low(v[k].w[j]), low(v[k].w[j]), acc[0]);
-        acc[1] = fmaf(high(v[k].w[j]), high(v[k].w[j]), acc[1]);
-      }
-    }
-    const float inv_rms = rsqrtf(block_sum<THREADS>(acc[0] + acc[1]) * inv_width + eps);
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      Vec o;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float lo = low(v[k].w[j]) * inv_rms, hi = high(v[k].w[j]) * inv_rms;
-        if constexpr (MODE == 2) {
-          lo *= low(w[k].w[j]);
-          hi *= high(w[k].w[j]);
-        }
-        o.w[j] = pack(lo, hi);
-      }
-      outr[threadIdx.x + k * THREADS] = o;
-    }
+    const float inv_rms = rsqrtf(block_sum<THREADS>(sum_of_squares(v)) * inv_width + eps);
+    store_normed<THREADS, VPT, MODE == 2>(outr, v, w, inv_rms);
   }
 }
 
@@ -112,25 +124,8 @@ __global__ void __launch_bounds__(THREADS)
   for (int k = 0; k < VPT; ++k) w[k] = reinterpret_cast<const Vec*>(weight)[threadIdx.x + k * THREADS];
 #pragma unroll
   for (int k = 0; k < VPT; ++k) rr[threadIdx.x + k * THREADS] = v[k];
-  float acc[2] = {0.f, 0.f};
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      acc[0] = fmaf(low(v[k].w[j]), low(v[k].w[j]), acc[0]);
-      acc[1] = fmaf(high(v[k].w[j]), high(v[k].w[j]), acc[1]);
-    }
-  }
-  const float inv_rms = rsqrtf(block_sum<THREADS>(acc[0] + acc[1]) * inv_width + eps);
-#pragma unroll
-  for (int k = 0; k < VPT; ++k) {
-    Vec o;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      o.w[j] = pack(low(v[k].w[j]) * inv_rms * low(w[k].w[j]), high(v[k].w[j]) * inv_rms * high(w[k].w[j]));
-    }
-    yr[threadIdx.x + k * THREADS] = o;
-  }
+  const float inv_rms = rsqrtf(block_sum<THREADS>(sum_of_squares(v)) * inv_width + eps);
+  store_normed<THREADS, VPT, true>(yr, v, w, inv_rms);
 }
 
 constexpr int kMulThreads = 256;
