@@ -15,6 +15,9 @@ enum Activation : int { kIdentity = 0, kSilu = 1, kGelu = 2, kGeluTanh = 3 };
 
 // Outputs up to which an elementwise launch counts as decode-sized (latency-bound).
 constexpr int64_t kDecodeOutputs = int64_t{1} << 17;
+// Batches under this many rows count as few: the elementwise launches take smaller blocks for
+// them, and the gated ops keep their shorter chains a thread up to more outputs (below).
+constexpr int64_t kFewElementwiseRows = 64;
 
 // Phi(v), the standard normal distribution function, from its smaller tail
 // Phi(-|v|) = exp(-v^2 / 2) * t * P(t), t = 1 / (1 + 0.253 |v|), as Triton's
@@ -302,12 +305,13 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
         return tensor_bytes(x) + tensor_bytes(out) > l2_cache_bytes();
       };
       // Gated rows without quantization take the decode form up to twice as many outputs while
-      // under 64 rows (16 x 14336: H200, `cuda_ab.py`, two runs of 7 and 21 rounds, silu 1.47
+      // few (under 64 rows; 16 x 14336: H200, `cuda_ab.py`, two runs of 7 and 21 rounds, silu 1.47
       // to 1.45 and 1.46 to 1.39 µs, gelu 1.53 to 1.48 and 1.49 to 1.46; the quantizing silu
       // 1.53 to 1.50, then 1.48 to 1.49, so it keeps its form). Past that the decode form lost
       // up to 11 % (silu 32 x 28672 1.98 to 2.19 µs; `cuda-ab-gates-decode-form-H200.json`).
-      const bool decode_form = outputs <= kDecodeOutputs ||
-                               (kGated && !QUANT && rows < 64 && outputs <= 2 * kDecodeOutputs);
+      const bool decode_form =
+          outputs <= kDecodeOutputs ||
+          (kGated && !QUANT && rows < kFewElementwiseRows && outputs <= 2 * kDecodeOutputs);
       if (decode_form) {
         // two outputs a thread in blocks of 256 (`flat_elementwise_kernel`): as one run where the
         // outputs are contiguous (a gated op's single row, or contiguous rows), else, without
@@ -337,7 +341,7 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
         return;
       }
       if constexpr (kLongChain) {
-        if (rows < 64 && outputs <= 8 * kDecodeOutputs) {
+        if (rows < kFewElementwiseRows && outputs <= 8 * kDecodeOutputs) {
           run(aligned_elementwise_kernel<T, ACT, QUANT, 4 / P, 1>, 4, 128);
           return;
         }
@@ -377,10 +381,10 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
           }
         }
       }
-      run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 1>, V, rows < 64 ? 128 : 256);
+      run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 1>, V, rows < kFewElementwiseRows ? 128 : 256);
       return;
     }
-    const auto [threads, blocks_per_row] = shape(V, rows < 64 ? 64 : 256);
+    const auto [threads, blocks_per_row] = shape(V, rows < kFewElementwiseRows ? 64 : 256);
     launch(elementwise_kernel<T, ACT, QUANT>, flat_grid(rows, blocks_per_row),
            dim3(static_cast<unsigned>(threads)), stream, out.data_ptr(), out.stride(0),
            x.const_data_ptr<T>(), x.stride(0), d, QUANT ? scale->const_data_ptr<float>() : nullptr,
