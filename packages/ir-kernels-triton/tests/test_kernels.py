@@ -18,6 +18,7 @@ from ir_spec.testing import (
     OPTION_VARIANTS,
     assert_gelu_accurate_in_the_negative_tail,
     assert_impl_matches_native,
+    assert_matches_native_on_the_second_gpu,
     clone_args,
     matrix_spec,
     sample_inputs,
@@ -110,15 +111,10 @@ def test_a_call_makes_the_gpu_of_its_rows_current_where_there_are_several(
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
 def test_kernels_launch_on_the_gpu_of_their_rows(op: IrOp, provider: str) -> None:
-    """Rows on the second GPU while the first is current, as in a model split over GPUs by a
-    ``device_map``: Triton launches on the current device, so the provider makes the rows' GPU
-    current for the launch (bf16: strided rows of an odd width, and a decode batch of wide
-    rows, which Hopper spreads over clusters)."""
-    assert torch.cuda.current_device() == 0
-    for hidden, tokens, layout in ((769, 7, "strided"), (8192, 4, "contiguous")):
-        spec = matrix_spec(torch.bfloat16, hidden, tokens, layout, device="cuda:1")
-        assert_impl_matches_native(op, provider, sample_inputs(op, spec))
-        assert torch.cuda.current_device() == 0
+    """Rows on the second GPU while the first is current: Triton launches on the current
+    device, so the provider makes the rows' GPU current for the launch, and GPU 0 again
+    after it."""
+    assert_matches_native_on_the_second_gpu(op, provider)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

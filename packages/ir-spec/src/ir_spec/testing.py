@@ -23,6 +23,7 @@ __all__ = [
     "assert_gelu_accurate_in_the_negative_tail",
     "assert_impl_matches_native",
     "assert_installed_version",
+    "assert_matches_native_on_the_second_gpu",
     "clone_args",
     "fused_add_rms_norm_inplace",
     "matrix_spec",
@@ -156,6 +157,18 @@ def assert_impl_matches_native(
         outs = actual if isinstance(actual, tuple) else (actual,)
         for out, i in zip(outs, op.activation_indices, strict=True):
             assert out is inputs[i], "an in-place implementation returns its activations"
+
+
+def assert_matches_native_on_the_second_gpu(op: IrOp, provider: str) -> None:
+    """Rows on GPU 1 while GPU 0 is current, as in a model split over GPUs by a ``device_map``:
+    `provider`'s implementation matches the native function on bf16 strided rows of an odd
+    width and on a decode batch of 8192-wide rows (which Hopper providers spread over
+    clusters), and leaves GPU 0 current. Needs two CUDA devices."""
+    assert torch.cuda.current_device() == 0
+    for hidden, tokens, layout in ((769, 7, "strided"), (8192, 4, "contiguous")):
+        spec = matrix_spec(torch.bfloat16, hidden, tokens, layout, device="cuda:1")
+        assert_impl_matches_native(op, provider, sample_inputs(op, spec))
+        assert torch.cuda.current_device() == 0
 
 
 def fused_add_rms_norm_inplace(
