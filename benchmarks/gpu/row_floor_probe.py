@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,10 +47,6 @@ FAMILIES: dict[str, tuple[list[tuple[int, int]], dict[str, int]]] = {
     "fused_add_rms_norm": (NORM_SHAPES, {"fused add": 4}),
     "silu_and_mul": (GATED_SHAPES, {"mul": 3}),
 }
-
-
-def _bound(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
-    return lambda: fn(*args)
 
 
 def minimal_kernels(lib: Any, family: str, tokens: int, width: int) -> dict[str, Callable[[], Any]]:
@@ -83,8 +80,8 @@ def minimal_kernels(lib: Any, family: str, tokens: int, width: int) -> dict[str,
                 assert torch.equal(out[:tokens], total), f"fused add x{vectors}: sum differs"
                 assert_close(ops.fused_add_rms_norm, out[tokens:], y)
             else:
-                d = width
-                assert_close(ops.silu_and_mul, out, (x[:, :d].float() * x[:, d:]).to(x.dtype))
+                product = x[:, :width].float() * x[:, width:]
+                assert_close(ops.silu_and_mul, out, product.to(x.dtype))
             runs[f"{mode} x{vectors}"] = run
     return runs
 
@@ -99,7 +96,7 @@ def candidates_for(
     runs["empty cuda"] = lambda: kernels.empty_kernel(hint)
     runs["empty triton"] = tools.launch_empty_kernel
     for provider in ("cuda", "triton"):
-        runs[f"{provider} op"] = _bound(op.impls[provider].fn, args)
+        runs[f"{provider} op"] = partial(op.impls[provider].fn, *args)
     return runs
 
 
