@@ -1,21 +1,27 @@
 """The ops x providers table printed by ``python -m ir_dispatch``."""
 
+import argparse
+import sys
+from collections.abc import Iterable, Sequence
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ir_spec import ops
 
+from .cli import FLAG, parse_priority_args
 from .discovery import provider_loads
 from .platforms import detect_platform
 from .selection import Verdict, explain
-from .state import current_mode
+from .state import current_mode, priority
 
 
-def providers_table() -> Table:
-    """Each op, then its providers: place in the op's effective priority list and verdict
-    (the one used, or why not). Three columns, the op names' the only wide one, so that the
-    verdicts keep room to wrap in an 80-column terminal."""
+def providers_table(op_names: Iterable[str] | None = None) -> Table:
+    """Each op (those of `op_names`, default all), then its providers: place in the op's
+    effective priority list and verdict (the one used, or why not). Three columns, the op
+    names' the only wide one, so that the verdicts keep room to wrap in an 80-column
+    terminal. An unknown name raises `AttributeError` listing the known ops."""
     table = Table(
         title=f"ir ops on {detect_platform().value} ({current_mode()} mode)",
         caption="#: place in the op's effective priority list (-: not in it)",
@@ -23,7 +29,8 @@ def providers_table() -> Table:
     table.add_column("op, then its providers", no_wrap=True)
     table.add_column("#", justify="right")
     table.add_column("verdict")
-    for op in sorted(ops, key=lambda o: o.name):
+    chosen = list(ops) if op_names is None else [getattr(ops, name) for name in op_names]
+    for op in sorted(chosen, key=lambda o: o.name):
         explanation = explain(op)
         listed = [v.provider for v in explanation]
         first_eligible = next(
@@ -47,8 +54,46 @@ def providers_table() -> Table:
     return table
 
 
-def main() -> int:
-    """Print the providers discovered and the ops x providers table."""
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ir_dispatch",
+        description="Which implementation each ir op would use here, and why: the providers "
+        "discovered, then each op's providers with their place in its effective priority list "
+        "and their verdict.",
+        epilog=f"Priorities: {FLAG}.<op>=<provider>,<provider>,... (any number, shown in "
+        "force) and the IR_OP_PRIORITY environment variable, as for any program.",
+    )
+    parser.add_argument("ops", nargs="*", metavar="OP", help="only these ops (default: all)")
+    return parser
+
+
+def _without_priority_flags(argv: Sequence[str]) -> list[str]:
+    """`argv` less the priority flags and, after a flag without ``=``, its value."""
+    rest: list[str] = []
+    skip_value = False
+    for arg in argv:
+        if skip_value:
+            skip_value = False
+        elif arg.startswith(FLAG):
+            skip_value = "=" not in arg
+        else:
+            rest.append(arg)
+    return rest
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the providers discovered and the ops x providers table (``-h`` for the options)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    args = parser.parse_args(_without_priority_flags(argv))
+    try:
+        flags = parse_priority_args(argv)
+    except ValueError as error:
+        parser.error(str(error))
+    known = sorted(op.name for op in ops)
+    unknown = [name for name in args.ops if name not in known]
+    if unknown:
+        parser.error(f"unknown op(s) {', '.join(unknown)}; known ops: {', '.join(known)}")
     console = Console()
     loads = provider_loads()
     if loads:
@@ -59,5 +104,6 @@ def main() -> int:
             )
     else:
         console.print("no ir.providers entry points installed")
-    console.print(providers_table())
+    with priority(flags):
+        console.print(providers_table(args.ops or None))
     return 0
