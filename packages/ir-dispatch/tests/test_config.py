@@ -25,6 +25,11 @@ def test_parse_args_forms() -> None:
     assert ir_dispatch.parse_priority_args(["--ir-op-priority.rms_norm= t_one , t_two "]) == {
         "rms_norm": ["t_one", "t_two"]
     }
+    # the other arguments, in order, without the flags or the value of the two-argument form
+    assert ir_dispatch.split_priority_args(argv) == (
+        {"rms_norm": ["t_one", "native"], "silu_and_mul": ["native"]},
+        ["serve", "--other=1"],
+    )
 
 
 @pytest.mark.parametrize(

@@ -64,6 +64,15 @@ def test_explain_one_op_and_all() -> None:
     assert "silu_and_mul" in done.stdout
 
 
+def test_explain_takes_a_priority_flag_in_two_arguments() -> None:
+    """``--ir-op-priority.<op> <providers>``: the value is the flag's, not the op to explain
+    (the command read it as the op name and failed on "unknown op 'native'")."""
+    done = run("explain", "rms_norm", "--ir-op-priority.rms_norm", "native")
+    assert done.returncode == 0, done.stderr
+    assert "ir.rms_norm" in done.stdout
+    assert "native: eligible" in done.stdout
+
+
 def test_bench_of_kernels_alone_fails_without_a_gpu(tmp_path: Path) -> None:
     """Asked for by name, a kernel benchmark that cannot run here fails rather than skips."""
     done = run("bench", "--only", "kernels", "--out", str(tmp_path / "unused"), gpus=False)

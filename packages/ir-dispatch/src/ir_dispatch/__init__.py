@@ -20,7 +20,7 @@ import ir_spec
 
 from ._version import __version__
 from .cli import ENV as PRIORITY_ENV
-from .cli import parse_priority_args, parse_priority_env
+from .cli import parse_priority_args, parse_priority_env, split_priority_args
 from .defaults import EAGER, INDUCTOR, MODES, default_priority
 from .discovery import DISABLE_ENV, GROUP, ProviderLoad, provider_loads, reset_discovery
 from .installation import _Installed
@@ -102,6 +102,7 @@ __all__ = [
     "selection_state",
     "set_batch_invariant",
     "set_priority",
+    "split_priority_args",
     "stats",
     "user_priority",
 ]

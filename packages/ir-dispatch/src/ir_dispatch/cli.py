@@ -16,15 +16,17 @@ def _providers(text: str, origin: str) -> list[str]:
     return items
 
 
-def parse_priority_args(argv: Sequence[str]) -> dict[str, list[str]]:
+def split_priority_args(argv: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
     """The priorities given as ``--ir-op-priority.<op>=<p1>,<p2>`` (or ``... <op> <p1>,<p2>`` as
-    two arguments) in `argv`; other arguments are ignored. Names are validated."""
+    two arguments) in `argv`, names validated, and the other arguments in their order."""
     result: dict[str, list[str]] = {}
+    rest: list[str] = []
     i = 0
     while i < len(argv):
         arg = argv[i]
         i += 1
         if arg != FLAG and not arg.startswith(FLAG + ".") and not arg.startswith(FLAG + "="):
+            rest.append(arg)
             continue
         body = arg[len(FLAG) :]
         if not body.startswith("."):
@@ -43,7 +45,13 @@ def parse_priority_args(argv: Sequence[str]) -> dict[str, list[str]]:
         if op_name in result:
             raise ValueError(f"{arg!r}: priority for {op_name!r} given twice")
         result[op_name] = list(validate_priority(op_name, _providers(value, repr(arg))))
-    return result
+    return result, rest
+
+
+def parse_priority_args(argv: Sequence[str]) -> dict[str, list[str]]:
+    """The priorities given as ``--ir-op-priority.<op>=<p1>,<p2>`` (or ``... <op> <p1>,<p2>`` as
+    two arguments) in `argv`; other arguments are ignored. Names are validated."""
+    return split_priority_args(argv)[0]
 
 
 def parse_priority_env(value: str) -> dict[str, list[str]]:

@@ -10,8 +10,9 @@ from rich.text import Text
 
 from ir_spec import ops
 
-from .cli import FLAG, parse_priority_args
+from .cli import FLAG, split_priority_args
 from .discovery import provider_loads
+from .names import resolve_op
 from .platforms import detect_platform
 from .selection import Verdict, explain
 from .state import current_mode, priority
@@ -21,7 +22,7 @@ def providers_table(op_names: Iterable[str] | None = None) -> Table:
     """Each op (those of `op_names`, default all), then its providers: place in the op's
     effective priority list and verdict (the one used, or why not). Three columns, the op
     names' the only wide one, so that the verdicts keep room to wrap in an 80-column
-    terminal. An unknown name raises `AttributeError` listing the known ops."""
+    terminal. An unknown name raises `ValueError` listing the known ops."""
     table = Table(
         title=f"ir ops on {detect_platform().value} ({current_mode()} mode)",
         caption="#: place in the op's effective priority list (-: not in it)",
@@ -29,7 +30,7 @@ def providers_table(op_names: Iterable[str] | None = None) -> Table:
     table.add_column("op, then its providers", no_wrap=True)
     table.add_column("#", justify="right")
     table.add_column("verdict")
-    chosen = list(ops) if op_names is None else [getattr(ops, name) for name in op_names]
+    chosen = list(ops) if op_names is None else [resolve_op(name) for name in op_names]
     for op in sorted(chosen, key=lambda o: o.name):
         explanation = explain(op)
         listed = [v.provider for v in explanation]
@@ -67,33 +68,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _without_priority_flags(argv: Sequence[str]) -> list[str]:
-    """`argv` less the priority flags and, after a flag without ``=``, its value."""
-    rest: list[str] = []
-    skip_value = False
-    for arg in argv:
-        if skip_value:
-            skip_value = False
-        elif arg.startswith(FLAG):
-            skip_value = "=" not in arg
-        else:
-            rest.append(arg)
-    return rest
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the providers discovered and the ops x providers table (``-h`` for the options)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
-    args = parser.parse_args(_without_priority_flags(argv))
     try:
-        flags = parse_priority_args(argv)
+        flags, rest = split_priority_args(argv)
+        args = parser.parse_args(rest)
+        for name in args.ops:
+            resolve_op(name)
     except ValueError as error:
         parser.error(str(error))
-    known = sorted(op.name for op in ops)
-    unknown = [name for name in args.ops if name not in known]
-    if unknown:
-        parser.error(f"unknown op(s) {', '.join(unknown)}; known ops: {', '.join(known)}")
     console = Console()
     loads = provider_loads()
     if loads:

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 from rich.console import Console
 
+import ir_dispatch
+
 from .config import Config
 
 
@@ -22,8 +24,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="kernel and end-to-end benchmarks (JSON, markdown, plots); see ir-stack bench -h",
         add_help=False,
     )
-    # --ir-op-priority.<op>=... flags are read by Config.load, not by argparse
-    args, rest = parser.parse_known_args([a for a in argv if not a.startswith("--ir-op-priority")])
+    # --ir-op-priority flags (and the value of one without "=") are read by Config.load
+    args, rest = parser.parse_known_args(ir_dispatch.split_priority_args(argv)[1])
     if args.command != "bench" and rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     config = Config.load(argv)
@@ -37,7 +39,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .bench import main as bench
 
         return bench(rest, console)
-    import ir_dispatch
     from ir_dispatch.report import providers_table
 
     if args.op:
