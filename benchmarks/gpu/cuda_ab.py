@@ -34,6 +34,7 @@ import torch
 from probe_tools import bf16_inputs, time_rotated
 
 from ir_kernels_cuda import build as cuda_build
+from ir_kernels_cuda.testing import FP8, bits
 from ir_stack.bench.kernels import GATED, INTERMEDIATE, anchors, lift_recompile_limits
 
 
@@ -135,12 +136,11 @@ def same(a: list[torch.Tensor], b: list[torch.Tensor], close: bool) -> bool:
     """Whether two builds' outputs agree: bitwise, or with `close` within 1e-2 (float8 values
     within one e4m3 step: 2^-3 relative, 2^-9 absolute at the subnormals)."""
     for x, y in zip(a, b, strict=True):
-        fp8 = x.dtype == torch.float8_e4m3fn
-        if close and (fp8 or x.is_floating_point()):
-            rtol, atol = (2**-3, 2**-9) if fp8 else (1e-2, 1e-2)
+        if close and x.is_floating_point():
+            rtol, atol = (2**-3, 2**-9) if x.dtype == FP8 else (1e-2, 1e-2)
             if not torch.allclose(x.float(), y.float(), rtol=rtol, atol=atol):
                 return False
-        elif not torch.equal(x.view(torch.uint8) if fp8 else x, y.view(torch.uint8) if fp8 else y):
+        elif not torch.equal(bits(x), bits(y)):
             return False
     return True
 
