@@ -9,9 +9,12 @@ places: behind a pad of a different size, all kept alive so that no place is reu
 provider is timed at every place, in rotated order, twice (`timed`'s CUDA-graph replay median):
 the spread within a place and the spread across places side by side.
 
+`--other NAME=DIR` builds another source of the cuda kernels (`cuda_ab.py`'s builds) and times
+the cuda provider on it as candidate ``cuda@NAME`` beside the providers.
+
 Usage (GPU machine, packages on PYTHONPATH, `benchmarks/gpu` too):
   python benchmarks/gpu/placement_probe.py [--shapes OP:TOKENSxWIDTH,...]
-      [--providers cuda,triton] [--placements 8] [--json OUT] [--md OUT]
+      [--providers cuda,triton] [--other NAME=DIR ...] [--placements 8] [--json OUT] [--md OUT]
 """
 
 from __future__ import annotations
@@ -69,9 +72,18 @@ def median_us(fn: Any) -> float:
 
 
 def probe_shape(
-    name: str, tokens: int, width: int, providers: list[str], placements: int, keep: list[Any]
+    name: str,
+    tokens: int,
+    width: int,
+    providers: list[str],
+    placements: int,
+    keep: list[Any],
+    others: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Every provider at every place, twice each in rotated order."""
+    """Every provider (and the cuda provider on each of `others`' builds, ``cuda@NAME``) at
+    every place, twice each in rotated order."""
+    others = others or {}
+    candidates = providers + [f"cuda@{n}" for n in others]
     rng = random.Random(tokens * 100003 + width)
     places = []
     for p in range(placements):
@@ -81,11 +93,12 @@ def probe_shape(
         op, args = bf16_inputs(name, tokens, width)
         keep.append(args)
         fns = {prov: _bound(op.impls[prov].fn, args) for prov in providers}
+        fns |= {f"cuda@{n}": _on_build(op.impls["cuda"].fn, args, ns) for n, ns in others.items()}
         first = next(a for a in args if isinstance(a, torch.Tensor))
-        times: dict[str, list[float]] = {prov: [] for prov in providers}
+        times: dict[str, list[float]] = {c: [] for c in candidates}
         for r in range(2):
-            order = providers[(p + r) % len(providers) :] + providers[: (p + r) % len(providers)]
-            for prov in order:
+            k = (p + r) % len(candidates)
+            for prov in candidates[k:] + candidates[:k]:
                 times[prov].append(median_us(fns[prov]))
         places.append({"x_ptr_mod_2mb": first.data_ptr() % (2 << 20), "us": times})
     return {"op": name, "tokens": tokens, "width": width, "places": places}
@@ -95,10 +108,22 @@ def _bound(fn: Any, args: tuple[Any, ...]) -> Any:
     return lambda: fn(*args)
 
 
+def _on_build(fn: Any, args: tuple[Any, ...], namespace: Any) -> Any:
+    """`fn(*args)` with the cuda provider calling `namespace` (another build's ops)."""
+    from cuda_ab import kernels
+
+    def run() -> Any:
+        with kernels(namespace):
+            return fn(*args)
+
+    return run
+
+
 def summarize(record: dict[str, Any], providers: list[str]) -> dict[str, Any]:
     """Per provider: the fastest of each place, their median, min and max, and the largest
-    difference of a place's two timings; and the ratio of the first provider to the second at
-    each place (fastest against fastest)."""
+    difference of a place's two timings; the ratio of the first provider to the second at each
+    place (fastest against fastest, ``ratio``), and of each other build to the cuda provider
+    (``cuda@NAME/cuda``)."""
     out: dict[str, Any] = {}
     for prov in providers:
         best = [min(pl["us"][prov]) for pl in record["places"]]
@@ -110,15 +135,21 @@ def summarize(record: dict[str, Any], providers: list[str]) -> dict[str, Any]:
             "within_place": within,
         }
     if len(providers) >= 2:
-        a, b = providers[:2]
-        ratios = [min(pl["us"][a]) / min(pl["us"][b]) for pl in record["places"]]
-        out["ratio"] = {
-            "median": statistics.median(ratios),
-            "min": min(ratios),
-            "max": max(ratios),
-            "wins": sum(r <= 1.0 for r in ratios),
-        }
+        out["ratio"] = _ratios(record, *providers[:2])
+    for build in (p for p in providers if p.startswith("cuda@")):
+        out[f"{build}/cuda"] = _ratios(record, build, "cuda")
     return out
+
+
+def _ratios(record: dict[str, Any], a: str, b: str) -> dict[str, float]:
+    """`a`'s fastest over `b`'s at each place: median, min, max, and the places `a` is ahead."""
+    ratios = [min(pl["us"][a]) / min(pl["us"][b]) for pl in record["places"]]
+    return {
+        "median": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+        "wins": sum(r <= 1.0 for r in ratios),
+    }
 
 
 def _cell(v: dict[str, float]) -> str:
@@ -127,6 +158,7 @@ def _cell(v: dict[str, float]) -> str:
 
 def markdown(records: list[dict[str, Any]], providers: list[str], device: str) -> str:
     a, b = providers[:2]
+    builds = [p for p in providers if p.startswith("cuda@")]
     lines = [
         f"# Placement probe — {device}",
         "",
@@ -135,18 +167,26 @@ def markdown(records: list[dict[str, Any]], providers: list[str], device: str) -
         "difference of a place's two timings; `across` is max - min of the places' fastest.",
         "",
         f"| op | shape | {a} median (across, within) | {b} median (across, within) | "
-        f"{a}/{b} median [min, max] | places {a} <= {b} |",
-        "|---|---|---|---|---|---|",
+        f"{a}/{b} median [min, max] | places {a} <= {b} |"
+        + "".join(
+            f" {c} median (across, within) | {c}/cuda median [min, max] | places {c} <= cuda |"
+            for c in builds
+        ),
+        "|---|---|---|---|---|---|" + "---|---|---|" * len(builds),
     ]
     for rec in records:
         s = rec["summary"]
-        r = s["ratio"]
+        places = len(rec["places"])
         lines.append(
             f"| {rec['op']} | {rec['tokens']}x{rec['width']} | {_cell(s[a])} | {_cell(s[b])} | "
-            f"{r['median']:.3f} [{r['min']:.3f}, {r['max']:.3f}] | "
-            f"{r['wins']}/{len(rec['places'])} |"
+            f"{_ratio_cell(s['ratio'], places)} |"
+            + "".join(f" {_cell(s[c])} | {_ratio_cell(s[c + '/cuda'], places)} |" for c in builds)
         )
     return "\n".join(lines) + "\n"
+
+
+def _ratio_cell(r: dict[str, float], places: int) -> str:
+    return f"{r['median']:.3f} [{r['min']:.3f}, {r['max']:.3f}] | {r['wins']}/{places}"
 
 
 def main() -> None:
@@ -154,6 +194,7 @@ def main() -> None:
     parser.add_argument("--shapes", default=",".join(DEFAULT_SHAPES))
     parser.add_argument("--providers", default="cuda,triton")
     parser.add_argument("--placements", type=int, default=8)
+    parser.add_argument("--other", action="append", default=[], metavar="NAME=DIR")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--md", type=Path)
     opts = parser.parse_args()
@@ -162,6 +203,13 @@ def main() -> None:
     import ir_kernels_triton  # noqa: F401  (registers the providers)
 
     providers = opts.providers.split(",")
+    others: dict[str, Any] = {}
+    if opts.other:
+        from cuda_ab import build_all, named_source
+
+        others = build_all(dict(named_source(text) for text in opts.other))
+        if "cuda" not in providers:
+            providers.insert(0, "cuda")
     if "cuda" in providers:
         import ir_kernels_cuda.impls  # noqa: F401
 
@@ -169,15 +217,15 @@ def main() -> None:
     records = []
     for text in opts.shapes.split(","):
         name, tokens, width = parse_shape(text)
-        rec = probe_shape(name, tokens, width, providers, opts.placements, keep)
-        rec["summary"] = summarize(rec, providers)
+        rec = probe_shape(name, tokens, width, providers, opts.placements, keep, others)
+        rec["summary"] = summarize(rec, providers + [f"cuda@{n}" for n in others])
         records.append(rec)
         print(json.dumps({k: rec[k] for k in ("op", "tokens", "width", "summary")}), flush=True)
     device = torch.cuda.get_device_name()
     if opts.json:
         opts.json.write_text(json.dumps({"device": device, "records": records}, indent=1))
     if opts.md and len(providers) >= 2:
-        opts.md.write_text(markdown(records, providers, device))
+        opts.md.write_text(markdown(records, providers + [f"cuda@{n}" for n in others], device))
 
 
 if __name__ == "__main__":
