@@ -75,7 +75,7 @@ def main() -> None:
     for _ in range(5):
         times["triton (ir_stack.bench)"].append(empty_kernel_us())
         for name, fn in candidates.items():
-            times[name].append(do_bench_cudagraph(fn, rep=50) * 1e3)
+            times[name].append(do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3)
     for name, values in times.items():
         values.sort()
         print(f"{name:24s} min {values[0]:.3f} us  median {values[2]:.3f} us")

@@ -80,26 +80,30 @@ def copy_bandwidth() -> float:
 
 
 def empty_kernel_us(programmatic: bool = False) -> float:
-    """Replayed time of an empty Triton kernel: the floor for decode sizes. `programmatic`:
-    launched as the provider's kernels are when their programmatic launch is on (where the GPU
-    and Triton have it; plainly elsewhere)."""
+    """Replayed time of an empty Triton kernel (the median, as the ops are timed): the floor
+    for decode sizes. `programmatic`: launched as the provider's kernels are when their
+    programmatic launch is on (where the GPU and Triton have it; plainly elsewhere)."""
     options: dict[str, bool] = {}
     if programmatic:
         with triton_programmatic_launch(True):
             options = launch_options(torch.empty(1, device="cuda"), (1,), 4)
-    return float(do_bench_cudagraph(lambda: _empty_kernel[(1,)](**options), rep=50)) * 1e3
+
+    def launch() -> None:
+        _empty_kernel[(1,)](**options)
+
+    return float(do_bench_cudagraph(launch, rep=50, return_mode="median")) * 1e3
 
 
 def empty_cuda_kernel_us(programmatic: bool = False) -> float | None:
-    """Replayed time of an empty CUDA kernel (``torch.ops.ir_cuda.empty_kernel``), the cuda
-    provider's decode floor; with `programmatic`, that of the programmatic build
+    """Replayed time of an empty CUDA kernel (``torch.ops.ir_cuda.empty_kernel``; median), the
+    cuda provider's decode floor; with `programmatic`, that of the programmatic build
     (``torch.ops.ir_cuda_programmatic``). None where that library is not loaded."""
     try:
         op = getattr(torch.ops, PROGRAMMATIC_NAMESPACE if programmatic else "ir_cuda").empty_kernel
     except (AttributeError, RuntimeError):
         return None
     hint = torch.empty(1, device="cuda")
-    return float(do_bench_cudagraph(lambda: op(hint), rep=50)) * 1e3
+    return float(do_bench_cudagraph(lambda: op(hint), rep=50, return_mode="median")) * 1e3
 
 
 def set_programmatic_launch(enabled: bool) -> dict[str, bool]:
