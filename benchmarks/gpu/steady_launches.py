@@ -3,13 +3,18 @@
 `cuda_profile.py` launches each kernel once on fresh inputs; an op whose bytes just exceed the
 L2 behaves differently when replayed, as the benchmark times it: what the previous launch left
 in the L2 (its outputs' dirty lines, evict-first inputs) decides how many bytes go to DRAM.
-Here the op runs `--warm` times, then `--launches` more on the same tensors; profile the later
-ones, e.g. (bf16, the benchmark's inputs):
+Here the op runs `--warm` times, then `--launches` more on the same tensors inside a profiler
+range (``cudaProfilerStart``/``Stop``); profile those, e.g. (bf16, the benchmark's inputs):
 
-    ncu --cache-control none --clock-control none --replay-mode application \
-        --launch-skip 20 --launch-count 3 -k regex:row_kernel \
+    ncu --profile-from-start off --cache-control none --clock-control none \
+        --replay-mode application --launch-skip 20 --launch-count 3 \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
         python benchmarks/gpu/steady_launches.py cuda fused_add_rms_norm 4096x2048
+
+With ``--profile-from-start off`` Nsight Compute sees only the range, so ``--launch-skip``
+counts the op's own launches, not the kernels that made its inputs (without it, a skip of 20
+can land on those: round 71 of `results/cuda-kernels-notes-H100.md`); ``-k`` still picks one
+kernel of an op that launches several.
 
 `provider`: a registered implementation (``cuda``, ``triton``) or ``inductor`` (the native
 function under ``torch.compile``, as the benchmark's anchor). Kernel names to filter on:
@@ -48,9 +53,11 @@ def main() -> None:
     for _ in range(a.warm):
         fn(*args)
     torch.cuda.synchronize()
+    torch.cuda.profiler.start()
     for _ in range(a.launches):
         fn(*args)
     torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
 
 
 if __name__ == "__main__":
