@@ -6,11 +6,12 @@ its run-to-run spread comes from runs whose inputs the caching allocator puts ba
 addresses. A few shapes keep losing there by 1-4 % while same-process A/Bs of the same kernels
 (`cuda_ab.py`) find them level. Here each shape's inputs are made afresh at `--placements`
 places: behind a pad of a different size, all kept alive so that no place is reused. Every
-provider is timed at every place, in rotated order, twice (`timed`'s CUDA-graph replay median):
-the spread within a place and the spread across places side by side.
+provider is timed at every place, in rotated order, twice (`median_us`: the grid's CUDA-graph
+replay median): the spread within a place and the spread across places side by side.
 
 `--other NAME=DIR` builds another source of the cuda kernels (`cuda_ab.py`'s builds) and times
-the cuda provider on it as candidate ``cuda@NAME`` beside the providers.
+the cuda provider on it as candidate ``cuda@NAME`` beside the providers. Outputs are not
+compared here: `cuda_ab.py` checks a build's outputs against this tree's.
 
 Usage (GPU machine, packages on PYTHONPATH, `benchmarks/gpu` too):
   python benchmarks/gpu/placement_probe.py [--shapes OP:TOKENSxWIDTH,...]
