@@ -19,9 +19,8 @@ import sys
 from pathlib import Path
 
 import torch
-from triton.testing import do_bench_cudagraph
 
-from ir_stack.bench.kernels import empty_kernel_us
+from ir_stack.bench.kernels import empty_kernel_us, replayed_us
 
 DECODE_TOKENS = 16
 
@@ -31,11 +30,7 @@ def copy_us(nbytes: int) -> float:
     each way (bf16 negation), fastest of three rounds."""
     src = torch.randn(max(1, nbytes // 2), dtype=torch.bfloat16, device="cuda")
     dst = torch.empty_like(src)
-    runs = [
-        float(do_bench_cudagraph(lambda: torch.neg(src, out=dst), rep=20, return_mode="median"))
-        for _ in range(3)
-    ]
-    return min(runs) * 1e3
+    return min(replayed_us(lambda: torch.neg(src, out=dst), 20) for _ in range(3))
 
 
 def main(grid_json: str, out_md: str) -> None:

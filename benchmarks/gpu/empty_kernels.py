@@ -11,10 +11,9 @@ from functools import partial
 
 import torch
 from torch.utils.cpp_extension import load_inline
-from triton.testing import do_bench_cudagraph
 
 from ir_kernels_cuda.build import runtime_link_flags
-from ir_stack.bench.kernels import empty_kernel_us
+from ir_stack.bench.kernels import empty_kernel_us, replayed_us
 
 SOURCE = r"""
 #include <torch/extension.h>
@@ -75,7 +74,7 @@ def main() -> None:
     for _ in range(5):
         times["triton (ir_stack.bench)"].append(empty_kernel_us())
         for name, fn in candidates.items():
-            times[name].append(do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3)
+            times[name].append(replayed_us(fn, 50))
     for name, values in times.items():
         values.sort()
         print(f"{name:24s} min {values[0]:.3f} us  median {values[2]:.3f} us")

@@ -21,6 +21,7 @@ Usage (GPU machine, packages on PYTHONPATH, `benchmarks/gpu` too):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import statistics
@@ -29,7 +30,8 @@ from typing import Any
 
 import torch
 from probe_tools import bf16_inputs
-from triton.testing import do_bench_cudagraph
+
+from ir_stack.bench.kernels import replayed_us
 
 #: The shapes the cuda provider lost in round 69's grid by 1-4 %, and two it won (controls).
 DEFAULT_SHAPES = (
@@ -66,10 +68,10 @@ def parse_shape(text: str) -> tuple[str, int, int]:
 
 
 def median_us(fn: Any) -> float:
-    """`fn`'s CUDA-graph replay time, median, µs (the grid's method)."""
+    """`fn`'s CUDA-graph replay time, median, µs, after one call (the grid's method)."""
     fn()
     torch.cuda.synchronize()
-    return float(do_bench_cudagraph(fn, rep=25, return_mode="median")) * 1e3
+    return replayed_us(fn, 25)
 
 
 def probe_shape(
@@ -93,7 +95,7 @@ def probe_shape(
         torch.manual_seed(tokens + width)
         op, args = bf16_inputs(name, tokens, width)
         keep.append(args)
-        fns = {prov: _bound(op.impls[prov].fn, args) for prov in providers}
+        fns = {prov: functools.partial(op.impls[prov].fn, *args) for prov in providers}
         fns |= {f"cuda@{n}": _on_build(op.impls["cuda"].fn, args, ns) for n, ns in others.items()}
         first = next(a for a in args if isinstance(a, torch.Tensor))
         times: dict[str, list[float]] = {c: [] for c in candidates}
@@ -103,10 +105,6 @@ def probe_shape(
                 times[prov].append(median_us(fns[prov]))
         places.append({"x_ptr_mod_2mb": first.data_ptr() % (2 << 20), "us": times})
     return {"op": name, "tokens": tokens, "width": width, "places": places}
-
-
-def _bound(fn: Any, args: tuple[Any, ...]) -> Any:
-    return lambda: fn(*args)
 
 
 def _on_build(fn: Any, args: tuple[Any, ...], namespace: Any) -> Any:

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import triton
-from triton.testing import do_bench_cudagraph
+
+from ir_stack.bench.kernels import replayed_us
 
 
 def build_probe(source: Path, out_dir: Path) -> ctypes.CDLL:
@@ -111,14 +112,13 @@ def launch_empty_kernel() -> None:
 def time_rotated(
     candidates: dict[str, Callable[[], Any]], rounds: int, rep_ms: int = 20
 ) -> dict[str, list[float]]:
-    """Each candidate's CUDA-graph replay time (`do_bench_cudagraph`, median, µs) in every
+    """Each candidate's CUDA-graph replay time (`replayed_us`: the median, µs) in every
     round; round r starts at the r-th candidate, so none always runs first."""
     names = list(candidates)
     times: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds):
         for n in names[r % len(names) :] + names[: r % len(names)]:
-            replayed = do_bench_cudagraph(candidates[n], rep=rep_ms, return_mode="median")
-            times[n].append(float(replayed) * 1e3)
+            times[n].append(replayed_us(candidates[n], rep_ms))
     return times
 
 

@@ -79,10 +79,16 @@ def copy_bandwidth() -> float:
     return 2 * (1 << 30) / (ms * 1e-3) / 1e9
 
 
+def replayed_us(fn: Callable[[], Any], rep_ms: int) -> float:
+    """`fn`'s CUDA-graph replay time in µs: the median of ``do_bench_cudagraph``'s replays (its
+    default, the mean, moves with one slow replay), as `timed` and the probes take it."""
+    return float(do_bench_cudagraph(fn, rep=rep_ms, return_mode="median")) * 1e3
+
+
 def empty_kernel_us(programmatic: bool = False) -> float:
-    """Replayed time of an empty Triton kernel (the median, as the ops are timed): the floor
-    for decode sizes. `programmatic`: launched as the provider's kernels are when their
-    programmatic launch is on (where the GPU and Triton have it; plainly elsewhere)."""
+    """Replayed time of an empty Triton kernel (`replayed_us`): the floor for decode sizes.
+    `programmatic`: launched as the provider's kernels are when their programmatic launch is on
+    (where the GPU and Triton have it; plainly elsewhere)."""
     options: dict[str, bool] = {}
     if programmatic:
         with triton_programmatic_launch(True):
@@ -91,19 +97,20 @@ def empty_kernel_us(programmatic: bool = False) -> float:
     def launch() -> None:
         _empty_kernel[(1,)](**options)
 
-    return float(do_bench_cudagraph(launch, rep=50, return_mode="median")) * 1e3
+    return replayed_us(launch, 50)
 
 
 def empty_cuda_kernel_us(programmatic: bool = False) -> float | None:
-    """Replayed time of an empty CUDA kernel (``torch.ops.ir_cuda.empty_kernel``; median), the
-    cuda provider's decode floor; with `programmatic`, that of the programmatic build
-    (``torch.ops.ir_cuda_programmatic``). None where that library is not loaded."""
+    """Replayed time of an empty CUDA kernel (``torch.ops.ir_cuda.empty_kernel``;
+    `replayed_us`), the cuda provider's decode floor; with `programmatic`, that of the
+    programmatic build (``torch.ops.ir_cuda_programmatic``). None where that library is not
+    loaded."""
     try:
         op = getattr(torch.ops, PROGRAMMATIC_NAMESPACE if programmatic else "ir_cuda").empty_kernel
     except (AttributeError, RuntimeError):
         return None
     hint = torch.empty(1, device="cuda")
-    return float(do_bench_cudagraph(lambda: op(hint), rep=50, return_mode="median")) * 1e3
+    return replayed_us(lambda: op(hint), 50)
 
 
 def set_programmatic_launch(enabled: bool) -> dict[str, bool]:
