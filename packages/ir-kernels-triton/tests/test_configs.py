@@ -54,6 +54,22 @@ def test_streamed_gates_follow_the_card_bandwidth() -> None:
         assert pk.flat_config(big, True, act, True, h200) == pk.flat_config(big, True, act, True)
 
 
+def test_silu_past_decode_sizes_takes_eight_warps_up_to_512k_outputs() -> None:
+    """Sixteen tokens of 14336 or 28672 (H200 sweep, `triton-tuning-H200.log` round 15): silu,
+    quantizing or not, on 1024 over 8 warps; below 128K outputs and past 512K as before, and
+    gelu and the quantization alone untouched."""
+    for quant in (False, True):
+        for total in (16 * 14336, 16 * 28672, pk.SILU_EIGHT_WARPS_OUTPUTS):
+            assert pk.flat_config(total, False, pk.ACT_SILU, quant) == (1024, 8)
+        assert pk.flat_config(pk.FLAT_DECODE_OUTPUTS, False, pk.ACT_SILU, quant) == (512, 8)
+        assert pk.flat_config(pk.SILU_EIGHT_WARPS_OUTPUTS + 1, False, pk.ACT_SILU, quant) == (
+            1024,
+            4,
+        )
+    assert pk.flat_config(16 * 28672, False, pk.ACT_GELU) == (512, 4)
+    assert pk.flat_config(16 * 28672, False, None, True) == (2048, 4)
+
+
 def test_register_cap_only_for_plain_16_bit_norms_beyond_few_rows() -> None:
     many = nk.FEW_ROWS + 1
     assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 0.5, 2) == 32

@@ -161,6 +161,8 @@ FLAT_INDEX_LIMIT = 2**31
 FLAT_DECODE_OUTPUTS = 1 << 17
 #: Outputs up to which the gelu gates take 256-element blocks over 4 warps.
 GELU_NARROW_OUTPUTS = 1 << 13
+#: Outputs up to which silu gates past the decode sizes take 1024-element blocks over 8 warps.
+SILU_EIGHT_WARPS_OUTPUTS = 1 << 19
 
 
 def flat_config(
@@ -187,7 +189,11 @@ def flat_config(
     `DEEP_LOADS_GBPS_PER_SM` stream the gates without fp8 output on 1024 over 4 warps, as
     Inductor launches them (H200, 16384 x 28672: silu 668.8 to 643.2 µs; gelu, from its
     normal tail, within 0.3 % of the fastest of 16 launches at four shapes;
-    `triton-tuning-H200.log`, rounds 2 and 3)."""
+    `triton-tuning-H200.log`, rounds 2 and 3). The silu gates from 128K to 512K outputs (16
+    tokens of 14336 or 28672) take 1024 over 8 warps: on an H200 the quantizing silu at 16 x
+    14336 1.53 to 1.48 µs and at 16 x 28672 1.71 to 1.65, silu at 16 x 28672 1.64 to 1.60
+    (`triton-tuning-H200.log`, round 15); on an H100, silu at 16 x 14336 1.62 to 1.61 and 1.57
+    to 1.56 (`triton-tuning-H100.log`, rounds 6 and 9)."""
     gelu = act is not None and act != ACT_SILU and not quant
     if streaming and deep_loads(gbps_per_sm) and act is not None and not quant:
         return 1024, 4
@@ -197,6 +203,8 @@ def flat_config(
         return (512, 4) if total <= 8 * FLAT_DECODE_OUTPUTS else (512, 1)
     if total <= FLAT_DECODE_OUTPUTS:
         return 512, 8
+    if act == ACT_SILU and total <= SILU_EIGHT_WARPS_OUTPUTS:
+        return 1024, 8
     if act is None:
         return (2048, 8) if streaming else (2048, 4)
     if quant or not streaming:
