@@ -19,8 +19,8 @@ shape is launched four ways and timed by CUDA-graph replay (`replayed_us`, the g
 Before timing, each cubin launch's output is checked bitwise against its own provider's. If the
 cubin launches run as their providers do, the gap is in the code or in the module around it;
 ``cuda alone`` against ``cuda cubin`` tells those apart. The empty kernels are also launched at
-each other's block size (``x32``, ``x128``). Each shape's
-inputs are made afresh at `--placements` places (`placement_probe.py`'s pads) and every
+each other's block size (``x32``, ``x128``). Each shape's inputs are made afresh at
+`--placements` places (`probe_tools.pad_to_new_place`, as in `placement_probe.py`) and every
 candidate is timed `--rounds` times at each, in rotated order.
 
 Usage (GPU machine, the cuda package built, packages and `benchmarks/gpu` on PYTHONPATH):
@@ -37,6 +37,7 @@ import re
 import shlex
 import statistics
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,12 +46,17 @@ from typing import Any
 
 import torch
 import triton
+from probe_tools import pad_to_new_place
+
+# benchmarks/cpu, a sibling folder: the SASS listing reader
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cpu"))
+from sass_compare import ANONYMOUS
+from sass_compare import kernels as sass_kernels
 
 from ir_kernels_triton import pointwise_kernels as pk
 from ir_kernels_triton.launch import launch_options
 from ir_stack.bench.kernels import replayed_us
 
-MAX_PAD_BYTES = 64 << 20
 #: Kernel-parameter types of a PTX ``.entry``, as ctypes types.
 PTX_PARAM_TYPES: dict[str, type[ctypes._SimpleCData[Any]]] = {
     "u64": ctypes.c_uint64,
@@ -191,20 +197,13 @@ def kernel_alone(source: str, pattern: str, work: Path) -> tuple[bytes, str]:
 
 
 def sass_of(image: bytes, name: str, work: Path) -> list[str]:
-    """Kernel `name`'s instructions in cubin `image` (``cuobjdump -sass``), without addresses."""
-    path = work / "sass_of.cubin"
-    path.write_bytes(image)
-    text = subprocess.run(
-        ["cuobjdump", "-sass", str(path)], capture_output=True, text=True, check=True
-    ).stdout
-    instructions, inside = [], False
-    for line in text.splitlines():
-        if "Function :" in line:
-            inside = line.split("Function :")[1].strip() == name
-            continue
-        m = re.match(r"\s+/\*[0-9a-f]{4}\*/\s+(.*?)\s*;", line)
-        if inside and m:
-            instructions.append(re.sub(r"\s+", " ", m.group(1)))
+    """Kernel `name`'s instructions in cubin `image`, as `sass_compare.kernels` reads a
+    ``cuobjdump -sass`` listing (addresses and encodings dropped)."""
+    cubin, listing = work / "sass_of.cubin", work / "sass_of.sass"
+    cubin.write_bytes(image)
+    with listing.open("w") as out:
+        subprocess.run(["cuobjdump", "-sass", str(cubin)], stdout=out, check=True)
+    instructions = sass_kernels(listing, []).get(ANONYMOUS.sub("_GLOBAL__N__", name))
     if not instructions:
         raise SystemExit(f"no SASS of {name} in its cubin")
     return instructions
@@ -397,8 +396,7 @@ def main() -> None:
         times: dict[str, list[float]] = {}
         name = op
         for place in range(opts.placements):
-            pad = rng.randrange(0, MAX_PAD_BYTES, 256)
-            keep.append(torch.empty(pad, device="cuda", dtype=torch.uint8))
+            pad_to_new_place(rng, keep)
             if op == "empty":
                 case = empty_case(driver, kernels)
             else:

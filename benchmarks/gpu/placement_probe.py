@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from probe_tools import bf16_inputs
+from probe_tools import bf16_inputs, pad_to_new_place
 
 from ir_stack.bench.kernels import replayed_us
 
@@ -48,10 +48,6 @@ DEFAULT_SHAPES = (
     "rms_norm:1x8192",
     "rms_norm_dynamic_quant_fp8:16x8192",
 )
-
-#: Pads between places: multiples of 256 bytes up to this size, so that a place's tensors
-#: start at different offsets within the allocator's segments and on different pages.
-MAX_PAD_BYTES = 64 << 20
 
 
 def parse_shape(text: str) -> tuple[str, int, int]:
@@ -90,8 +86,7 @@ def probe_shape(
     rng = random.Random(tokens * 100003 + width)
     places = []
     for p in range(placements):
-        pad = rng.randrange(0, MAX_PAD_BYTES, 256)
-        keep.append(torch.empty(pad, dtype=torch.uint8, device="cuda"))
+        pad_to_new_place(rng, keep)
         torch.manual_seed(tokens + width)
         op, args = bf16_inputs(name, tokens, width)
         keep.append(args)

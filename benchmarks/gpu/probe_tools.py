@@ -1,6 +1,7 @@
 """What the GPU probes share: building a standalone CUDA source with nvcc, the `ir_cuda` ops
 where the package builds, a catalog op's bf16 sample inputs, which Triton norm kernel variant a
-norm op is, an empty Triton kernel, and timing candidates side by side in rotated rounds.
+norm op is, an empty Triton kernel, timing candidates side by side in rotated rounds, and a
+pad that moves the next tensors to a new place in memory.
 
 The probes (`quant_layout_probe.py`, `static_quant_probe.py`, the `triton_*_probe.py` scripts)
 and `cuda_ab.py` import it as a sibling module (they run as scripts from this directory).
@@ -9,6 +10,7 @@ and `cuda_ab.py` import it as a sibling module (they run as scripts from this di
 from __future__ import annotations
 
 import ctypes
+import random
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -107,6 +109,20 @@ def _empty_kernel():
 def launch_empty_kernel() -> None:
     """Launch an empty Triton kernel of one program: the floor a probe's decode times sit on."""
     _empty_kernel[(1,)]()
+
+
+#: Pads between places: multiples of 256 bytes up to this size, so that a place's tensors
+#: start at different offsets within the allocator's segments and on different pages.
+MAX_PAD_BYTES = 64 << 20
+
+
+def pad_to_new_place(rng: random.Random, keep: list[Any]) -> None:
+    """Allocate a pad of random size on the GPU and keep it alive in `keep`, so that the tensors
+    made next land at a new place (`placement_probe.py`)."""
+    import torch
+
+    pad = rng.randrange(0, MAX_PAD_BYTES, 256)
+    keep.append(torch.empty(pad, dtype=torch.uint8, device="cuda"))
 
 
 def time_rotated(
