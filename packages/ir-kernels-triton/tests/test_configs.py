@@ -261,6 +261,43 @@ def test_launch_rejects_a_bad_cluster() -> None:
             nk.launch_norm(x, w, 1e-6, None, torch.empty_like(x), cluster=cluster)
 
 
+def test_dynamic_quant_rows_spread_over_clusters_only_at_decode_sizes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`quant_cluster_for`: 16-bit rows of a width in `QUANT_CLUSTER_WIDTHS`, up to
+    `CLUSTER_ROWS` rows, 16-byte aligned; never where clusters do not launch (as here, off the
+    GPU) or under programmatic launch."""
+    from ir_kernels_triton import launch
+
+    (width,) = sorted(pk.QUANT_CLUSTER_WIDTHS)[-1:]
+    x = torch.randn(16, width, dtype=torch.bfloat16)
+    q = torch.empty(16, width, dtype=torch.float8_e4m3fn)
+    assert pk.quant_cluster_for(x, q) == 1  # no GPU here
+    monkeypatch.setattr(pk, "cluster_launches", lambda t: True)
+    assert pk.quant_cluster_for(x, q) == pk.QUANT_CLUSTER
+    assert pk.quant_cluster_for(x[:1], q[:1]) == pk.QUANT_CLUSTER
+    big = torch.randn(pk.CLUSTER_ROWS + 1, width, dtype=torch.bfloat16)
+    assert pk.quant_cluster_for(big, torch.empty_like(big, dtype=q.dtype)) == 1
+    assert pk.quant_cluster_for(x.float(), q) == 1
+    narrow = torch.randn(16, 1024, dtype=torch.bfloat16)
+    assert pk.quant_cluster_for(narrow, q[:, :1024]) == 1
+    shifted = torch.randn(16 * width + 1, dtype=torch.bfloat16)[1:].view(16, width)
+    assert pk.quant_cluster_for(shifted, q) == 1
+    with launch.programmatic_launch(True):
+        assert pk.quant_cluster_for(x, q) == 1
+
+
+def test_dynamic_quant_launch_rejects_a_bad_cluster() -> None:
+    """More than one block a row only in `CLUSTER_SIZES`, for aligned 16-bit rows of a
+    power-of-two width on a GPU where clusters launch (not here)."""
+    x = torch.randn(2, 8192, dtype=torch.bfloat16)
+    q = torch.empty(2, 8192, dtype=torch.float8_e4m3fn)
+    scale = torch.empty(2, 1)
+    for cluster in (3, 16, *pk.CLUSTER_SIZES):
+        with pytest.raises(ValueError, match=f"cluster={cluster}"):
+            pk.launch_dynamic_quant(x, None, q, scale, cluster=cluster)
+
+
 def test_launch_rejects_a_bad_split() -> None:
     x = torch.randn(2, 64)
     with pytest.raises(ValueError, match="split=3"):

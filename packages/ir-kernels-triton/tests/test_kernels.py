@@ -288,6 +288,60 @@ def test_rows_spread_over_a_cluster_give_the_bits_of_whole_rows(
             assert torch.equal(a, b)
 
 
+@pytest.mark.skipif(not _clusters_launch(), reason="needs a GPU where Triton launches clusters")
+@pytest.mark.parametrize("warps", [1, 2])
+@pytest.mark.parametrize("clusters", [2, 4, 8])
+@pytest.mark.parametrize("tokens", [1, 5, 16])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("with_ub", [False, True], ids=["no-ub", "ub"])
+def test_dynamic_quant_rows_spread_over_a_cluster_give_the_bits_of_one_program(
+    monkeypatch: pytest.MonkeyPatch,
+    dtype: torch.dtype,
+    tokens: int,
+    clusters: int,
+    warps: int,
+    with_ub: bool,
+) -> None:
+    """Decode-size rows of dynamic quantization spread over a cluster of 2, 4 or 8 blocks
+    (`cluster_norm.cluster_quant_kernel`) give bitwise the fp8 rows and scales of one program
+    a row, on the provider's first launch and replayed from its plan; a batch past decode sizes
+    is not spread."""
+    from ir_kernels_triton import pointwise_kernels as pk
+    from ir_kernels_triton.plans import clear_launch_plans, launch_plans_enabled
+
+    (width,) = sorted(pk.QUANT_CLUSTER_WIDTHS)[-1:]
+    op = ops.dynamic_quant_fp8
+    impl = op.impls["triton"].fn
+    x = torch.randn(tokens, width, device="cuda", dtype=dtype) * 4
+    x[:, (7 * width) // 8 + 3] = 300.0  # each row's peak in the last block's slice
+    ub = torch.tensor([200.0], device="cuda") if with_ub else None
+    spread: list[tuple[int, int]] = []
+    launch = pk.launch_cluster_quant
+
+    def counted(rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        spread.append((rows, kwargs["S"]))
+        return launch(rows, args, kwargs)
+
+    monkeypatch.setattr(pk, "launch_cluster_quant", counted)
+    monkeypatch.setattr(pk, "QUANT_CLUSTER", clusters)
+    monkeypatch.setattr(pk, "QUANT_CLUSTER_WARPS", warps)
+    clear_launch_plans()
+    q_one = torch.empty(tokens, width, device="cuda", dtype=torch.float8_e4m3fn)
+    scale_one = torch.empty(tokens, 1, device="cuda")
+    pk.launch_dynamic_quant(x, ub, q_one, scale_one, cluster=1)
+    assert spread == []
+    for _ in range(2):  # the first launch, then its plan
+        q, scale = impl(x, ub)
+        assert torch.equal(q.view(torch.uint8), q_one.view(torch.uint8))
+        assert torch.equal(scale, scale_one)
+    launched = (tokens, clusters)
+    assert spread == ([launched] if launch_plans_enabled() else [launched, launched])
+    big = torch.randn(pk.CLUSTER_ROWS + 1, width, device="cuda", dtype=dtype)
+    before = len(spread)
+    impl(big, ub)
+    assert len(spread) == before  # not spread past decode sizes
+
+
 def assert_row_zero_batch_invariant(impl: Any, big: tuple[Any, ...]) -> None:
     """Row 0 of `big`'s batch gives bitwise the same outputs alone, in 7 rows and in all."""
     results = []

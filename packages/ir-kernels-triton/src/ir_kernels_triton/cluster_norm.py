@@ -1,4 +1,5 @@
-"""Decode-size norm rows spread over a thread-block cluster, with the bits of one program a row.
+"""Decode-size norm and quantization rows spread over a thread-block cluster, with the bits of
+one program a row.
 
 A wide decode-size row is bound by what one SM moves. `norm_kernels.split_for` shares it among
 programs that each load the whole row for its sum, which cannot serve a row written in place
@@ -27,11 +28,17 @@ rests on a Triton internal, so clusters launch only with the Triton versions the
 (`CLUSTER_TRITON`), on compute capability 9.0+, never in the interpreter or under programmatic
 launch; elsewhere rows take the split or one program.
 
-H200, bf16, CUDA-graph replay (`benchmarks/results/triton-tuning-H200.log` rounds 11, 12 and
-14): the fused add at 16 x 8192 1.82-1.84 µs against 1.99-2.02 split at four blocks, and in
+Dynamic per-token quantization (`cluster_quant_kernel`) spreads its rows the same way. Its one
+reduction is a peak, a maximum, exact in any order, so each block simply takes a contiguous
+slice of the row and the blocks exchange their peaks.
+
+H200, bf16, CUDA-graph replay (`benchmarks/results/triton-tuning-H200.log` rounds 11, 12, 14
+and 16): the fused add at 16 x 8192 1.82-1.84 µs against 1.99-2.02 split at four blocks, and in
 place 1.81 against 2.43 in one program; the dynamic-fp8 norm at 16 x 8192 1.97-2.02 against
-2.09-2.11 at four blocks, 1.85-1.87 at eight. Plain rms_norm gained nothing (16 x 8192 level,
-1 x 8192 slower), so `norm_kernels.cluster_for` leaves it to the split.
+2.09-2.11 at four blocks, 1.85-1.87 at eight; dynamic quantization at 1, 4 and 16 x 8192
+1.55-1.62 at eight blocks of one warp against 1.63-1.75 in one program of 16 warps. Plain
+rms_norm gained nothing (16 x 8192 level, 1 x 8192 slower), so `norm_kernels.cluster_for`
+leaves it to the split; quantization rows of 2048 and 4096 ran 0.1-0.2 µs slower spread.
 """
 
 import logging
@@ -70,11 +77,14 @@ EXCHANGE_SYMBOL = "ir_cluster_exchange"
 EXCHANGE_BYTES = 80
 
 
-def combine_asm(clusters: int, pair: bool) -> str:
+def combine_asm(clusters: int, pair: bool, peak: bool = False) -> str:
     """PTX that loads the `clusters` slots (`pair`: a sum and a peak each) from ``slots`` into
     ``v0, v1, ...`` and adds the sums in the one-program tree's order, the butterfly's last
     steps: for d = clusters / 2, ..., 1, slot i takes slot i + d for i < d (the peaks by
-    maximum); the row's sum goes to $0 (its peak to $1)."""
+    maximum); the row's sum goes to $0 (its peak to $1). `peak`: one value a slot, a peak,
+    combined by maximum."""
+    if pair and peak:
+        raise ValueError("combine_asm: pair=True and peak=True; a slot holds a pair or a peak")
     per_slot = 2 if pair else 1
     words = [f"v{i}" for i in range(clusters * per_slot)]
     lines = []
@@ -86,7 +96,8 @@ def combine_asm(clusters: int, pair: bool) -> str:
     step = clusters // 2
     while step:
         for i in range(step):
-            lines.append(f"add.f32 {sums[i]}, {sums[i]}, {sums[i + step]};")
+            combine = "max" if peak else "add"
+            lines.append(f"{combine}.f32 {sums[i]}, {sums[i]}, {sums[i + step]};")
             if pair:
                 lines.append(f"max.f32 {peaks[i]}, {peaks[i]}, {peaks[i + step]};")
         step //= 2
@@ -96,11 +107,12 @@ def combine_asm(clusters: int, pair: bool) -> str:
     return "\n    ".join(lines)
 
 
-def _exchange_asm(clusters: int, pair: bool) -> str:
+def _exchange_asm(clusters: int, pair: bool, peak: bool = False) -> str:
     """PTX of one exchange in a cluster of `clusters` (2, 4 or 8): thread t < `clusters` sends this
-    block's partial (`pair`: its sum and peak) to slot `rank` of block t, completing bytes on
-    block t's mbarrier; thread 0 expects all slots' bytes on this block's; every thread waits
-    for them and adds the slots in the one-program tree's order (`combine_asm`). The mbarrier
+    block's partial (`pair`: its sum and peak; `peak`: its peak alone) to slot `rank` of block
+    t, completing bytes on block t's mbarrier; thread 0 expects all slots' bytes on this
+    block's; every thread waits for them and combines the slots in the one-program tree's
+    order (`combine_asm`). The mbarrier
     and slots are `EXCHANGE_SYMBOL`, which `_begin_exchange` declares: a kernel of one warp a
     block has no shared memory of Triton's to borrow."""
     width = 8 if pair else 4
@@ -130,7 +142,7 @@ def _exchange_asm(clusters: int, pair: bool) -> str:
     EXCHANGE_WAIT:
     mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [bar], 0;
     @!done bra EXCHANGE_WAIT;
-    {combine_asm(clusters, pair)}
+    {combine_asm(clusters, pair, peak)}
     }}"""
 
 
@@ -154,6 +166,9 @@ _PAIR_2 = tl.constexpr(_exchange_asm(2, True))
 _PAIR_4 = tl.constexpr(_exchange_asm(4, True))
 _SUM_8 = tl.constexpr(_exchange_asm(8, False))
 _PAIR_8 = tl.constexpr(_exchange_asm(8, True))
+_PEAK_2 = tl.constexpr(_exchange_asm(2, False, peak=True))
+_PEAK_4 = tl.constexpr(_exchange_asm(4, False, peak=True))
+_PEAK_8 = tl.constexpr(_exchange_asm(8, False, peak=True))
 
 
 @triton.jit
@@ -193,6 +208,12 @@ def _row_sum(partial, S: tl.constexpr):
 def _row_sum_and_peak(partial, peak, S: tl.constexpr):
     """`_row_sum`, and the row's peak |x * w| from each block's `peak`."""
     return exchange_pair(partial, peak, _PAIR_2 if S == 2 else (_PAIR_4 if S == 4 else _PAIR_8))
+
+
+@triton.jit
+def _row_peak(peak, S: tl.constexpr):
+    """The row's peak from each block's `peak` (a maximum: exact in any order)."""
+    return exchange_one(peak, _PEAK_2 if S == 2 else (_PEAK_4 if S == 4 else _PEAK_8))
 
 
 @triton.jit
@@ -276,6 +297,41 @@ def cluster_norm_kernel(
         tl.store(out_ptr + row * out_stride + offs, q.to(out_ptr.dtype.element_ty))
 
 
+@triton.jit
+def cluster_quant_kernel(
+    x_ptr,
+    x_stride,
+    q_ptr,
+    q_stride,
+    scale_ptr,
+    ub_ptr,
+    HAS_UB: tl.constexpr,
+    BLOCK: tl.constexpr,
+    S: tl.constexpr,
+):
+    """`pointwise_kernels.dynamic_quant_kernel`'s rows of exactly `BLOCK` elements, each spread
+    over `S` blocks of a cluster (launched by `launch_cluster_quant`): block ``pid % S`` of row
+    ``pid // S`` quantizes the row's ``pid % S``-th slice of ``BLOCK / S`` elements. The row's
+    peak is a maximum, exact in any order, so the bits are the one-program kernel's whatever
+    the slices."""
+    pid = tl.program_id(0)
+    row = (pid // S).to(tl.int64)
+    rank = pid % S
+    if HAS_UB:
+        ub = tl.load(ub_ptr)  # before the exchange, which the compiler does not move loads past
+    _begin_exchange(pid)
+    PART: tl.constexpr = BLOCK // S
+    offs = rank * PART + tl.arange(0, PART)
+    x = tl.load(x_ptr + row * x_stride + offs).to(tl.float32)
+    amax = _row_peak(tl.max(tl.abs(x), axis=0), S)
+    if HAS_UB:
+        amax = tl.minimum(amax, ub)
+    scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
+    tl.store(scale_ptr + row, scale, mask=rank == 0)
+    q = quantize(x, 1.0 / scale, False)
+    tl.store(q_ptr + row * q_stride + offs, q.to(q_ptr.dtype.element_ty))
+
+
 def cluster_launches(t: torch.Tensor) -> bool:
     """Whether rows of `t` may be spread over clusters: on a GPU of compute capability 9.0+,
     with a Triton of `CLUSTER_TRITON`, not in the interpreter."""
@@ -299,20 +355,33 @@ def _ask_for_clusters(compiled: Any, clusters: int) -> bool:
     return True
 
 
-def launch_cluster_norm(rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any | None:
-    """``cluster_norm_kernel`` over `rows` rows, in clusters of ``kwargs["S"]`` blocks a row,
-    with `args` and `kwargs` (its constexprs and ``num_warps``); returns the compiled kernel,
-    or None, launching nothing, where Triton's compiled kernel is not in the form
+def launch_on_clusters(
+    kernel: Any, rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any | None:
+    """`kernel` (one of this module's) over `rows` rows, in clusters of ``kwargs["S"]`` blocks
+    a row, with `args` and `kwargs` (its constexprs and ``num_warps``); returns the compiled
+    kernel, or None, launching nothing, where Triton's compiled kernel is not in the form
     `_ask_for_clusters` knows."""
     grid = (rows,)  # the launcher multiplies it by the blocks a cluster
-    compiled = cluster_norm_kernel.warmup(*args, grid=grid, **kwargs)
+    compiled = kernel.warmup(*args, grid=grid, **kwargs)
     if hasattr(compiled, "result"):
         compiled = compiled.result()
     if not _ask_for_clusters(compiled, kwargs["S"]):
         logger.warning(
-            "cluster_norm_kernel: Triton %s compiled a kernel whose launch metadata is not "
+            "%s: Triton %s compiled a kernel whose launch metadata is not "
             "(warps, blocks a cluster, shared bytes); rows are not spread",
+            kernel.fn.__name__,
             triton.__version__,
         )
         return None
-    return cluster_norm_kernel[grid](*args, **kwargs)
+    return kernel[grid](*args, **kwargs)
+
+
+def launch_cluster_norm(rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any | None:
+    """`launch_on_clusters` of ``cluster_norm_kernel``."""
+    return launch_on_clusters(cluster_norm_kernel, rows, args, kwargs)
+
+
+def launch_cluster_quant(rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any | None:
+    """`launch_on_clusters` of ``cluster_quant_kernel``."""
+    return launch_on_clusters(cluster_quant_kernel, rows, args, kwargs)

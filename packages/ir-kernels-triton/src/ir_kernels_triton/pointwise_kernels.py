@@ -3,7 +3,8 @@
 Gated activations and static quantization are elementwise: over the flat index of the output
 where rows are contiguous (no partial blocks at row ends, as Inductor lays them out), else over
 a 2-D grid (row, column block). Dynamic per-token quantization reads a row once when it fits
-in registers; group quantization handles several whole groups per program.
+in registers, and at decode sizes spreads 8192-wide rows over a thread-block cluster
+(`quant_cluster_for`); group quantization handles several whole groups per program.
 """
 
 import torch
@@ -11,8 +12,15 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+from .cluster_norm import (
+    CLUSTER_ROWS,
+    CLUSTER_SIZES,
+    cluster_launches,
+    cluster_quant_kernel,
+    launch_cluster_quant,
+)
 from .fp8 import exact_rounding, quantize, round_to_dtype
-from .launch import await_previous_grid, launch_options
+from .launch import await_previous_grid, launch_options, programmatic_launch_enabled
 from .plans import launch_key, launch_plans_enabled, plans_for
 from .platform import (
     LOOP_BLOCK,
@@ -439,24 +447,102 @@ def dynamic_quant_kernel(
             tl.store(q_row + offs, q.to(q_ptr.dtype.element_ty), mask=mask)
 
 
+#: Row widths whose decode-size rows of dynamic quantization take a cluster
+#: (`quant_cluster_for`), and its blocks and each block's warps.
+QUANT_CLUSTER_WIDTHS = frozenset({8192})
+QUANT_CLUSTER = 8
+QUANT_CLUSTER_WARPS = 1
+
+
+def _rows_aligned(*tensors: torch.Tensor) -> bool:
+    """Whether every tensor of rows starts and steps by multiples of 16 bytes."""
+    return all(t.data_ptr() % 16 == 0 and t.stride(0) * t.element_size() % 16 == 0 for t in tensors)
+
+
+def quant_cluster_for(x2: torch.Tensor, q2: torch.Tensor) -> int:
+    """Blocks of a cluster a row of dynamic quantization (`cluster_norm.cluster_quant_kernel`):
+    `QUANT_CLUSTER` for 16-bit rows of one of `QUANT_CLUSTER_WIDTHS` at decode sizes (up to
+    `CLUSTER_ROWS` rows), rows 16-byte aligned, where clusters launch and programmatic launch
+    is off; else 1 (one program a row). A row's peak is exact in any order, so the choice may
+    depend on the batch. H200 (`triton-tuning-H200.log` round 16; medians of 5 rotated rounds
+    of CUDA-graph replays): 1, 4 and 16 x 8192 1.55-1.62 µs on eight blocks of one warp against
+    1.63-1.75 in one program a row of 16 warps (four blocks of two warps level with eight);
+    2048- and 4096-wide rows ran 0.1-0.2 µs slower on any cluster than in one program."""
+    spread = (
+        x2.shape[-1] in QUANT_CLUSTER_WIDTHS
+        and x2.shape[0] <= CLUSTER_ROWS
+        and x2.element_size() == 2
+        and not programmatic_launch_enabled()
+        and _rows_aligned(x2, q2)
+        and cluster_launches(x2)
+    )
+    return QUANT_CLUSTER if spread else 1
+
+
 def launch_dynamic_quant(
-    x: torch.Tensor, scale_ub: torch.Tensor | None, q: torch.Tensor, scale: torch.Tensor
+    x: torch.Tensor,
+    scale_ub: torch.Tensor | None,
+    q: torch.Tensor,
+    scale: torch.Tensor,
+    *,
+    cluster: int | None = None,
+    num_warps: int | None = None,
 ) -> None:
-    """Per-row absmax scale into `scale` (contiguous, one per row) and `q`."""
+    """Per-row absmax scale into `scale` (contiguous, one per row) and `q`. Probes may set
+    `cluster` (blocks a row: 1, or one of `CLUSTER_SIZES` where `quant_cluster_for` could
+    spread the rows at all) and `num_warps` (a block's); either turns launch plans off. Neither
+    changes a bit of the result."""
     hidden = x.shape[-1]
     n = num_rows(x)
     if n == 0:
         return
     values = (x, q, scale, scale if scale_ub is None else scale_ub)
     key = None
-    if launch_plans_enabled():
+    tuned = cluster is not None or num_warps is not None
+    if launch_plans_enabled() and not tuned:
         key = launch_key((), x, scale_ub, q, scale)
         if _DYNAMIC_QUANT_PLANS.replay(key, values):
             return
     x2, q2 = rows(x), rows(q)
+    if cluster is None:
+        cluster = quant_cluster_for(x2, q2)
+    elif cluster != 1 and (
+        cluster not in CLUSTER_SIZES
+        or hidden != next_power_of_2(hidden)
+        or x2.element_size() != 2
+        or not _rows_aligned(x2, q2)
+        or not cluster_launches(x2)
+    ):
+        raise ValueError(
+            f"cluster={cluster}: expected 1, or one of {CLUSTER_SIZES} for 16-bit rows of a "
+            "power-of-two width, 16-byte aligned, on a GPU where clusters launch "
+            f"(x: {tuple(x.shape)} {x.dtype}, row stride {x2.stride(0)})"
+        )
+    if cluster > 1:
+        ub = scale_ub if scale_ub is not None else scale
+        cluster_args = (x2, x2.stride(0), q2, q2.stride(0), scale, ub)
+        cluster_kwargs = dict(
+            HAS_UB=scale_ub is not None,
+            BLOCK=hidden,
+            S=cluster,
+            num_warps=QUANT_CLUSTER_WARPS if num_warps is None else num_warps,
+        )
+        compiled = launch_cluster_quant(n, cluster_args, cluster_kwargs)
+        if compiled is not None:
+            if key is not None:
+                _DYNAMIC_QUANT_PLANS.record(
+                    key,
+                    cluster_quant_kernel,
+                    compiled,
+                    (n,),
+                    cluster_args,
+                    cluster_kwargs,
+                    (0, 2, 4, 5),
+                )
+            return
     single = hidden <= MAX_SINGLE_PASS
     block = next_power_of_2(hidden) if single else LOOP_BLOCK
-    warps = warps_for(block)
+    warps = warps_for(block) if num_warps is None else num_warps
     args = (
         x2,
         x2.stride(0),
