@@ -1826,6 +1826,35 @@ def test_experts_gating_inline_or_in_their_own_way_are_left_alone() -> None:
     assert "gate in their own way" in report.skipped["model.layers.1.mlp.experts"]
 
 
+@pytest.mark.parametrize("limit", [None, 7.0, 1000.0])
+def test_experts_with_their_own_gate_hook_convert_only_where_it_computes_the_default(
+    limit: float | None,
+) -> None:
+    """A model's own ``_apply_gate`` (Ling 2.5's, from transformers 5.25: it clips the gate and
+    up values where its config sets a per-layer limit) converts where a probe finds it computing
+    ``act(gate) * up``, and stays where it clips, even at a limit far past a probe of standard
+    deviation 3. The logits stay the model's either way."""
+    model = build("mixtral")
+    experts = model.model.layers[1].mlp.experts
+
+    class OwnHookExperts(type(experts)):  # type: ignore[misc]
+        def _apply_gate(self, gate_up: torch.Tensor) -> torch.Tensor:
+            gate, up = gate_up.chunk(2, dim=-1)
+            gate = self.act_fn(gate)
+            if limit is not None:
+                gate = gate.clamp(max=limit)
+                up = up.clamp(min=-limit, max=limit)
+            return gate * up
+
+    experts.__class__ = OwnHookExperts
+    report = convert_keeping_logits(model)
+    if limit is None:
+        assert report.experts == ["model.layers.0.mlp.experts", "model.layers.1.mlp.experts"]
+    else:
+        assert report.experts == ["model.layers.0.mlp.experts"]
+        assert "gate in their own way" in report.skipped["model.layers.1.mlp.experts"]
+
+
 def test_llama4_experts_gate_on_the_op_where_their_forward_is_found_to_do_so() -> None:
     """Llama 4's routed experts gate inline in their own forward (no ``_apply_gate`` hook):
     that forward becomes one gating with the IR op, with the same weights (the same

@@ -562,16 +562,20 @@ def _batched_experts_gating(experts: nn.Module) -> tuple[str | None, str]:
 
 def _experts_gating(experts: nn.Module) -> tuple[str | None, str]:
     """The `GATED_ACTIVATIONS` name the routed `experts` gate with, where the IR op can do it
-    through their ``_apply_gate`` hook; else ``(None, why)``. The hook must be transformers'
-    default (gate rows first, then up rows: ``silu_and_mul``'s layout; a model with its own,
-    as GPT-OSS's clamped one, keeps it) and called: the ``"eager"`` implementation gates
-    inline."""
+    through their ``_apply_gate`` hook; else ``(None, why)``. The hook must compute
+    transformers' default (gate rows first, then up rows: ``silu_and_mul``'s layout): be it, or
+    be a model's own found to compute it (`_own_gate_is_plain`; GPT-OSS's clamped one keeps
+    it), and be called: the ``"eager"`` implementation gates inline."""
+    own_way = "mixture of experts: its routed experts gate in their own way"
     hook = getattr(type(experts), "_apply_gate", None)
     from transformers.integrations import moe
 
     default = getattr(moe, "_default_apply_gate", None)  # private: absent, nothing converts
-    if hook is not default or not getattr(experts, "is_concatenated", False):
-        return None, "mixture of experts: its routed experts gate in their own way"
+    if default is None or hook is None or not getattr(experts, "is_concatenated", False):
+        return None, own_way
+    activation = _gated_activation(experts)
+    if hook is not default and (activation is None or not _own_gate_is_plain(experts, activation)):
+        return None, own_way
     config = getattr(experts, "config", None)
     implementation = getattr(config, "_experts_implementation", None)
     if implementation in (None, "eager"):
@@ -579,10 +583,42 @@ def _experts_gating(experts: nn.Module) -> tuple[str | None, str]:
             f"mixture of experts: experts implementation {implementation!r} gates inline; "
             "'grouped_mm' or 'batched_mm' gate through the IR op"
         )
-    activation = _gated_activation(experts)
     if activation is None:
         return None, "mixture of experts: its experts' activation is not silu or gelu"
     return activation, ""
+
+
+#: How far the columns of the probe of a model's own gate hook are scaled up (to about 3e4):
+#: past the limits models clip their gates to (GPT-OSS 7; Ling 2.5's per-layer limits).
+OWN_GATE_PROBE_SCALE = 1e4
+
+
+def _own_gate_is_plain(experts: nn.Module, activation: str) -> bool:
+    """Whether routed experts' own ``_apply_gate`` computes ``act(gate) * up`` on rows of gate
+    columns, then up columns, as transformers' default does (Ling 2.5's does where its config
+    sets no clipping limit). Checked element by element on a probe in the experts' dtype
+    whose columns span magnitudes from 3 to about 3e4 (`OWN_GATE_PROBE_SCALE`), so that a
+    clip at any smaller limit shows."""
+    weight = next(experts.parameters(), None)
+    if weight is None or weight.device.type == "meta":
+        return False
+    width = getattr(experts, "intermediate_dim", None)
+    width = width if isinstance(width, int) and width > 0 else 64
+    scales = torch.logspace(0, torch.log10(torch.tensor(OWN_GATE_PROBE_SCALE)).item(), width)
+    rows = probe((8, 2 * width), weight.device) * scales.repeat(2).to(weight.device)
+    rows = rows.to(input_dtype(experts))
+    gate, up = rows.float().chunk(2, dim=-1)
+    want = reference_gate(gate, GATED_ACTIVATIONS[activation]) * up
+    try:
+        with torch.no_grad():
+            got = experts._apply_gate(rows)  # type: ignore[operator]
+    except Exception:  # a hook of other arguments or layout: not this form
+        return False
+    return (
+        isinstance(got, Tensor)
+        and got.shape == want.shape
+        and torch.allclose(got.float(), want, rtol=2e-2, atol=1e-2)
+    )
 
 
 #: gate, up and down: most families'; LFM2's
