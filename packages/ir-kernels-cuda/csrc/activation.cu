@@ -340,6 +340,16 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
         run(aligned_elementwise_kernel<T, ACT, QUANT, 2 / P, 1>, 2, kThreads);
         return;
       }
+      if constexpr (ACT == kSilu) {
+        // Past the decode form, up to 512K outputs in few rows, four elements a thread in
+        // blocks of 256: Triton's silu launch there (1024 outputs over 8 warps, its round 15
+        // on an H200), between the decode form (two) and a vector a thread, both of which
+        // lost at these shapes (cuda-kernels-notes-H100.md, round 68).
+        if (rows < kFewElementwiseRows && outputs <= 4 * kDecodeOutputs) {
+          run(aligned_elementwise_kernel<T, ACT, QUANT, 4 / P, 1>, 4, 256);
+          return;
+        }
+      }
       if constexpr (kLongChain) {
         if (rows < kFewElementwiseRows && outputs <= 8 * kDecodeOutputs) {
           run(aligned_elementwise_kernel<T, ACT, QUANT, 4 / P, 1>, 4, 128);

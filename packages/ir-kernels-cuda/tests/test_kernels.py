@@ -188,13 +188,15 @@ def test_kernels_launch_on_the_gpu_of_their_rows(op: IrOp, provider: str) -> Non
 
 
 @on_gpu
-@pytest.mark.parametrize("layout", ["contiguous", "3d"])
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "3d"])
+@pytest.mark.parametrize(("tokens", "width"), [(16, 14336), (16, 28672), (32, 14336)])
 @pytest.mark.parametrize("name", ["silu_and_mul", "gelu_and_mul", "silu_and_mul_static_quant_fp8"])
-def test_gated_rows_just_past_decode_sizes(name: str, layout: str) -> None:
-    """16 rows of 14336 (229K outputs, past the decode launches' 128K): the gated ops without
-    quantization take the decode form there (`activation.cu`), the quantizing one its own."""
+def test_gated_rows_just_past_decode_sizes(name: str, tokens: int, width: int, layout: str) -> None:
+    """Few rows past the decode launches' 128K outputs (229K and 458K): the gated ops without
+    quantization take the decode form up to 256K (`activation.cu`), silu four elements a thread
+    up to 512K, the rest their own."""
     op = getattr(ops, name)
-    args = sample_inputs(op, spec_for(torch.bfloat16, 14336, 16, layout))
+    args = sample_inputs(op, spec_for(torch.bfloat16, width, tokens, layout))
     assert_impl_matches_native(op, "cuda", args)
 
 
