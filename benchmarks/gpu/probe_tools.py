@@ -144,6 +144,14 @@ def fastest_line(times: dict[str, list[float]], digits: int = 2) -> str:
     return "  ".join(f"{n}={best[n]:.{digits}f}" for n in sorted(best, key=best.__getitem__))
 
 
+def median_line(times: dict[str, list[float]], digits: int = 3) -> str:
+    """Each candidate's median round, fastest first: ``name=µs  name=µs ...``."""
+    import statistics
+
+    median = {n: statistics.median(v) for n, v in times.items()}
+    return "  ".join(f"{n}={median[n]:.{digits}f}" for n in sorted(median, key=median.__getitem__))
+
+
 def write_results(path: Path | None, results: list[dict[str, Any]]) -> None:
     """The probe's records as JSON at `path` (none: nothing), naming the device."""
     if path is None:

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from probe_tools import launch_empty_kernel, time_rotated, write_results
+from probe_tools import launch_empty_kernel, median_line, time_rotated, write_results
 
 from ir_kernels_triton import pointwise_kernels as pk
 
@@ -73,9 +72,7 @@ def main() -> None:
         fns = candidates(op, tokens, d)
         chosen = pk.flat_config(tokens * d, False, ACTS[op], op.endswith("quant_fp8"), None)
         times = time_rotated(fns, opts.rounds)
-        median = {n: statistics.median(v) for n, v in times.items()}
-        ranked = sorted(median, key=median.__getitem__)
-        line = "  ".join(f"{n}={median[n]:.3f}" for n in ranked)
+        line = median_line(times)
         print(f"{op} {tokens}x{d} (provider: {chosen[0]}x{chosen[1]}): {line}", flush=True)
         results.append(
             {"op": op, "tokens": tokens, "hidden": d, "provider_config": chosen, "us": times}

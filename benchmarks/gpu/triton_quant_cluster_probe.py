@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
-from probe_tools import launch_empty_kernel, time_rotated, write_results
+from probe_tools import launch_empty_kernel, median_line, time_rotated, write_results
 
 from ir_kernels_triton import pointwise_kernels as pk
 
@@ -89,9 +88,7 @@ def main() -> None:
         for tokens in ints(opts.tokens):
             fns = candidates(tokens, width, ints(opts.clusters), ints(opts.warps))
             times = time_rotated(fns, opts.rounds)
-            median = {n: statistics.median(v) for n, v in times.items()}
-            ranked = sorted(median, key=median.__getitem__)
-            line = "  ".join(f"{n}={median[n]:.3f}" for n in ranked)
+            line = median_line(times)
             print(f"dynamic_quant_fp8 {tokens}x{width}: {line}", flush=True)
             results.append(
                 {"op": "dynamic_quant_fp8", "tokens": tokens, "hidden": width, "us": times}

@@ -225,6 +225,22 @@ def _clusters_launch() -> bool:
     return GPU and cluster_launches(torch.empty(1, device="cuda"))
 
 
+def count_cluster_launches(
+    monkeypatch: pytest.MonkeyPatch, module: Any, name: str
+) -> list[tuple[int, int]]:
+    """Record (rows, blocks a cluster) of every call of `module`'s cluster launcher `name`,
+    which still launches."""
+    spread: list[tuple[int, int]] = []
+    launch = getattr(module, name)
+
+    def counted(rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        spread.append((rows, kwargs["S"]))
+        return launch(rows, args, kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return spread
+
+
 CLUSTER_CASES = [
     ("fused_add_rms_norm", "triton"),
     ("fused_add_rms_norm", "triton_inplace"),
@@ -262,14 +278,7 @@ def test_rows_spread_over_a_cluster_give_the_bits_of_whole_rows(
         a[:tokens] if isinstance(a, torch.Tensor) and a.shape[:1] == (nk.CLUSTER_ROWS + 1,) else a
         for a in big
     )
-    spread: list[tuple[int, int]] = []
-    launch = nk.launch_cluster_norm
-
-    def counted(rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        spread.append((rows, kwargs["S"]))
-        return launch(rows, args, kwargs)
-
-    monkeypatch.setattr(nk, "launch_cluster_norm", counted)
+    spread = count_cluster_launches(monkeypatch, nk, "launch_cluster_norm")
     monkeypatch.setattr(nk, "CLUSTER", clusters)
     clear_launch_plans()
 
@@ -315,14 +324,7 @@ def test_dynamic_quant_rows_spread_over_a_cluster_give_the_bits_of_one_program(
     x = torch.randn(tokens, width, device="cuda", dtype=dtype) * 4
     x[:, (7 * width) // 8 + 3] = 300.0  # each row's peak in the last block's slice
     ub = torch.tensor([200.0], device="cuda") if with_ub else None
-    spread: list[tuple[int, int]] = []
-    launch = pk.launch_cluster_quant
-
-    def counted(rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        spread.append((rows, kwargs["S"]))
-        return launch(rows, args, kwargs)
-
-    monkeypatch.setattr(pk, "launch_cluster_quant", counted)
+    spread = count_cluster_launches(monkeypatch, pk, "launch_cluster_quant")
     monkeypatch.setattr(pk, "QUANT_CLUSTER", clusters)
     monkeypatch.setattr(pk, "QUANT_CLUSTER_WARPS", warps)
     clear_launch_plans()
