@@ -283,6 +283,9 @@ def test_dynamic_quant_rows_spread_over_clusters_only_at_decode_sizes(
     assert pk.quant_cluster_for(narrow, q[:, :1024]) == 1
     shifted = torch.randn(16 * width + 1, dtype=torch.bfloat16)[1:].view(16, width)
     assert pk.quant_cluster_for(shifted, q) == 1
+    # 16-byte steps that Triton does not specialize (a stride of 8 elements past the width)
+    padded = torch.randn(16, width + 8, dtype=torch.bfloat16)[:, :width]
+    assert pk.quant_cluster_for(padded, q) == 1
     with launch.programmatic_launch(True):
         assert pk.quant_cluster_for(x, q) == 1
 

@@ -51,6 +51,7 @@ from .platform import (
     next_power_of_2,
     num_rows,
     rows,
+    rows_aligned,
     sm_count,
     tensor_bytes,
     warps_for,
@@ -504,13 +505,6 @@ def full_row_for(
     )
 
 
-def _rows_aligned(x: torch.Tensor) -> bool:
-    """Whether Triton specializes the rows of `x` as 16-byte aligned (its address and row
-    stride, in elements, multiples of 16): only such rows may be shared (`row_split`)."""
-    x2 = rows(x)
-    return x2.data_ptr() % 16 == 0 and x2.stride(0) % 16 == 0
-
-
 def _writes_over_input(
     x: torch.Tensor,
     out: torch.Tensor,
@@ -549,7 +543,7 @@ def _aligned_split(
     """`split_for` of a launch on `x`, but 1 where its rows are not 16-byte aligned (whether
     outputs overlap inputs aside: `row_split`)."""
     split = split_for(num_rows(x), block, quant, single_pass, sm_count(x), residual=residual)
-    return split if split > 1 and _rows_aligned(x) else 1
+    return split if split > 1 and rows_aligned(x) else 1
 
 
 def _cluster_fits(
@@ -563,7 +557,7 @@ def _cluster_fits(
 ) -> bool:
     """Whether a launch's rows can be spread over a cluster at all: 16-bit rows of
     `CLUSTER_BLOCK` that fill their block (`full_row`) beside a weight, the weight and every
-    tensor of rows 16-byte aligned as Triton specializes them (`_rows_aligned`: the one-program
+    tensor of rows 16-byte aligned as Triton specializes them (`rows_aligned`: the one-program
     kernel's layout, hence the order of its sum, follows the alignment), where clusters launch
     (`cluster_norm.cluster_launches`)."""
     return (
@@ -573,7 +567,7 @@ def _cluster_fits(
         and x.element_size() == 2
         and cluster_launches(x)
         and weight.data_ptr() % 16 == 0
-        and all(_rows_aligned(t) for t in (x, out, residual, residual_out) if t is not None)
+        and rows_aligned(*(t for t in (x, out, residual, residual_out) if t is not None))
     )
 
 
@@ -808,7 +802,7 @@ def launch_norm(
         split < 1
         or split & (split - 1)
         or split > block
-        or (split > 1 and (not single or not _rows_aligned(x)))
+        or (split > 1 and (not single or not rows_aligned(x)))
     ):
         raise ValueError(
             f"split={split}: expected a power of two up to the row block ({block}), and 1 "

@@ -165,6 +165,13 @@ def rows(t: torch.Tensor) -> torch.Tensor:
     return t.view(-1, t.shape[-1])
 
 
+def rows_aligned(*tensors: torch.Tensor) -> bool:
+    """Whether Triton specializes the rows of every tensor as 16-byte aligned (its address
+    and row stride, in elements, multiples of 16): only such rows may be shared among programs
+    or blocks (the norms' split and clusters, dynamic quant's clusters)."""
+    return all((t2 := rows(t)).data_ptr() % 16 == 0 and t2.stride(0) % 16 == 0 for t in tensors)
+
+
 def num_rows(t: torch.Tensor) -> int:
     """Number of rows (product of the leading dimensions)."""
     return t.numel() // t.shape[-1] if t.shape[-1] else 0

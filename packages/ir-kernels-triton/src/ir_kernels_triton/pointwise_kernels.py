@@ -31,6 +31,7 @@ from .platform import (
     next_power_of_2,
     num_rows,
     rows,
+    rows_aligned,
     streams_from_dram,
     tensor_bytes,
     warps_for,
@@ -454,15 +455,23 @@ QUANT_CLUSTER = 8
 QUANT_CLUSTER_WARPS = 1
 
 
-def _rows_aligned(*tensors: torch.Tensor) -> bool:
-    """Whether every tensor of rows starts and steps by multiples of 16 bytes."""
-    return all(t.data_ptr() % 16 == 0 and t.stride(0) * t.element_size() % 16 == 0 for t in tensors)
+def _quant_cluster_fits(x2: torch.Tensor, q2: torch.Tensor) -> bool:
+    """Whether rows of dynamic quantization can be spread over a cluster at all: 16-bit rows of
+    a power-of-two width, `x2` and `q2` 16-byte aligned (`rows_aligned`), where clusters
+    launch (`cluster_norm.cluster_launches`)."""
+    width = x2.shape[-1]
+    return (
+        width == next_power_of_2(width)
+        and x2.element_size() == 2
+        and rows_aligned(x2, q2)
+        and cluster_launches(x2)
+    )
 
 
 def quant_cluster_for(x2: torch.Tensor, q2: torch.Tensor) -> int:
     """Blocks of a cluster a row of dynamic quantization (`cluster_norm.cluster_quant_kernel`):
     `QUANT_CLUSTER` for 16-bit rows of one of `QUANT_CLUSTER_WIDTHS` at decode sizes (up to
-    `CLUSTER_ROWS` rows), rows 16-byte aligned, where clusters launch and programmatic launch
+    `CLUSTER_ROWS` rows) that fit a cluster (`_quant_cluster_fits`) while programmatic launch
     is off; else 1 (one program a row). A row's peak is exact in any order, so the choice may
     depend on the batch. H200 (`triton-tuning-H200.log` round 16; medians of 5 rotated rounds
     of CUDA-graph replays): 1, 4 and 16 x 8192 1.55-1.62 µs on eight blocks of one warp against
@@ -471,10 +480,8 @@ def quant_cluster_for(x2: torch.Tensor, q2: torch.Tensor) -> int:
     spread = (
         x2.shape[-1] in QUANT_CLUSTER_WIDTHS
         and x2.shape[0] <= CLUSTER_ROWS
-        and x2.element_size() == 2
         and not programmatic_launch_enabled()
-        and _rows_aligned(x2, q2)
-        and cluster_launches(x2)
+        and _quant_cluster_fits(x2, q2)
     )
     return QUANT_CLUSTER if spread else 1
 
@@ -506,13 +513,7 @@ def launch_dynamic_quant(
     x2, q2 = rows(x), rows(q)
     if cluster is None:
         cluster = quant_cluster_for(x2, q2)
-    elif cluster != 1 and (
-        cluster not in CLUSTER_SIZES
-        or hidden != next_power_of_2(hidden)
-        or x2.element_size() != 2
-        or not _rows_aligned(x2, q2)
-        or not cluster_launches(x2)
-    ):
+    elif cluster != 1 and (cluster not in CLUSTER_SIZES or not _quant_cluster_fits(x2, q2)):
         raise ValueError(
             f"cluster={cluster}: expected 1, or one of {CLUSTER_SIZES} for 16-bit rows of a "
             "power-of-two width, 16-byte aligned, on a GPU where clusters launch "
