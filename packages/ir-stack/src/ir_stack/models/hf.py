@@ -112,6 +112,7 @@ ir-stack (``pip install ir-stack[hf]`` adds it).
 
 import functools
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -604,7 +605,7 @@ def _own_gate_is_plain(experts: nn.Module, activation: str) -> bool:
         return False
     width = getattr(experts, "intermediate_dim", None)
     width = width if isinstance(width, int) and width > 0 else 64
-    scales = torch.logspace(0, torch.log10(torch.tensor(OWN_GATE_PROBE_SCALE)).item(), width)
+    scales = torch.logspace(0, math.log10(OWN_GATE_PROBE_SCALE), width)
     rows = probe((8, 2 * width), weight.device) * scales.repeat(2).to(weight.device)
     rows = rows.to(input_dtype(experts))
     gate, up = rows.float().chunk(2, dim=-1)
