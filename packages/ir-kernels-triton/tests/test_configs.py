@@ -210,13 +210,13 @@ def test_unaligned_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_rows_spread_over_clusters_only_for_the_fused_adds_and_dynamic_norm_at_decode_sizes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`cluster_for`: 16-bit rows of `CLUSTER_BLOCK` that fill their block beside a weight, up to
-    `CLUSTER_ROWS` rows, every tensor aligned, in place too; never where clusters do not launch
-    (as here, off the GPU) or under programmatic launch."""
+    """`cluster_for`: 16-bit rows of `WIDE_CLUSTER_BLOCK` that fill their block beside a weight,
+    up to `CLUSTER_ROWS` rows, every tensor aligned, in place too; never where clusters do not
+    launch (as here, off the GPU) or under programmatic launch."""
     from ir_kernels_triton import launch
 
     block, plain, static, dynamic = (
-        nk.CLUSTER_BLOCK,
+        nk.WIDE_CLUSTER_BLOCK,
         nk.QUANT_NONE,
         nk.QUANT_STATIC,
         nk.QUANT_DYNAMIC,
@@ -240,7 +240,7 @@ def test_rows_spread_over_clusters_only_for_the_fused_adds_and_dynamic_norm_at_d
     # past decode sizes, other widths or dtypes, no weight, masked rows, unaligned tensors
     big = rows(nk.CLUSTER_ROWS + 1)
     assert nk.cluster_for(big, w, big, big, big, block, plain, True) == 1
-    assert nk.cluster_for(x, w, out, r, res, 4096, plain, True) == 1
+    assert nk.cluster_for(x, w, out, r, res, 2048, plain, True) == 1
     x32 = rows(16, torch.float32)
     assert nk.cluster_for(x32, w.float(), x32, x32, x32, block, plain, True) == 1
     assert nk.cluster_for(x, None, out, r, res, block, plain, True) == 1
@@ -251,14 +251,59 @@ def test_rows_spread_over_clusters_only_for_the_fused_adds_and_dynamic_norm_at_d
         assert nk.cluster_for(x, w, out, r, res, block, plain, True) == 1
 
 
+def test_rows_of_4096_spread_only_where_the_split_cannot_serve_them_well(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`cluster_for` at 4096 wide: the plain fused add only in place (out of place the split
+    leads), its static-fp8 form past `ROW_SPLIT` rows (where the split takes two programs a
+    row); never the dynamic-fp8 or plain norms."""
+    monkeypatch.setattr(nk, "cluster_launches", lambda t: True)
+    block, plain, static, dynamic = 4096, nk.QUANT_NONE, nk.QUANT_STATIC, nk.QUANT_DYNAMIC
+    assert block in nk.CLUSTER_BLOCKS
+    assert block < nk.WIDE_CLUSTER_BLOCK
+    x, r = (torch.randn(16, block, dtype=torch.bfloat16) for _ in range(2))
+    w = torch.randn(block, dtype=torch.bfloat16)
+    out, res = torch.empty_like(x), torch.empty_like(x)
+    q = torch.empty(16, block, dtype=torch.float8_e4m3fn)
+    assert nk.spreads_only_in_place(block, plain, True)
+    assert not nk.spreads_only_in_place(nk.WIDE_CLUSTER_BLOCK, plain, True)
+    assert not nk.spreads_only_in_place(2048, plain, True)  # never spread
+    assert not nk.spreads_only_in_place(block, static, True)
+    assert nk.cluster_for(x, w, out, r, res, block, plain, True) == 1
+    assert nk.cluster_for(x, w, x, r, r, block, plain, True) == nk.CLUSTER  # in place
+    assert nk.cluster_for(x[:1], w, x[:1], r[:1], r[:1], block, plain, True) == nk.CLUSTER
+    assert nk.cluster_for(x, w, q, r, res, block, static, True) == nk.CLUSTER
+    n = nk.ROW_SPLIT  # the split's four programs a row serve these
+    assert nk.cluster_for(x[:n], w, q[:n], r[:n], res[:n], block, static, True) == 1
+    assert nk.cluster_for(x, w, q, None, None, block, static, True) == 1
+    assert nk.cluster_for(x, w, q, None, None, block, dynamic, True) == 1
+    assert nk.cluster_for(x, w, out, None, None, block, plain, True) == 1
+
+
 def test_launch_rejects_a_bad_cluster() -> None:
     """More than one block a row only where `cluster_for`'s conditions on the rows hold, and on
     a GPU where clusters launch (not here)."""
-    x = torch.randn(2, nk.CLUSTER_BLOCK, dtype=torch.bfloat16)
-    w = torch.randn(nk.CLUSTER_BLOCK, dtype=torch.bfloat16)
+    x = torch.randn(2, nk.WIDE_CLUSTER_BLOCK, dtype=torch.bfloat16)
+    w = torch.randn(nk.WIDE_CLUSTER_BLOCK, dtype=torch.bfloat16)
     for cluster in (3, 16, *nk.CLUSTER_SIZES):
         with pytest.raises(ValueError, match=f"cluster={cluster}"):
             nk.launch_norm(x, w, 1e-6, None, torch.empty_like(x), cluster=cluster)
+
+
+def test_launch_rejects_more_blocks_a_row_than_it_has_warps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cluster's blocks split a row's warps: the dynamic-fp8 norm's rows of 4096 have 4, so
+    eight blocks are a ValueError naming the count, even where clusters launch."""
+    monkeypatch.setattr(nk, "cluster_launches", lambda t: True)
+    x = torch.randn(2, 4096, dtype=torch.bfloat16)
+    w = torch.randn(4096, dtype=torch.bfloat16)
+    q = torch.empty(2, 4096, dtype=torch.float8_e4m3fn)
+    assert nk.norm_warps(4096, nk.QUANT_DYNAMIC) == 4
+    with pytest.raises(ValueError, match=r"cluster=8: .*divides the row's warps \(4\)"):
+        nk.launch_norm(
+            x, w, 1e-6, None, q, quant=nk.QUANT_DYNAMIC, scale_out=torch.empty(2, 1), cluster=8
+        )
 
 
 def test_dynamic_quant_rows_spread_over_clusters_only_at_decode_sizes(

@@ -32,13 +32,16 @@ Dynamic per-token quantization (`cluster_quant_kernel`) spreads its rows the sam
 reduction is a peak, a maximum, exact in any order, so each block simply takes a contiguous
 slice of the row and the blocks exchange their peaks.
 
-H200, bf16, CUDA-graph replay (`benchmarks/results/triton-tuning-H200.log` rounds 11, 12, 14
-and 16): the fused add at 16 x 8192 1.82-1.84 µs against 1.99-2.02 split at four blocks, and in
-place 1.81 against 2.43 in one program; the dynamic-fp8 norm at 16 x 8192 1.97-2.02 against
+H200, bf16, CUDA-graph replay (`benchmarks/results/triton-tuning-H200.log` rounds 11, 12, 14,
+16 and 17): the fused add at 16 x 8192 1.82-1.84 µs against 1.99-2.02 split at four blocks, and
+in place 1.81 against 2.43 in one program; the dynamic-fp8 norm at 16 x 8192 1.97-2.02 against
 2.09-2.11 at four blocks, 1.85-1.87 at eight; dynamic quantization at 1, 4 and 16 x 8192
-1.55-1.62 at eight blocks of one warp against 1.63-1.75 in one program of 16 warps. Plain
-rms_norm gained nothing (16 x 8192 level, 1 x 8192 slower), so `norm_kernels.cluster_for`
-leaves it to the split; quantization rows of 2048 and 4096 ran 0.1-0.2 µs slower spread.
+1.55-1.62 at eight blocks of one warp against 1.63-1.75 in one program of 16 warps. At 4096
+wide the split led or tied everywhere but where it cannot serve or takes only two programs:
+the fused add in place (16 x 4096 1.64 against 1.74 in one program) and its static-fp8 form
+from 5 rows (16 x 4096 1.66 against 1.73). Plain rms_norm gained nothing (16 x 8192 level,
+1 x 8192 slower), so `norm_kernels.cluster_for` leaves it to the split; quantization rows of
+2048 and 4096 ran 0.1-0.2 µs slower spread.
 """
 
 import logging
@@ -61,8 +64,9 @@ CLUSTER = 8
 #: row's warps).
 CLUSTER_SIZES = (2, 4, 8)
 
-#: The row width (elements, 16-bit rows) whose decode-size rows take a cluster.
-CLUSTER_BLOCK = 8192
+#: The row widths (elements, 16-bit rows) whose decode-size rows may take a cluster
+#: (`norm_kernels.cluster_for` says which ops at each).
+CLUSTER_BLOCKS = (4096, 8192)
 
 #: Rows up to which a launch takes clusters (decode sizes).
 CLUSTER_ROWS = 16

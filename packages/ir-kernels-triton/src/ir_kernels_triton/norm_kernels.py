@@ -31,7 +31,7 @@ from ir_spec import shares_memory
 
 from .cluster_norm import (
     CLUSTER,
-    CLUSTER_BLOCK,
+    CLUSTER_BLOCKS,
     CLUSTER_ROWS,
     CLUSTER_SIZES,
     cluster_launches,
@@ -555,19 +555,34 @@ def _cluster_fits(
     block: int,
     full_row: bool,
 ) -> bool:
-    """Whether a launch's rows can be spread over a cluster at all: 16-bit rows of
-    `CLUSTER_BLOCK` that fill their block (`full_row`) beside a weight, the weight and every
+    """Whether a launch's rows can be spread over a cluster at all: 16-bit rows of one of
+    `CLUSTER_BLOCKS` that fill their block (`full_row`) beside a weight, the weight and every
     tensor of rows 16-byte aligned as Triton specializes them (`rows_aligned`: the one-program
     kernel's layout, hence the order of its sum, follows the alignment), where clusters launch
     (`cluster_norm.cluster_launches`)."""
     return (
-        block == CLUSTER_BLOCK
+        block in CLUSTER_BLOCKS
         and full_row
         and weight is not None
         and x.element_size() == 2
         and cluster_launches(x)
         and weight.data_ptr() % 16 == 0
         and rows_aligned(*(t for t in (x, out, residual, residual_out) if t is not None))
+    )
+
+
+#: The row block whose decode rows take a cluster for the fused adds and the dynamic-fp8 norm;
+#: narrower rows of `CLUSTER_BLOCKS` take one only where the split cannot serve them well
+#: (`cluster_for`).
+WIDE_CLUSTER_BLOCK = 8192
+
+
+def spreads_only_in_place(block: int, quant: int, residual: bool) -> bool:
+    """Whether `cluster_for` spreads this launch's rows only when its outputs overlap its
+    inputs: the plain fused add's rows narrower than `WIDE_CLUSTER_BLOCK`, whose split leads
+    out of place (a launch plan of its own keeps the two apart)."""
+    return (
+        residual and quant == QUANT_NONE and block in CLUSTER_BLOCKS and block < WIDE_CLUSTER_BLOCK
     )
 
 
@@ -581,20 +596,33 @@ def cluster_for(
     quant: int,
     full_row: bool,
 ) -> int:
-    """Blocks of a cluster a row (`cluster_norm`): `CLUSTER` for the fused adds and the
-    dynamic-fp8 norm at decode sizes (up to `CLUSTER_ROWS` rows) whose rows fit a cluster
-    (`_cluster_fits`), with programmatic launch off; else 1. Rows written in place are spread
-    too: each block reads only what it writes. H200 (`triton-tuning-H200.log` rounds 11, 12
-    and 14), against the split and, in place, one program a row: fused add 16 x 8192 1.82-1.84
-    against 1.99-2.02 µs at four blocks, in place 1.81 against 2.43; dynamic fp8 16 x 8192
-    1.97-2.02 against 2.09-2.11 at four blocks, 1.85-1.87 at eight. The plain norms stay split
-    (rms_norm 1 x 8192 1.68-1.75 against 1.59-1.67 at four blocks, 1.69 against 1.58 at
-    eight)."""
+    """Blocks of a cluster a row (`cluster_norm`), at decode sizes (up to `CLUSTER_ROWS` rows)
+    whose rows fit a cluster (`_cluster_fits`), with programmatic launch off: `CLUSTER` for
+    rows of `WIDE_CLUSTER_BLOCK` of the fused adds (in place too: each block reads only what
+    it writes) and the dynamic-fp8 norm; for narrower rows, the plain fused add in place
+    (`spreads_only_in_place`; the split cannot serve a row written in place) and its
+    static-fp8 form past `ROW_SPLIT` rows (where the split takes two programs a row); else 1.
+    H200 (`triton-tuning-H200.log` rounds 11, 12, 14 and 17), against the split and, in place,
+    one program a row: fused add 16 x 8192 1.82-1.84 against 1.99-2.02 µs at four blocks, in
+    place 1.81 against 2.43; dynamic fp8 16 x 8192 1.97-2.02 against 2.09-2.11 at four blocks,
+    1.85-1.87 at eight; at 4096 wide the fused add in place 1.64 against 1.74 (16 rows), 1.58
+    against 1.64 (1 row), the static-fp8 form 1.66 against 1.73 (16 rows; level with the split
+    at 1 and 4 rows). The plain norms stay split (rms_norm 1 x 8192 1.68-1.75 against
+    1.59-1.67 at four blocks, 1.69 against 1.58 at eight; 16 x 4096 1.62 against 1.52)."""
+    n = num_rows(x)
+    has_residual = residual is not None
+    in_place_only = spreads_only_in_place(block, quant, has_residual)
+    if block >= WIDE_CLUSTER_BLOCK:
+        wanted = has_residual or quant == QUANT_DYNAMIC
+    else:
+        wanted = in_place_only or (has_residual and quant == QUANT_STATIC and n > ROW_SPLIT)
     spread = (
-        (residual is not None or quant == QUANT_DYNAMIC)
-        and num_rows(x) <= CLUSTER_ROWS
+        wanted
+        and n <= CLUSTER_ROWS
         and not programmatic_launch_enabled()
         and _cluster_fits(x, weight, out, residual, residual_out, block, full_row)
+        # (the memory check last: it costs about a microsecond)
+        and (not in_place_only or _writes_over_input(x, out, residual, residual_out))
     )
     return CLUSTER if spread else 1
 
@@ -743,12 +771,14 @@ def launch_norm(
         clusters = cluster
         if cluster != 1 and (
             cluster not in CLUSTER_SIZES
+            or norm_warps(block, quant, has_residual) % cluster
             or not _cluster_fits(x, weight, out, residual, residual_out, block, full_row)
         ):
             raise ValueError(
-                f"cluster={cluster}: expected 1, or one of {CLUSTER_SIZES} for 16-bit rows of "
-                f"{CLUSTER_BLOCK} elements that fill their block beside a weight, every "
-                "tensor 16-byte aligned, on a GPU where clusters launch "
+                f"cluster={cluster}: expected 1, or one of {CLUSTER_SIZES} that divides the "
+                f"row's warps ({norm_warps(block, quant, has_residual)}) for 16-bit rows of "
+                f"{' or '.join(map(str, CLUSTER_BLOCKS))} elements that fill their block beside "
+                "a weight, every tensor 16-byte aligned, on a GPU where clusters launch "
                 f"(x: {tuple(x.shape)} {x.dtype}, block {block}, full row {full_row})"
             )
     # the rows and scales, as both kernels take them (absent ones stand in as x)
@@ -781,8 +811,10 @@ def launch_norm(
         compiled = launch_cluster_norm(n, cluster_args, cluster_kwargs)
         if compiled is not None:
             if key is not None:
+                # spread because it writes in place: kept apart as the split's overlap plan
+                in_place = spreads_only_in_place(block, quant, has_residual)
                 _NORM_PLANS.record(
-                    key,
+                    (key, "overlap") if in_place else key,
                     cluster_norm_kernel,
                     compiled,
                     (n,),
