@@ -82,11 +82,10 @@ def reduction_layouts(ir: str) -> list[str]:
     return [layouts[name] for name in operands]
 
 
-def cluster_ttgir(dtype: str, residual: bool, quant: int) -> tuple[str, str]:
-    """TTGIR and PTX of `cluster_norm_kernel` for rows of `CLUSTER_BLOCK` `dtype` elements
-    beside a weight of their type, every argument 16-byte aligned, as `launch_norm` compiles
-    it (one block of the row's warps over `CLUSTER`)."""
-    block = cn.CLUSTER_BLOCK
+def cluster_ttgir(dtype: str, residual: bool, quant: int, block: int) -> tuple[str, str]:
+    """TTGIR and PTX of `cluster_norm_kernel` for rows of `block` (one of `CLUSTER_BLOCKS`)
+    `dtype` elements beside a weight of their type, every argument 16-byte aligned, as
+    `launch_norm` compiles it (one block of the row's warps over `CLUSTER`)."""
     out = "fp8e4nv" if quant else dtype
     signature = {
         "x_ptr": f"*{dtype}", "x_stride": "i32", "r_ptr": f"*{dtype}", "r_stride": "i32",
@@ -114,12 +113,12 @@ def cluster_ttgir(dtype: str, residual: bool, quant: int) -> tuple[str, str]:
     return str(compiled.asm["ttgir"]), str(compiled.asm["ptx"])
 
 
-def cluster_case(case: tuple[str, bool, int]) -> tuple[list[str], list[str], bool]:
+def cluster_case(case: tuple[str, bool, int, int]) -> tuple[list[str], list[str], bool]:
     """The reduction layouts of the one-program kernel and of the cluster kernel for `case`
     (the warps a block aside), and whether the cluster kernel's PTX holds its exchange."""
-    dtype, residual, quant = case
-    one = reduction_layouts(ttgir(dtype, dtype, residual, quant, cn.CLUSTER_BLOCK, 1, True, True))
-    ir, ptx = cluster_ttgir(dtype, residual, quant)
+    dtype, residual, quant, block = case
+    one = reduction_layouts(ttgir(dtype, dtype, residual, quant, block, 1, True, True))
+    ir, ptx = cluster_ttgir(dtype, residual, quant, block)
     spread = reduction_layouts(ir)
     exchange = all(op in ptx for op in ("mapa.shared::cluster", "st.async", "mbarrier.try_wait"))
 
@@ -192,10 +191,18 @@ def main() -> int:
     # one-program kernel's layout (but for its share of the warps), on aligned rows only
     clustered = 0
     if not unaligned:
+        # the variants `norm_kernels.cluster_for` spreads at each width
+        spread_at: dict[int, tuple[tuple[bool, int], ...]] = {
+            nk.WIDE_CLUSTER_BLOCK: ((True, 0), (True, 1), (False, 2))
+        }
+        spread_at.update(
+            {block: ((True, 0), (True, 1)) for block in cn.CLUSTER_BLOCKS if block not in spread_at}
+        )
         cluster_cases = [
-            (dtype, residual, quant)
+            (dtype, residual, quant, block)
+            for block, variants in spread_at.items()
             for dtype in ("fp16", "bf16")
-            for residual, quant in ((True, 0), (True, 1), (False, 2))
+            for residual, quant in variants
         ]
         with ProcessPoolExecutor(max_workers=os.cpu_count() or 1, mp_context=context) as pool:
             for config, (one, spread, exchange) in zip(
