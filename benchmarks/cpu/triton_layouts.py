@@ -96,8 +96,10 @@ def cluster_ttgir(dtype: str, residual: bool, quant: int, block: int) -> tuple[s
     warps = nk.norm_warps(block, quant, residual)
     constants = dict(
         HAS_RESIDUAL=residual, QUANT=quant, HAS_UB=False, BLOCK=block, ROW_WARPS=warps,
-        S=cn.CLUSTER,
+        S=cn.CLUSTER, SUM_ASM="", SUM_CONSTRAINTS="",
     )  # fmt: skip
+    # as `launch_norm` passes them: each warp sends its own sum where a block holds several
+    constants.update(cn.sum_by_warps(cn.CLUSTER, warps, block))
     aligned = [k for k in signature if k != "eps"]
     signature.update(dict.fromkeys(constants, "constexpr"))
     names = list(signature)
@@ -113,13 +115,24 @@ def cluster_ttgir(dtype: str, residual: bool, quant: int, block: int) -> tuple[s
     return str(compiled.asm["ttgir"]), str(compiled.asm["ptx"])
 
 
+def warp_sum_layouts(ir: str) -> list[str]:
+    """The layouts of the x operand of every warp-sum exchange (`cluster_norm.warp_sum_asm`)
+    in `ir`: that operand's elements are summed in its register order, as a reduction is."""
+    layouts = dict(re.findall(r"^(#\w+) = (.*)$", ir, re.M))
+    operands = re.findall(
+        r"tt\.elementwise_inline_asm \"\{[^\"]*WARP_SUM_WAIT[^\"]*\".*?: tensor<[^,]*, (#\w+)>", ir
+    )
+    return [layouts[name] for name in operands]
+
+
 def cluster_case(case: tuple[str, bool, int, int]) -> tuple[list[str], list[str], bool]:
     """The reduction layouts of the one-program kernel and of the cluster kernel for `case`
-    (the warps a block aside), and whether the cluster kernel's PTX holds its exchange."""
+    (the warps a block aside; a warp-sum exchange counts as the sum's reduction), and whether
+    the cluster kernel's PTX holds its exchange."""
     dtype, residual, quant, block = case
     one = reduction_layouts(ttgir(dtype, dtype, residual, quant, block, 1, True, True))
     ir, ptx = cluster_ttgir(dtype, residual, quant, block)
-    spread = reduction_layouts(ir)
+    spread = warp_sum_layouts(ir) + reduction_layouts(ir)
     exchange = all(op in ptx for op in ("mapa.shared::cluster", "st.async", "mbarrier.try_wait"))
 
     def no_warps(layouts: list[str]) -> list[str]:
@@ -193,7 +206,7 @@ def main() -> int:
     if not unaligned:
         # the variants `norm_kernels.cluster_for` spreads at each width
         spread_at: dict[int, tuple[tuple[bool, int], ...]] = {
-            nk.WIDE_CLUSTER_BLOCK: ((True, 0), (True, 1), (False, 2))
+            nk.WIDE_CLUSTER_BLOCK: ((True, 0), (True, 1), (False, 2), (False, 0))
         }
         spread_at.update(
             {block: ((True, 0), (True, 1)) for block in cn.CLUSTER_BLOCKS if block not in spread_at}

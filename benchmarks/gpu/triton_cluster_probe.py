@@ -330,10 +330,13 @@ class ClusterProbe:
         return (self.out, self.res) if self.residual else self.out
 
 
-def unclustered(name: str, args: tuple[Any, ...], inplace: bool = False) -> Callable[[], None]:
+def unclustered(
+    name: str, args: tuple[Any, ...], inplace: bool = False, cluster: int = 1
+) -> Callable[[], None]:
     """The provider's launch of these rows with clusters off (`launch_norm(..., cluster=1)`):
     the split, or one program a row in place, as before round 12 (the JSONs of rounds 11 and
-    12 name it `triton` and `triton-inplace`)."""
+    12 name it `triton` and `triton-inplace`); or, with `cluster`, on the provider's clusters
+    of that many blocks whatever its rule says."""
     quant, residual = norm_variant(name)
     x = args[0].clone() if inplace else args[0]
     r = (args[1].clone() if inplace else args[1]) if residual else None
@@ -348,7 +351,7 @@ def unclustered(name: str, args: tuple[Any, ...], inplace: bool = False) -> Call
     scale_out = torch.empty(rows, 1, device=x.device) if quant == QUANT_DYNAMIC else None
     return partial(
         launch_norm, x, w, eps, None, out, residual=r, residual_out=res, quant=quant,
-        scale=scale, scale_out=scale_out, cluster=1,
+        scale=scale, scale_out=scale_out, cluster=cluster,
     )  # fmt: skip
 
 
@@ -392,6 +395,20 @@ def probe_shape(
             probe = ClusterProbe(name, args, s, exchange=exchange)
             same[tag] = check(name, probe, provider)
             candidates[tag] = probe
+        if norm_warps(width, *norm_variant(name)) % s == 0:
+            # the provider's own cluster kernel at this size (since round 75 its warps send
+            # their partials themselves where a block holds several)
+            forced = unclustered(name, args, cluster=s)
+            forced()
+            assert isinstance(forced, partial)
+            got = (forced.args[4], forced.keywords["residual_out"], forced.keywords["scale_out"])
+            bits = all(
+                torch.equal(g.view(torch.uint8), p.reshape(g.shape).contiguous().view(torch.uint8))
+                for g, p in zip([t for t in got if t is not None], _flat(provider), strict=True)
+            )
+            same[f"prov{s}"] = bits
+            print(f"  {name} provider S={s}: {'same bits as' if bits else 'DIFFERS from'} triton")
+            candidates[f"prov{s}"] = forced
         if timing_variants:
             candidates[f"c{s}-no-exchange"] = ClusterProbe(name, args, s, exchange=0)
             candidates[f"p{s}-no-exchange"] = ClusterProbe(

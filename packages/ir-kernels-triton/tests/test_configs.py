@@ -211,8 +211,9 @@ def test_rows_spread_over_clusters_only_for_the_fused_adds_and_dynamic_norm_at_d
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`cluster_for`: 16-bit rows of `WIDE_CLUSTER_BLOCK` that fill their block beside a weight,
-    up to `CLUSTER_ROWS` rows, every tensor aligned, in place too; never where clusters do not
-    launch (as here, off the GPU) or under programmatic launch."""
+    up to `CLUSTER_ROWS` rows, every tensor aligned, in place too (plain rms_norm past
+    `ROW_SPLIT` rows); never where clusters do not launch (as here, off the GPU) or under
+    programmatic launch."""
     from ir_kernels_triton import launch
 
     block, plain, static, dynamic = (
@@ -234,8 +235,12 @@ def test_rows_spread_over_clusters_only_for_the_fused_adds_and_dynamic_norm_at_d
     assert nk.cluster_for(x, w, out, r, res, block, static, True) == nk.CLUSTER
     assert nk.cluster_for(x, w, out, None, None, block, dynamic, True) == nk.CLUSTER
     assert nk.cluster_for(rows(1), w, out[:1], None, None, block, dynamic, True) == nk.CLUSTER
-    # the plain and static norms keep the split
-    assert nk.cluster_for(x, w, out, None, None, block, plain, True) == 1
+    # plain rms_norm past `ROW_SPLIT` rows (its warps send their own sums); the static norm
+    # keeps the split
+    assert nk.cluster_for(x, w, out, None, None, block, plain, True) == nk.CLUSTER
+    n = nk.ROW_SPLIT
+    assert nk.cluster_for(x[:n], w, out[:n], None, None, block, plain, True) == 1
+    assert nk.cluster_for(x[: n + 1], w, out[: n + 1], None, None, block, plain, True) > 1
     assert nk.cluster_for(x, w, out, None, None, block, static, True) == 1
     # past decode sizes, other widths or dtypes, no weight, masked rows, unaligned tensors
     big = rows(nk.CLUSTER_ROWS + 1)
@@ -536,6 +541,56 @@ def test_cluster_exchange_adds_in_the_one_program_butterfly_order(
     assert got[0] == float(level[0])
     if pair:
         assert got[1] == max(peaks)
+
+
+def test_warps_send_their_own_sums_only_where_a_block_holds_several() -> None:
+    """`sum_by_warps`: the warp-sum exchange for blocks of two or more warps (the fused adds'
+    16-warp rows over eight blocks), each thread's elements packed whole; none for blocks of
+    one warp, whose own reduction is shuffles alone; more warps than slots is a ValueError."""
+    from ir_kernels_triton import cluster_norm as cn
+
+    kwargs = cn.sum_by_warps(8, 16, 8192)
+    pack = 8192 // (32 * 16)
+    assert set(kwargs) == {"SUM_ASM", "SUM_CONSTRAINTS"}
+    assert kwargs["SUM_CONSTRAINTS"].split(",") == ["=f"] * pack + ["f"] * (3 * pack)
+    assert cn.sum_by_warps(4, 16, 4096)["SUM_CONSTRAINTS"].count("=f") == 8
+    assert cn.sum_by_warps(8, 8, 8192) == {}  # one warp a block
+    assert cn.sum_by_warps(8, 4, 4096) == {}
+    with pytest.raises(ValueError, match="row_warps=32"):
+        cn.warp_sum_asm(8, 32, 16)  # 32 slots do not fit the exchange's shared array
+    with pytest.raises(ValueError, match="clusters=3"):
+        cn.warp_sum_asm(3, 12, 16)
+
+
+def test_warp_sum_asm_sums_in_the_one_program_order() -> None:
+    """The warp-sum PTX squares the thread's values in register order (the first rounded, then
+    fused multiply-adds, as Triton 3.6 compiles ``tl.sum(x * x)``), reduces the lanes by the
+    butterfly 16, 8, ..., 1, sends to the slot of the warp's index in one program a row,
+    expects every warp's four bytes, adds the slots in the tree's order (`combine_asm`) and
+    ends in the one-program kernel's ``div.full``, ``add``, ``rsqrt.approx.ftz``."""
+    from ir_kernels_triton import cluster_norm as cn
+
+    clusters, warps, pack = 8, 16, 16
+    lines = [line.strip() for line in cn.warp_sum_asm(clusters, warps, pack).split("\n")]
+    chain = [line for line in lines if line.startswith(("mul.f32 acc", "fma.rn.f32 acc"))]
+    assert chain[0] == f"mul.f32 acc, ${pack}, ${pack};"
+    assert chain[1:] == [f"fma.rn.f32 acc, ${k}, ${k}, acc;" for k in range(pack + 1, 2 * pack)]
+    shuffles = [int(line.split(",")[2]) for line in lines if line.startswith("shfl.sync.bfly")]
+    assert shuffles == [16, 8, 4, 2, 1]
+    assert f"mad.lo.u32 warp, warp, {clusters}, rank;" in lines
+    assert any(line.endswith(f"[bar], {4 * warps};") for line in lines)
+    combine = cn.combine_asm(warps, False, sum_to="total").split("\n")
+    start = lines.index(combine[0].strip())
+    assert lines[start : start + len(combine)] == [line.strip() for line in combine]
+    tail = lines[start + len(combine) : start + len(combine) + 3]
+    assert tail == [
+        f"div.full.f32 inv, total, ${2 * pack};",
+        f"add.f32 inv, inv, ${3 * pack};",
+        "rsqrt.approx.ftz.f32 inv, inv;",
+    ]
+    assert [line for line in lines if line.startswith("mov.f32 $")] == [
+        f"mov.f32 ${k}, inv;" for k in range(pack)
+    ]
 
 
 def test_cluster_launch_asks_only_a_known_kernel_form_for_clusters() -> None:

@@ -299,45 +299,52 @@ def test_rows_spread_over_a_cluster_give_the_bits_of_whole_rows(
             assert torch.equal(a, b)
 
 
-#: (op, provider, tokens, whether `cluster_for` spreads the rows) at 4096 wide
-CLUSTER_4096_CASES = [
-    ("fused_add_rms_norm", "triton_inplace", 1, True),
-    ("fused_add_rms_norm", "triton_inplace", 5, True),
-    ("fused_add_rms_norm", "triton_inplace", 16, True),
-    ("fused_add_rms_norm", "triton", 16, False),
-    ("fused_add_rms_norm_static_quant_fp8", "triton", 4, False),
-    ("fused_add_rms_norm_static_quant_fp8", "triton", 5, True),
-    ("fused_add_rms_norm_static_quant_fp8", "triton", 16, True),
-    ("rms_norm_dynamic_quant_fp8", "triton", 16, False),
-    ("rms_norm_static_quant_fp8", "triton", 16, False),
+#: (op, provider, width, tokens, whether `cluster_for` spreads the rows) where the rule
+#: depends on the op and the rows: at 4096 wide, and plain rms_norm at 8192
+CLUSTER_RULE_CASES = [
+    ("fused_add_rms_norm", "triton_inplace", 4096, 1, True),
+    ("fused_add_rms_norm", "triton_inplace", 4096, 5, True),
+    ("fused_add_rms_norm", "triton_inplace", 4096, 16, True),
+    ("fused_add_rms_norm", "triton", 4096, 16, False),
+    ("fused_add_rms_norm_static_quant_fp8", "triton", 4096, 4, False),
+    ("fused_add_rms_norm_static_quant_fp8", "triton", 4096, 5, True),
+    ("fused_add_rms_norm_static_quant_fp8", "triton", 4096, 16, True),
+    ("rms_norm_dynamic_quant_fp8", "triton", 4096, 16, False),
+    ("rms_norm_static_quant_fp8", "triton", 4096, 16, False),
+    ("rms_norm", "triton", 8192, 4, False),
+    ("rms_norm", "triton", 8192, 5, True),
+    ("rms_norm", "triton", 8192, 16, True),
+    ("rms_norm_static_quant_fp8", "triton", 8192, 16, False),
 ]
 
 
 @pytest.mark.skipif(not _clusters_launch(), reason="needs a GPU where Triton launches clusters")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize(
-    ("name", "provider", "tokens", "spread_expected"),
-    CLUSTER_4096_CASES,
-    ids=["-".join(map(str, c)) for c in CLUSTER_4096_CASES],
+    ("name", "provider", "width", "tokens", "spread_expected"),
+    CLUSTER_RULE_CASES,
+    ids=["-".join(map(str, c)) for c in CLUSTER_RULE_CASES],
 )
-def test_rows_of_4096_spread_where_the_rule_says_and_keep_their_bits(
+def test_rows_spread_where_the_rule_says_and_keep_their_bits(
     monkeypatch: pytest.MonkeyPatch,
     name: str,
     provider: str,
+    width: int,
     dtype: torch.dtype,
     tokens: int,
     spread_expected: bool,
 ) -> None:
-    """Decode-size rows of 4096 take a cluster only where `cluster_for` says (the fused add in
-    place, its static-fp8 form past `ROW_SPLIT` rows), and give bitwise what the same rows give
-    in a batch of `CLUSTER_ROWS` + 1, on the first launch and from its plan; an out-of-place
-    call between in-place ones of the same shapes keeps the split (its own plan)."""
+    """Decode-size rows take a cluster only where `cluster_for` says (at 4096 wide the fused
+    add in place and its static-fp8 form past `ROW_SPLIT` rows; at 8192 plain rms_norm past
+    `ROW_SPLIT` rows), and give bitwise what the same rows give in a batch of `CLUSTER_ROWS` +
+    1, on the first launch and from its plan; an out-of-place call between in-place ones of the
+    same shapes keeps the split (its own plan)."""
     from ir_kernels_triton import norm_kernels as nk
     from ir_kernels_triton.plans import clear_launch_plans, launch_plans_enabled
 
     op = getattr(ops, name)
     impl = op.impls[provider].fn
-    big = sample_inputs(op, spec_for(dtype, 4096, nk.CLUSTER_ROWS + 1, "contiguous"))
+    big = sample_inputs(op, spec_for(dtype, width, nk.CLUSTER_ROWS + 1, "contiguous"))
     small = tuple(
         a[:tokens] if isinstance(a, torch.Tensor) and a.shape[:1] == (nk.CLUSTER_ROWS + 1,) else a
         for a in big

@@ -16,7 +16,10 @@ order), so its own reduction computes a node of that tree; the blocks' partials 
 in the tree's last steps, ``(p0 + p2) + (p1 + p3)`` for four blocks, ``((p0 + p4) + (p2 + p6))
 + ((p1 + p5) + (p3 + p7))`` for eight. A dynamic scale's peak (a maximum) is exact in any order.
 With eight blocks, the dynamic-fp8 norm's row of 8 warps takes one warp a block, which reduces
-with shuffles alone, no shared memory or block barrier.
+with shuffles alone, no shared memory or block barrier. Where a block holds several warps (the
+16-warp rows of the fused adds and rms_norm), each warp sends its own partial instead
+(`warp_sum_asm`): the block's part of the tree, the thread chain and the lane butterfly, is
+written in the exchange's PTX, so no block reduction runs, and the blocks add one slot a warp.
 
 Triton 3.6 builds no reduction across the blocks of a cluster (``num_ctas`` > 1 fails in its
 CTA planning), so the kernel is compiled for one block and its compiled launch metadata is
@@ -39,9 +42,11 @@ in place 1.81 against 2.43 in one program; the dynamic-fp8 norm at 16 x 8192 1.9
 1.55-1.62 at eight blocks of one warp against 1.63-1.75 in one program of 16 warps. At 4096
 wide the split led or tied everywhere but where it cannot serve or takes only two programs:
 the fused add in place (16 x 4096 1.64 against 1.74 in one program) and its static-fp8 form
-from 5 rows (16 x 4096 1.66 against 1.73). Plain rms_norm gained nothing (16 x 8192 level,
-1 x 8192 slower), so `norm_kernels.cluster_for` leaves it to the split; quantization rows of
-2048 and 4096 ran 0.1-0.2 µs slower spread.
+from 5 rows (16 x 4096 1.66 against 1.73). Plain rms_norm gained nothing while its blocks
+reduced their two warps themselves (16 x 8192 level, 1 x 8192 slower); with warp sums (round
+18) it leads the split from 5 rows (16 x 8192 1.63 against 1.70, 8 x 8192 1.59 against 1.64,
+level below), and the static-fp8 fused add gained 0.03-0.07 µs. Quantization rows of 2048 and
+4096 ran 0.1-0.2 µs slower spread.
 """
 
 import logging
@@ -76,17 +81,18 @@ CLUSTER_ROWS = 16
 CLUSTER_TRITON = frozenset({(3, 6)})
 
 #: The exchange's shared memory, declared in the kernel's PTX by `_begin_exchange`: its
-#: mbarrier (8 bytes), then from byte 16 one slot a block (at most 8 bytes, at most 8 blocks).
+#: mbarrier (8 bytes), then from byte 16 one slot a block (at most 8 bytes, at most 8 blocks) or
+#: one a warp (`warp_sum_asm`: 4 bytes, at most 16 warps).
 EXCHANGE_SYMBOL = "ir_cluster_exchange"
 EXCHANGE_BYTES = 80
 
 
-def combine_asm(clusters: int, pair: bool, peak: bool = False) -> str:
+def combine_asm(clusters: int, pair: bool, peak: bool = False, sum_to: str = "$0") -> str:
     """PTX that loads the `clusters` slots (`pair`: a sum and a peak each) from ``slots`` into
     ``v0, v1, ...`` and adds the sums in the one-program tree's order, the butterfly's last
     steps: for d = clusters / 2, ..., 1, slot i takes slot i + d for i < d (the peaks by
-    maximum); the row's sum goes to $0 (its peak to $1). `peak`: one value a slot, a peak,
-    combined by maximum."""
+    maximum); the row's sum goes to `sum_to` (its peak to $1). `peak`: one value a slot, a
+    peak, combined by maximum."""
     if pair and peak:
         raise ValueError("combine_asm: pair=True and peak=True; a slot holds a pair or a peak")
     per_slot = 2 if pair else 1
@@ -105,7 +111,7 @@ def combine_asm(clusters: int, pair: bool, peak: bool = False) -> str:
             if pair:
                 lines.append(f"max.f32 {peaks[i]}, {peaks[i]}, {peaks[i + step]};")
         step //= 2
-    lines.append(f"mov.f32 $0, {sums[0]};")
+    lines.append(f"mov.f32 {sum_to}, {sums[0]};")
     if pair:
         lines.append(f"mov.f32 $1, {peaks[0]};")
     return "\n    ".join(lines)
@@ -148,6 +154,76 @@ def _exchange_asm(clusters: int, pair: bool, peak: bool = False) -> str:
     @!done bra EXCHANGE_WAIT;
     {combine_asm(clusters, pair, peak)}
     }}"""
+
+
+def warp_sum_asm(clusters: int, row_warps: int, pack: int) -> str:
+    """PTX of the inverse RMS of a row whose blocks hold several warps each, without a block
+    reduction: every warp sends its own partial (`sum_by_warps`). Operands: ``$0 ..`` the
+    `pack` outputs, then `pack` copies each of x (the thread's values, in register order),
+    the variance size and epsilon (as float32). The thread's values are squared and summed in
+    a chain, the first square rounded and the rest fused multiply-adds, then reduced by a
+    butterfly over the lanes (shuffles 16, 8, ..., 1), as Triton 3.6 compiles ``tl.sum(x *
+    x)``: the warp's node of the one-program tree. Lane t < `clusters` of local warp v sends it
+    to slot ``rank + clusters * v`` (the warp's index in one program a row) of block t, the
+    bytes completing on block t's mbarrier; each block waits for its `row_warps` slots and adds
+    them in the tree's order (`combine_asm`). Every output is then ``rsqrt(sum / n + eps)`` in
+    the one-program kernel's instructions (``div.full``, ``add``, ``rsqrt.approx.ftz``)."""
+    if clusters not in CLUSTER_SIZES or row_warps % clusters or row_warps * 4 > EXCHANGE_BYTES - 16:
+        raise ValueError(
+            f"warp_sum_asm: clusters={clusters}, row_warps={row_warps}: expected a cluster of "
+            f"{CLUSTER_SIZES} dividing the row's warps, at most {(EXCHANGE_BYTES - 16) // 4} warps"
+        )
+    x = [f"${pack + k}" for k in range(pack)]
+    n, eps = f"${2 * pack}", f"${3 * pack}"
+    chain = [f"mul.f32 acc, {x[0]}, {x[0]};"]
+    chain += [f"fma.rn.f32 acc, {v}, {v}, acc;" for v in x[1:]]
+    for lanes in (16, 8, 4, 2, 1):
+        chain.append(f"shfl.sync.bfly.b32 other, acc, {lanes}, 31, -1;")
+        chain.append("add.f32 acc, acc, other;")
+    outputs = "\n    ".join(f"mov.f32 ${k}, inv;" for k in range(pack))
+    body = "\n    ".join(chain)
+    return f"""{{
+    .reg .b32 tid, lane, warp, rank, bar, slots, mine, peer, peerbar;
+    .reg .pred writer, lead, done;
+    .reg .f32 acc, other, total, inv, v<{row_warps}>;
+    {body}
+    mov.u32 tid, %tid.x;
+    and.b32 lane, tid, 31;
+    shr.u32 warp, tid, 5;
+    mov.u32 rank, %cluster_ctarank;
+    mad.lo.u32 warp, warp, {clusters}, rank;
+    mov.u32 bar, {EXCHANGE_SYMBOL};
+    add.u32 slots, bar, 16;
+    setp.lt.u32 writer, lane, {clusters};
+    setp.eq.u32 lead, tid, 0;
+    barrier.cluster.wait.aligned;
+    @lead mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], {4 * row_warps};
+    mad.lo.u32 mine, warp, 4, slots;
+    @writer mapa.shared::cluster.u32 peer, mine, lane;
+    @writer mapa.shared::cluster.u32 peerbar, bar, lane;
+    @writer st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [peer], acc, [peerbar];
+    WARP_SUM_WAIT:
+    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [bar], 0;
+    @!done bra WARP_SUM_WAIT;
+    {combine_asm(row_warps, False, sum_to="total")}
+    div.full.f32 inv, total, {n};
+    add.f32 inv, inv, {eps};
+    rsqrt.approx.ftz.f32 inv, inv;
+    {outputs}
+    }}"""
+
+
+def sum_by_warps(clusters: int, row_warps: int, block: int) -> dict[str, str]:
+    """`cluster_norm_kernel`'s keyword arguments that have each warp of a row of `block` send
+    its partial sum (`warp_sum_asm`) where a block holds several warps (its own reduction would
+    add them through shared memory behind a block barrier first), else none (the block's
+    `tl.sum`, then the exchange). The dynamic-fp8 norm keeps its form: its rows take one warp
+    a block."""
+    if row_warps // clusters < 2:
+        return {}
+    pack = block // (32 * row_warps)
+    constraints = ",".join(["=f"] * pack + ["f"] * (3 * pack))
+    return dict(SUM_ASM=warp_sum_asm(clusters, row_warps, pack), SUM_CONSTRAINTS=constraints)
 
 
 _BEGIN_ASM = tl.constexpr(
@@ -249,10 +325,13 @@ def cluster_norm_kernel(
     BLOCK: tl.constexpr,
     ROW_WARPS: tl.constexpr,
     S: tl.constexpr,
+    SUM_ASM: tl.constexpr = "",
+    SUM_CONSTRAINTS: tl.constexpr = "",
 ):
     """`norm_kernels.norm_kernel`'s single-pass rows that fill their block, with a weight of
     their width, each spread over `S` blocks of a cluster (launched by `launch_cluster_norm`):
-    block ``pid % S`` of row ``pid // S``."""
+    block ``pid % S`` of row ``pid // S``. `SUM_ASM` (from `sum_by_warps`): each warp sends
+    its partial sum itself, and the inverse RMS comes back in every element."""
     pid = tl.program_id(0)
     row = (pid // S).to(tl.int64)
     rank = pid % S
@@ -279,9 +358,16 @@ def cluster_norm_kernel(
         xw = x * w
         partial, partial_peak = tl.reduce((sq, tl.abs(xw)), 0, sum_and_max)
         total, peak = _row_sum_and_peak(partial, partial_peak, S)
+        inv_rms = tl.rsqrt(total / variance_size + eps)
+    elif SUM_ASM != "":
+        PACK: tl.constexpr = BLOCK // (32 * ROW_WARPS)  # a thread's elements
+        n = variance_size.to(tl.float32)
+        inv_rms = tl.inline_asm_elementwise(
+            SUM_ASM, SUM_CONSTRAINTS, [x, n, eps], dtype=tl.float32, is_pure=False, pack=PACK
+        )
     else:
         total = _row_sum(tl.sum(sq, axis=0), S)
-    inv_rms = tl.rsqrt(total / variance_size + eps)
+        inv_rms = tl.rsqrt(total / variance_size + eps)
     if QUANT == 2:
         y = xw * inv_rms
     else:

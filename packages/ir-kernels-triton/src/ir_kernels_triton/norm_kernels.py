@@ -38,6 +38,7 @@ from .cluster_norm import (
     cluster_norm_kernel,
     launch_cluster_norm,
     sum_and_max,
+    sum_by_warps,
 )
 from .fp8 import exact_rounding, quantize, round_to_dtype
 from .launch import await_previous_grid, launch_options, programmatic_launch_enabled
@@ -599,7 +600,8 @@ def cluster_for(
     """Blocks of a cluster a row (`cluster_norm`), at decode sizes (up to `CLUSTER_ROWS` rows)
     whose rows fit a cluster (`_cluster_fits`), with programmatic launch off: `CLUSTER` for
     rows of `WIDE_CLUSTER_BLOCK` of the fused adds (in place too: each block reads only what
-    it writes) and the dynamic-fp8 norm; for narrower rows, the plain fused add in place
+    it writes), the dynamic-fp8 norm and, past `ROW_SPLIT` rows, plain rms_norm; for narrower
+    rows, the plain fused add in place
     (`spreads_only_in_place`; the split cannot serve a row written in place) and its
     static-fp8 form past `ROW_SPLIT` rows (where the split takes two programs a row); else 1.
     H200 (`triton-tuning-H200.log` rounds 11, 12, 14 and 17), against the split and, in place,
@@ -607,13 +609,17 @@ def cluster_for(
     place 1.81 against 2.43; dynamic fp8 16 x 8192 1.97-2.02 against 2.09-2.11 at four blocks,
     1.85-1.87 at eight; at 4096 wide the fused add in place 1.64 against 1.74 (16 rows), 1.58
     against 1.64 (1 row), the static-fp8 form 1.66 against 1.73 (16 rows; level with the split
-    at 1 and 4 rows). The plain norms stay split (rms_norm 1 x 8192 1.68-1.75 against
-    1.59-1.67 at four blocks, 1.69 against 1.58 at eight; 16 x 4096 1.62 against 1.52)."""
+    at 1 and 4 rows). Where a block holds several warps, each sends its own partial
+    (`cluster_norm.sum_by_warps`, round 18): plain rms_norm at 8192 wide then runs level with
+    the split up to 4 rows and ahead past them (8 x 8192 1.59 against 1.64 µs, 16 x 8192
+    1.63-1.67 against 1.69-1.71); the static-fp8 norm (one warp a block there) and rows of
+    4096 stay split (16 x 4096 1.62 against 1.52 at eight blocks before)."""
     n = num_rows(x)
     has_residual = residual is not None
     in_place_only = spreads_only_in_place(block, quant, has_residual)
     if block >= WIDE_CLUSTER_BLOCK:
-        wanted = has_residual or quant == QUANT_DYNAMIC
+        plain_rows = quant == QUANT_NONE and not has_residual
+        wanted = has_residual or quant == QUANT_DYNAMIC or (plain_rows and n > ROW_SPLIT)
     else:
         wanted = in_place_only or (has_residual and quant == QUANT_STATIC and n > ROW_SPLIT)
     spread = (
@@ -807,6 +813,7 @@ def launch_norm(
             ROW_WARPS=warps,
             S=clusters,
             num_warps=warps // clusters,
+            **sum_by_warps(clusters, warps, block),
         )
         compiled = launch_cluster_norm(n, cluster_args, cluster_kwargs)
         if compiled is not None:
