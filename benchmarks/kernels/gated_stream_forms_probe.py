@@ -18,13 +18,13 @@ Usage (GPU machine, packages on `PYTHONPATH`, `benchmarks/kernels` on it too):
 """
 
 import argparse
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
+from gated_streaming_probe import checked
 from norm_split_h100 import fastest_of_rounds
 
 from ir_kernels_triton import pointwise_kernels as pk
@@ -36,22 +36,38 @@ SHAPES = "4096x5632,16384x5632,1024x14336,4096x14336,16384x14336,1024x28672,4096
 
 
 @triton.jit  # type: ignore[untyped-decorator]
-def _silu_block(  # type: ignore[no-untyped-def]
-    x_ptr,
-    out_ptr,
-    blk,
-    total,
-    D: tl.constexpr,
-    BLOCK: tl.constexpr,
-    EVICT: tl.constexpr,
-    INTERPRETED: tl.constexpr,
+def _load_block(  # type: ignore[no-untyped-def]
+    x_ptr, blk, total, D: tl.constexpr, BLOCK: tl.constexpr, EVICT: tl.constexpr
 ):
+    """Block `blk`'s flat output positions, their mask, and their gate and up values."""
     i = blk * BLOCK + tl.arange(0, BLOCK)
     src = x_ptr + (i // D) * D + i
     mask = i < total
     a = tl.load(src, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
     b = tl.load(src + D, mask=mask, other=0.0, eviction_policy=EVICT).to(tl.float32)
     return i, mask, a, b
+
+
+@triton.jit  # type: ignore[untyped-decorator]
+def _store_block(  # type: ignore[no-untyped-def]
+    out_ptr,
+    i,
+    mask,
+    a,
+    b,
+    STORE: tl.constexpr,
+    STORE_EVICT: tl.constexpr,
+    INTERPRETED: tl.constexpr,
+):
+    """``silu(a) * b`` in the flat kernel's arithmetic, stored at `i` with the store's hints."""
+    y = pk._gate(a, 0, INTERPRETED) * b  # 0: silu
+    tl.store(
+        out_ptr + i,
+        y.to(out_ptr.dtype.element_ty),
+        mask=mask,
+        cache_modifier=STORE,
+        eviction_policy=STORE_EVICT,
+    )
 
 
 @triton.jit  # type: ignore[untyped-decorator]
@@ -70,59 +86,26 @@ def stream_form_kernel(  # type: ignore[no-untyped-def]
 ):
     """``out = silu(x[:, :D]) * x[:, D:]`` over contiguous rows, by flat output position.
     `EVICT`: the loads' eviction policy; `STORE`, `STORE_EVICT`: the store's cache modifier and
-    eviction policy; `WALK`: each
-    program takes blocks pid, pid + programs, ...; `PREFETCH`: loads the next of its blocks
-    before storing the current one."""
+    eviction policy; `WALK`: each program takes blocks pid, pid + programs, ...; `PREFETCH`:
+    loads the next of its blocks before storing the current one."""
     pid = tl.program_id(0)
     if WALK:
         programs = tl.num_programs(0)
         blocks = tl.cdiv(total, BLOCK)
         if PREFETCH:
-            i, mask, a, b = _silu_block(x_ptr, out_ptr, pid, total, D, BLOCK, EVICT, INTERPRETED)
+            i, mask, a, b = _load_block(x_ptr, pid, total, D, BLOCK, EVICT)
             for blk in range(pid + programs, blocks, programs):
-                i2, mask2, a2, b2 = _silu_block(
-                    x_ptr, out_ptr, blk, total, D, BLOCK, EVICT, INTERPRETED
-                )
-                y = pk._gate(a, 0, INTERPRETED) * b
-                tl.store(
-                    out_ptr + i,
-                    y.to(out_ptr.dtype.element_ty),
-                    mask=mask,
-                    cache_modifier=STORE,
-                    eviction_policy=STORE_EVICT,
-                )
+                i2, mask2, a2, b2 = _load_block(x_ptr, blk, total, D, BLOCK, EVICT)
+                _store_block(out_ptr, i, mask, a, b, STORE, STORE_EVICT, INTERPRETED)
                 i, mask, a, b = i2, mask2, a2, b2
-            y = pk._gate(a, 0, INTERPRETED) * b
-            tl.store(
-                out_ptr + i,
-                y.to(out_ptr.dtype.element_ty),
-                mask=mask,
-                cache_modifier=STORE,
-                eviction_policy=STORE_EVICT,
-            )
+            _store_block(out_ptr, i, mask, a, b, STORE, STORE_EVICT, INTERPRETED)
         else:
             for blk in range(pid, blocks, programs):
-                i, mask, a, b = _silu_block(
-                    x_ptr, out_ptr, blk, total, D, BLOCK, EVICT, INTERPRETED
-                )
-                y = pk._gate(a, 0, INTERPRETED) * b
-                tl.store(
-                    out_ptr + i,
-                    y.to(out_ptr.dtype.element_ty),
-                    mask=mask,
-                    cache_modifier=STORE,
-                    eviction_policy=STORE_EVICT,
-                )
+                i, mask, a, b = _load_block(x_ptr, blk, total, D, BLOCK, EVICT)
+                _store_block(out_ptr, i, mask, a, b, STORE, STORE_EVICT, INTERPRETED)
     else:
-        i, mask, a, b = _silu_block(x_ptr, out_ptr, pid, total, D, BLOCK, EVICT, INTERPRETED)
-        y = pk._gate(a, 0, INTERPRETED) * b
-        tl.store(
-            out_ptr + i,
-            y.to(out_ptr.dtype.element_ty),
-            mask=mask,
-            cache_modifier=STORE,
-            eviction_policy=STORE_EVICT,
-        )
+        i, mask, a, b = _load_block(x_ptr, pid, total, D, BLOCK, EVICT)
+        _store_block(out_ptr, i, mask, a, b, STORE, STORE_EVICT, INTERPRETED)
 
 
 def launch_form(
@@ -180,16 +163,6 @@ def forms(walk: bool = False) -> dict[str, dict[str, Any]]:
             found[f"walk{per_sm}"] = dict(block=1024, warps=4, per_sm=per_sm)
             found[f"prefetch{per_sm}"] = dict(block=1024, warps=4, per_sm=per_sm, prefetch=True)
     return found
-
-
-def checked(
-    label: str, launch: Callable[[], None], out: torch.Tensor, expected: torch.Tensor
-) -> Callable[[], None]:
-    """`launch`, once it has written `expected` bitwise into a zeroed `out`."""
-    out.zero_()
-    launch()
-    assert torch.equal(out, expected), label
-    return launch
 
 
 def main() -> None:
