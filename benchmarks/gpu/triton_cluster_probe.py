@@ -359,14 +359,18 @@ def _flat(value: Any) -> list[torch.Tensor]:
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
-def check(name: str, probe: ClusterProbe, provider: Any) -> bool:
-    """The probe's outputs against provider `triton`'s, bitwise."""
-    got = _flat(probe())
+def same_bits(got: list[torch.Tensor], provider: Any) -> bool:
+    """Whether outputs `got` are provider `triton`'s outputs, bitwise (its scales reshaped)."""
     torch.cuda.synchronize()
-    same = all(
+    return all(
         torch.equal(g.view(torch.uint8), p.reshape(g.shape).contiguous().view(torch.uint8))
         for g, p in zip(got, _flat(provider), strict=True)
     )
+
+
+def check(name: str, probe: ClusterProbe, provider: Any) -> bool:
+    """The probe's outputs against provider `triton`'s, bitwise."""
+    same = same_bits(_flat(probe()), provider)
     how = "same bits as" if same else "DIFFERS from"
     print(f"  {name} S={probe.clusters} exchange {probe.exchange}: {how} triton")
     return same
@@ -402,10 +406,7 @@ def probe_shape(
             forced()
             assert isinstance(forced, partial)
             got = (forced.args[4], forced.keywords["residual_out"], forced.keywords["scale_out"])
-            bits = all(
-                torch.equal(g.view(torch.uint8), p.reshape(g.shape).contiguous().view(torch.uint8))
-                for g, p in zip([t for t in got if t is not None], _flat(provider), strict=True)
-            )
+            bits = same_bits([t for t in got if t is not None], provider)
             same[f"prov{s}"] = bits
             print(f"  {name} provider S={s}: {'same bits as' if bits else 'DIFFERS from'} triton")
             candidates[f"prov{s}"] = forced

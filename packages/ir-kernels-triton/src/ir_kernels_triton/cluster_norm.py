@@ -117,6 +117,32 @@ def combine_asm(clusters: int, pair: bool, peak: bool = False, sum_to: str = "$0
     return "\n    ".join(lines)
 
 
+def _send_and_wait_asm(
+    clusters: int, sender: str, slot: str, width: int, expected: int, values: str, label: str
+) -> str:
+    """PTX both exchanges share, in registers their callers declare: each thread whose `sender`
+    register (its thread or lane index) is below `clusters` sends `values` (`width` bytes: one
+    or two float32) to slot `slot` (a register) of block `sender`, completing bytes on that
+    block's mbarrier; thread 0 expects `expected` bytes on this block's; every thread then waits
+    for them (at `label`). The cluster barrier waited on first was arrived at by
+    `_begin_exchange`: every block has started, so its mbarrier and slots exist."""
+    vector = ".v2" if width == 8 else ""
+    send = f"st.async.shared::cluster.mbarrier::complete_tx::bytes{vector}.f32"
+    return f"""mov.u32 bar, {EXCHANGE_SYMBOL};
+    add.u32 slots, bar, 16;
+    setp.lt.u32 writer, {sender}, {clusters};
+    setp.eq.u32 lead, tid, 0;
+    barrier.cluster.wait.aligned;
+    @lead mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], {expected};
+    mad.lo.u32 mine, {slot}, {width}, slots;
+    @writer mapa.shared::cluster.u32 peer, mine, {sender};
+    @writer mapa.shared::cluster.u32 peerbar, bar, {sender};
+    @writer {send} [peer], {values}, [peerbar];
+    {label}:
+    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [bar], 0;
+    @!done bra {label};"""
+
+
 def _exchange_asm(clusters: int, pair: bool, peak: bool = False) -> str:
     """PTX of one exchange in a cluster of `clusters` (2, 4 or 8): thread t < `clusters` sends this
     block's partial (`pair`: its sum and peak; `peak`: its peak alone) to slot `rank` of block
@@ -127,10 +153,8 @@ def _exchange_asm(clusters: int, pair: bool, peak: bool = False) -> str:
     block has no shared memory of Triton's to borrow."""
     width = 8 if pair else 4
     values = "{$2, $3}" if pair else "$1"
-    vector = ".v2" if pair else ""
-    send = (
-        f"st.async.shared::cluster.mbarrier::complete_tx::bytes{vector}.f32"
-        f" [peer], {values}, [peerbar];"
+    exchange = _send_and_wait_asm(
+        clusters, "tid", "rank", width, width * clusters, values, "EXCHANGE_WAIT"
     )
     return f"""{{
     .reg .b32 tid, rank, bar, slots, mine, peer, peerbar;
@@ -138,20 +162,7 @@ def _exchange_asm(clusters: int, pair: bool, peak: bool = False) -> str:
     .reg .f32 v<16>;
     mov.u32 tid, %tid.x;
     mov.u32 rank, %cluster_ctarank;
-    mov.u32 bar, {EXCHANGE_SYMBOL};
-    add.u32 slots, bar, 16;
-    setp.lt.u32 writer, tid, {clusters};
-    setp.eq.u32 lead, tid, 0;
-    barrier.cluster.wait.aligned;
-    @lead mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], {width * clusters};
-    mul.lo.u32 mine, rank, {width};
-    add.u32 mine, slots, mine;
-    @writer mapa.shared::cluster.u32 peer, mine, tid;
-    @writer mapa.shared::cluster.u32 peerbar, bar, tid;
-    @writer {send}
-    EXCHANGE_WAIT:
-    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [bar], 0;
-    @!done bra EXCHANGE_WAIT;
+    {exchange}
     {combine_asm(clusters, pair, peak)}
     }}"""
 
@@ -192,19 +203,7 @@ def warp_sum_asm(clusters: int, row_warps: int, pack: int) -> str:
     shr.u32 warp, tid, 5;
     mov.u32 rank, %cluster_ctarank;
     mad.lo.u32 warp, warp, {clusters}, rank;
-    mov.u32 bar, {EXCHANGE_SYMBOL};
-    add.u32 slots, bar, 16;
-    setp.lt.u32 writer, lane, {clusters};
-    setp.eq.u32 lead, tid, 0;
-    barrier.cluster.wait.aligned;
-    @lead mbarrier.arrive.expect_tx.shared::cta.b64 _, [bar], {4 * row_warps};
-    mad.lo.u32 mine, warp, 4, slots;
-    @writer mapa.shared::cluster.u32 peer, mine, lane;
-    @writer mapa.shared::cluster.u32 peerbar, bar, lane;
-    @writer st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [peer], acc, [peerbar];
-    WARP_SUM_WAIT:
-    mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [bar], 0;
-    @!done bra WARP_SUM_WAIT;
+    {_send_and_wait_asm(clusters, "lane", "warp", 4, 4 * row_warps, "acc", "WARP_SUM_WAIT")}
     {combine_asm(row_warps, False, sum_to="total")}
     div.full.f32 inv, total, {n};
     add.f32 inv, inv, {eps};
