@@ -42,8 +42,6 @@ TEST_EXTRAS: dict[str, list[str]] = {
     ],
     # Triton's interpreter (kernels on CPU) needs numpy, which triton does not declare
     "ir-kernels-triton": ["numpy"],
-    # the CUDA kernels' host-emulation build (tests without a GPU) compiles with ninja
-    "ir-kernels-cuda": ["ninja"],
     # the Hugging Face converter is tested on randomly initialised transformers models
     "ir-stack": ["transformers>=4.56", "matplotlib>=3.7"],
 }

@@ -65,12 +65,40 @@ def unavailable_reason() -> str:
 
 
 def _ninja_missing() -> str:
-    if shutil.which("ninja") is None:
-        try:
-            import ninja  # type: ignore[import-not-found, unused-ignore]  # noqa: F401
-        except ImportError:
-            return "ninja is not installed (pip install ninja)"
+    if shutil.which("ninja") is None and _packaged_ninja_dir() is None:
+        return "ninja is not installed (pip install ninja)"
     return ""
+
+
+def _packaged_ninja_dir() -> str | None:
+    """The folder of the ninja executable that the `ninja` distribution (a dependency)
+    installed, or None. It is on PATH only in an activated environment."""
+    try:
+        import ninja  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    folder = str(getattr(ninja, "BIN_DIR", ""))
+    return folder if folder and shutil.which("ninja", path=folder) else None
+
+
+@contextlib.contextmanager
+def ninja_on_path() -> Iterator[None]:
+    """PATH with the packaged ninja at its front inside the block, where no ninja is on it
+    (a virtual environment's Python run without activating it): torch's build runs
+    ``ninja`` by name."""
+    folder = None if shutil.which("ninja") else _packaged_ninja_dir()
+    if folder is None:
+        yield
+        return
+    previous = os.environ.get("PATH")
+    os.environ["PATH"] = os.pathsep.join([folder, *([previous] if previous else [])])
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["PATH"]
+        else:
+            os.environ["PATH"] = previous
 
 
 def architecture() -> str:
@@ -216,7 +244,7 @@ def _compile(
                 directory,
             )
         started = time.perf_counter()
-        with progress(announce) if fresh else contextlib.nullcontext():
+        with progress(announce) if fresh else contextlib.nullcontext(), ninja_on_path():
             cpp_extension.load(
                 name=name,
                 build_directory=str(directory),
