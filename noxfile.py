@@ -275,14 +275,19 @@ def minimums(session: nox.Session, package: str) -> None:
 @nox.session(tags=["gpu"])
 @frees_its_environment
 def gpu(session: nox.Session) -> None:
-    """The GPU test matrix (needs a CUDA GPU; the tests skip or run reduced without one)."""
+    """Every test that runs differently on a GPU: both kernel providers' matrices (the cuda
+    kernels built on first use, which needs nvcc), the passes, piecewise compilation with CUDA
+    graphs and the integration tests (needs a CUDA GPU; the tests skip or run reduced without
+    one). Spread it over processes with ``nox -s gpu -- -n 8``."""
     install_packages(session, PACKAGES)
     # the transformers tutorial converts a randomly initialised transformers model
     session.install(*TEST_TOOLS, "numpy", "transformers>=4.56", "tests-integration/oot_provider")
     session.run(
         "pytest",
         "packages/ir-kernels-triton/tests",
+        "packages/ir-kernels-cuda/tests",
         "packages/ir-passes/tests",
+        "packages/ir-piecewise/tests",
         "tests-integration",
         *session.posargs,
     )
