@@ -4,9 +4,11 @@ Generating them per op lets Python itself bind positional and keyword arguments 
 defaults, and inlines the dispatch key, so a cached call costs a few attribute reads and one
 dictionary lookup on top of the implementation. The logic is the same as
 `IrOp._execute`: trace through the torch op when compiling or under a dispatch mode; else look
-the (argument-checked) choice up by dispatch key, asking `IrOp.choose` on a miss. Ops first
-try their last choice behind a tensor guard (`last_choice`), which spares building the key
-when the arguments look like the previous call's.
+the (argument-checked) choice up by dispatch key, asking `IrOp.choose` on a miss, and run it,
+unless grad mode is on and a tensor argument requires grad: that call takes the torch op, which
+carries the gradient (`autograd`). Ops first try their last choice behind a tensor guard
+(`last_choice`), which spares building the key when the arguments look like the previous
+call's.
 """
 
 import inspect
@@ -55,6 +57,8 @@ def __call__(self, {params}):
     if _is_compiling() or _depth():
         return self._default_overload({names})
 {choose}
+    if _grad_enabled() and ({needs_grad}):
+        return self._default_overload({names})
     if impl.inplace:
         return impl.fn({cloned})
     return impl.fn({names})
@@ -63,8 +67,24 @@ def maybe_inplace(self, {params}):
     if _is_compiling() or _depth():
         return self._maybe_inplace_overload({names})
 {choose_by_key}
+    if _grad_enabled() and ({needs_grad}):
+        return self._default_overload({names})
     return impl.fn({names})
 """
+
+
+def needs_grad_expression(native: Callable[..., Any]) -> str:
+    """Whether any tensor argument requires grad (an optional one only when given), so that a
+    training call takes the torch op and its gradient (`autograd`); "False" for an op without
+    tensor arguments. Evaluated only with grad mode on, after the choice, whose argument check
+    has made sure the tensors are tensors."""
+    parts = []
+    for p in inspect.signature(native, eval_str=True).parameters.values():
+        if p.annotation is torch.Tensor:
+            parts.append(f"{p.name}.requires_grad")
+        elif p.annotation == (torch.Tensor | None):
+            parts.append(f"({p.name} is not None and {p.name}.requires_grad)")
+    return " or ".join(parts) or "False"
 
 
 def _tensor_key(name: str) -> str:
@@ -125,6 +145,7 @@ def build(
     names = [p.name for p in params]
     namespace: dict[str, Any] = {
         "_is_compiling": torch.compiler.is_compiling,
+        "_grad_enabled": torch._C.is_grad_enabled,
         "_depth": torch._C._len_torch_dispatch_stack,
         "_hook": _Hook,
         "_strided_row_layout": strided_row_layout,
@@ -163,6 +184,7 @@ def build(
         cloned=cloned,
         choose=choose,
         choose_by_key=_CHOOSE_BY_KEY.format(key=key, names=joined),
+        needs_grad=needs_grad_expression(op.native),
     )
     exec(compile(source, f"<ir_spec fast path for {op.name}>", "exec"), namespace)
     return namespace["key"], namespace["__call__"], namespace["maybe_inplace"]

@@ -11,7 +11,7 @@ from typing import Any, overload
 import torch
 from torch.library import Library, infer_schema
 
-from . import fast_path, last_choice, registry
+from . import autograd, fast_path, last_choice, registry
 from .dispatch_key import DispatchKey
 from .dispatcher import _Hook
 from .impl import Impl
@@ -98,7 +98,11 @@ class IrOp:
     # ----------------------------------------------------------------- calling
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the op (replaced per op by a generated function of the same behaviour)."""
-        if _is_compiling() or _dispatch_mode_depth():
+        if (
+            _is_compiling()
+            or _dispatch_mode_depth()
+            or autograd.requires_grad(*args, *kwargs.values())
+        ):
             return self._default_overload(*args, **kwargs)
         return self._execute(args, kwargs, inplace_ok=False)
 
@@ -196,6 +200,7 @@ class IrOp:
         _LIB.define(f"{self.name}{schema}")
         _LIB.impl(self.name, self._torch_default_kernel, "CompositeExplicitAutograd")
         torch.library.register_fake(f"{NAMESPACE}::{self.name}", self._fake_kernel, lib=_LIB)
+        autograd.register(self, _LIB, f"{NAMESPACE}::{self.name}")
         self._default_overload = self.torch_op.default
         if self.allow_inplace:
             schema = infer_schema(self.native, mutates_args=self.activations)

@@ -1,0 +1,145 @@
+"""Gradients through the ops are the native functions' gradients, whatever ran the forward.
+
+The provider `detached` stands in for a kernel: it computes the native result with no
+autograd history, as a Triton or CUDA kernel does.
+"""
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+
+from ir_spec import IrOp, ops
+from ir_spec.autograd import DIFFERENTIABLE_DTYPES
+from ir_spec.testing import sample_inputs
+
+PROVIDER = "detached"
+
+
+def _detached(op: IrOp) -> Callable[..., Any]:
+    def forward(*args: Any) -> Any:
+        with torch.no_grad():
+            return op.native(*args)
+
+    forward.__signature__ = inspect.signature(op.native)  # type: ignore[attr-defined]
+    return forward
+
+
+@pytest.fixture
+def kernels(prefer: Callable[[str], None], temporary_impls: list[Any]) -> None:
+    """Every op runs the `detached` provider."""
+    for op in ops:
+        op.register_impl(PROVIDER)(_detached(op))
+        temporary_impls.append((op, PROVIDER))
+    prefer(PROVIDER)
+
+
+def _leaves(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[Tensor]]:
+    """`args` with every float tensor a fresh leaf that requires grad, and those leaves."""
+    out, leaves = [], []
+    for a in args:
+        if isinstance(a, Tensor) and a.dtype in DIFFERENTIABLE_DTYPES:
+            a = a.detach().clone().requires_grad_(True)
+            leaves.append(a)
+        out.append(a)
+    return tuple(out), leaves
+
+
+def _loss(result: Any) -> Tensor | None:
+    """A scalar of every differentiable output with a gradient path, weighted so that no
+    output's gradient is uniform; None where no output has one."""
+    outputs = result if isinstance(result, tuple) else (result,)
+    terms = [
+        (out.float() * torch.linspace(-1.0, 2.0, out.numel()).view(out.shape)).sum()
+        for out in outputs
+        if out.requires_grad and out.dtype in DIFFERENTIABLE_DTYPES
+    ]
+    return torch.stack(terms).sum() if terms else None
+
+
+def _native_gradients(op: IrOp, args: tuple[Any, ...]) -> list[Tensor | None] | None:
+    native_args, leaves = _leaves(args)
+    loss = _loss(op.native(*native_args))
+    if loss is None:
+        return None
+    return list(torch.autograd.grad(loss, leaves, allow_unused=True))
+
+
+def _assert_same_gradients(got: list[Tensor | None], want: list[Tensor | None]) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        if w is None:
+            assert g is None or not g.any()
+        else:
+            assert g is not None
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", list(ops), ids=lambda op: op.name)
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+def test_eager_gradients_are_the_native_ones(kernels: None, op: IrOp, layout: str) -> None:
+    strided = layout == "strided"
+    args = sample_inputs(op, hidden_size=40 if strided else 64, row_padding=3 if strided else 0)
+    want = _native_gradients(op, args)
+    call_args, leaves = _leaves(args)
+    result = op(*call_args)
+    loss = _loss(result)
+    if want is None:  # only fp8 outputs: no gradient flows, as through a cast to fp8
+        assert loss is None
+        return
+    assert loss is not None, "the kernel's outputs lost the native function's gradient"
+    _assert_same_gradients(list(torch.autograd.grad(loss, leaves, allow_unused=True)), want)
+
+
+@pytest.mark.parametrize(
+    "op", [ops.fused_add_rms_norm, ops.silu_and_mul, ops.rotary_embedding], ids=lambda op: op.name
+)
+def test_compiled_gradients_are_the_native_ones(kernels: None, op: IrOp) -> None:
+    torch._dynamo.reset()
+    args = sample_inputs(op, hidden_size=64)
+    want = _native_gradients(op, args)
+    assert want is not None
+    call_args, leaves = _leaves(args)
+    result = torch.compile(op.__call__, backend="aot_eager", fullgraph=True)(*call_args)
+    loss = _loss(result)
+    assert loss is not None
+    _assert_same_gradients(list(torch.autograd.grad(loss, leaves, allow_unused=True)), want)
+
+
+@pytest.mark.parametrize(
+    "op", [ops.fused_add_rms_norm, ops.rotary_embedding], ids=lambda op: op.name
+)
+def test_maybe_inplace_is_functional_when_training(kernels: None, op: IrOp) -> None:
+    args = sample_inputs(op, hidden_size=64)
+    want = _native_gradients(op, args)
+    assert want is not None
+    call_args, leaves = _leaves(args)
+    activations = [call_args[i].detach().clone() for i in op.activation_indices]
+    loss = _loss(op.maybe_inplace(*call_args))
+    assert loss is not None
+    _assert_same_gradients(list(torch.autograd.grad(loss, leaves, allow_unused=True)), want)
+    for i, before in zip(op.activation_indices, activations, strict=True):
+        assert torch.equal(call_args[i], before)
+
+
+def test_inference_calls_keep_the_direct_path(
+    kernels: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without grad mode, or without an argument that requires grad, a call never goes
+    through the torch op (its dispatch would cost every inference call)."""
+    op = ops.rms_norm
+
+    def through_torch_op(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("took the torch op")
+
+    monkeypatch.setattr(op, "_default_overload", through_torch_op)
+    x, weight, epsilon, variance_size = sample_inputs(op, hidden_size=64)
+    op(x, weight, epsilon, variance_size)  # nothing requires grad
+    with torch.no_grad():
+        out = op(x.requires_grad_(True), weight, epsilon, variance_size)
+    assert not out.requires_grad
+    with torch.inference_mode():
+        op(x, weight, epsilon, variance_size)
