@@ -29,8 +29,11 @@ OPS = [ops.rms_norm, ops.fused_add_rms_norm, ops.silu_and_mul, ops.rotary_embedd
 @pytest.fixture(params=["triton", "cuda"])
 def provider(request: pytest.FixtureRequest) -> Iterator[str]:
     name: str = request.param
-    if name == "cuda" and not torch.cuda.is_available():
-        pytest.skip("the cuda provider needs a GPU")
+    if name == "cuda":
+        if not torch.cuda.is_available():
+            pytest.skip("the cuda provider needs a GPU")
+        # registers the provider (and builds it) where entry points are not read: run from source
+        import ir_kernels_cuda.impls  # noqa: F401
     yield name
     ir_dispatch.set_priority()
 

@@ -1,5 +1,6 @@
 """Test providers for the passes: an in-place and an out-of-place fused_add_rms_norm, each an
-opaque torch custom op (as real kernels are), and marker implementations of the fused
+opaque torch custom op (as real kernels are), one that allocates its outputs and passes them to
+an out-variant op (as the cuda provider does), and marker implementations of the fused
 rms_norm + static quant and fused_add_rms_norm + static quant composites."""
 
 from collections.abc import Iterator
@@ -89,7 +90,28 @@ def fadd_quant(
     return out
 
 
+@torch.library.custom_op("ir_passes_test::fadd_out", mutates_args=("out", "residual_out"))
+def _fadd_out(
+    out: Tensor, residual_out: Tensor, x: Tensor, r: Tensor, w: Tensor, eps: float
+) -> None:
+    residual_out.copy_(x + r)
+    out.copy_(ops.rms_norm.native(residual_out, w, eps))
+
+
+def fadd_out(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    out, residual = torch.empty_like(x), torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    torch.ops.ir_passes_test.fadd_out(out, residual, x, x_residual, weight, epsilon)
+    return out, residual
+
+
 ops.fused_add_rms_norm.register_impl("t_inplace", inplace=True)(fadd_inplace)
+ops.fused_add_rms_norm.register_impl("t_out")(fadd_out)
 ops.fused_add_rms_norm.register_impl("t_outofplace")(fadd)
 ops.rms_norm_static_quant_fp8.register_impl("t_fused")(rms_quant)
 ops.fused_add_rms_norm_static_quant_fp8.register_impl("t_fused")(fadd_quant)

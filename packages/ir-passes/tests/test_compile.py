@@ -31,7 +31,7 @@ def args() -> tuple[Tensor, Tensor, Tensor]:
     return torch.randn(8, 64), torch.randn(8, 64), torch.randn(64)
 
 
-@pytest.mark.parametrize("provider", ["native", "t_outofplace", "t_inplace"])
+@pytest.mark.parametrize("provider", ["native", "t_outofplace", "t_inplace", "t_out"])
 def test_results_equal_eager_and_inputs_untouched(provider: str) -> None:
     ir_dispatch.set_priority(fused_add_rms_norm=[provider])
     x, r, w = args()
@@ -269,3 +269,23 @@ def test_selection_key_is_computed_once_per_selection_state(monkeypatch: Any) ->
     assert len(computed) == 2
     assert ir_passes.selection_key(config) == first[0]
     assert len(computed) == 2
+
+
+@pytest.mark.parametrize("provider", ["native", "t_outofplace", "t_out"])
+def test_training_through_a_lowered_provider_has_the_native_gradients(provider: str) -> None:
+    """With inputs that require grad the forward graph is lowered as for inference (the
+    provider's op spliced in) and the gradients are the native function's."""
+    ir_dispatch.set_priority(fused_add_rms_norm=[provider])
+    leaves = [t.requires_grad_(True) for t in args()]
+
+    def loss(x: Tensor, r: Tensor, w: Tensor) -> Tensor:
+        out, residual = ops.fused_add_rms_norm(x, r, w, 1e-6)
+        total: Tensor = (out * out).sum() + (residual * torch.arange(64.0)).sum()
+        return total
+
+    want = torch.autograd.grad(loss(*leaves), leaves)
+    got = torch.autograd.grad(ir_passes.compile(loss)(*leaves), leaves)
+    torch.testing.assert_close(got, want)
+    report = ir_passes.last_report()
+    assert report is not None
+    assert set(report.selected_impls["fused_add_rms_norm"].values()) == {provider}

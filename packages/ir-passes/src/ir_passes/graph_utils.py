@@ -1,5 +1,6 @@
 """FX helpers shared by the passes: finding IR ops, source lines, aliasing, inlining."""
 
+import contextlib
 import logging
 import operator
 from collections.abc import Callable, Iterable
@@ -9,6 +10,7 @@ from typing import Any
 import torch
 from torch import fx
 from torch._dispatch.python import enable_python_dispatcher
+from torch._guards import detect_fake_mode
 from torch._inductor.decomposition import select_decomp_table
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -83,8 +85,12 @@ def inline(
         result = fn(*full)
         return tuple(result) if isinstance(result, (tuple, list)) else (result,)
 
-    # decomposed like the rest of a post-grad graph (Inductor refuses undecomposed ops there)
-    with enable_python_dispatcher():
+    # Decomposed like the rest of a post-grad graph (Inductor refuses undecomposed ops there),
+    # under the graph's fake mode: an implementation that allocates its output and passes it to
+    # an out-variant kernel (the cuda provider's) gets a fake tensor to pass, not a real one
+    # beside fake inputs (which the fake mode refuses).
+    fake_mode = detect_fake_mode(fakes)
+    with enable_python_dispatcher(), fake_mode or contextlib.nullcontext():
         traced = make_fx(flat, decomposition_table=select_decomp_table(), tracing_mode="real")(
             *fakes
         )
