@@ -69,7 +69,7 @@ def build_other(csrc: Path, namespace: str, work: Path, programmatic: bool = Fal
             raise SystemExit(f"{ops_cpp}: no '#define IR_CUDA_LIBRARY ir_cuda' line to rename")
         ops_cpp.write_text(text)
     defines = ["-DIR_CUDA_PROGRAMMATIC"] if programmatic else []
-    with cuda_build._arch_list(cuda_build.architecture()):
+    with cuda_build._environ("TORCH_CUDA_ARCH_LIST", cuda_build.architecture()):
         cpp_extension.load(
             name=namespace,
             sources=[str(source / name) for name in cuda_build.SOURCES],

@@ -91,14 +91,8 @@ def ninja_on_path() -> Iterator[None]:
         yield
         return
     previous = os.environ.get("PATH")
-    os.environ["PATH"] = os.pathsep.join([folder, *([previous] if previous else [])])
-    try:
+    with _environ("PATH", os.pathsep.join([folder, *([previous] if previous else [])])):
         yield
-    finally:
-        if previous is None:
-            del os.environ["PATH"]
-        else:
-            os.environ["PATH"] = previous
 
 
 def architecture() -> str:
@@ -174,16 +168,17 @@ def cache_root() -> Path:
 
 
 @contextlib.contextmanager
-def _arch_list(arch: str) -> Iterator[None]:
-    previous = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+def _environ(name: str, value: str) -> Iterator[None]:
+    """The environment variable `name` set to `value` inside the block, as it was after."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
     try:
         yield
     finally:
         if previous is None:
-            del os.environ["TORCH_CUDA_ARCH_LIST"]
+            del os.environ[name]
         else:
-            os.environ["TORCH_CUDA_ARCH_LIST"] = previous
+            os.environ[name] = previous
 
 
 @contextlib.contextmanager
@@ -290,7 +285,7 @@ def build(programmatic: bool = False) -> Path:
     root = csrc_dir()
     defines = ["-DIR_CUDA_PROGRAMMATIC"] if programmatic else []
     what = "the CUDA kernels launched programmatically" if programmatic else "the CUDA kernels"
-    with _arch_list(arch):
+    with _environ("TORCH_CUDA_ARCH_LIST", arch):
         _compile(
             f"ir_kernels_cuda_{'programmatic_' if programmatic else ''}{key[:12]}",
             directory,
