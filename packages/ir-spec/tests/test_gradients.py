@@ -112,13 +112,20 @@ def test_compiled_gradients_are_the_native_ones(kernels: None, op: IrOp) -> None
 @pytest.mark.parametrize(
     "op", [ops.fused_add_rms_norm, ops.rotary_embedding], ids=lambda op: op.name
 )
-def test_maybe_inplace_is_functional_when_training(kernels: None, op: IrOp) -> None:
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_maybe_inplace_is_functional_when_training(kernels: None, op: IrOp, mode: str) -> None:
+    """Under torch.compile too: the call records the functional overload, which carries the
+    gradient (the in-place one would have left the inputs' gradients None)."""
+    torch._dynamo.reset()
     args = sample_inputs(op, hidden_size=64)
     want = _native_gradients(op, args)
     assert want is not None
     call_args, leaves = _leaves(args)
     activations = [call_args[i].detach().clone() for i in op.activation_indices]
-    loss = _loss(op.maybe_inplace(*call_args))
+    call = op.maybe_inplace
+    if mode == "compiled":
+        call = torch.compile(call, backend="aot_eager", fullgraph=True)
+    loss = _loss(call(*call_args))
     assert loss is not None
     _assert_same_gradients(list(torch.autograd.grad(loss, leaves, allow_unused=True)), want)
     for i, before in zip(op.activation_indices, activations, strict=True):

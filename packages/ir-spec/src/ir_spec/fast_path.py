@@ -65,6 +65,8 @@ def __call__(self, {params}):
 
 def maybe_inplace(self, {params}):
     if _is_compiling() or _depth():
+        if _grad_enabled() and ({traced_needs_grad}):
+            return self._default_overload({names})
         return self._maybe_inplace_overload({names})
 {choose_by_key}
     if _grad_enabled() and ({needs_grad}):
@@ -73,16 +75,21 @@ def maybe_inplace(self, {params}):
 """
 
 
-def needs_grad_expression(native: Callable[..., Any]) -> str:
+def needs_grad_expression(native: Callable[..., Any], *, checked: bool = True) -> str:
     """Whether any tensor argument requires grad (an optional one only when given), so that a
     training call takes the torch op and its gradient (`autograd`); "False" for an op without
-    tensor arguments. Evaluated only with grad mode on, after the choice, whose argument check
-    has made sure the tensors are tensors."""
+    tensor arguments. Evaluated only with grad mode on: `checked`, after the choice, whose
+    argument check has made sure the tensors are tensors; else (while tracing, where the check
+    runs later, on the torch op) tolerating any value."""
     parts = []
     for p in inspect.signature(native, eval_str=True).parameters.values():
-        if p.annotation is torch.Tensor:
+        if p.annotation not in (torch.Tensor, torch.Tensor | None):
+            continue
+        if not checked:
+            parts.append(f"getattr({p.name}, 'requires_grad', False)")
+        elif p.annotation is torch.Tensor:
             parts.append(f"{p.name}.requires_grad")
-        elif p.annotation == (torch.Tensor | None):
+        else:
             parts.append(f"({p.name} is not None and {p.name}.requires_grad)")
     return " or ".join(parts) or "False"
 
@@ -185,6 +192,7 @@ def build(
         choose=choose,
         choose_by_key=_CHOOSE_BY_KEY.format(key=key, names=joined),
         needs_grad=needs_grad_expression(op.native),
+        traced_needs_grad=needs_grad_expression(op.native, checked=False),
     )
     exec(compile(source, f"<ir_spec fast path for {op.name}>", "exec"), namespace)
     return namespace["key"], namespace["__call__"], namespace["maybe_inplace"]
