@@ -32,6 +32,8 @@ _CHOOSE_BY_KEY = """
         impl = self.choose(({names},))"""
 
 # The same, after asking the last choice's guard; a miss remembers the new choice (bounded).
+# Both set `grad_args`, whether a tensor argument requires grad: the guard checks each tensor's
+# requires_grad, so a hit reuses the flag remembered with the choice.
 _CHOOSE_BY_LAST_OR_KEY = (
     """
     impl = None
@@ -39,14 +41,15 @@ _CHOOSE_BY_LAST_OR_KEY = (
     if memo is not None and _hook.op_caches:
         try:
             if memo[1] == ({others}) and memo[0].check({guarded}):
-                impl = memo[2]
+                impl, grad_args = memo[2], memo[3]
         except Exception:
             pass
     if impl is None:"""
     + textwrap.indent(_CHOOSE_BY_KEY, "    ")
     + """
+        grad_args = {needs_grad}
         if _hook.op_caches and self._last_choice_rebuilds < _max_rebuilds:
-            self._remember_choice(impl, ({guarded},), ({others}), {exact})"""
+            self._remember_choice(impl, ({guarded},), ({others}), {exact}, grad_args)"""
 )
 
 _TEMPLATE = """
@@ -57,7 +60,7 @@ def __call__(self, {params}):
     if _is_compiling() or _depth():
         return self._default_overload({names})
 {choose}
-    if _grad_enabled() and ({needs_grad}):
+    if grad_args and _grad_enabled():
         return self._default_overload({names})
     if impl.inplace:
         return impl.fn({cloned})
@@ -173,8 +176,10 @@ def build(
         key = f"_custom_key({joined})"
     cloned = ", ".join(f"{n}.clone()" if n in op.activations else n for n in names)
     guarded = _guarded_arguments(op.native) if last_choice.available() else None
+    needs_grad = needs_grad_expression(op.native)
     if guarded is None:
         choose = _CHOOSE_BY_KEY.format(key=key, names=joined)
+        choose += f"\n    grad_args = {needs_grad}"
     else:
         tensors, others = guarded
         choose = _CHOOSE_BY_LAST_OR_KEY.format(
@@ -183,6 +188,7 @@ def build(
             guarded=", ".join(tensors),
             others="".join(f"{o}, " for o in others),
             exact=custom_key,
+            needs_grad=needs_grad,
         )
     source = _TEMPLATE.format(
         params=", ".join(declared),
@@ -191,7 +197,7 @@ def build(
         cloned=cloned,
         choose=choose,
         choose_by_key=_CHOOSE_BY_KEY.format(key=key, names=joined),
-        needs_grad=needs_grad_expression(op.native),
+        needs_grad=needs_grad,
         traced_needs_grad=needs_grad_expression(op.native, checked=False),
     )
     exec(compile(source, f"<ir_spec fast path for {op.name}>", "exec"), namespace)

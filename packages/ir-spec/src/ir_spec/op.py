@@ -87,7 +87,8 @@ class IrOp:
         self.choices: dict[Any, Impl] = {}
         """Eager choices cached by dispatch key for the process-wide dispatcher state."""
         # (guard, other argument values, impl) of the last eager call: see `last_choice`
-        self._last_choice: tuple[Any, tuple[Any, ...], Impl] | None = None
+        #: (guard, other arguments, choice, whether a tensor argument requires grad)
+        self._last_choice: tuple[Any, tuple[Any, ...], Impl, bool] | None = None
         self._last_choice_rebuilds = 0
         self._fake: Callable[..., Any] = native
         self._tolerances: dict[torch.dtype, Tolerance] = dict(DEFAULT_TOLERANCES)
@@ -151,12 +152,15 @@ class IrOp:
         tensors: tuple[torch.Tensor, ...],
         others: tuple[Any, ...],
         exact: bool,
+        grad_args: bool = False,
     ) -> None:
         """Make `impl` the last choice, behind a guard built from this call's tensors (`exact`:
-        every size checked, for ops whose own key relates their arguments' shapes)."""
+        every size checked, for ops whose own key relates their arguments' shapes); `grad_args`:
+        whether one of them requires grad (the guard checks that it still does, or still does
+        not)."""
         self._last_choice_rebuilds += 1
         guard = last_choice.guard(tensors, exact=exact)
-        self._last_choice = None if guard is None else (guard, others, impl)
+        self._last_choice = None if guard is None else (guard, others, impl, grad_args)
 
     def normalize(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
         """Arguments as a positional tuple in declaration order, defaults filled in."""
