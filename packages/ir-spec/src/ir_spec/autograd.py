@@ -7,9 +7,8 @@ implementation, and the backward runs the op's native function again on the save
 differentiates it. The gradient is therefore the native semantics' gradient whatever kernel ran
 the forward, at the cost of one more forward pass in the backward.
 
-Outputs outside `DIFFERENTIABLE_DTYPES` (the fp8 values and their float32 scales are taken
-here as differentiable only when float32: the scales are) contribute no gradient; an fp8 output
-stops the gradient as a cast to fp8 does.
+Outputs outside `DIFFERENTIABLE_DTYPES`, the quantizers' fp8 values, pass no gradient back
+(torch's own cast to fp8 would pass one, in fp8); their float32 scales do.
 
 Eagerly an op goes through the torch op (and so through this formula) only when grad mode is
 on and one of its tensor arguments requires grad (`requires_grad`); inference calls keep the

@@ -78,6 +78,23 @@ def maybe_inplace(self, {params}):
 """
 
 
+#: What `_parameters` says of a native function's parameter.
+TENSOR, OPTIONAL_TENSOR, OTHER = "tensor", "optional tensor", "other"
+
+
+def _parameters(native: Callable[..., Any]) -> list[tuple[str, str]]:
+    """Each parameter's name and kind (`TENSOR`, `OPTIONAL_TENSOR` or `OTHER`), in order."""
+    kinds = []
+    for p in inspect.signature(native, eval_str=True).parameters.values():
+        if p.annotation is torch.Tensor:
+            kinds.append((p.name, TENSOR))
+        elif p.annotation == (torch.Tensor | None):
+            kinds.append((p.name, OPTIONAL_TENSOR))
+        else:
+            kinds.append((p.name, OTHER))
+    return kinds
+
+
 def needs_grad_expression(native: Callable[..., Any], *, checked: bool = True) -> str:
     """Whether any tensor argument requires grad (an optional one only when given), so that a
     training call takes the torch op and its gradient (`autograd`); "False" for an op without
@@ -85,15 +102,15 @@ def needs_grad_expression(native: Callable[..., Any], *, checked: bool = True) -
     argument check has made sure the tensors are tensors; else (while tracing, where the check
     runs later, on the torch op) tolerating any value."""
     parts = []
-    for p in inspect.signature(native, eval_str=True).parameters.values():
-        if p.annotation not in (torch.Tensor, torch.Tensor | None):
+    for name, kind in _parameters(native):
+        if kind == OTHER:
             continue
         if not checked:
-            parts.append(f"getattr({p.name}, 'requires_grad', False)")
-        elif p.annotation is torch.Tensor:
-            parts.append(f"{p.name}.requires_grad")
+            parts.append(f"getattr({name}, 'requires_grad', False)")
+        elif kind == TENSOR:
+            parts.append(f"{name}.requires_grad")
         else:
-            parts.append(f"({p.name} is not None and {p.name}.requires_grad)")
+            parts.append(f"({name} is not None and {name}.requires_grad)")
     return " or ".join(parts) or "False"
 
 
@@ -111,13 +128,13 @@ def generic_key_expression(native: Callable[..., Any]) -> str:
     """The generic dispatch key: per tensor its dtype, device, rank, last size and row layout;
     every other argument as it is."""
     parts = []
-    for p in inspect.signature(native, eval_str=True).parameters.values():
-        if p.annotation is torch.Tensor:
-            parts.append(_tensor_key(p.name))
-        elif p.annotation == (torch.Tensor | None):
-            parts.append(f"(None if {p.name} is None else ({_tensor_key(p.name)}))")
+    for name, kind in _parameters(native):
+        if kind == TENSOR:
+            parts.append(_tensor_key(name))
+        elif kind == OPTIONAL_TENSOR:
+            parts.append(f"(None if {name} is None else ({_tensor_key(name)}))")
         else:
-            parts.append(p.name)
+            parts.append(name)
     return f"({', '.join(parts)},)"
 
 
@@ -128,14 +145,14 @@ def _guarded_arguments(native: Callable[..., Any]) -> tuple[list[str], list[str]
     tensors: list[str] = []
     others: list[str] = []
     optional: list[str] = []
-    for p in inspect.signature(native, eval_str=True).parameters.values():
-        if p.annotation is torch.Tensor:
-            tensors.append(p.name)
-        elif p.annotation == (torch.Tensor | None):
-            tensors.append(f"(_none_tensor if {p.name} is None else {p.name})")
-            optional.append(f"{p.name} is None")
+    for name, kind in _parameters(native):
+        if kind == TENSOR:
+            tensors.append(name)
+        elif kind == OPTIONAL_TENSOR:
+            tensors.append(f"(_none_tensor if {name} is None else {name})")
+            optional.append(f"{name} is None")
         else:
-            others.append(p.name)
+            others.append(name)
     if not tensors:
         return None
     return tensors, others + optional
