@@ -132,6 +132,75 @@ def test_maybe_inplace_is_functional_when_training(kernels: None, op: IrOp, mode
         assert torch.equal(call_args[i], before)
 
 
+@pytest.mark.parametrize(
+    "op", [ops.fused_add_rms_norm, ops.rotary_embedding], ids=lambda op: op.name
+)
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_the_inplace_torch_overload_carries_gradients(kernels: None, op: IrOp, mode: str) -> None:
+    """Called directly, ``torch.ops.ir.<name>.maybe_inplace`` computes out of place when a
+    gradient is needed; torch's fallback had backpropagated through its arguments as if it
+    returned them unchanged."""
+    torch._dynamo.reset()
+    args = sample_inputs(op, hidden_size=64)
+    want = _native_gradients(op, args)
+    assert want is not None
+    call_args, leaves = _leaves(args)
+    # Activations that are not leaves, as in a model (a leaf that requires grad cannot be
+    # written in place, so it would not show the fallback's wrong gradient).
+    call_args = tuple(a * 1 if i in op.activation_indices else a for i, a in enumerate(call_args))
+    activations = [call_args[i].detach().clone() for i in op.activation_indices]
+    call = op.torch_op.maybe_inplace
+    if mode == "compiled":
+        call = torch.compile(call, backend="aot_eager", fullgraph=True)
+    loss = _loss(call(*call_args))
+    assert loss is not None
+    _assert_same_gradients(list(torch.autograd.grad(loss, leaves, allow_unused=True)), want)
+    for i, before in zip(op.activation_indices, activations, strict=True):
+        assert torch.equal(call_args[i], before)
+
+
+def test_the_inplace_torch_overload_writes_in_place_for_inference(
+    prefer: Callable[[str], None], temporary_impls: list[Any]
+) -> None:
+    """Where no gradient is needed, the in-place overload still runs an in-place kernel."""
+    op = ops.fused_add_rms_norm
+
+    @op.register_impl("writes_in_place", inplace=True)
+    def fused_add(
+        x: Tensor,
+        x_residual: Tensor,
+        weight: Tensor | None,
+        epsilon: float,
+        variance_size: int | None = None,
+    ) -> Any:
+        out, residual = op.native(x, x_residual, weight, epsilon, variance_size)
+        return x.copy_(out), x_residual.copy_(residual)
+
+    temporary_impls.append((op, "writes_in_place"))
+    prefer("writes_in_place")
+    x, residual, *rest = sample_inputs(op, hidden_size=64)
+    want = op.native(x, residual, *rest)
+    x = x.requires_grad_(True) * 1  # requires grad, but no gradient is recorded:
+    with torch.no_grad():
+        got = op.torch_op.maybe_inplace(x, residual, *rest)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(x, want[0])  # the activation was overwritten
+
+
+def test_the_inplace_torch_overload_bumps_the_versions_it_may_write() -> None:
+    """A gradient saved from an activation before the in-place overload wrote it fails loudly
+    in backward instead of using the overwritten values."""
+    op = ops.fused_add_rms_norm
+    x, residual, *rest = sample_inputs(op, hidden_size=64)
+    leaf = x.detach().clone().requires_grad_(True)
+    activation = leaf * 2
+    saved_it = activation.sin()
+    with torch.no_grad():
+        op.torch_op.maybe_inplace(activation, residual, *rest)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        saved_it.sum().backward()
+
+
 def test_inference_calls_keep_the_direct_path(
     kernels: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,6 +13,11 @@ Outputs outside `DIFFERENTIABLE_DTYPES`, the quantizers' fp8 values, pass no gra
 Eagerly an op goes through the torch op (and so through this formula) only when grad mode is
 on and one of its tensor arguments requires grad (`requires_grad`); inference calls keep the
 direct path.
+
+The in-place overload ``torch.ops.ir.<name>.maybe_inplace`` has no formula of its own (torch
+derives none for mutated arguments). When a call to it needs a gradient, it computes out of
+place through the functional overload instead, as the op's ``maybe_inplace`` method does, and
+leaves its arguments unchanged; its results are the values to use either way.
 """
 
 from __future__ import annotations
@@ -51,6 +56,33 @@ def register(op: IrOp, lib: Library, qualname: str) -> None:
         return _native_vjp(native, ctx, grads)
 
     torch.library.register_autograd(qualname, backward, setup_context=setup_context, lib=lib)
+
+
+def register_maybe_inplace(lib: Library, name: str, functional: Any, inplace: Any) -> None:
+    """Route the in-place overload `name` of `lib` to `functional` when a gradient is needed.
+
+    Without this kernel torch's fallback would run the in-place kernel and backpropagate
+    through its arguments as if they were its outputs, unchanged: wrong gradients, with only
+    a deprecation warning. Otherwise the in-place kernel runs, and the arguments it may write
+    have their version counters bumped, so that a gradient saved from them earlier fails loudly.
+    """
+    written = [
+        (i, arg.name)
+        for i, arg in enumerate(inplace._schema.arguments)
+        if arg.alias_info is not None and arg.alias_info.is_write
+    ]
+
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        if requires_grad(*args, *kwargs.values()):
+            return functional(*args, **kwargs)
+        result = inplace.redispatch(keyset & torch._C._after_autograd_keyset, *args, **kwargs)
+        for position, arg_name in written:
+            value = args[position] if position < len(args) else kwargs.get(arg_name)
+            if isinstance(value, torch.Tensor):
+                torch.autograd.graph.increment_version(value)
+        return result
+
+    lib.impl(name, kernel, "Autograd", with_keyset=True)
 
 
 def _native_vjp(native: Callable[..., Any], ctx: Any, grads: tuple[Any, ...]) -> tuple[Any, ...]:

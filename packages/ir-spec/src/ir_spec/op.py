@@ -218,6 +218,12 @@ class IrOp:
                 f"{NAMESPACE}::{self.name}.maybe_inplace", self._fake_kernel, lib=_LIB
             )
             self._maybe_inplace_overload = self.torch_op.maybe_inplace
+            autograd.register_maybe_inplace(
+                _LIB,
+                f"{self.name}.maybe_inplace",
+                self._default_overload,
+                self._maybe_inplace_overload,
+            )
 
     def _torch_default_kernel(self, *args: Any, **kwargs: Any) -> Any:
         return self._execute(args, kwargs, inplace_ok=False)
