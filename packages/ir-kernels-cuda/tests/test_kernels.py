@@ -39,6 +39,7 @@ from ir_spec.testing import (
     assert_gelu_accurate_in_the_negative_tail,
     assert_impl_matches_native,
     assert_matches_native_on_the_second_gpu,
+    catalog_ops,
     clone_args,
     matrix_spec,
     sample_inputs,
@@ -50,7 +51,7 @@ on_gpu = pytest.mark.skipif(not GPU, reason=f"provider cuda unsupported here: {i
 
 
 def test_registered_for_every_catalog_op() -> None:
-    assert {op.name for op, _ in PROVIDERS} == {op.name for op in ops}
+    assert {op.name for op, _ in PROVIDERS} == {op.name for op in catalog_ops()}
     inplace = {op.name for op, p in PROVIDERS if p == "cuda_inplace"}
     assert inplace == {"fused_add_rms_norm", "rotary_embedding"}
     assert all(op.impls[p].inplace == (p == "cuda_inplace") for op, p in PROVIDERS)

@@ -9,6 +9,7 @@ from torch import Tensor
 
 import ir_spec
 from ir_spec import ops, register_op
+from ir_spec.testing import catalog_ops
 
 _counter = itertools.count()
 
@@ -81,6 +82,21 @@ def test_ops_namespace_iterates_catalog() -> None:
         "rms_norm_dynamic_quant_fp8",
         "silu_and_mul_static_quant_fp8",
     } <= names
+
+
+def test_catalog_ops_leave_out_ops_declared_elsewhere() -> None:
+    """Tests declare throwaway ops (torch ops cannot be removed); a provider's test of "every
+    catalog op" must not see them."""
+
+    def f(x: Tensor) -> Tensor:
+        return x.clone()
+
+    declared = register_op(name=fresh())(f)
+    assert declared in list(ops)
+    catalog = catalog_ops()
+    assert declared not in catalog
+    assert len(catalog) == 12
+    assert {op.name for op in catalog} <= {op.name for op in ops}
 
 
 @pytest.mark.parametrize("bad", ["1abc", "has-dash", "", "class", "default", "maybe_inplace"])

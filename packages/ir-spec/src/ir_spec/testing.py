@@ -14,6 +14,7 @@ import torch
 
 from .catalog.norm import rms_norm
 from .op import IrOp
+from .registry import ops
 from .sampling import SampleSpec
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "assert_impl_matches_native",
     "assert_installed_version",
     "assert_matches_native_on_the_second_gpu",
+    "catalog_ops",
     "clone_args",
     "fused_add_rms_norm_inplace",
     "matrix_spec",
@@ -33,6 +35,11 @@ __all__ = [
 
 #: The activation dtypes every catalog op defines.
 ACTIVATION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def catalog_ops() -> list[IrOp]:
+    """The ops of ir-spec's catalog, without any op a program or a test declared since."""
+    return [op for op in ops if op.native.__module__.startswith(f"{__package__}.catalog.")]
 
 
 def sample_inputs(op: IrOp, spec: SampleSpec | None = None, **fields: Any) -> tuple[Any, ...]:
