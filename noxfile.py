@@ -284,6 +284,10 @@ def gpu(session: nox.Session) -> None:
     session.install(*TEST_TOOLS, "numpy", "transformers>=4.56", "tests-integration/oot_provider")
     session.run(
         "pytest",
+        # ir-spec's and ir-dispatch's own tests too: the GPU machine's torch is the oldest we
+        # support, and their helpers have GPU paths
+        "packages/ir-spec/tests",
+        "packages/ir-dispatch/tests",
         "packages/ir-kernels-triton/tests",
         "packages/ir-kernels-cuda/tests",
         "packages/ir-passes/tests",
