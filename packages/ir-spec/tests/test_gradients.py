@@ -113,33 +113,15 @@ def test_compiled_gradients_are_the_native_ones(kernels: None, op: IrOp) -> None
     "op", [ops.fused_add_rms_norm, ops.rotary_embedding], ids=lambda op: op.name
 )
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
-def test_maybe_inplace_is_functional_when_training(kernels: None, op: IrOp, mode: str) -> None:
-    """Under torch.compile too: the call records the functional overload, which carries the
-    gradient (the in-place one would have left the inputs' gradients None)."""
-    torch._dynamo.reset()
-    args = sample_inputs(op, hidden_size=64)
-    want = _native_gradients(op, args)
-    assert want is not None
-    call_args, leaves = _leaves(args)
-    activations = [call_args[i].detach().clone() for i in op.activation_indices]
-    call = op.maybe_inplace
-    if mode == "compiled":
-        call = torch.compile(call, backend="aot_eager", fullgraph=True)
-    loss = _loss(call(*call_args))
-    assert loss is not None
-    _assert_same_gradients(list(torch.autograd.grad(loss, leaves, allow_unused=True)), want)
-    for i, before in zip(op.activation_indices, activations, strict=True):
-        assert torch.equal(call_args[i], before)
-
-
-@pytest.mark.parametrize(
-    "op", [ops.fused_add_rms_norm, ops.rotary_embedding], ids=lambda op: op.name
-)
-@pytest.mark.parametrize("mode", ["eager", "compiled"])
-def test_the_inplace_torch_overload_carries_gradients(kernels: None, op: IrOp, mode: str) -> None:
-    """Called directly, ``torch.ops.ir.<name>.maybe_inplace`` computes out of place when a
-    gradient is needed; torch's fallback had backpropagated through its arguments as if it
-    returned them unchanged."""
+@pytest.mark.parametrize("entry", ["method", "torch_op"])
+def test_maybe_inplace_is_functional_when_training(
+    kernels: None, op: IrOp, mode: str, entry: str
+) -> None:
+    """`op.maybe_inplace` and ``torch.ops.ir.<name>.maybe_inplace`` both compute out of place
+    when a gradient is needed, compiled too (the method records the functional overload). The
+    in-place overload had left the inputs' gradients None under torch.compile, and called
+    directly, torch's fallback had backpropagated through its arguments as if it returned
+    them unchanged."""
     torch._dynamo.reset()
     args = sample_inputs(op, hidden_size=64)
     want = _native_gradients(op, args)
@@ -149,7 +131,7 @@ def test_the_inplace_torch_overload_carries_gradients(kernels: None, op: IrOp, m
     # written in place, so it would not show the fallback's wrong gradient).
     call_args = tuple(a * 1 if i in op.activation_indices else a for i, a in enumerate(call_args))
     activations = [call_args[i].detach().clone() for i in op.activation_indices]
-    call = op.torch_op.maybe_inplace
+    call = op.maybe_inplace if entry == "method" else op.torch_op.maybe_inplace
     if mode == "compiled":
         call = torch.compile(call, backend="aot_eager", fullgraph=True)
     loss = _loss(call(*call_args))
