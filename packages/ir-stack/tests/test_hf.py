@@ -1425,6 +1425,54 @@ def test_gemma_norms_take_a_float32_scale_in_half_precision() -> None:
     assert torch.equal(norm.scale, torch.full_like(norm.scale, 1.25))
 
 
+def _gradients(model: Any, compiled: bool = False) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient after a backward pass of a weighted sum of the logits on
+    `prompt()` (weights that differ by position, so that no gradient is uniform); through
+    `ir_stack.compile` with `compiled`."""
+    ids, mask = prompt()
+    call = ir_stack.compile(model) if compiled else model
+    logits = call(ids, attention_mask=mask).logits
+    weights = torch.linspace(-1.0, 1.0, logits.numel()).view(logits.shape)
+    (logits.float() * weights).sum().backward()
+    return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize(
+    ("family", "compiled"),
+    [
+        *((f, False) for f in ["llama", "gemma3", "vaultgemma", "qwen3_5_moe", "falcon_h1"]),
+        ("minimax_m3", False),
+        ("gemma3", True),
+    ],
+)
+def test_a_converted_model_fine_tunes_with_the_original_gradients(
+    family: str, compiled: bool
+) -> None:
+    """Training through a converted model, eager or compiled with the IR passes, gives every
+    parameter the original's gradient: the norms scaling by 1 + w (Gemma's, Qwen 3.5's)
+    included, whose kept float32 sum had none, and the joined gate and up rows (the gate's
+    divided by Falcon-H1's gate multiplier)."""
+    torch._dynamo.reset()
+    model = build(family)
+    original = copy.deepcopy(model)
+    with torch.no_grad():
+        convert_hf_model(model)
+    want, got = _gradients(original), _gradients(model, compiled)
+    joined = {}
+    for path, module in model.named_modules():
+        if isinstance(module, IRGatedMLP):
+            prefix = f"{path}." if path else ""
+            gate, up, _ = (f"{prefix}{name}.weight" for name in module.names)
+            joined[f"{prefix}gate_up.weight"] = torch.cat(
+                [want.pop(gate) / module.gate_scale, want.pop(up)]
+            )
+    want |= joined
+    assert set(got) == set(want)
+    for name, grad in want.items():
+        scale = grad.abs().max().clamp_min(1e-6)
+        torch.testing.assert_close(got[name] / scale, grad / scale, atol=1e-4, rtol=0, msg=name)
+
+
 def test_norm_and_activation_forms_are_found_by_running_them() -> None:
     """A Llama given Gemma's norm (1 + weight) and an exact GELU: each converted as it computes,
     and a norm of neither form left alone."""

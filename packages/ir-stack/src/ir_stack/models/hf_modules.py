@@ -15,8 +15,9 @@ class IRRMSNorm(nn.Module):
     weight is ``offset + weight`` in float32, computed here and again after every move or cast
     of the module (``.to``, ``.cuda``, ``.half``: never rounded to the model's dtype) and every
     ``load_state_dict``; the module keeps `weight` itself, so its state dict is the original's.
-    The sum is made without autograd: the conversion is for inference, and gradients would not
-    reach `weight` through it."""
+    The kept sum has no autograd history; when training (grad mode on and `weight` requiring
+    grad) each call sums again, so that the gradient reaches `weight` as through the
+    original norm."""
 
     weight: nn.Parameter | None
     scale: Tensor | None
@@ -50,8 +51,18 @@ class IRRMSNorm(nn.Module):
         # (`offset` rather than `scale`: a float attribute is one guard under Dynamo, a buffer
         # looked up in `_buffers` two)
         weight = self.scale if self.offset else self.weight
+        # grad mode first: under no_grad, Dynamo then reads (and guards) nothing more
+        if self.offset and torch.is_grad_enabled():
+            weight = self._scale_for_training()
         out: Tensor = ops.rms_norm(x, weight, self.eps)
         return out
+
+    def _scale_for_training(self) -> Tensor | None:
+        """``offset + weight`` made again with autograd where `weight` requires grad (so that
+        its gradient flows as through the original norm), else the kept sum."""
+        if self.weight is not None and self.weight.requires_grad:
+            return self.weight.float() + self.offset
+        return self.scale
 
     def extra_repr(self) -> str:
         offset = f", offset={self.offset}" if self.offset else ""
