@@ -20,6 +20,7 @@ import ir_passes
 import ir_stack
 from ir_piecewise import CompilationConfig, CUDAGraphMode, counters
 from ir_spec import ops
+from ir_spec.testing import weighted_sum
 from ir_stack.models import TINY, LlamaModel
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -1077,12 +1078,6 @@ def test_converted_transformers_model_agrees_on_gpu(family: str) -> None:
     assert (after - before).abs().max() < 0.05 * before.abs().max()
 
 
-def _weighted_loss(logits: torch.Tensor) -> torch.Tensor:
-    """A scalar of `logits` whose gradient differs at every position."""
-    weights = torch.linspace(-1.0, 1.0, logits.numel(), device=logits.device)
-    return (logits.float() * weights.view(logits.shape)).sum()
-
-
 @pytest.mark.parametrize("family", ["llama", "gemma3", "qwen3_moe"])
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
 def test_converted_model_fine_tunes_on_gpu(family: str, compiled: bool) -> None:
@@ -1098,12 +1093,12 @@ def test_converted_model_fine_tunes_on_gpu(family: str, compiled: bool) -> None:
     with torch.no_grad():
         convert_hf_model(model)
     ids = torch.randint(0, 256, (2, 17), device="cuda")
-    _weighted_loss(original(ids).logits).backward()
+    weighted_sum(original(ids).logits).backward()
     ir_dispatch.reset_stats()
     ir_dispatch.collect_stats(True)
     try:
         call = ir_stack.compile(model) if compiled else model
-        _weighted_loss(call(ids).logits).backward()
+        weighted_sum(call(ids).logits).backward()
     finally:
         ir_dispatch.collect_stats(False)
     if not compiled:  # eagerly every op ran on a kernel provider (compiled: lowered to one)

@@ -20,7 +20,7 @@ import ir_dispatch
 import ir_kernels_triton  # noqa: F401
 import ir_passes
 from ir_spec import IrOp, ops
-from ir_spec.testing import sample_inputs
+from ir_spec.testing import grad_leaves, sample_inputs, weighted_sum
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 OPS = [ops.rms_norm, ops.fused_add_rms_norm, ops.silu_and_mul, ops.rotary_embedding]
@@ -38,25 +38,10 @@ def provider(request: pytest.FixtureRequest) -> Iterator[str]:
     ir_dispatch.set_priority()
 
 
-def _leaves(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[Tensor]]:
-    out, leaves = [], []
-    for a in args:
-        if isinstance(a, Tensor) and a.is_floating_point():
-            a = a.detach().clone().requires_grad_(True)
-            leaves.append(a)
-        out.append(a)
-    return tuple(out), leaves
-
-
 def _gradients(fn: Callable[..., Any], args: tuple[Any, ...]) -> list[Tensor | None]:
-    call_args, leaves = _leaves(args)
+    call_args, leaves = grad_leaves(args)
     result = fn(*call_args)
-    outputs = result if isinstance(result, tuple) else (result,)
-    loss = sum(
-        (o.float() * torch.linspace(-1.0, 2.0, o.numel(), device=o.device).view(o.shape)).sum()
-        for o in outputs
-    )
-    assert isinstance(loss, Tensor)
+    loss = weighted_sum(*(result if isinstance(result, tuple) else (result,)))
     assert loss.requires_grad
     return list(torch.autograd.grad(loss, leaves, allow_unused=True))
 

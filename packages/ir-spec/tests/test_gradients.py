@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ir_spec import IrOp, ops
 from ir_spec.autograd import DIFFERENTIABLE_DTYPES
-from ir_spec.testing import sample_inputs
+from ir_spec.testing import grad_leaves, sample_inputs, weighted_sum
 
 PROVIDER = "detached"
 
@@ -37,31 +37,16 @@ def kernels(prefer: Callable[[str], None], temporary_impls: list[Any]) -> None:
     prefer(PROVIDER)
 
 
-def _leaves(args: tuple[Any, ...]) -> tuple[tuple[Any, ...], list[Tensor]]:
-    """`args` with every float tensor a fresh leaf that requires grad, and those leaves."""
-    out, leaves = [], []
-    for a in args:
-        if isinstance(a, Tensor) and a.dtype in DIFFERENTIABLE_DTYPES:
-            a = a.detach().clone().requires_grad_(True)
-            leaves.append(a)
-        out.append(a)
-    return tuple(out), leaves
-
-
 def _loss(result: Any) -> Tensor | None:
-    """A scalar of every differentiable output with a gradient path, weighted so that no
-    output's gradient is uniform; None where no output has one."""
+    """A weighted sum of every differentiable output with a gradient path; None where no
+    output has one."""
     outputs = result if isinstance(result, tuple) else (result,)
-    terms = [
-        (out.float() * torch.linspace(-1.0, 2.0, out.numel()).view(out.shape)).sum()
-        for out in outputs
-        if out.requires_grad and out.dtype in DIFFERENTIABLE_DTYPES
-    ]
-    return torch.stack(terms).sum() if terms else None
+    kept = [o for o in outputs if o.requires_grad and o.dtype in DIFFERENTIABLE_DTYPES]
+    return weighted_sum(*kept) if kept else None
 
 
 def _native_gradients(op: IrOp, args: tuple[Any, ...]) -> list[Tensor | None] | None:
-    native_args, leaves = _leaves(args)
+    native_args, leaves = grad_leaves(args)
     loss = _loss(op.native(*native_args))
     if loss is None:
         return None
@@ -84,7 +69,7 @@ def test_eager_gradients_are_the_native_ones(kernels: None, op: IrOp, layout: st
     strided = layout == "strided"
     args = sample_inputs(op, hidden_size=40 if strided else 64, row_padding=3 if strided else 0)
     want = _native_gradients(op, args)
-    call_args, leaves = _leaves(args)
+    call_args, leaves = grad_leaves(args)
     result = op(*call_args)
     loss = _loss(result)
     if want is None:  # only fp8 outputs: no gradient flows, as through a cast to fp8
@@ -102,7 +87,7 @@ def test_compiled_gradients_are_the_native_ones(kernels: None, op: IrOp) -> None
     args = sample_inputs(op, hidden_size=64)
     want = _native_gradients(op, args)
     assert want is not None
-    call_args, leaves = _leaves(args)
+    call_args, leaves = grad_leaves(args)
     result = torch.compile(op.__call__, backend="aot_eager", fullgraph=True)(*call_args)
     loss = _loss(result)
     assert loss is not None
@@ -126,7 +111,7 @@ def test_maybe_inplace_is_functional_when_training(
     args = sample_inputs(op, hidden_size=64)
     want = _native_gradients(op, args)
     assert want is not None
-    call_args, leaves = _leaves(args)
+    call_args, leaves = grad_leaves(args)
     # Activations that are not leaves, as in a model (a leaf that requires grad cannot be
     # written in place, so it would not show the fallback's wrong gradient).
     call_args = tuple(a * 1 if i in op.activation_indices else a for i, a in enumerate(call_args))

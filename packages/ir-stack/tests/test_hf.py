@@ -18,6 +18,7 @@ import ir_dispatch
 import ir_passes
 import ir_stack
 from ir_spec import ops
+from ir_spec.testing import weighted_sum
 from ir_stack.models import hf, hf_attention, hf_rotary
 from ir_stack.models.hf import (
     IRGatedMLP,
@@ -1427,13 +1428,11 @@ def test_gemma_norms_take_a_float32_scale_in_half_precision() -> None:
 
 def _gradients(model: Any, compiled: bool = False) -> dict[str, torch.Tensor]:
     """Every parameter's gradient after a backward pass of a weighted sum of the logits on
-    `prompt()` (weights that differ by position, so that no gradient is uniform); through
-    `ir_stack.compile` with `compiled`."""
+    `prompt()` (`weighted_sum`: no gradient is uniform); through `ir_stack.compile` with
+    `compiled`."""
     ids, mask = prompt()
     call = ir_stack.compile(model) if compiled else model
-    logits = call(ids, attention_mask=mask).logits
-    weights = torch.linspace(-1.0, 1.0, logits.numel()).view(logits.shape)
-    (logits.float() * weights).sum().backward()
+    weighted_sum(call(ids, attention_mask=mask).logits).backward()
     return {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
 
 

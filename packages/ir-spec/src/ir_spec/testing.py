@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from .autograd import DIFFERENTIABLE_DTYPES
 from .catalog.norm import rms_norm
 from .op import IrOp
 from .registry import ops
@@ -28,8 +29,10 @@ __all__ = [
     "catalog_ops",
     "clone_args",
     "fused_add_rms_norm_inplace",
+    "grad_leaves",
     "matrix_spec",
     "sample_inputs",
+    "weighted_sum",
 ]
 
 
@@ -40,6 +43,28 @@ ACTIVATION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def catalog_ops() -> list[IrOp]:
     """The ops of ir-spec's catalog, without any op a program or a test declared since."""
     return [op for op in ops if op.native.__module__.startswith(f"{__package__}.catalog.")]
+
+
+def grad_leaves(args: Sequence[Any]) -> tuple[tuple[Any, ...], list[torch.Tensor]]:
+    """`args` with every tensor of a differentiable dtype replaced by a fresh copy that is a
+    leaf requiring grad, and those leaves in order."""
+    out, leaves = [], []
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.dtype in DIFFERENTIABLE_DTYPES:
+            a = a.detach().clone().requires_grad_(True)
+            leaves.append(a)
+        out.append(a)
+    return tuple(out), leaves
+
+
+def weighted_sum(*outputs: torch.Tensor) -> torch.Tensor:
+    """A float32 scalar of `outputs`, each weighted linearly from -1 to 2 over its elements, so
+    that no output's gradient is uniform (nor sums to zero)."""
+    terms = [
+        (t.float() * torch.linspace(-1.0, 2.0, t.numel(), device=t.device).view(t.shape)).sum()
+        for t in outputs
+    ]
+    return torch.stack(terms).sum()
 
 
 def sample_inputs(op: IrOp, spec: SampleSpec | None = None, **fields: Any) -> tuple[Any, ...]:
