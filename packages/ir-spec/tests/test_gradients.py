@@ -126,10 +126,10 @@ def test_maybe_inplace_is_functional_when_training(
         assert torch.equal(call_args[i], before)
 
 
-def test_the_inplace_torch_overload_writes_in_place_for_inference(
-    prefer: Callable[[str], None], temporary_impls: list[Any]
-) -> None:
-    """Where no gradient is needed, the in-place overload still runs an in-place kernel."""
+@pytest.fixture
+def writes_in_place(prefer: Callable[[str], None], temporary_impls: list[Any]) -> None:
+    """fused_add_rms_norm runs provider `writes_in_place`, an in-place implementation that
+    writes as a kernel does, without bumping a version counter (``.data`` has its own)."""
     op = ops.fused_add_rms_norm
 
     @op.register_impl("writes_in_place", inplace=True)
@@ -141,10 +141,18 @@ def test_the_inplace_torch_overload_writes_in_place_for_inference(
         variance_size: int | None = None,
     ) -> Any:
         out, residual = op.native(x, x_residual, weight, epsilon, variance_size)
-        return x.copy_(out), x_residual.copy_(residual)
+        x.data.copy_(out)
+        x_residual.data.copy_(residual)
+        return x, x_residual
 
     temporary_impls.append((op, "writes_in_place"))
     prefer("writes_in_place")
+
+
+@pytest.mark.usefixtures("writes_in_place")
+def test_the_inplace_torch_overload_writes_in_place_for_inference() -> None:
+    """Where no gradient is needed, the in-place overload still runs an in-place kernel."""
+    op = ops.fused_add_rms_norm
     x, residual, *rest = sample_inputs(op, hidden_size=64)
     want = op.native(x, residual, *rest)
     x = x.requires_grad_(True) * 1  # requires grad, but no gradient is recorded:
@@ -154,18 +162,38 @@ def test_the_inplace_torch_overload_writes_in_place_for_inference(
     torch.testing.assert_close(x, want[0])  # the activation was overwritten
 
 
-def test_the_inplace_torch_overload_bumps_the_versions_it_may_write() -> None:
-    """A gradient saved from an activation before the in-place overload wrote it fails loudly
-    in backward instead of using the overwritten values."""
+@pytest.mark.usefixtures("writes_in_place")
+@pytest.mark.parametrize("entry", ["method", "torch_op"])
+@pytest.mark.parametrize("written", ["x", "x_residual"])
+def test_maybe_inplace_bumps_the_versions_it_may_write(entry: str, written: str) -> None:
+    """A gradient saved from an activation before an in-place kernel wrote it fails loudly in
+    backward instead of using the overwritten values, through either entry point. The eager
+    method had skipped the bump."""
     op = ops.fused_add_rms_norm
     x, residual, *rest = sample_inputs(op, hidden_size=64)
     leaf = x.detach().clone().requires_grad_(True)
     activation = leaf * 2
     saved_it = activation.sin()
+    args = (activation, residual) if written == "x" else (residual, activation)
+    call = op.maybe_inplace if entry == "method" else op.torch_op.maybe_inplace
     with torch.no_grad():
-        op.torch_op.maybe_inplace(activation, residual, *rest)
+        call(*args, *rest)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         saved_it.sum().backward()
+
+
+@pytest.mark.usefixtures("writes_in_place")
+def test_maybe_inplace_under_inference_mode_writes_without_bumping() -> None:
+    """Inference tensors have no version counter; the eager call skips the bump there and
+    still writes in place."""
+    op = ops.fused_add_rms_norm
+    with torch.inference_mode():
+        x, residual, *rest = sample_inputs(op, hidden_size=64)
+        want = op.native(x, residual, *rest)
+        out, new_residual = op.maybe_inplace(x, residual, *rest)
+    assert out is x
+    assert new_residual is residual
+    torch.testing.assert_close((out, new_residual), want)
 
 
 def test_inference_calls_keep_the_direct_path(

@@ -132,6 +132,23 @@ def test_ops_with_their_own_key_guard_every_size(prefer: Callable[[str], None]) 
     assert op._last_choice is not memo
 
 
+def test_maybe_inplace_shares_the_memo_and_still_checks(prefer: Callable[[str], None]) -> None:
+    """`maybe_inplace` tries the same memo as the call (a hit spares the key, most of the
+    eager cost of fused_add_rms_norm, whose key relates two tensors), and a mismatch still
+    reaches the check."""
+    prefer("native")
+    op = ops.fused_add_rms_norm
+    w = torch.randn(64)
+    op.maybe_inplace(torch.randn(4, 64), torch.randn(4, 64), w, 1e-6)
+    memo = op._last_choice
+    assert memo is not None
+    op.maybe_inplace(torch.randn(4, 64), torch.randn(4, 64), w, 1e-6)
+    op(torch.randn(4, 64), torch.randn(4, 64), w, 1e-6)
+    assert op._last_choice is memo
+    with pytest.raises(ValueError, match="x_residual"):
+        op.maybe_inplace(torch.randn(4, 64), torch.randn(5, 64), w, 1e-6)
+
+
 @pytest.mark.usefixtures("picky")
 def test_bad_arguments_after_a_good_call_still_raise() -> None:
     x, w = torch.randn(4, 64), torch.randn(64)

@@ -6,9 +6,10 @@ dictionary lookup on top of the implementation. The logic is the same as
 `IrOp._execute`: trace through the torch op when compiling or under a dispatch mode; else look
 the (argument-checked) choice up by dispatch key, asking `IrOp.choose` on a miss, and run it,
 unless grad mode is on and a tensor argument requires grad: that call takes the torch op, which
-carries the gradient (`autograd`). Ops first try their last choice behind a tensor guard
-(`last_choice`), which spares building the key when the arguments look like the previous
-call's.
+carries the gradient (`autograd`). Both entry points first try the op's last choice behind a
+tensor guard (`last_choice`), which spares building the key when the arguments look like the
+previous call's. ``maybe_inplace`` bumps the written arguments' version counters before an
+in-place implementation runs, as torch's in-place ops do, except under inference mode.
 """
 
 import inspect
@@ -71,9 +72,11 @@ def maybe_inplace(self, {params}):
         if _grad_enabled() and ({traced_needs_grad}):
             return self._default_overload({names})
         return self._maybe_inplace_overload({names})
-{choose_by_key}
-    if _grad_enabled() and ({needs_grad}):
+{choose}
+    if grad_args and _grad_enabled():
         return self._default_overload({names})
+    if impl.inplace and not _inference_mode():
+        _increment_version(({written}))
     return impl.fn({names})
 """
 
@@ -173,6 +176,8 @@ def build(
     namespace: dict[str, Any] = {
         "_is_compiling": torch.compiler.is_compiling,
         "_grad_enabled": torch._C.is_grad_enabled,
+        "_inference_mode": torch.is_inference_mode_enabled,
+        "_increment_version": torch._C._increment_version,
         "_depth": torch._C._len_torch_dispatch_stack,
         "_hook": _Hook,
         "_strided_row_layout": strided_row_layout,
@@ -213,7 +218,7 @@ def build(
         key=key,
         cloned=cloned,
         choose=choose,
-        choose_by_key=_CHOOSE_BY_KEY.format(key=key, names=joined),
+        written="".join(f"{a}, " for a in op.activations),
         needs_grad=needs_grad,
         traced_needs_grad=needs_grad_expression(op.native, checked=False),
     )

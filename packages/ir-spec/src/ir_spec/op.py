@@ -55,7 +55,8 @@ class IrOp:
     maybe_inplace: Callable[..., Any]
     """Call that lets the implementation overwrite and return its activation inputs
     (only on ops declared with ``allow_inplace=True``). Using a donated input afterwards is the
-    caller's error."""
+    caller's error. An in-place implementation bumps the activations' version counters, except
+    under inference mode; a call that records a gradient computes out of place."""
 
     def __init__(
         self,
