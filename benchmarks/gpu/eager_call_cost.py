@@ -3,8 +3,10 @@ model's width): µs a call over 3000 calls issued back to back (the kernels are 
 keep the GPU busy, so the host sets the pace), through the op (``ir_spec.ops``, dispatch
 included) and calling the provider's function directly; the Triton provider also with its
 launch plans turned off (``ir_kernels_triton.launch_plans``: every call through its
-configuration rules and Triton's own launch path). Run on the GPU machine from the repository
-root after ``source benchmarks/gpu/env.sh``."""
+configuration rules and Triton's own launch path). Then the in-place providers through
+``maybe_inplace`` (outside and inside inference mode: outside, the call bumps the written
+arguments' version counters) and directly. Run on the GPU machine from the repository root
+after ``source benchmarks/gpu/env.sh``."""
 
 from collections.abc import Callable
 from typing import Any
@@ -68,6 +70,24 @@ def main() -> None:
                     direct = per_call_us(bound(fn, args))
                 cells.append(f"triton, plans off: op {through_op:.1f}, direct {direct:.1f}")
         print(f"{name}: " + " | ".join(cells))
+    for name in ("fused_add_rms_norm", "rotary_embedding"):
+        op, args = getattr(ops, name), cases[name]
+        cells = []
+        for provider in ("triton_inplace", "cuda_inplace"):
+            if provider not in op.impls:
+                cells.append(f"{provider}: not registered")
+                continue
+            fn = op.impls[provider].fn
+            with ir_dispatch.priority(**{name: [provider]}):
+                no_grad = per_call_us(bound(op.maybe_inplace, args))
+                with torch.inference_mode():
+                    inference = per_call_us(bound(op.maybe_inplace, args))
+            direct = per_call_us(bound(fn, args))
+            cells.append(
+                f"{provider}: maybe_inplace {no_grad:.1f} (inference mode {inference:.1f}), "
+                f"direct {direct:.1f}"
+            )
+        print(f"{name}.maybe_inplace: " + " | ".join(cells))
 
 
 if __name__ == "__main__":
