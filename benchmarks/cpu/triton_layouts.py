@@ -28,6 +28,7 @@ from triton.backends.compiler import GPUTarget
 
 from ir_kernels_triton import cluster_norm as cn
 from ir_kernels_triton import norm_kernels as nk
+from ir_kernels_triton import norm_rules as nr
 
 WIDTH = {"fp32": 4, "fp16": 2, "bf16": 2}
 INTS = ("x_stride", "r_stride", "out_stride", "res_stride", "hidden", "variance_size")
@@ -69,7 +70,7 @@ def ttgir(
         constexprs=constants,
         attrs={(names.index(k),): [["tt.divisibility", 16]] for k in aligned},
     )
-    warps = nk.norm_warps(block, quant, residual)
+    warps = nr.norm_warps(block, quant, residual)
     compiled = triton.compile(
         source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
     )
@@ -93,7 +94,7 @@ def cluster_ttgir(dtype: str, residual: bool, quant: int, block: int) -> tuple[s
         "res_ptr": f"*{dtype}", "res_stride": "i32", "scale_ptr": "*fp32",
         "scale_out_ptr": "*fp32", "scale_ub_ptr": "*fp32", "variance_size": "i32", "eps": "fp32",
     }  # fmt: skip
-    warps = nk.norm_warps(block, quant, residual)
+    warps = nr.norm_warps(block, quant, residual)
     constants = dict(
         HAS_RESIDUAL=residual, QUANT=quant, HAS_UB=False, BLOCK=block, ROW_WARPS=warps,
         S=cn.CLUSTER, SUM_ASM="", SUM_CONSTRAINTS="",
@@ -204,9 +205,9 @@ def main() -> int:
     # one-program kernel's layout (but for its share of the warps), on aligned rows only
     clustered = 0
     if not unaligned:
-        # the variants `norm_kernels.cluster_for` spreads at each width
+        # the variants `norm_rules.cluster_for` spreads at each width
         spread_at: dict[int, tuple[tuple[bool, int], ...]] = {
-            nk.WIDE_CLUSTER_BLOCK: ((True, 0), (True, 1), (False, 2), (False, 0))
+            nr.WIDE_CLUSTER_BLOCK: ((True, 0), (True, 1), (False, 2), (False, 0))
         }
         spread_at.update(
             {block: ((True, 0), (True, 1)) for block in cn.CLUSTER_BLOCKS if block not in spread_at}

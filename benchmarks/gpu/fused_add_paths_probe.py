@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "kernels"))
 from norm_split_h100 import fastest_of_rounds, make_case
 
 import ir_kernels_triton  # noqa: F401  (registers the provider when run from source)
-from ir_kernels_triton import norm_kernels
+from ir_kernels_triton import norm_rules
 from ir_spec import SampleSpec, ops
 from ir_spec.testing import sample_inputs
 from ir_stack.bench.kernels import anchors
@@ -38,7 +38,7 @@ def candidates(rows: int, hidden: int) -> dict[str, Callable[[], Any]]:
     args = sample_inputs(op, spec)
     x, residual, weight, epsilon, _ = args
     functional, inplace = op.impls["triton"].fn, op.impls["triton_inplace"].fn
-    launch, _ = make_case(rows, hidden, True, norm_kernels.QUANT_NONE)
+    launch, _ = make_case(rows, hidden, True, norm_rules.QUANT_NONE)
     x_inplace, residual_inplace = x.clone(), residual.clone()
     return {
         "provider": lambda: functional(*args),

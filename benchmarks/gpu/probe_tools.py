@@ -87,17 +87,17 @@ NORM_OPS = (
 
 def norm_variant(name: str) -> tuple[int, bool]:
     """The Triton norm kernel's variant of catalog norm op `name` (one of `NORM_OPS`): its
-    ``QUANT`` constant (`ir_kernels_triton.norm_kernels`) and whether it adds a residual."""
-    from ir_kernels_triton import norm_kernels as nk
+    ``QUANT`` constant (`ir_kernels_triton.norm_rules`) and whether it adds a residual."""
+    from ir_kernels_triton import norm_rules as nr
 
     if name not in NORM_OPS:
         raise ValueError(f"norm_variant: {name!r} is not a norm op; expected one of {NORM_OPS}")
     if "dynamic_quant" in name:
-        quant = nk.QUANT_DYNAMIC
+        quant = nr.QUANT_DYNAMIC
     elif "static_quant" in name:
-        quant = nk.QUANT_STATIC
+        quant = nr.QUANT_STATIC
     else:
-        quant = nk.QUANT_NONE
+        quant = nr.QUANT_NONE
     return quant, name.startswith("fused_add")
 
 

@@ -1,7 +1,7 @@
 """What a thread-block cluster would buy Triton's decode-size norms, with the row's bits kept.
 
 Until round 12, provider `triton` shared a decode-size row among `SPLIT` programs that each
-load the whole row for its sum (`ir_kernels_triton.norm_kernels.split_for`); four shapes stayed
+load the whole row for its sum (`ir_kernels_triton.norm_rules.split_for`); four shapes stayed
 over the issue's 1 µs line that way (the fused adds at 16 x 8192, the dynamic-fp8 norm at 1
 and 16 x 8192). Triton 3.6 builds no reduction across the blocks of a cluster (`num_ctas` > 1
 fails in its CTA planning), and an exchange through global memory ran slower
@@ -74,12 +74,8 @@ from ir_kernels_triton.cluster_norm import (
     sum_and_max,
 )
 from ir_kernels_triton.fp8 import quantize, round_to_dtype
-from ir_kernels_triton.norm_kernels import (
-    QUANT_DYNAMIC,
-    QUANT_STATIC,
-    launch_norm,
-    norm_warps,
-)
+from ir_kernels_triton.norm_kernels import launch_norm
+from ir_kernels_triton.norm_rules import QUANT_DYNAMIC, QUANT_STATIC, norm_warps
 
 DEFAULT_SHAPES = (
     "fused_add_rms_norm:16x8192,fused_add_rms_norm:1x8192,"

@@ -1,7 +1,7 @@
 """What a cross-program exchange through global memory would buy Triton's decode-size norms.
 
 Provider `triton` gives a decode-size row to one program, or to `SPLIT` programs that each read
-the whole row for its sum (`ir_kernels_triton.norm_kernels.split_for`): the sum then runs in the
+the whole row for its sum (`ir_kernels_triton.norm_rules.split_for`): the sum then runs in the
 same order at every batch size, which keeps the rows batch-invariant. Four shapes stay over the
 issue's 1 µs line that way (the fused adds at 16 x 8192, the dynamic-fp8 norm at 1 and 16 x 8192).
 This probe gives each of `S` programs a slice of the row and exchanges the slices' partial sums

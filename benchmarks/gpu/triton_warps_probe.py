@@ -1,4 +1,4 @@
-"""Time a Triton norm op with its warps a row (`norm_kernels.norm_warps`) changed for one row width.
+"""Time a Triton norm op with its warps a row (`norm_rules.norm_warps`) changed for one width.
 
 `norm_warps` fixes a row's reduction order, so the provider keeps one count a width at every
 batch size (batch invariance). Changing it is a trade across the whole column of batch sizes:
@@ -34,14 +34,14 @@ from probe_tools import (
     write_results,
 )
 
-from ir_kernels_triton import MAX_SINGLE_PASS, norm_kernels
+from ir_kernels_triton import MAX_SINGLE_PASS, norm_rules
 from ir_kernels_triton.plans import set_launch_plans
 
 
 @contextmanager
 def warps_for(op: str, width: int, warps: int | None) -> Iterator[None]:
     """`norm_warps` answering `warps` for `op`'s rows of `width` (None: as it is) inside."""
-    original = norm_kernels.norm_warps
+    original = norm_rules.norm_warps
     op_quant, op_residual = norm_variant(op)
 
     def changed(block: int, quant: int, residual: bool = False) -> int:
@@ -49,11 +49,11 @@ def warps_for(op: str, width: int, warps: int | None) -> Iterator[None]:
             return warps
         return original(block, quant, residual)
 
-    norm_kernels.norm_warps = changed
+    norm_rules.norm_warps = changed
     try:
         yield
     finally:
-        norm_kernels.norm_warps = original
+        norm_rules.norm_warps = original
 
 
 def _call(
@@ -88,7 +88,7 @@ def same_first_row(
 def probe(op: str, width: int, tokens: int, counts: list[int], rounds: int) -> dict[str, Any]:
     name_op, args = bf16_inputs(op, tokens, width)
     impl = name_op.impls["triton"].fn
-    default = norm_kernels.norm_warps(width, *norm_variant(op))
+    default = norm_rules.norm_warps(width, *norm_variant(op))
     variants = {f"warps={default}": None, **{f"warps={w}": w for w in counts if w != default}}
     candidates: dict[str, Callable[[], Any]] = {"empty": launch_empty_kernel}
     same: dict[str, bool] = {}

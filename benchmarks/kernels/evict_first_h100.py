@@ -12,6 +12,7 @@ sys.path.insert(0, "benchmarks/kernels")
 from norm_variants_h100 import launch_variant, make_case, us
 
 from ir_kernels_triton import norm_kernels as nk
+from ir_kernels_triton import norm_rules as nr
 from ir_stack.bench import kernels as bk
 
 CASES = [
@@ -33,7 +34,7 @@ def main() -> None:
         ind()
         kw: dict[str, Any] = {"residual": case.r, "residual_out": case.res} if case.has_res else {}
         if case.quant:
-            kw.update(quant=nk.QUANT_STATIC, scale=case.scale)
+            kw.update(quant=nr.QUANT_STATIC, scale=case.scale)
         ours = partial(nk.launch_norm, case.x, case.w, 1e-6, None, case.out, **kw)
         fns: dict[str, Callable[[], Any]] = {
             "inductor": ind,

@@ -28,6 +28,7 @@ from ir_kernels_triton_old import norm_kernels as old  # type: ignore[import-not
 from norm_split_h100 import VARIANTS, fastest_of_rounds, make_case, split_sweep
 
 from ir_kernels_triton import norm_kernels as new
+from ir_kernels_triton import norm_rules
 from ir_stack.bench.kernels import empty_kernel_us
 
 MODULES = {"old": old, "new": new}
@@ -60,7 +61,7 @@ def wider() -> None:
             cells = " ".join(f"w{w}={t:.2f}" for w, t in best.items())
             print(f"   dynamic_fp8 {rows}x{hidden}: {cells}", flush=True)
     for name, (residual, quant) in VARIANTS.items():
-        if quant == new.QUANT_DYNAMIC:
+        if quant == norm_rules.QUANT_DYNAMIC:
             continue
         for rows in (1, 16):
             run, outputs = make_case(rows, 8192, residual, quant)

@@ -1,4 +1,4 @@
-"""H100 probe: programs per decode-size norm row (`norm_kernels.split_for`) and the evict-first
+"""H100 probe: programs per decode-size norm row (`norm_rules.split_for`) and the evict-first
 hint at footprints of 1.28 x the L2 size (`benchmarks/results/triton-tuning-H100.log`,
 section 11). Each configuration is checked bitwise against one program a row, then timed by
 CUDA-graph replay, three rounds in turn. Run from the repository root with the packages on
@@ -14,15 +14,16 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 from ir_kernels_triton import norm_kernels as nk
+from ir_kernels_triton import norm_rules as nr
 from ir_stack.bench.kernels import empty_kernel_us
 
 FP8 = torch.float8_e4m3fn
 VARIANTS = {
-    "rms_norm": (False, nk.QUANT_NONE),
-    "fused_add": (True, nk.QUANT_NONE),
-    "static_fp8": (False, nk.QUANT_STATIC),
-    "fused_add_static_fp8": (True, nk.QUANT_STATIC),
-    "dynamic_fp8": (False, nk.QUANT_DYNAMIC),
+    "rms_norm": (False, nr.QUANT_NONE),
+    "fused_add": (True, nr.QUANT_NONE),
+    "static_fp8": (False, nr.QUANT_STATIC),
+    "fused_add_static_fp8": (True, nr.QUANT_STATIC),
+    "dynamic_fp8": (False, nr.QUANT_DYNAMIC),
 }
 
 
@@ -38,12 +39,12 @@ def make_case(
     out = torch.empty(rows, hidden, device="cuda", dtype=FP8 if quant else x.dtype)
     res_out = torch.empty_like(x) if residual else None
     scale = torch.full((1,), 0.02, device="cuda")
-    scales = torch.empty(rows, device="cuda") if quant == nk.QUANT_DYNAMIC else None
+    scales = torch.empty(rows, device="cuda") if quant == nr.QUANT_DYNAMIC else None
 
     def run(**knobs: Any) -> None:
         module.launch_norm(
             x, w, 1e-6, None, out, residual=r if residual else None, residual_out=res_out,
-            quant=quant, scale=scale if quant == nk.QUANT_STATIC else None, scale_out=scales,
+            quant=quant, scale=scale if quant == nr.QUANT_STATIC else None, scale_out=scales,
             **knobs,
         )  # fmt: skip
 

@@ -16,6 +16,7 @@ from triton.testing import do_bench_cudagraph
 
 import ir_kernels_triton  # noqa
 from ir_kernels_triton import norm_kernels as nk
+from ir_kernels_triton import norm_rules as nr
 from ir_kernels_triton import pointwise_kernels as pk
 from ir_kernels_triton.rotary_kernels import launch_rotary
 from ir_spec import SampleSpec, ops
@@ -77,11 +78,11 @@ def part_rotary() -> None:
 def part_norm() -> None:
     scale = torch.full((1,), 0.05, device="cuda")
     variants = {
-        "rms_norm": (False, nk.QUANT_NONE),
-        "fused_add": (True, nk.QUANT_NONE),
-        "rms_static": (False, nk.QUANT_STATIC),
-        "rms_dynamic": (False, nk.QUANT_DYNAMIC),
-        "fused_add_static": (True, nk.QUANT_STATIC),
+        "rms_norm": (False, nr.QUANT_NONE),
+        "fused_add": (True, nr.QUANT_NONE),
+        "rms_static": (False, nr.QUANT_STATIC),
+        "rms_dynamic": (False, nr.QUANT_DYNAMIC),
+        "fused_add_static": (True, nr.QUANT_STATIC),
     }
     for h, warps in ((8192, (8, 16, 32)), (4096, (4, 8, 16))):
         for name, (resid, quant) in variants.items():

@@ -23,6 +23,7 @@ import torch
 from triton.testing import do_bench_cudagraph
 
 from ir_kernels_triton import norm_kernels as nk
+from ir_kernels_triton import norm_rules as nr
 from ir_kernels_triton import pointwise_kernels as pk
 from ir_spec import SampleSpec, ops
 from ir_spec.testing import sample_inputs
@@ -100,7 +101,7 @@ def part_quant_small() -> None:
 def part_norm4096() -> None:
     h = 4096
     scale = torch.full((1,), 0.05, device="cuda")
-    for name, quant in (("rms_static", nk.QUANT_STATIC), ("rms_dynamic", nk.QUANT_DYNAMIC)):
+    for name, quant in (("rms_static", nr.QUANT_STATIC), ("rms_dynamic", nr.QUANT_DYNAMIC)):
         op = ops.rms_norm_static_quant_fp8 if quant == 1 else ops.rms_norm_dynamic_quant_fp8
         for t in (1, 16, 128, 1024, 4096, 16384):
             args = sample_inputs(op, spec(t, h))
@@ -108,7 +109,7 @@ def part_norm4096() -> None:
             out = torch.empty(t, h, device="cuda", dtype=FP8)
             s_out = torch.empty(t, 1, device="cuda")
             kw: dict[str, Any] = {"quant": quant}
-            if quant == nk.QUANT_STATIC:
+            if quant == nr.QUANT_STATIC:
                 kw["scale"] = scale
             else:
                 kw["scale_out"] = s_out

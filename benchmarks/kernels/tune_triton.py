@@ -12,6 +12,7 @@ from triton.testing import do_bench, do_bench_cudagraph
 
 import ir_kernels_triton  # noqa: F401  (registers the provider)
 from ir_kernels_triton import norm_kernels as nk
+from ir_kernels_triton import norm_rules as nr
 from ir_kernels_triton import pointwise_kernels as pk
 from ir_spec import SampleSpec, ops
 from ir_spec.testing import sample_inputs
@@ -70,7 +71,7 @@ def quant_sweep(copy: float) -> None:
     """Weight load before / after the reduction for the quantizing norms, and configurations of
     the gated + static quant kernel."""
     ones = torch.ones(1, device="cuda")
-    for quant, name in ((nk.QUANT_STATIC, "rms_norm_static"), (nk.QUANT_DYNAMIC, "rms_norm_dyn")):
+    for quant, name in ((nr.QUANT_STATIC, "rms_norm_static"), (nr.QUANT_DYNAMIC, "rms_norm_dyn")):
         for t, h in ((1, 8192), (4096, 8192), (16384, 4096), (16384, 8192)):
             x, w, eps, _ = sample_inputs(
                 ops.rms_norm,
@@ -131,7 +132,7 @@ def main() -> None:
     # Sweeps on an H200 (Nov 2026) also tried the looped kernel (blocks 1024-4096: always
     # slower below MAX_SINGLE_PASS) and evict_first loads (3-5 % slower at large sizes).
     norm_configs = [(True, None, w) for w in (4, 8, 16)]
-    for quant, name in ((nk.QUANT_NONE, "rms_norm"), (nk.QUANT_DYNAMIC, "rms_norm_dynamic")):
+    for quant, name in ((nr.QUANT_NONE, "rms_norm"), (nr.QUANT_DYNAMIC, "rms_norm_dynamic")):
         for t, h in ((1, 8192), (4096, 4096), (4096, 8192), (16384, 4096), (16384, 8192)):
             x, w, eps, _ = sample_inputs(
                 ops.rms_norm,

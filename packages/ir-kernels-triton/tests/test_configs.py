@@ -5,7 +5,9 @@ from typing import Any
 import pytest
 import torch
 
+from ir_kernels_triton import cluster_norm as cn
 from ir_kernels_triton import norm_kernels as nk
+from ir_kernels_triton import norm_rules as nr
 from ir_kernels_triton import pointwise_kernels as pk
 
 ACTS = [None, pk.ACT_SILU, pk.ACT_GELU, pk.ACT_GELU_TANH]
@@ -71,140 +73,140 @@ def test_silu_past_decode_sizes_takes_eight_warps_up_to_512k_outputs() -> None:
 
 
 def test_register_cap_only_for_plain_16_bit_norms_beyond_few_rows() -> None:
-    many = nk.FEW_ROWS + 1
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 0.5, 2) == 32
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, True, 4.0, 2) == 48
+    many = nr.FEW_ROWS + 1
+    assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, 0.5, 2) == 32
+    assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, True, 4.0, 2) == 48
     # off the GPU (no L2 share), quantizing, few rows or 32-bit rows: the compiler's choice
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, None, 2) is None
-    assert nk.max_registers_for(many, nk.QUANT_STATIC, 8192, False, 0.5, 2) is None
-    assert nk.max_registers_for(nk.FEW_ROWS, nk.QUANT_NONE, 8192, False, 0.5, 2) is None
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 0.5, 4) is None
+    assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, None, 2) is None
+    assert nr.max_registers_for(many, nr.QUANT_STATIC, 8192, False, 0.5, 2) is None
+    assert nr.max_registers_for(nr.FEW_ROWS, nr.QUANT_NONE, 8192, False, 0.5, 2) is None
+    assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, 0.5, 4) is None
 
 
 def test_streamed_wide_rms_norm_capped_only_on_deep_load_cards() -> None:
     """rms_norm of 8192-wide 16-bit rows beyond the L2 takes the cap of 32 registers on a card
     of an H200's bandwidth per SM only; narrower rows, the fused add, an H100 keep theirs."""
-    many = nk.FEW_ROWS + 1
+    many = nr.FEW_ROWS + 1
     h100, h200 = H100_GBPS_PER_SM, H200_GBPS_PER_SM
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 3.0, 2, h200) == 32
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 3.0, 2, h100) is None
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 3.0, 2) is None
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 4096, False, 3.0, 2, h200) is None
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, True, 3.0, 2, h200) == 48
-    assert nk.max_registers_for(nk.FEW_ROWS, nk.QUANT_NONE, 8192, False, 3.0, 2, h200) is None
+    assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, 3.0, 2, h200) == 32
+    assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, 3.0, 2, h100) is None
+    assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, 3.0, 2) is None
+    assert nr.max_registers_for(many, nr.QUANT_NONE, 4096, False, 3.0, 2, h200) is None
+    assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, True, 3.0, 2, h200) == 48
+    assert nr.max_registers_for(nr.FEW_ROWS, nr.QUANT_NONE, 8192, False, 3.0, 2, h200) is None
     # rows read again after their sum (`reload_for`) run uncapped
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, False, 8.0, 2, h200) is None
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, True, 8.0, 2, h200) is None
-    assert nk.max_registers_for(many, nk.QUANT_NONE, 8192, True, 8.0, 2, h100) == 48
+    assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, 8.0, 2, h200) is None
+    assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, True, 8.0, 2, h200) is None
+    assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, True, 8.0, 2, h100) == 48
 
 
 def test_rows_read_again_only_for_wide_plain_norms_far_beyond_l2_on_deep_cards() -> None:
     """Rows are read again after their sum only for 16-bit plain norms of 8192 or more beyond
     `FEW_ROWS` rows, whose footprint exceeds `RELOAD_L2_SHARE` L2 sizes, on an H200-like card."""
-    many, far = nk.FEW_ROWS + 1, nk.RELOAD_L2_SHARE + 1.0
+    many, far = nr.FEW_ROWS + 1, nr.RELOAD_L2_SHARE + 1.0
     h100, h200 = H100_GBPS_PER_SM, H200_GBPS_PER_SM
-    assert nk.reload_for(many, nk.QUANT_NONE, 8192, far, 2, h200)
-    assert nk.reload_for(many, nk.QUANT_NONE, 16384, far, 2, h200)
-    assert not nk.reload_for(many, nk.QUANT_NONE, 8192, far, 2, h100)
-    assert not nk.reload_for(many, nk.QUANT_NONE, 8192, far, 2, None)
-    assert not nk.reload_for(many, nk.QUANT_NONE, 8192, nk.RELOAD_L2_SHARE, 2, h200)
-    assert not nk.reload_for(many, nk.QUANT_NONE, 8192, None, 2, h200)
-    assert not nk.reload_for(many, nk.QUANT_NONE, 4096, far, 2, h200)
-    assert not nk.reload_for(many, nk.QUANT_NONE, 8192, far, 4, h200)
-    assert not nk.reload_for(many, nk.QUANT_DYNAMIC, 8192, far, 2, h200)
-    assert not nk.reload_for(nk.FEW_ROWS, nk.QUANT_NONE, 8192, far, 2, h200)
+    assert nr.reload_for(many, nr.QUANT_NONE, 8192, far, 2, h200)
+    assert nr.reload_for(many, nr.QUANT_NONE, 16384, far, 2, h200)
+    assert not nr.reload_for(many, nr.QUANT_NONE, 8192, far, 2, h100)
+    assert not nr.reload_for(many, nr.QUANT_NONE, 8192, far, 2, None)
+    assert not nr.reload_for(many, nr.QUANT_NONE, 8192, nr.RELOAD_L2_SHARE, 2, h200)
+    assert not nr.reload_for(many, nr.QUANT_NONE, 8192, None, 2, h200)
+    assert not nr.reload_for(many, nr.QUANT_NONE, 4096, far, 2, h200)
+    assert not nr.reload_for(many, nr.QUANT_NONE, 8192, far, 4, h200)
+    assert not nr.reload_for(many, nr.QUANT_DYNAMIC, 8192, far, 2, h200)
+    assert not nr.reload_for(nr.FEW_ROWS, nr.QUANT_NONE, 8192, far, 2, h200)
 
 
 def test_masks_dropped_only_for_full_uncapped_rows_beside_a_weight_of_their_width() -> None:
     full = dict(same_width=True, capped=False)
-    assert nk.full_row_for(8192, None, 8192, True, **full)
-    assert nk.full_row_for(8192, 8192, 8192, True, **full)
-    assert not nk.full_row_for(8000, None, 8192, True, **full)
-    assert not nk.full_row_for(8192, 4096, 8192, True, **full)
-    assert not nk.full_row_for(8192, None, 8192, False, **full)
-    assert not nk.full_row_for(8192, None, 8192, True, same_width=False, capped=False)
-    assert not nk.full_row_for(8192, None, 8192, True, same_width=True, capped=True)
+    assert nr.full_row_for(8192, None, 8192, True, **full)
+    assert nr.full_row_for(8192, 8192, 8192, True, **full)
+    assert not nr.full_row_for(8000, None, 8192, True, **full)
+    assert not nr.full_row_for(8192, 4096, 8192, True, **full)
+    assert not nr.full_row_for(8192, None, 8192, False, **full)
+    assert not nr.full_row_for(8192, None, 8192, True, same_width=False, capped=False)
+    assert not nr.full_row_for(8192, None, 8192, True, same_width=True, capped=True)
 
 
 def test_fused_add_loads_the_weight_late_only_beyond_few_rows_near_l2() -> None:
-    many = nk.FEW_ROWS + 1
-    assert not nk.early_weight_for(many, nk.QUANT_NONE, 4096, True, 0.6)
-    assert nk.early_weight_for(many, nk.QUANT_NONE, 4096, True, 3.0)
-    assert nk.early_weight_for(many, nk.QUANT_NONE, 4096, True, None)
-    assert nk.early_weight_for(nk.FEW_ROWS, nk.QUANT_NONE, 4096, True, 0.6)
+    many = nr.FEW_ROWS + 1
+    assert not nr.early_weight_for(many, nr.QUANT_NONE, 4096, True, 0.6)
+    assert nr.early_weight_for(many, nr.QUANT_NONE, 4096, True, 3.0)
+    assert nr.early_weight_for(many, nr.QUANT_NONE, 4096, True, None)
+    assert nr.early_weight_for(nr.FEW_ROWS, nr.QUANT_NONE, 4096, True, 0.6)
 
 
 def test_evict_first_window() -> None:
-    assert not nk.evict_first_for(None)
-    assert not nk.evict_first_for(0.9)
-    assert nk.evict_first_for(1.1)
-    assert not nk.evict_first_for(nk.EVICT_FIRST_L2_MULTIPLE + 0.01)
-    assert nk.evict_first_for(nk.EVICT_FIRST_L2_MULTIPLE + 0.01, residual=True)
-    assert not nk.evict_first_for(nk.EVICT_FIRST_L2_MULTIPLE_RESIDUAL + 0.01, residual=True)
+    assert not nr.evict_first_for(None)
+    assert not nr.evict_first_for(0.9)
+    assert nr.evict_first_for(1.1)
+    assert not nr.evict_first_for(nr.EVICT_FIRST_L2_MULTIPLE + 0.01)
+    assert nr.evict_first_for(nr.EVICT_FIRST_L2_MULTIPLE + 0.01, residual=True)
+    assert not nr.evict_first_for(nr.EVICT_FIRST_L2_MULTIPLE_RESIDUAL + 0.01, residual=True)
 
 
 def test_norm_warps_follow_the_row_block_only() -> None:
     """The signature is the contract: warps set the reduction order, so no batch argument."""
     for block in (8, 1024, 2048, 4096, 8192, 16384):
-        for quant in (nk.QUANT_NONE, nk.QUANT_STATIC, nk.QUANT_DYNAMIC):
+        for quant in (nr.QUANT_NONE, nr.QUANT_STATIC, nr.QUANT_DYNAMIC):
             for residual in (False, True):
-                warps = nk.norm_warps(block, quant, residual)
+                warps = nr.norm_warps(block, quant, residual)
                 assert warps in (1, 2, 4, 8, 16)
 
 
 def test_rows_split_only_at_decode_sizes() -> None:
-    sms, plain, static = 132, nk.QUANT_NONE, nk.QUANT_STATIC
-    assert nk.split_for(1, 8192, plain, True, sms) == nk.ROW_SPLIT
-    assert nk.split_for(16, 16384, plain, True, sms) == nk.ROW_SPLIT
-    assert nk.split_for(16, 8192, static, True, sms) == nk.ROW_SPLIT
-    assert nk.split_for(17, 8192, plain, True, sms) == 2
-    assert nk.split_for(32, 8192, static, True, sms) == 2
-    assert nk.split_for(33, 8192, plain, True, sms) == 1
-    assert nk.split_for(8, 4096, plain, True, sms) == nk.ROW_SPLIT
-    assert nk.split_for(9, 4096, plain, True, sms) == 2
-    assert nk.split_for(16, 4096, plain, True, sms) == 2
-    assert nk.split_for(17, 4096, plain, True, sms) == 1
-    assert nk.split_for(4, 4096, static, True, sms, residual=True) == nk.ROW_SPLIT
-    assert nk.split_for(5, 4096, static, True, sms, residual=True) == 2
+    sms, plain, static = 132, nr.QUANT_NONE, nr.QUANT_STATIC
+    assert nr.split_for(1, 8192, plain, True, sms) == nr.ROW_SPLIT
+    assert nr.split_for(16, 16384, plain, True, sms) == nr.ROW_SPLIT
+    assert nr.split_for(16, 8192, static, True, sms) == nr.ROW_SPLIT
+    assert nr.split_for(17, 8192, plain, True, sms) == 2
+    assert nr.split_for(32, 8192, static, True, sms) == 2
+    assert nr.split_for(33, 8192, plain, True, sms) == 1
+    assert nr.split_for(8, 4096, plain, True, sms) == nr.ROW_SPLIT
+    assert nr.split_for(9, 4096, plain, True, sms) == 2
+    assert nr.split_for(16, 4096, plain, True, sms) == 2
+    assert nr.split_for(17, 4096, plain, True, sms) == 1
+    assert nr.split_for(4, 4096, static, True, sms, residual=True) == nr.ROW_SPLIT
+    assert nr.split_for(5, 4096, static, True, sms, residual=True) == 2
     # the static-fp8 norm alone: two programs a 4096 row
-    assert nk.split_for(1, 4096, static, True, sms) == 2
-    assert nk.split_for(16, 4096, static, True, sms) == 2
-    assert nk.split_for(17, 4096, static, True, sms) == 1
-    assert nk.split_for(1, 2048, plain, True, sms) == 1
+    assert nr.split_for(1, 4096, static, True, sms) == 2
+    assert nr.split_for(16, 4096, static, True, sms) == 2
+    assert nr.split_for(17, 4096, static, True, sms) == 1
+    assert nr.split_for(1, 2048, plain, True, sms) == 1
     # fewer SMs than programs: fewer programs a row
-    assert nk.split_for(16, 8192, plain, True, 60) == 2
-    assert nk.split_for(16, 8192, plain, True, 20) == 1
+    assert nr.split_for(16, 8192, plain, True, 60) == 2
+    assert nr.split_for(16, 8192, plain, True, 20) == 1
     # a dynamic scale, its peak taken in the sum's reduction, runs fastest unshared
     for rows_, block in ((1, 8192), (16, 8192), (4, 4096), (8, 4096), (1, 16384)):
-        assert nk.split_for(rows_, block, nk.QUANT_DYNAMIC, True, sms) == 1
+        assert nr.split_for(rows_, block, nr.QUANT_DYNAMIC, True, sms) == 1
     # looped rows or off the GPU: one program a row
-    assert nk.split_for(1, 32768, plain, False, sms) == 1
-    assert nk.split_for(1, 8192, plain, True, None) == 1
+    assert nr.split_for(1, 32768, plain, False, sms) == 1
+    assert nr.split_for(1, 8192, plain, True, None) == 1
 
 
 def test_in_place_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None:
     """A program sharing a row reads all of it: in place, it could read a slice another program
     has already overwritten."""
-    monkeypatch.setattr(nk, "sm_count", lambda t: 132)
+    monkeypatch.setattr(nr, "sm_count", lambda t: 132)
     x, r = torch.randn(2, 8192), torch.randn(2, 8192)
     out, res = torch.empty_like(x), torch.empty_like(x)
-    assert nk.row_split(x, out, r, res, 8192, nk.QUANT_NONE, True) == nk.ROW_SPLIT
-    assert nk.row_split(x, x, r, r, 8192, nk.QUANT_NONE, True) == 1
-    assert nk.row_split(x, x[:1], None, None, 8192, nk.QUANT_NONE, True) == 1
+    assert nr.row_split(x, out, r, res, 8192, nr.QUANT_NONE, True) == nr.ROW_SPLIT
+    assert nr.row_split(x, x, r, r, 8192, nr.QUANT_NONE, True) == 1
+    assert nr.row_split(x, x[:1], None, None, 8192, nr.QUANT_NONE, True) == 1
 
 
 def test_unaligned_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None:
     """Triton lays a row out by its alignment, so a split of unaligned rows could sum them in
     another order than one program a row does."""
-    monkeypatch.setattr(nk, "sm_count", lambda t: 132)
+    monkeypatch.setattr(nr, "sm_count", lambda t: 132)
     base = torch.randn(2 * 8200)
     out = torch.empty(2, 8192)
     aligned = base[: 2 * 8192].view(2, 8192)
     rows_8200_apart = base.as_strided((2, 8192), (8200, 1))
     one_element_in = base[1 : 1 + 2 * 8192].view(2, 8192)
-    assert nk.row_split(aligned, out, None, None, 8192, nk.QUANT_NONE, True) == nk.ROW_SPLIT
-    assert nk.row_split(rows_8200_apart, out, None, None, 8192, nk.QUANT_NONE, True) == 1
-    assert nk.row_split(one_element_in, out, None, None, 8192, nk.QUANT_NONE, True) == 1
+    assert nr.row_split(aligned, out, None, None, 8192, nr.QUANT_NONE, True) == nr.ROW_SPLIT
+    assert nr.row_split(rows_8200_apart, out, None, None, 8192, nr.QUANT_NONE, True) == 1
+    assert nr.row_split(one_element_in, out, None, None, 8192, nr.QUANT_NONE, True) == 1
 
 
 def test_rows_spread_over_clusters_only_for_the_fused_adds_and_dynamic_norm_at_decode_sizes(
@@ -217,10 +219,10 @@ def test_rows_spread_over_clusters_only_for_the_fused_adds_and_dynamic_norm_at_d
     from ir_kernels_triton import launch
 
     block, plain, static, dynamic = (
-        nk.WIDE_CLUSTER_BLOCK,
-        nk.QUANT_NONE,
-        nk.QUANT_STATIC,
-        nk.QUANT_DYNAMIC,
+        nr.WIDE_CLUSTER_BLOCK,
+        nr.QUANT_NONE,
+        nr.QUANT_STATIC,
+        nr.QUANT_DYNAMIC,
     )
 
     def rows(n: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
@@ -228,32 +230,32 @@ def test_rows_spread_over_clusters_only_for_the_fused_adds_and_dynamic_norm_at_d
 
     x, r, w = rows(16), rows(16), torch.randn(block, dtype=torch.bfloat16)
     out, res = torch.empty_like(x), torch.empty_like(x)
-    assert nk.cluster_for(x, w, out, r, res, block, plain, True) == 1  # no GPU here
-    monkeypatch.setattr(nk, "cluster_launches", lambda t: True)
-    assert nk.cluster_for(x, w, out, r, res, block, plain, True) == nk.CLUSTER
-    assert nk.cluster_for(x, w, x, r, r, block, plain, True) == nk.CLUSTER  # in place
-    assert nk.cluster_for(x, w, out, r, res, block, static, True) == nk.CLUSTER
-    assert nk.cluster_for(x, w, out, None, None, block, dynamic, True) == nk.CLUSTER
-    assert nk.cluster_for(rows(1), w, out[:1], None, None, block, dynamic, True) == nk.CLUSTER
+    assert nr.cluster_for(x, w, out, r, res, block, plain, True) == 1  # no GPU here
+    monkeypatch.setattr(nr, "cluster_launches", lambda t: True)
+    assert nr.cluster_for(x, w, out, r, res, block, plain, True) == cn.CLUSTER
+    assert nr.cluster_for(x, w, x, r, r, block, plain, True) == cn.CLUSTER  # in place
+    assert nr.cluster_for(x, w, out, r, res, block, static, True) == cn.CLUSTER
+    assert nr.cluster_for(x, w, out, None, None, block, dynamic, True) == cn.CLUSTER
+    assert nr.cluster_for(rows(1), w, out[:1], None, None, block, dynamic, True) == cn.CLUSTER
     # plain rms_norm past `ROW_SPLIT` rows (its warps send their own sums); the static norm
     # keeps the split
-    assert nk.cluster_for(x, w, out, None, None, block, plain, True) == nk.CLUSTER
-    n = nk.ROW_SPLIT
-    assert nk.cluster_for(x[:n], w, out[:n], None, None, block, plain, True) == 1
-    assert nk.cluster_for(x[: n + 1], w, out[: n + 1], None, None, block, plain, True) > 1
-    assert nk.cluster_for(x, w, out, None, None, block, static, True) == 1
+    assert nr.cluster_for(x, w, out, None, None, block, plain, True) == cn.CLUSTER
+    n = nr.ROW_SPLIT
+    assert nr.cluster_for(x[:n], w, out[:n], None, None, block, plain, True) == 1
+    assert nr.cluster_for(x[: n + 1], w, out[: n + 1], None, None, block, plain, True) > 1
+    assert nr.cluster_for(x, w, out, None, None, block, static, True) == 1
     # past decode sizes, other widths or dtypes, no weight, masked rows, unaligned tensors
-    big = rows(nk.CLUSTER_ROWS + 1)
-    assert nk.cluster_for(big, w, big, big, big, block, plain, True) == 1
-    assert nk.cluster_for(x, w, out, r, res, 2048, plain, True) == 1
+    big = rows(cn.CLUSTER_ROWS + 1)
+    assert nr.cluster_for(big, w, big, big, big, block, plain, True) == 1
+    assert nr.cluster_for(x, w, out, r, res, 2048, plain, True) == 1
     x32 = rows(16, torch.float32)
-    assert nk.cluster_for(x32, w.float(), x32, x32, x32, block, plain, True) == 1
-    assert nk.cluster_for(x, None, out, r, res, block, plain, True) == 1
-    assert nk.cluster_for(x, w, out, r, res, block, plain, False) == 1
+    assert nr.cluster_for(x32, w.float(), x32, x32, x32, block, plain, True) == 1
+    assert nr.cluster_for(x, None, out, r, res, block, plain, True) == 1
+    assert nr.cluster_for(x, w, out, r, res, block, plain, False) == 1
     shifted = torch.randn(16 * block + 1, dtype=torch.bfloat16)[1:].view(16, block)
-    assert nk.cluster_for(x, w, out, shifted, res, block, plain, True) == 1
+    assert nr.cluster_for(x, w, out, shifted, res, block, plain, True) == 1
     with launch.programmatic_launch(True):
-        assert nk.cluster_for(x, w, out, r, res, block, plain, True) == 1
+        assert nr.cluster_for(x, w, out, r, res, block, plain, True) == 1
 
 
 def test_rows_of_4096_spread_only_where_the_split_cannot_serve_them_well(
@@ -262,35 +264,35 @@ def test_rows_of_4096_spread_only_where_the_split_cannot_serve_them_well(
     """`cluster_for` at 4096 wide: the plain fused add only in place (out of place the split
     leads), its static-fp8 form past `ROW_SPLIT` rows (where the split takes two programs a
     row); never the dynamic-fp8 or plain norms."""
-    monkeypatch.setattr(nk, "cluster_launches", lambda t: True)
-    block, plain, static, dynamic = 4096, nk.QUANT_NONE, nk.QUANT_STATIC, nk.QUANT_DYNAMIC
-    assert block in nk.CLUSTER_BLOCKS
-    assert block < nk.WIDE_CLUSTER_BLOCK
+    monkeypatch.setattr(nr, "cluster_launches", lambda t: True)
+    block, plain, static, dynamic = 4096, nr.QUANT_NONE, nr.QUANT_STATIC, nr.QUANT_DYNAMIC
+    assert block in cn.CLUSTER_BLOCKS
+    assert block < nr.WIDE_CLUSTER_BLOCK
     x, r = (torch.randn(16, block, dtype=torch.bfloat16) for _ in range(2))
     w = torch.randn(block, dtype=torch.bfloat16)
     out, res = torch.empty_like(x), torch.empty_like(x)
     q = torch.empty(16, block, dtype=torch.float8_e4m3fn)
-    assert nk.spreads_only_in_place(block, plain, True)
-    assert not nk.spreads_only_in_place(nk.WIDE_CLUSTER_BLOCK, plain, True)
-    assert not nk.spreads_only_in_place(2048, plain, True)  # never spread
-    assert not nk.spreads_only_in_place(block, static, True)
-    assert nk.cluster_for(x, w, out, r, res, block, plain, True) == 1
-    assert nk.cluster_for(x, w, x, r, r, block, plain, True) == nk.CLUSTER  # in place
-    assert nk.cluster_for(x[:1], w, x[:1], r[:1], r[:1], block, plain, True) == nk.CLUSTER
-    assert nk.cluster_for(x, w, q, r, res, block, static, True) == nk.CLUSTER
-    n = nk.ROW_SPLIT  # the split's four programs a row serve these
-    assert nk.cluster_for(x[:n], w, q[:n], r[:n], res[:n], block, static, True) == 1
-    assert nk.cluster_for(x, w, q, None, None, block, static, True) == 1
-    assert nk.cluster_for(x, w, q, None, None, block, dynamic, True) == 1
-    assert nk.cluster_for(x, w, out, None, None, block, plain, True) == 1
+    assert nr.spreads_only_in_place(block, plain, True)
+    assert not nr.spreads_only_in_place(nr.WIDE_CLUSTER_BLOCK, plain, True)
+    assert not nr.spreads_only_in_place(2048, plain, True)  # never spread
+    assert not nr.spreads_only_in_place(block, static, True)
+    assert nr.cluster_for(x, w, out, r, res, block, plain, True) == 1
+    assert nr.cluster_for(x, w, x, r, r, block, plain, True) == cn.CLUSTER  # in place
+    assert nr.cluster_for(x[:1], w, x[:1], r[:1], r[:1], block, plain, True) == cn.CLUSTER
+    assert nr.cluster_for(x, w, q, r, res, block, static, True) == cn.CLUSTER
+    n = nr.ROW_SPLIT  # the split's four programs a row serve these
+    assert nr.cluster_for(x[:n], w, q[:n], r[:n], res[:n], block, static, True) == 1
+    assert nr.cluster_for(x, w, q, None, None, block, static, True) == 1
+    assert nr.cluster_for(x, w, q, None, None, block, dynamic, True) == 1
+    assert nr.cluster_for(x, w, out, None, None, block, plain, True) == 1
 
 
 def test_launch_rejects_a_bad_cluster() -> None:
     """More than one block a row only where `cluster_for`'s conditions on the rows hold, and on
     a GPU where clusters launch (not here)."""
-    x = torch.randn(2, nk.WIDE_CLUSTER_BLOCK, dtype=torch.bfloat16)
-    w = torch.randn(nk.WIDE_CLUSTER_BLOCK, dtype=torch.bfloat16)
-    for cluster in (3, 16, *nk.CLUSTER_SIZES):
+    x = torch.randn(2, nr.WIDE_CLUSTER_BLOCK, dtype=torch.bfloat16)
+    w = torch.randn(nr.WIDE_CLUSTER_BLOCK, dtype=torch.bfloat16)
+    for cluster in (3, 16, *cn.CLUSTER_SIZES):
         with pytest.raises(ValueError, match=f"cluster={cluster}"):
             nk.launch_norm(x, w, 1e-6, None, torch.empty_like(x), cluster=cluster)
 
@@ -300,14 +302,14 @@ def test_launch_rejects_more_blocks_a_row_than_it_has_warps(
 ) -> None:
     """A cluster's blocks split a row's warps: the dynamic-fp8 norm's rows of 4096 have 4, so
     eight blocks are a ValueError naming the count, even where clusters launch."""
-    monkeypatch.setattr(nk, "cluster_launches", lambda t: True)
+    monkeypatch.setattr(nr, "cluster_launches", lambda t: True)
     x = torch.randn(2, 4096, dtype=torch.bfloat16)
     w = torch.randn(4096, dtype=torch.bfloat16)
     q = torch.empty(2, 4096, dtype=torch.float8_e4m3fn)
-    assert nk.norm_warps(4096, nk.QUANT_DYNAMIC) == 4
+    assert nr.norm_warps(4096, nr.QUANT_DYNAMIC) == 4
     with pytest.raises(ValueError, match=r"cluster=8: .*divides the row's warps \(4\)"):
         nk.launch_norm(
-            x, w, 1e-6, None, q, quant=nk.QUANT_DYNAMIC, scale_out=torch.empty(2, 1), cluster=8
+            x, w, 1e-6, None, q, quant=nr.QUANT_DYNAMIC, scale_out=torch.empty(2, 1), cluster=8
         )
 
 
@@ -414,7 +416,7 @@ def record_bandwidth_queries(monkeypatch: pytest.MonkeyPatch, module: Any) -> li
 
 
 @pytest.mark.parametrize(
-    ("rows", "share"), [(2, 8.0), (nk.FEW_ROWS + 1, 0.5), (nk.FEW_ROWS + 1, 8.0)]
+    ("rows", "share"), [(2, 8.0), (nr.FEW_ROWS + 1, 0.5), (nr.FEW_ROWS + 1, 8.0)]
 )
 def test_norm_asks_the_card_bandwidth_only_for_streamed_batches(
     monkeypatch: pytest.MonkeyPatch, rows: int, share: float
@@ -427,24 +429,24 @@ def test_norm_asks_the_card_bandwidth_only_for_streamed_batches(
     out = torch.empty_like(x)
     nk.launch_norm(x, torch.ones(64, dtype=torch.float16, device=DEVICE), 1e-6, None, out)
     torch.testing.assert_close(out, torch.nn.functional.rms_norm(x, (64,), eps=1e-6))
-    assert len(asked) == (1 if rows > nk.FEW_ROWS and share > 1.0 else 0)
+    assert len(asked) == (1 if rows > nr.FEW_ROWS and share > 1.0 else 0)
 
 
-@pytest.mark.parametrize("share", [3.0, nk.RELOAD_L2_SHARE + 1.0])
+@pytest.mark.parametrize("share", [3.0, nr.RELOAD_L2_SHARE + 1.0])
 def test_fused_add_asks_the_card_bandwidth_only_far_beyond_l2(
     monkeypatch: pytest.MonkeyPatch, share: float
 ) -> None:
     """With a residual the bandwidth matters only for reading rows again (`reload_for`)."""
     asked = record_bandwidth_queries(monkeypatch, nk)
     monkeypatch.setattr(nk, "footprint_share", lambda t, footprint: share)
-    rows = nk.FEW_ROWS + 1
+    rows = nr.FEW_ROWS + 1
     x = torch.randn(rows, 64, dtype=torch.float16, device=DEVICE)
     r = torch.randn_like(x)
     out, res = torch.empty_like(x), torch.empty_like(x)
     w = torch.ones(64, dtype=torch.float16, device=DEVICE)
     nk.launch_norm(x, w, 1e-6, None, out, residual=r, residual_out=res)
     torch.testing.assert_close(res, x + r)
-    assert len(asked) == (1 if share > nk.RELOAD_L2_SHARE else 0)
+    assert len(asked) == (1 if share > nr.RELOAD_L2_SHARE else 0)
 
 
 @pytest.mark.parametrize("streamed", [False, True])
@@ -547,7 +549,6 @@ def test_warps_send_their_own_sums_only_where_a_block_holds_several() -> None:
     """`sum_by_warps`: the warp-sum exchange for blocks of two or more warps (the fused adds'
     16-warp rows over eight blocks), each thread's elements packed whole; none for blocks of
     one warp, whose own reduction is shuffles alone; more warps than slots is a ValueError."""
-    from ir_kernels_triton import cluster_norm as cn
 
     kwargs = cn.sum_by_warps(8, 16, 8192)
     pack = 8192 // (32 * 16)
@@ -568,7 +569,6 @@ def test_warp_sum_asm_sums_in_the_one_program_order() -> None:
     butterfly 16, 8, ..., 1, sends to the slot of the warp's index in one program a row,
     expects every warp's four bytes, adds the slots in the tree's order (`combine_asm`) and
     ends in the one-program kernel's ``div.full``, ``add``, ``rsqrt.approx.ftz``."""
-    from ir_kernels_triton import cluster_norm as cn
 
     clusters, warps, pack = 8, 16, 16
     lines = [line.strip() for line in cn.warp_sum_asm(clusters, warps, pack).split("\n")]
@@ -598,8 +598,6 @@ def test_cluster_launch_asks_only_a_known_kernel_form_for_clusters() -> None:
     shared bytes), keeping the kernel's own shared bytes (the exchange's are declared in its
     PTX), and refuses a kernel in another form."""
     import types
-
-    from ir_kernels_triton import cluster_norm as cn
 
     def kernel(packed: object) -> types.SimpleNamespace:
         return types.SimpleNamespace(packed_metadata=packed)

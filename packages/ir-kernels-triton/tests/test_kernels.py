@@ -151,6 +151,7 @@ def test_norm_tuning_knobs_keep_results(
     asked, take the whole row's peak in every program. Rows of 769 are
     not 16-byte aligned: they are never split, and asking for it is an error."""
     from ir_kernels_triton import norm_kernels as nk
+    from ir_kernels_triton import norm_rules as nr
 
     gen = torch.Generator(device=DEVICE).manual_seed(3)
     x = torch.randn(5, hidden, device=DEVICE, generator=gen).to(dtype)
@@ -163,10 +164,10 @@ def test_norm_tuning_knobs_keep_results(
     def run(**knobs: Any) -> list[torch.Tensor]:
         out = torch.empty(5, hidden, device=DEVICE, dtype=out_dtype)
         res = torch.empty_like(x) if residual else None
-        scales = torch.empty(5, device=DEVICE) if quant == nk.QUANT_DYNAMIC else None
+        scales = torch.empty(5, device=DEVICE) if quant == nr.QUANT_DYNAMIC else None
         nk.launch_norm(
             x, w, 1e-6, None, out, residual=r, residual_out=res, quant=quant,
-            scale=scale if quant == nk.QUANT_STATIC else None, scale_out=scales, **knobs,
+            scale=scale if quant == nr.QUANT_STATIC else None, scale_out=scales, **knobs,
         )  # fmt: skip
         return [t.float() for t in (out, res, scales) if t is not None]
 
@@ -268,20 +269,22 @@ def test_rows_spread_over_a_cluster_give_the_bits_of_whole_rows(
     in place too, give bitwise what the same rows give in a batch of `CLUSTER_ROWS` + 1 (one
     program a row, or the split, which keeps its bits), on their first launch and replayed
     from its plan."""
+    from ir_kernels_triton import cluster_norm as cn
     from ir_kernels_triton import norm_kernels as nk
+    from ir_kernels_triton import norm_rules as nr
     from ir_kernels_triton.plans import clear_launch_plans, launch_plans_enabled
 
     op = getattr(ops, name)
     impl = op.impls[provider].fn
     big = sample_inputs(
-        op, spec_for(dtype, nk.WIDE_CLUSTER_BLOCK, nk.CLUSTER_ROWS + 1, "contiguous")
+        op, spec_for(dtype, nr.WIDE_CLUSTER_BLOCK, cn.CLUSTER_ROWS + 1, "contiguous")
     )
     small = tuple(
-        a[:tokens] if isinstance(a, torch.Tensor) and a.shape[:1] == (nk.CLUSTER_ROWS + 1,) else a
+        a[:tokens] if isinstance(a, torch.Tensor) and a.shape[:1] == (cn.CLUSTER_ROWS + 1,) else a
         for a in big
     )
     spread = count_cluster_launches(monkeypatch, nk, "launch_cluster_norm")
-    monkeypatch.setattr(nk, "CLUSTER", clusters)
+    monkeypatch.setattr(nr, "CLUSTER", clusters)
     clear_launch_plans()
 
     def outputs(args: tuple[Any, ...]) -> list[torch.Tensor]:
@@ -339,14 +342,15 @@ def test_rows_spread_where_the_rule_says_and_keep_their_bits(
     `ROW_SPLIT` rows), and give bitwise what the same rows give in a batch of `CLUSTER_ROWS` +
     1, on the first launch and from its plan; an out-of-place call between in-place ones of the
     same shapes keeps the split (its own plan)."""
+    from ir_kernels_triton import cluster_norm as cn
     from ir_kernels_triton import norm_kernels as nk
     from ir_kernels_triton.plans import clear_launch_plans, launch_plans_enabled
 
     op = getattr(ops, name)
     impl = op.impls[provider].fn
-    big = sample_inputs(op, spec_for(dtype, width, nk.CLUSTER_ROWS + 1, "contiguous"))
+    big = sample_inputs(op, spec_for(dtype, width, cn.CLUSTER_ROWS + 1, "contiguous"))
     small = tuple(
-        a[:tokens] if isinstance(a, torch.Tensor) and a.shape[:1] == (nk.CLUSTER_ROWS + 1,) else a
+        a[:tokens] if isinstance(a, torch.Tensor) and a.shape[:1] == (cn.CLUSTER_ROWS + 1,) else a
         for a in big
     )
     spread = count_cluster_launches(monkeypatch, nk, "launch_cluster_norm")
@@ -363,7 +367,7 @@ def test_rows_spread_where_the_rule_says_and_keep_their_bits(
         for a, b in zip(outputs(op.impls["triton"].fn, small), whole, strict=True):
             assert torch.equal(a, b)
     got.append(outputs(impl, small))
-    launched = [(tokens, nk.CLUSTER)] if spread_expected else []
+    launched = [(tokens, cn.CLUSTER)] if spread_expected else []
     assert spread == (launched if launch_plans_enabled() else launched * 2)
     for outs in got:
         for a, b in zip(outs, whole, strict=True):

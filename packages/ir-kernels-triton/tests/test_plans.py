@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from ir_kernels_triton import norm_kernels as nk
+from ir_kernels_triton import norm_rules as nr
 from ir_kernels_triton import plans, platform
 from ir_kernels_triton import pointwise_kernels as pk
 from ir_kernels_triton import rotary_kernels as rk
@@ -125,7 +126,7 @@ def _norm_case(
     weight: bool = True,
     residual: bool = False,
     in_place: bool = False,
-    quant: int = nk.QUANT_NONE,
+    quant: int = nr.QUANT_NONE,
     ub: bool = False,
     variance_size: int | None = None,
     row_stride: int | None = None,
@@ -135,15 +136,15 @@ def _norm_case(
         x = torch.randn(rows_, width, dtype=dtype)[:, :hidden]
         w = torch.rand(hidden, dtype=dtype) if weight else None
         r = torch.randn(rows_, hidden, dtype=dtype) if residual else None
-        fp8 = quant != nk.QUANT_NONE
+        fp8 = quant != nr.QUANT_NONE
         out = (
             x
             if in_place
             else torch.empty(rows_, hidden, dtype=torch.float8_e4m3fn if fp8 else dtype)
         )
         r_out = (r if in_place else torch.empty_like(r)) if r is not None else None
-        scale = torch.rand(1) + 0.5 if quant == nk.QUANT_STATIC else None
-        scale_out = torch.empty(rows_, 1) if quant == nk.QUANT_DYNAMIC else None
+        scale = torch.rand(1) + 0.5 if quant == nr.QUANT_STATIC else None
+        scale_out = torch.empty(rows_, 1) if quant == nr.QUANT_DYNAMIC else None
         scale_ub = torch.rand(1) + 0.5 if ub else None
         eps = float(torch.rand(1)) * 1e-5
         return lambda: nk.launch_norm(
@@ -170,9 +171,9 @@ NORM_CASES = {
     "3 rows wider than one pass": _norm_case(20000, dtype=torch.float32),
     "fused add": _norm_case(769, residual=True),
     "fused add in place": _norm_case(512, residual=True, in_place=True),
-    "static fp8": _norm_case(256, quant=nk.QUANT_STATIC),
-    "dynamic fp8 with bound": _norm_case(256, quant=nk.QUANT_DYNAMIC, ub=True),
-    "fused add static fp8": _norm_case(256, residual=True, quant=nk.QUANT_STATIC),
+    "static fp8": _norm_case(256, quant=nr.QUANT_STATIC),
+    "dynamic fp8 with bound": _norm_case(256, quant=nr.QUANT_DYNAMIC, ub=True),
+    "fused add static fp8": _norm_case(256, residual=True, quant=nr.QUANT_STATIC),
 }
 
 
@@ -189,17 +190,17 @@ def test_split_plan_is_not_replayed_over_an_overlap(
 ) -> None:
     """Out of place, a row is shared between programs; in place (the same key) it must not be
     (a program reads its whole row). Each call replays its own plan, in either order."""
-    monkeypatch.setattr(nk, "sm_count", lambda t: 132)
+    monkeypatch.setattr(nr, "sm_count", lambda t: 132)
     out_of_place = _norm_case(8192, rows_=2, residual=True)
     in_place = _norm_case(8192, rows_=2, residual=True, in_place=True)
     order = [in_place, out_of_place] if in_place_first else [out_of_place, in_place]
     for make in order:
         launch = _check_replay(launches, make)
-        assert launch[2] == ((2, 1, 1) if make is in_place else (2, nk.ROW_SPLIT, 1))
+        assert launch[2] == ((2, 1, 1) if make is in_place else (2, nr.ROW_SPLIT, 1))
     for make in order:
         make()()
         assert launches[-1][0] == "replay"
-        assert launches[-1][2] == ((2, 1, 1) if make is in_place else (2, nk.ROW_SPLIT, 1))
+        assert launches[-1][2] == ((2, 1, 1) if make is in_place else (2, nr.ROW_SPLIT, 1))
 
 
 def test_plans_keep_no_tensor(launches: list[Launch]) -> None:

@@ -1,7 +1,7 @@
 """Decode-size norm and quantization rows spread over a thread-block cluster, with the bits of
 one program a row.
 
-A wide decode-size row is bound by what one SM moves. `norm_kernels.split_for` shares it among
+A wide decode-size row is bound by what one SM moves. `norm_rules.split_for` shares it among
 programs that each load the whole row for its sum, which cannot serve a row written in place
 (one program's stores would overwrite what another still reads) and costs the shared loads.
 Here `CLUSTER` blocks of one cluster each load only their part of the row and exchange their
@@ -70,7 +70,7 @@ CLUSTER = 8
 CLUSTER_SIZES = (2, 4, 8)
 
 #: The row widths (elements, 16-bit rows) whose decode-size rows may take a cluster
-#: (`norm_kernels.cluster_for` says which ops at each).
+#: (`norm_rules.cluster_for` says which ops at each).
 CLUSTER_BLOCKS = (4096, 8192)
 
 #: Rows up to which a launch takes clusters (decode sizes).

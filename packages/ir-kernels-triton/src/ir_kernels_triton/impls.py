@@ -15,6 +15,7 @@ from ir_spec import empty_rows, ops
 from ir_spec.catalog.quant import empty_group_scales
 
 from . import norm_kernels as nk
+from . import norm_rules as nr
 from . import pointwise_kernels as pk
 from .platform import on_kernel_device, row_stride, triton_supported
 from .rotary_kernels import launch_rotary
@@ -133,7 +134,7 @@ def rms_norm_static_quant_fp8(
     x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> Tensor:
     q = empty_rows(x, dtype=FP8)
-    nk.launch_norm(x, weight, epsilon, None, q, quant=nk.QUANT_STATIC, scale=scale)
+    nk.launch_norm(x, weight, epsilon, None, q, quant=nr.QUANT_STATIC, scale=scale)
     return q
 
 
@@ -162,7 +163,7 @@ def fused_add_rms_norm_static_quant_fp8(
         q,
         residual=x_residual,
         residual_out=residual_out,
-        quant=nk.QUANT_STATIC,
+        quant=nr.QUANT_STATIC,
         scale=scale,
     )
     return q, residual_out
@@ -187,7 +188,7 @@ def rms_norm_dynamic_quant_fp8(
     q = empty_rows(x, dtype=FP8)
     scale = empty_rows(x, 1, torch.float32)
     nk.launch_norm(
-        x, weight, epsilon, None, q, quant=nk.QUANT_DYNAMIC, scale_out=scale, scale_ub=scale_ub
+        x, weight, epsilon, None, q, quant=nr.QUANT_DYNAMIC, scale_out=scale, scale_ub=scale_ub
     )
     return q, scale
 
