@@ -22,7 +22,7 @@ from typing import Any
 import probe_tools as tools
 import torch
 
-from ir_kernels_triton.pointwise_kernels import launch_dynamic_quant, launch_group_quant
+from ir_kernels_triton.dynamic_quant_kernels import launch_dynamic_quant, launch_group_quant
 
 SOURCE = Path(__file__).with_name("quant_layout_probe.cu")
 FP8 = torch.float8_e4m3fn

@@ -23,7 +23,7 @@ from typing import Any
 import probe_tools as tools
 import torch
 
-from ir_kernels_triton.pointwise_kernels import default_group_quant_config, launch_group_quant
+from ir_kernels_triton.dynamic_quant_kernels import default_group_quant_config, launch_group_quant
 from ir_spec import ops
 from ir_stack.bench.kernels import anchors, lift_recompile_limits
 

@@ -7,7 +7,7 @@ maximum, exact in any order, so a row spread over `S` blocks that exchange their
 (`ir_kernels_triton.cluster_norm.cluster_quant_kernel`, the norms' mbarrier exchange) gives the
 one-program kernel's bits whatever its slices.
 
-Every candidate goes through `pointwise_kernels.launch_dynamic_quant`: `provider` (its rule),
+Every candidate goes through `dynamic_quant_kernels.launch_dynamic_quant`: `provider` (its rule),
 `one-wW` (one program a row of W warps), `cS-wW` (clusters of S blocks of W warps), beside the
 empty Triton kernel. Each output (the fp8 rows and the scales) is checked bitwise against one
 program a row at the default warps before timing. Times: CUDA-graph replays (`replayed_us`,
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from probe_tools import launch_empty_kernel, median_line, time_rotated, write_results
 
-from ir_kernels_triton import pointwise_kernels as pk
+from ir_kernels_triton import dynamic_quant_kernels as dq
 
 ONE_PROGRAM_WARPS = (4, 8, 16, 32)
 
@@ -48,7 +48,7 @@ def candidates(
     x[:, width // 3] = 40.0  # one peak a row, in one block's slice
     q = torch.empty(tokens, width, device="cuda", dtype=torch.float8_e4m3fn)
     scale = torch.empty(tokens, 1, device="cuda", dtype=torch.float32)
-    run = functools.partial(pk.launch_dynamic_quant, x, None, q, scale)
+    run = functools.partial(dq.launch_dynamic_quant, x, None, q, scale)
 
     def result(fn: Callable[[], None]) -> tuple[torch.Tensor, torch.Tensor]:
         q.fill_(0)

@@ -15,9 +15,9 @@ import triton
 from triton.testing import do_bench_cudagraph
 
 import ir_kernels_triton  # noqa
+from ir_kernels_triton import dynamic_quant_kernels as dq
 from ir_kernels_triton import norm_kernels as nk
 from ir_kernels_triton import norm_rules as nr
-from ir_kernels_triton import pointwise_kernels as pk
 from ir_kernels_triton.rotary_kernels import launch_rotary
 from ir_spec import SampleSpec, ops
 from ir_spec.testing import sample_inputs
@@ -143,7 +143,7 @@ def part_group() -> None:
             q = torch.empty(t, h, device="cuda", dtype=FP8)
             s = torch.empty(t, h // 128, device="cuda")
             ind = bk.anchors(ops.group_quant_fp8, args)["inductor"]
-            res = [(us(ind), "inductor"), (us(lambda: pk.launch_group_quant(x, 128, q, s)), "ours")]
+            res = [(us(ind), "inductor"), (us(lambda: dq.launch_group_quant(x, 128, q, s)), "ours")]
             for per in (1, 2, 4, 8, 16, 32):
                 if per > h // 128:
                     continue
@@ -151,7 +151,7 @@ def part_group() -> None:
                     res.append(
                         (
                             us(
-                                lambda: pk.launch_group_quant(
+                                lambda: dq.launch_group_quant(
                                     x, 128, q, s, per_program=per, num_warps=w
                                 )
                             ),

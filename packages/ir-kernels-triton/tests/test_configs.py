@@ -6,9 +6,11 @@ import pytest
 import torch
 
 from ir_kernels_triton import cluster_norm as cn
+from ir_kernels_triton import dynamic_quant_kernels as dq
 from ir_kernels_triton import norm_kernels as nk
 from ir_kernels_triton import norm_rules as nr
 from ir_kernels_triton import pointwise_kernels as pk
+from ir_kernels_triton.platform import warps_for
 
 ACTS = [None, pk.ACT_SILU, pk.ACT_GELU, pk.ACT_GELU_TANH]
 H100_GBPS_PER_SM, H200_GBPS_PER_SM = 25.4, 37.2
@@ -321,25 +323,25 @@ def test_dynamic_quant_rows_spread_over_clusters_only_at_decode_sizes(
     GPU) or under programmatic launch."""
     from ir_kernels_triton import launch
 
-    (width,) = sorted(pk.QUANT_CLUSTER_WIDTHS)[-1:]
+    (width,) = sorted(dq.QUANT_CLUSTER_WIDTHS)[-1:]
     x = torch.randn(16, width, dtype=torch.bfloat16)
     q = torch.empty(16, width, dtype=torch.float8_e4m3fn)
-    assert pk.quant_cluster_for(x, q) == 1  # no GPU here
-    monkeypatch.setattr(pk, "cluster_launches", lambda t: True)
-    assert pk.quant_cluster_for(x, q) == pk.QUANT_CLUSTER
-    assert pk.quant_cluster_for(x[:1], q[:1]) == pk.QUANT_CLUSTER
-    big = torch.randn(pk.CLUSTER_ROWS + 1, width, dtype=torch.bfloat16)
-    assert pk.quant_cluster_for(big, torch.empty_like(big, dtype=q.dtype)) == 1
-    assert pk.quant_cluster_for(x.float(), q) == 1
+    assert dq.quant_cluster_for(x, q) == 1  # no GPU here
+    monkeypatch.setattr(dq, "cluster_launches", lambda t: True)
+    assert dq.quant_cluster_for(x, q) == dq.QUANT_CLUSTER
+    assert dq.quant_cluster_for(x[:1], q[:1]) == dq.QUANT_CLUSTER
+    big = torch.randn(cn.CLUSTER_ROWS + 1, width, dtype=torch.bfloat16)
+    assert dq.quant_cluster_for(big, torch.empty_like(big, dtype=q.dtype)) == 1
+    assert dq.quant_cluster_for(x.float(), q) == 1
     narrow = torch.randn(16, 1024, dtype=torch.bfloat16)
-    assert pk.quant_cluster_for(narrow, q[:, :1024]) == 1
+    assert dq.quant_cluster_for(narrow, q[:, :1024]) == 1
     shifted = torch.randn(16 * width + 1, dtype=torch.bfloat16)[1:].view(16, width)
-    assert pk.quant_cluster_for(shifted, q) == 1
+    assert dq.quant_cluster_for(shifted, q) == 1
     # 16-byte steps that Triton does not specialize (a stride of 8 elements past the width)
     padded = torch.randn(16, width + 8, dtype=torch.bfloat16)[:, :width]
-    assert pk.quant_cluster_for(padded, q) == 1
+    assert dq.quant_cluster_for(padded, q) == 1
     with launch.programmatic_launch(True):
-        assert pk.quant_cluster_for(x, q) == 1
+        assert dq.quant_cluster_for(x, q) == 1
 
 
 def test_dynamic_quant_launch_rejects_a_bad_cluster() -> None:
@@ -348,9 +350,9 @@ def test_dynamic_quant_launch_rejects_a_bad_cluster() -> None:
     x = torch.randn(2, 8192, dtype=torch.bfloat16)
     q = torch.empty(2, 8192, dtype=torch.float8_e4m3fn)
     scale = torch.empty(2, 1)
-    for cluster in (3, 16, *pk.CLUSTER_SIZES):
+    for cluster in (3, 16, *cn.CLUSTER_SIZES):
         with pytest.raises(ValueError, match=f"cluster={cluster}"):
-            pk.launch_dynamic_quant(x, None, q, scale, cluster=cluster)
+            dq.launch_dynamic_quant(x, None, q, scale, cluster=cluster)
 
 
 def test_launch_rejects_a_bad_split() -> None:
@@ -364,22 +366,22 @@ def test_group_quant_streamed_rows_follow_the_cards_bandwidth(hidden: int) -> No
     """One vector a thread where an H100's bandwidth per SM is enough, whole rows a program
     where more must be in flight; rows within the L2 and unknown cards keep the batch rule."""
     groups = hidden // 128
-    on_h100 = pk.group_quant_config(16384, groups, 128, True, H100_GBPS_PER_SM)
-    on_h200 = pk.group_quant_config(16384, groups, 128, True, H200_GBPS_PER_SM)
+    on_h100 = dq.group_quant_config(16384, groups, 128, True, H100_GBPS_PER_SM)
+    on_h200 = dq.group_quant_config(16384, groups, 128, True, H200_GBPS_PER_SM)
     assert on_h100 == (8, 4)
-    assert on_h200 == (groups, pk.warps_for(hidden))
+    assert on_h200 == (groups, warps_for(hidden))
     for streamed, gbps in ((False, H200_GBPS_PER_SM), (False, H100_GBPS_PER_SM), (True, None)):
         expected = (8, 4) if groups <= 16 else (32, 8)
-        assert pk.group_quant_config(16384, groups, 128, streamed, gbps) == expected
+        assert dq.group_quant_config(16384, groups, 128, streamed, gbps) == expected
     for few in (1, 16, 17, 1024):
-        assert pk.group_quant_config(few, groups, 128, True, H200_GBPS_PER_SM) == (
-            pk.group_quant_config(few, groups, 128)
+        assert dq.group_quant_config(few, groups, 128, True, H200_GBPS_PER_SM) == (
+            dq.group_quant_config(few, groups, 128)
         )
 
 
 def test_group_quant_whole_rows_stop_at_8192_elements() -> None:
-    assert pk.group_quant_config(16384, 512, 128, True, H200_GBPS_PER_SM) == (64, 16)
-    assert pk.group_quant_config(16384, 3, 128, True, H200_GBPS_PER_SM) == (4, 1)
+    assert dq.group_quant_config(16384, 512, 128, True, H200_GBPS_PER_SM) == (64, 16)
+    assert dq.group_quant_config(16384, 3, 128, True, H200_GBPS_PER_SM) == (4, 1)
 
 
 def test_dram_bandwidth_per_sm_from_the_reported_clocks() -> None:
@@ -398,8 +400,8 @@ def test_dram_bandwidth_per_sm_from_the_reported_clocks() -> None:
     assert platform.dram_gbps_per_sm(torch.empty(1)) is None  # off the GPU
 
 
-def record_bandwidth_queries(monkeypatch: pytest.MonkeyPatch, module: Any) -> list[torch.Tensor]:
-    """The tensors `module` asks `dram_gbps_per_sm` about from now on (each answered with an
+def record_bandwidth_queries(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[torch.Tensor]:
+    """The tensors `modules` ask `dram_gbps_per_sm` about from now on (each answered with an
     H200's bandwidth), with launch plans off: a plan recorded by an earlier test replays its
     launch without the rules (on a GPU, where plans run)."""
     from ir_kernels_triton import plans
@@ -410,7 +412,8 @@ def record_bandwidth_queries(monkeypatch: pytest.MonkeyPatch, module: Any) -> li
         asked.append(t)
         return H200_GBPS_PER_SM
 
-    monkeypatch.setattr(module, "dram_gbps_per_sm", bandwidth)
+    for module in modules:
+        monkeypatch.setattr(module, "dram_gbps_per_sm", bandwidth)
     monkeypatch.setattr(plans, "_enabled", False)
     return asked
 
@@ -456,12 +459,13 @@ def test_card_bandwidth_asked_only_for_streamed_launches(
     """The gated and group-quant launches ask the card's bandwidth only where their rule reads
     it (rows streamed from DRAM): asked at every launch, it cost an H200's decode-size gated
     launches 0.1-0.2 µs of replayed time (`triton-tuning-H200.log`, round 2)."""
-    asked = record_bandwidth_queries(monkeypatch, pk)
-    monkeypatch.setattr(pk, "streams_from_dram", lambda t, footprint: streamed)
+    asked = record_bandwidth_queries(monkeypatch, pk, dq)
+    for module in (pk, dq):
+        monkeypatch.setattr(module, "streams_from_dram", lambda t, footprint: streamed)
     x = torch.randn(2, 256, device=DEVICE)
     pk.launch_gated(x, torch.empty(2, 128, device=DEVICE), pk.ACT_SILU)
     q = torch.empty(2, 256, dtype=torch.float8_e4m3fn, device=DEVICE)
-    pk.launch_group_quant(x, 128, q, torch.empty(2, 2, device=DEVICE))
+    dq.launch_group_quant(x, 128, q, torch.empty(2, 2, device=DEVICE))
     assert len(asked) == (2 if streamed else 0)
     # a configuration passed in skips the rule and its query
     pk.launch_gated(x, torch.empty(2, 128, device=DEVICE), pk.ACT_SILU, flat=(128, 1))

@@ -392,22 +392,23 @@ def test_dynamic_quant_rows_spread_over_a_cluster_give_the_bits_of_one_program(
     (`cluster_norm.cluster_quant_kernel`) give bitwise the fp8 rows and scales of one program
     a row, on the provider's first launch and replayed from its plan; a batch past decode sizes
     is not spread."""
-    from ir_kernels_triton import pointwise_kernels as pk
+    from ir_kernels_triton import cluster_norm as cn
+    from ir_kernels_triton import dynamic_quant_kernels as dq
     from ir_kernels_triton.plans import clear_launch_plans, launch_plans_enabled
 
-    (width,) = sorted(pk.QUANT_CLUSTER_WIDTHS)[-1:]
+    (width,) = sorted(dq.QUANT_CLUSTER_WIDTHS)[-1:]
     op = ops.dynamic_quant_fp8
     impl = op.impls["triton"].fn
     x = torch.randn(tokens, width, device="cuda", dtype=dtype) * 4
     x[:, (7 * width) // 8 + 3] = 300.0  # each row's peak in the last block's slice
     ub = torch.tensor([200.0], device="cuda") if with_ub else None
-    spread = count_cluster_launches(monkeypatch, pk, "launch_cluster_quant")
-    monkeypatch.setattr(pk, "QUANT_CLUSTER", clusters)
-    monkeypatch.setattr(pk, "QUANT_CLUSTER_WARPS", warps)
+    spread = count_cluster_launches(monkeypatch, dq, "launch_cluster_quant")
+    monkeypatch.setattr(dq, "QUANT_CLUSTER", clusters)
+    monkeypatch.setattr(dq, "QUANT_CLUSTER_WARPS", warps)
     clear_launch_plans()
     q_one = torch.empty(tokens, width, device="cuda", dtype=torch.float8_e4m3fn)
     scale_one = torch.empty(tokens, 1, device="cuda")
-    pk.launch_dynamic_quant(x, ub, q_one, scale_one, cluster=1)
+    dq.launch_dynamic_quant(x, ub, q_one, scale_one, cluster=1)
     assert spread == []
     for _ in range(2):  # the first launch, then its plan
         q, scale = impl(x, ub)
@@ -415,7 +416,7 @@ def test_dynamic_quant_rows_spread_over_a_cluster_give_the_bits_of_one_program(
         assert torch.equal(scale, scale_one)
     launched = (tokens, clusters)
     assert spread == ([launched] if launch_plans_enabled() else [launched, launched])
-    big = torch.randn(pk.CLUSTER_ROWS + 1, width, device="cuda", dtype=dtype)
+    big = torch.randn(cn.CLUSTER_ROWS + 1, width, device="cuda", dtype=dtype)
     before = len(spread)
     impl(big, ub)
     assert len(spread) == before  # not spread past decode sizes

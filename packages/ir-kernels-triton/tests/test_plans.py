@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from ir_kernels_triton import dynamic_quant_kernels as dq
 from ir_kernels_triton import norm_kernels as nk
 from ir_kernels_triton import norm_rules as nr
 from ir_kernels_triton import plans, platform
@@ -68,8 +69,8 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Launch]]:
         (pk, "gated_kernel"),
         (pk, "flat_static_quant_kernel"),
         (pk, "static_quant_kernel"),
-        (pk, "dynamic_quant_kernel"),
-        (pk, "group_quant_kernel"),
+        (dq, "dynamic_quant_kernel"),
+        (dq, "group_quant_kernel"),
         (rk, "rotary_kernel"),
     ):
         monkeypatch.setattr(module, name, FakeKernel(getattr(module, name), recorded))
@@ -246,13 +247,13 @@ def _pointwise_case(kind: str, strided: bool = False, **options: Any) -> Maker:
         if kind == "dynamic":
             s = torch.empty(rows_, 1)
             ub = scale if options.get("ub") else None
-            return lambda: pk.launch_dynamic_quant(x, ub, q, s)
+            return lambda: dq.launch_dynamic_quant(x, ub, q, s)
         s = (
             torch.empty(width // 64, rows_).t()
             if options.get("column_major")
             else torch.empty(rows_, width // 64)
         )
-        return lambda: pk.launch_group_quant(x, 64, q, s)
+        return lambda: dq.launch_group_quant(x, 64, q, s)
 
     return make
 

@@ -398,7 +398,7 @@ def cluster_quant_kernel(
     BLOCK: tl.constexpr,
     S: tl.constexpr,
 ):
-    """`pointwise_kernels.dynamic_quant_kernel`'s rows of exactly `BLOCK` elements, each spread
+    """`dynamic_quant_kernels.dynamic_quant_kernel`'s rows of exactly `BLOCK` elements, each spread
     over `S` blocks of a cluster (launched by `launch_cluster_quant`): block ``pid % S`` of row
     ``pid // S`` quantizes the row's ``pid % S``-th slice of ``BLOCK / S`` elements. The row's
     peak is a maximum, exact in any order, so the bits are the one-program kernel's whatever

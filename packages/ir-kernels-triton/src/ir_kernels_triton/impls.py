@@ -14,6 +14,7 @@ from torch import Tensor
 from ir_spec import empty_rows, ops
 from ir_spec.catalog.quant import empty_group_scales
 
+from . import dynamic_quant_kernels as dq
 from . import norm_kernels as nk
 from . import norm_rules as nr
 from . import pointwise_kernels as pk
@@ -272,7 +273,7 @@ def dynamic_quant_fp8_supported(x: Tensor, scale_ub: Tensor | None = None) -> bo
 def dynamic_quant_fp8(x: Tensor, scale_ub: Tensor | None = None) -> tuple[Tensor, Tensor]:
     q = empty_rows(x, dtype=FP8)
     scale = empty_rows(x, 1, torch.float32)
-    pk.launch_dynamic_quant(x, scale_ub, q, scale)
+    dq.launch_dynamic_quant(x, scale_ub, q, scale)
     return q, scale
 
 
@@ -296,7 +297,7 @@ def group_quant_fp8(
     q = empty_rows(x, dtype=FP8)
     groups = x.shape[-1] // group_size
     scale = empty_group_scales(x, groups, column_major=column_major_scales)
-    pk.launch_group_quant(x, group_size, q, scale)
+    dq.launch_group_quant(x, group_size, q, scale)
     return q, scale
 
 
