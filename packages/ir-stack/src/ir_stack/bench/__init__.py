@@ -1,5 +1,6 @@
 """``ir-stack bench``: the kernel benchmark (`ir_stack.bench.kernels`, CUDA GPUs only) and the
-end-to-end benchmark (`ir_stack.bench.e2e`), each writing JSON, a markdown table and a plot."""
+end-to-end benchmark (`ir_stack.bench.e2e`), each writing JSON, a markdown table and a plot
+(`kernel_report` and `e2e_report` redo the table and plot from a JSON)."""
 
 import argparse
 from collections.abc import Sequence
