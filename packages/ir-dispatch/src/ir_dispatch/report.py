@@ -14,7 +14,7 @@ from .cli import FLAG, split_priority_args
 from .discovery import provider_loads
 from .names import resolve_op
 from .platforms import detect_platform
-from .selection import Verdict, explain
+from .selection import Verdict, explain, why_unsupported
 from .state import current_mode, priority
 
 
@@ -44,7 +44,7 @@ def providers_table(op_names: Iterable[str] | None = None) -> Table:
             if verdict is None:
                 why = "not listed"
                 if impl is not None and not impl.supported:
-                    why = "not supported here; not listed"
+                    why = f"not supported here ({why_unsupported(impl)}); not listed"
             elif provider == first_eligible:
                 why = "used, unless its supports_args rejects the call"
             else:

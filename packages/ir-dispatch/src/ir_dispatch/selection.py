@@ -85,6 +85,11 @@ class Explanation:
         return "\n".join(lines)
 
 
+def why_unsupported(impl: Impl) -> str:
+    """The reason an implementation registered with ``supported=False`` gave, or a stand-in."""
+    return impl.unsupported_reason or "registered with supported=False"
+
+
 def _static_verdict(impl: Impl | None, provider: str) -> tuple[Verdict, str] | None:
     """The verdict that does not depend on the arguments, or None if the provider is eligible."""
     if impl is None:
@@ -92,7 +97,7 @@ def _static_verdict(impl: Impl | None, provider: str) -> tuple[Verdict, str] | N
     if provider in disabled_providers():
         return Verdict.DISABLED, "listed in IR_DISABLE_PROVIDERS"
     if not impl.supported:
-        return Verdict.NOT_SUPPORTED, impl.unsupported_reason or "registered with supported=False"
+        return Verdict.NOT_SUPPORTED, why_unsupported(impl)
     if _State.batch_invariant and not impl.batch_invariant:
         return Verdict.NOT_BATCH_INVARIANT, "batch-invariant mode is on"
     return None

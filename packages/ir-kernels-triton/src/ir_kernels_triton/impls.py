@@ -18,7 +18,7 @@ from . import dynamic_quant_kernels as dq
 from . import norm_kernels as nk
 from . import norm_rules as nr
 from . import pointwise_kernels as pk
-from .platform import on_kernel_device, row_stride, triton_supported
+from .platform import on_kernel_device, row_stride, unsupported_reason
 from .rotary_kernels import launch_rotary
 from .torch_ops import traceable
 
@@ -26,7 +26,9 @@ PROVIDER = "triton"
 INPLACE_PROVIDER = "triton_inplace"
 FP8 = torch.float8_e4m3fn
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-SUPPORTED = triton_supported()
+#: Why the kernels cannot run here, or "" (then `SUPPORTED`).
+UNSUPPORTED_REASON = unsupported_reason()
+SUPPORTED = not UNSUPPORTED_REASON
 
 
 def _rowwise(*tensors: Tensor) -> bool:
@@ -54,7 +56,11 @@ def rms_norm_supported(
 
 
 @ops.rms_norm.register_impl(
-    PROVIDER, supported=SUPPORTED, supports_args=rms_norm_supported, batch_invariant=True
+    PROVIDER,
+    supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
+    supports_args=rms_norm_supported,
+    batch_invariant=True,
 )
 @traceable(ops.rms_norm)
 def rms_norm(
@@ -78,6 +84,7 @@ def fused_add_rms_norm_supported(
 @ops.fused_add_rms_norm.register_impl(
     PROVIDER,
     supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
     supports_args=fused_add_rms_norm_supported,
     batch_invariant=True,
 )
@@ -99,6 +106,7 @@ def fused_add_rms_norm(
 @ops.fused_add_rms_norm.register_impl(
     INPLACE_PROVIDER,
     supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
     supports_args=fused_add_rms_norm_supported,
     inplace=True,
     batch_invariant=True,
@@ -127,6 +135,7 @@ def rms_norm_static_quant_fp8_supported(
 @ops.rms_norm_static_quant_fp8.register_impl(
     PROVIDER,
     supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
     supports_args=rms_norm_static_quant_fp8_supported,
     batch_invariant=True,
 )
@@ -148,6 +157,7 @@ def fused_add_rms_norm_static_quant_fp8_supported(
 @ops.fused_add_rms_norm_static_quant_fp8.register_impl(
     PROVIDER,
     supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
     supports_args=fused_add_rms_norm_static_quant_fp8_supported,
     batch_invariant=True,
 )
@@ -179,6 +189,7 @@ def rms_norm_dynamic_quant_fp8_supported(
 @ops.rms_norm_dynamic_quant_fp8.register_impl(
     PROVIDER,
     supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
     supports_args=rms_norm_dynamic_quant_fp8_supported,
     batch_invariant=True,
 )
@@ -204,7 +215,11 @@ def silu_and_mul_supported(x: Tensor) -> bool:
 
 
 @ops.silu_and_mul.register_impl(
-    PROVIDER, supported=SUPPORTED, supports_args=silu_and_mul_supported, batch_invariant=True
+    PROVIDER,
+    supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
+    supports_args=silu_and_mul_supported,
+    batch_invariant=True,
 )
 @traceable(ops.silu_and_mul)
 def silu_and_mul(x: Tensor) -> Tensor:
@@ -218,7 +233,11 @@ def gelu_and_mul_supported(x: Tensor, approximate: str = "none") -> bool:
 
 
 @ops.gelu_and_mul.register_impl(
-    PROVIDER, supported=SUPPORTED, supports_args=gelu_and_mul_supported, batch_invariant=True
+    PROVIDER,
+    supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
+    supports_args=gelu_and_mul_supported,
+    batch_invariant=True,
 )
 @traceable(ops.gelu_and_mul)
 def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
@@ -234,6 +253,7 @@ def silu_and_mul_static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
 @ops.silu_and_mul_static_quant_fp8.register_impl(
     PROVIDER,
     supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
     supports_args=silu_and_mul_static_quant_fp8_supported,
     batch_invariant=True,
 )
@@ -250,7 +270,11 @@ def static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
 
 
 @ops.static_quant_fp8.register_impl(
-    PROVIDER, supported=SUPPORTED, supports_args=static_quant_fp8_supported, batch_invariant=True
+    PROVIDER,
+    supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
+    supports_args=static_quant_fp8_supported,
+    batch_invariant=True,
 )
 @traceable(ops.static_quant_fp8)
 def static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
@@ -266,6 +290,7 @@ def dynamic_quant_fp8_supported(x: Tensor, scale_ub: Tensor | None = None) -> bo
 @ops.dynamic_quant_fp8.register_impl(
     PROVIDER,
     supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
     supports_args=dynamic_quant_fp8_supported,
     batch_invariant=True,
 )
@@ -288,7 +313,11 @@ def group_quant_fp8_supported(
 
 
 @ops.group_quant_fp8.register_impl(
-    PROVIDER, supported=SUPPORTED, supports_args=group_quant_fp8_supported, batch_invariant=True
+    PROVIDER,
+    supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
+    supports_args=group_quant_fp8_supported,
+    batch_invariant=True,
 )
 @traceable(ops.group_quant_fp8)
 def group_quant_fp8(
@@ -321,6 +350,7 @@ def rotary_embedding_supported(
 @ops.rotary_embedding.register_impl(
     PROVIDER,
     supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
     supports_args=rotary_embedding_supported,
     batch_invariant=True,
 )
@@ -341,6 +371,7 @@ def rotary_embedding(
 @ops.rotary_embedding.register_impl(
     INPLACE_PROVIDER,
     supported=SUPPORTED,
+    unsupported_reason=UNSUPPORTED_REASON,
     supports_args=rotary_embedding_supported,
     inplace=True,
     batch_invariant=True,

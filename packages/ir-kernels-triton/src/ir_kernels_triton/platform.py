@@ -48,9 +48,20 @@ def sm90_or_newer(device_index: int) -> bool:
 @functools.cache
 def triton_supported() -> bool:
     """Triton can run here: a CUDA/ROCm GPU it targets, or the interpreter."""
+    return not unsupported_reason()
+
+
+def unsupported_reason() -> str:
+    """Why Triton cannot run here (`triton_supported`), or ``""`` where it can."""
     if not HAVE_TRITON:
-        return False
-    return interpreting() or torch.cuda.is_available()
+        return "the triton package is not installed"
+    if interpreting() or torch.cuda.is_available():
+        return ""
+    return (
+        "no GPU visible to torch (torch.cuda.is_available() is False); set TRITON_INTERPRET=1 "
+        "before importing ir_kernels_triton to run the kernels on CPU tensors in Triton's "
+        "interpreter"
+    )
 
 
 @functools.cache

@@ -17,7 +17,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ir-stack", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="run the tiny model in every mode and compare them")
-    explain = commands.add_parser("explain", help="which implementation each op uses, and why")
+    explain = commands.add_parser(
+        "explain",
+        help="which implementation each op uses, and why",
+        description="Each op (or OP alone), then its providers: their place in the op's "
+        "effective priority list and their verdict (the one used, or why not: a provider not "
+        "supported here says why).",
+    )
     explain.add_argument("op", nargs="?", help="one op (default: all)")
     commands.add_parser(
         "bench",
@@ -41,10 +47,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return bench(rest, console)
     from ir_dispatch.report import providers_table
 
-    if args.op:
-        console.print(str(ir_dispatch.explain(args.op)))
-    else:
-        console.print(providers_table())
+    try:
+        table = providers_table([args.op] if args.op else None)
+    except ValueError as error:  # an unknown op, named with the known ones
+        parser.error(str(error))
+    console.print(table)
     return 0
 
 
