@@ -48,6 +48,23 @@ def test_provider_registered_everywhere() -> None:
     assert ops.rotary_embedding.impls["triton_inplace"].inplace
 
 
+def test_unsupported_platforms_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where Triton cannot run, the reason (shown by ``ir_dispatch.explain``) says what is
+    missing and how to run the kernels on the CPU instead."""
+    from ir_kernels_triton import platform
+
+    monkeypatch.setattr(platform, "interpreting", lambda: False)
+    monkeypatch.setattr(platform.torch.cuda, "is_available", lambda: False)
+    reason = platform.unsupported_reason()
+    assert reason.startswith("no GPU visible to torch")
+    assert "TRITON_INTERPRET=1" in reason
+    monkeypatch.setattr(platform, "HAVE_TRITON", False)
+    assert platform.unsupported_reason() == "the triton package is not installed"
+    monkeypatch.setattr(platform, "HAVE_TRITON", True)
+    monkeypatch.setattr(platform, "interpreting", lambda: True)
+    assert platform.unsupported_reason() == ""
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("tokens", TOKENS)
 @pytest.mark.parametrize("hidden", HIDDEN)
