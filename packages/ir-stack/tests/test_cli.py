@@ -94,6 +94,22 @@ def test_explain_of_an_unknown_op_names_the_known_ones() -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("--ir-op-priority.rms_nrom=native", "unknown op 'rms_nrom'; known ops:"),
+        ("--ir-op-priority.rms_norm=warp", "unknown provider 'warp'; known providers:"),
+        ("--ir-op-priority.rms_norm", "missing the list of providers"),
+    ],
+)
+def test_a_bad_priority_flag_is_a_usage_error(flag: str, message: str) -> None:
+    """It had ended in a traceback of the ValueError."""
+    done = run("explain", flag)
+    assert done.returncode == 2
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+
+
 def test_explain_takes_a_priority_flag_in_two_arguments() -> None:
     """``--ir-op-priority.<op> <providers>``: the value is the flag's, not the op to explain
     (the command read it as the op name and failed on "unknown op 'native'")."""

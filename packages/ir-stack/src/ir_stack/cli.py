@@ -31,11 +31,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         add_help=False,
     )
     # --ir-op-priority flags (and the value of one without "=") are read by Config.load
-    args, rest = parser.parse_known_args(ir_dispatch.split_priority_args(argv)[1])
-    if args.command != "bench" and rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    config = Config.load(argv)
-    config.apply()
+    try:
+        args, rest = parser.parse_known_args(ir_dispatch.split_priority_args(argv)[1])
+        if args.command != "bench" and rest:
+            parser.error(f"unrecognized arguments: {' '.join(rest)}")
+        config = Config.load(argv)
+        config.apply()
+    except ValueError as error:  # a priority flag naming an unknown op or provider
+        parser.error(str(error))
     console = Console()
     if args.command == "demo":
         from .demo import main as demo
