@@ -51,7 +51,7 @@ from ir_spec import ops
 from ..compiler import compile as ir_stack_compile
 from ..config import Config
 from ..models import ONE_B, TINY, LlamaConfig, LlamaModel
-from .e2e_report import markdown, plot
+from .e2e_report import markdown, write_report
 
 MODELS = {"tiny": TINY, "1b": ONE_B}
 MODES = (
@@ -450,11 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the timed ir_stack modes reuse what the startup runs compiled (same code)
         args.cache = Path(tmp) / "startup" / "ir-piecewise"
         write(run_modes(args, build_setup(args, device), write))
-    try:
-        plot(result, stem.with_suffix(".png"))
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install ir-stack[bench])")
-    print(stem.with_suffix(".md").read_text())
+    print(write_report(result, stem).read_text())
     return 0
 
 

@@ -112,6 +112,18 @@ def plot(result: dict[str, Any], out: Path) -> None:
     fig.savefig(out, dpi=90)
 
 
+def write_report(result: dict[str, Any], stem: Path) -> Path:
+    """Write `result`'s table to ``<stem>.md`` and, where matplotlib is installed, its plot to
+    ``<stem>.png``; return the table's path."""
+    table = stem.with_name(stem.name + ".md")
+    table.write_text(markdown(result))
+    try:
+        plot(result, stem.with_name(stem.name + ".png"))
+    except ImportError:
+        print("matplotlib is not installed: no plot (pip install ir-stack[bench])")
+    return table
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m ir_stack.bench.e2e_report RESULT.json``."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
@@ -124,12 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [k for k in REQUIRED_KEYS if k not in result]
     if missing:
         parser.error(f"result: {path} is not an end-to-end result (no {', '.join(missing)})")
-    path.with_suffix(".md").write_text(markdown(result))
-    try:
-        plot(result, path.with_suffix(".png"))
-    except ImportError:
-        print("matplotlib is not installed: no plot (pip install ir-stack[bench])")
-    print(path.with_suffix(".md").read_text())
+    print(write_report(result, path.with_suffix("")).read_text())
     return 0
 
 
