@@ -49,6 +49,8 @@ def test_keyword_decorator_options() -> None:
         return a + b
 
     assert whatever.name == name
+    assert getattr(ops, name) is whatever
+    assert name in ops
     assert whatever.activations == ("a",)
     assert whatever.allow_inplace
     assert hasattr(torch.ops.ir, name)

@@ -14,6 +14,9 @@ _OPS: dict[str, IrOp] = {}
 def add(op: IrOp) -> None:
     """Record a newly declared op (the caller has checked the name is free)."""
     _OPS[op.name] = op
+    # An instance attribute, so that ``ops.<name>`` in a model's forward is a plain lookup:
+    # through `OpNamespace.__getattr__`, after the failed normal lookup, it cost about 0.6 µs.
+    vars(ops)[op.name] = op
 
 
 def lookup(name: str) -> IrOp | None:
@@ -24,7 +27,7 @@ def lookup(name: str) -> IrOp | None:
 class OpNamespace:
     """`ir_spec.ops`: attribute access and iteration over every declared op."""
 
-    def __getattr__(self, name: str) -> IrOp:
+    def __getattr__(self, name: str) -> IrOp:  # reached only for names not declared (`add`)
         op = _OPS.get(name)
         if op is None:
             if name.startswith("__"):
