@@ -8,10 +8,13 @@ the kernels can address (last dimension contiguous, leading dimensions collapsin
 stride) and contiguous parameters (weight, scale, cache, positions).
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import Tensor
 
-from ir_spec import empty_rows, ops
+from ir_spec import IrOp, empty_rows, ops
 from ir_spec.catalog.quant import empty_group_scales
 
 from . import dynamic_quant_kernels as dq
@@ -29,6 +32,23 @@ _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: Why the kernels cannot run here, or "" (then `SUPPORTED`).
 UNSUPPORTED_REASON = unsupported_reason()
 SUPPORTED = not UNSUPPORTED_REASON
+
+
+def _provides(
+    op: IrOp, supports_args: Callable[..., bool], *, inplace: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Make the decorated kernel function traceable (`traceable`) and register it as provider
+    ``triton`` of `op` (``triton_inplace`` where `inplace`): batch-invariant, supported where
+    Triton runs, else with the reason."""
+    register = op.register_impl(
+        INPLACE_PROVIDER if inplace else PROVIDER,
+        supported=SUPPORTED,
+        unsupported_reason=UNSUPPORTED_REASON,
+        supports_args=supports_args,
+        inplace=inplace,
+        batch_invariant=True,
+    )
+    return lambda fn: register(traceable(op, inplace=inplace)(fn))
 
 
 def _rowwise(*tensors: Tensor) -> bool:
@@ -55,14 +75,7 @@ def rms_norm_supported(
     return _norm_ok(x, weight)
 
 
-@ops.rms_norm.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=rms_norm_supported,
-    batch_invariant=True,
-)
-@traceable(ops.rms_norm)
+@_provides(ops.rms_norm, rms_norm_supported)
 def rms_norm(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> Tensor:
@@ -81,14 +94,7 @@ def fused_add_rms_norm_supported(
     return _norm_ok(x, weight, None) and on_kernel_device(x_residual) and _rowwise(x_residual)
 
 
-@ops.fused_add_rms_norm.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=fused_add_rms_norm_supported,
-    batch_invariant=True,
-)
-@traceable(ops.fused_add_rms_norm)
+@_provides(ops.fused_add_rms_norm, fused_add_rms_norm_supported)
 def fused_add_rms_norm(
     x: Tensor,
     x_residual: Tensor,
@@ -103,15 +109,7 @@ def fused_add_rms_norm(
     return out, residual_out
 
 
-@ops.fused_add_rms_norm.register_impl(
-    INPLACE_PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=fused_add_rms_norm_supported,
-    inplace=True,
-    batch_invariant=True,
-)
-@traceable(ops.fused_add_rms_norm, inplace=True)
+@_provides(ops.fused_add_rms_norm, fused_add_rms_norm_supported, inplace=True)
 def fused_add_rms_norm_inplace(
     x: Tensor,
     x_residual: Tensor,
@@ -132,14 +130,7 @@ def rms_norm_static_quant_fp8_supported(
     return _norm_ok(x, weight, scale)
 
 
-@ops.rms_norm_static_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=rms_norm_static_quant_fp8_supported,
-    batch_invariant=True,
-)
-@traceable(ops.rms_norm_static_quant_fp8)
+@_provides(ops.rms_norm_static_quant_fp8, rms_norm_static_quant_fp8_supported)
 def rms_norm_static_quant_fp8(
     x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> Tensor:
@@ -154,14 +145,7 @@ def fused_add_rms_norm_static_quant_fp8_supported(
     return _norm_ok(x, weight, scale) and on_kernel_device(x_residual) and _rowwise(x_residual)
 
 
-@ops.fused_add_rms_norm_static_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=fused_add_rms_norm_static_quant_fp8_supported,
-    batch_invariant=True,
-)
-@traceable(ops.fused_add_rms_norm_static_quant_fp8)
+@_provides(ops.fused_add_rms_norm_static_quant_fp8, fused_add_rms_norm_static_quant_fp8_supported)
 def fused_add_rms_norm_static_quant_fp8(
     x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> tuple[Tensor, Tensor]:
@@ -186,14 +170,7 @@ def rms_norm_dynamic_quant_fp8_supported(
     return _norm_ok(x, weight, scale_ub)
 
 
-@ops.rms_norm_dynamic_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=rms_norm_dynamic_quant_fp8_supported,
-    batch_invariant=True,
-)
-@traceable(ops.rms_norm_dynamic_quant_fp8)
+@_provides(ops.rms_norm_dynamic_quant_fp8, rms_norm_dynamic_quant_fp8_supported)
 def rms_norm_dynamic_quant_fp8(
     x: Tensor, weight: Tensor | None, epsilon: float, scale_ub: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
@@ -214,14 +191,7 @@ def silu_and_mul_supported(x: Tensor) -> bool:
     return _gated_ok(x)
 
 
-@ops.silu_and_mul.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=silu_and_mul_supported,
-    batch_invariant=True,
-)
-@traceable(ops.silu_and_mul)
+@_provides(ops.silu_and_mul, silu_and_mul_supported)
 def silu_and_mul(x: Tensor) -> Tensor:
     out = empty_rows(x, x.shape[-1] // 2)
     pk.launch_gated(x, out, pk.ACT_SILU)
@@ -232,14 +202,7 @@ def gelu_and_mul_supported(x: Tensor, approximate: str = "none") -> bool:
     return _gated_ok(x)
 
 
-@ops.gelu_and_mul.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=gelu_and_mul_supported,
-    batch_invariant=True,
-)
-@traceable(ops.gelu_and_mul)
+@_provides(ops.gelu_and_mul, gelu_and_mul_supported)
 def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
     out = empty_rows(x, x.shape[-1] // 2)
     pk.launch_gated(x, out, pk.ACT_GELU_TANH if approximate == "tanh" else pk.ACT_GELU)
@@ -250,14 +213,7 @@ def silu_and_mul_static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
     return _gated_ok(x, scale)
 
 
-@ops.silu_and_mul_static_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=silu_and_mul_static_quant_fp8_supported,
-    batch_invariant=True,
-)
-@traceable(ops.silu_and_mul_static_quant_fp8)
+@_provides(ops.silu_and_mul_static_quant_fp8, silu_and_mul_static_quant_fp8_supported)
 def silu_and_mul_static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
     q = empty_rows(x, x.shape[-1] // 2, FP8)
     pk.launch_gated(x, q, pk.ACT_SILU, scale)
@@ -269,14 +225,7 @@ def static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
     return _gated_ok(x, scale)
 
 
-@ops.static_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=static_quant_fp8_supported,
-    batch_invariant=True,
-)
-@traceable(ops.static_quant_fp8)
+@_provides(ops.static_quant_fp8, static_quant_fp8_supported)
 def static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
     q = empty_rows(x, dtype=FP8)
     pk.launch_static_quant(x, scale, q)
@@ -287,14 +236,7 @@ def dynamic_quant_fp8_supported(x: Tensor, scale_ub: Tensor | None = None) -> bo
     return _gated_ok(x, scale_ub)
 
 
-@ops.dynamic_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=dynamic_quant_fp8_supported,
-    batch_invariant=True,
-)
-@traceable(ops.dynamic_quant_fp8)
+@_provides(ops.dynamic_quant_fp8, dynamic_quant_fp8_supported)
 def dynamic_quant_fp8(x: Tensor, scale_ub: Tensor | None = None) -> tuple[Tensor, Tensor]:
     q = empty_rows(x, dtype=FP8)
     scale = empty_rows(x, 1, torch.float32)
@@ -312,14 +254,7 @@ def group_quant_fp8_supported(
     return _gated_ok(x) and group_size <= MAX_GROUP_SIZE
 
 
-@ops.group_quant_fp8.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=group_quant_fp8_supported,
-    batch_invariant=True,
-)
-@traceable(ops.group_quant_fp8)
+@_provides(ops.group_quant_fp8, group_quant_fp8_supported)
 def group_quant_fp8(
     x: Tensor, group_size: int = 128, column_major_scales: bool = False
 ) -> tuple[Tensor, Tensor]:
@@ -347,14 +282,7 @@ def rotary_embedding_supported(
     )
 
 
-@ops.rotary_embedding.register_impl(
-    PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=rotary_embedding_supported,
-    batch_invariant=True,
-)
-@traceable(ops.rotary_embedding)
+@_provides(ops.rotary_embedding, rotary_embedding_supported)
 def rotary_embedding(
     positions: Tensor,
     x_query: Tensor,
@@ -368,15 +296,7 @@ def rotary_embedding(
     return query, key
 
 
-@ops.rotary_embedding.register_impl(
-    INPLACE_PROVIDER,
-    supported=SUPPORTED,
-    unsupported_reason=UNSUPPORTED_REASON,
-    supports_args=rotary_embedding_supported,
-    inplace=True,
-    batch_invariant=True,
-)
-@traceable(ops.rotary_embedding, inplace=True)
+@_provides(ops.rotary_embedding, rotary_embedding_supported, inplace=True)
 def rotary_embedding_inplace(
     positions: Tensor,
     x_query: Tensor,
