@@ -227,6 +227,18 @@ BAD_INPUTS: list[tuple[str, Callable[[], Any], str]] = [
         ),
         "'cos_sin_cache'",
     ),
+    (
+        "rotary_embedding",
+        lambda: ops.rotary_embedding(
+            torch.zeros(4, dtype=torch.long),
+            torch.randn(4, 64),
+            torch.randn(4, 64),
+            64,
+            torch.randn(0, 64),
+            True,
+        ),
+        "'cos_sin_cache'.*at least one position",
+    ),
 ]
 
 

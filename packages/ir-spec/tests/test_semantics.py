@@ -9,7 +9,7 @@ import torch
 from ir_spec import SampleSpec, ops
 from ir_spec.catalog.quant import FP8_MAX, MIN_SCALE
 from ir_spec.testing import ACTIVATION_DTYPES as DTYPES
-from ir_spec.testing import assert_close, sample_inputs
+from ir_spec.testing import assert_close, assert_rotary_reads_only_the_table, sample_inputs
 
 F64 = torch.float64
 LAYOUTS = [
@@ -256,3 +256,42 @@ def test_results_are_fresh_and_close_to_torch_op(op: Any) -> None:
         for a in args:
             if isinstance(a, torch.Tensor):
                 assert out.untyped_storage().data_ptr() != a.untyped_storage().data_ptr()
+
+
+def _rotary_outside_as(fill: str) -> Any:
+    """The native rotation with each position outside the table read as row 0, its rotated
+    elements then NaN (`fill="nan"`, what a kernel must do) or left as row 0 gave them."""
+
+    def rotary(positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor, *rest: Any) -> Any:
+        head_size, cache, is_neox_style = rest
+        outside = (positions < 0) | (positions >= cache.shape[0])
+        q, k = ops.rotary_embedding.native(
+            positions.masked_fill(outside, 0), q, k, head_size, cache, is_neox_style
+        )
+        if fill == "nan":
+            rot = cache.shape[1]
+            for t in (q, k):
+                t.unflatten(-1, (-1, head_size))[outside, :, :rot] = math.nan
+        return q, k
+
+    return rotary
+
+
+@pytest.mark.parametrize("positions_dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("rotary_dim", [64, 32])
+def test_rotary_table_check_knows_a_kernel_that_stays_in_the_table(
+    positions_dtype: torch.dtype, rotary_dim: int
+) -> None:
+    """`assert_rotary_reads_only_the_table`, which the kernels' tests run, passes the
+    behaviour it describes and refuses others: the native function's (torch's indexing
+    fails) and a clamped lookup's (plausible values)."""
+    check = dict(positions_dtype=positions_dtype, rotary_dim=rotary_dim, is_neox_style=True)
+    assert_rotary_reads_only_the_table(_rotary_outside_as("nan"), torch.float16, "cpu", **check)
+    with pytest.raises(IndexError):
+        assert_rotary_reads_only_the_table(
+            ops.rotary_embedding.native, torch.float16, "cpu", **check
+        )
+    with pytest.raises(AssertionError, match="not NaN"):
+        assert_rotary_reads_only_the_table(
+            _rotary_outside_as("row 0"), torch.float16, "cpu", **check
+        )

@@ -14,6 +14,7 @@ import torch
 
 from .autograd import DIFFERENTIABLE_DTYPES
 from .catalog.norm import rms_norm
+from .catalog.rotary import make_cos_sin_cache
 from .op import IrOp
 from .registry import ops
 from .sampling import SampleSpec
@@ -26,6 +27,7 @@ __all__ = [
     "assert_impl_matches_native",
     "assert_installed_version",
     "assert_matches_native_on_the_second_gpu",
+    "assert_rotary_reads_only_the_table",
     "catalog_ops",
     "clone_args",
     "fused_add_rms_norm_inplace",
@@ -231,6 +233,59 @@ def assert_gelu_accurate_in_the_negative_tail(
     info = torch.finfo(dtype)
     rtol = 3e-5 if dtype == torch.float32 else info.eps
     torch.testing.assert_close(out[0].cpu().double(), exact, rtol=rtol, atol=info.tiny * info.eps)
+
+
+def assert_rotary_reads_only_the_table(
+    rotary_embedding: Callable[..., tuple[torch.Tensor, torch.Tensor]],
+    dtype: torch.dtype,
+    device: str,
+    *,
+    positions_dtype: torch.dtype,
+    rotary_dim: int,
+    is_neox_style: bool,
+    aligned: bool = True,
+) -> None:
+    """What a kernel must do with positions outside the table (negative, ``max_position`` and
+    beyond), where the native function fails in torch's indexing: those tokens' rotated
+    elements are NaN, their elements past `rotary_dim` are their inputs', and every other
+    token gets bitwise what it gets when all positions are in the table. `rotary_embedding`
+    takes the op's arguments (an in-place one may overwrite its inputs: it is given copies,
+    which start one element past a 16-byte boundary unless `aligned`); heads of 64 elements,
+    4 query and 2 key heads, a table of 16 positions."""
+    max_position, head_size = 16, 64
+    outside = [-1, max_position, max_position + 1000, 2**31 - 1]
+    if positions_dtype == torch.int64:
+        # a 32-bit read of the low word alone would find row 2 here
+        outside += [2**32 + 2, -(2**32) + 2]
+    inside = [0, 5, max_position - 1, 3, 7, 1]
+    positions = torch.tensor(inside[:3] + outside + inside[3:], dtype=positions_dtype)
+    bad = (positions < 0) | (positions >= max_position)
+    gen = torch.Generator().manual_seed(0)
+    tokens = positions.numel()
+    query = torch.randn(tokens, 4 * head_size, generator=gen).to(dtype)
+    key = torch.randn(tokens, 2 * head_size, generator=gen).to(dtype)
+    cache = make_cos_sin_cache(max_position, rotary_dim)
+    on = [t.to(device) for t in (positions, query, key, cache)]
+    positions, query, key, cache = on
+
+    def copy(t: torch.Tensor) -> torch.Tensor:
+        start = 0 if aligned else 1
+        flat = torch.empty(t.numel() + start, dtype=t.dtype, device=t.device)
+        return flat[start:].view(t.shape).copy_(t)
+
+    def run(pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q, k = rotary_embedding(pos, copy(query), copy(key), head_size, cache, is_neox_style)
+        return q.cpu(), k.cpu()
+
+    got = run(positions)
+    in_table = run(torch.where(bad.to(device), 0, positions))
+    bad = bad.cpu()
+    for out, clean, given in zip(got, in_table, (query.cpu(), key.cpu()), strict=True):
+        assert torch.equal(out[~bad], clean[~bad]), "tokens in the table changed"
+        heads = out[bad].unflatten(-1, (-1, head_size))
+        assert heads[..., :rotary_dim].isnan().all(), "positions outside the table not NaN"
+        passed = given[bad].unflatten(-1, (-1, head_size))[..., rotary_dim:]
+        assert torch.equal(heads[..., rotary_dim:], passed), "elements past rotary_dim changed"
 
 
 def assert_installed_version(module: ModuleType, distribution: str) -> None:

@@ -47,6 +47,11 @@ def rotary_embedding(
     ``cat(cos, sin)``. The first `rotary_dim` elements of each head rotate (partial rotary when
     ``rotary_dim < head_size``): neox style rotates the two halves, otherwise interleaved pairs.
     Math in float32, result in the input dtype.
+
+    Positions must lie in ``0..max_position - 1``. For one outside, this function fails in
+    torch's indexing (`IndexError` on the CPU, a device-side assertion on a GPU); a kernel,
+    which cannot check without waiting for the GPU, reads nothing outside the table and gives
+    that token's rotated elements NaN.
     """
     tokens = positions.numel()
     cos, sin = cos_sin_cache.index_select(0, positions.reshape(-1)).float().chunk(2, dim=-1)
@@ -104,6 +109,10 @@ def _check_rotary_embedding(
     if not isinstance(cos_sin_cache, torch.Tensor) or cos_sin_cache.dim() != 2:
         raise argument_error(
             op, "cos_sin_cache", cos_sin_cache, "a 2-D [max_position, rotary_dim] Tensor"
+        )
+    if cos_sin_cache.shape[0] == 0:
+        raise argument_error(
+            op, "cos_sin_cache", cos_sin_cache, "a table of at least one position (row)"
         )
     if cos_sin_cache.dtype not in checks.FLOAT_DTYPES:
         raise argument_error(
