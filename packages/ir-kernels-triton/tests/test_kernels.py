@@ -19,6 +19,7 @@ from ir_spec.testing import (
     assert_gelu_accurate_in_the_negative_tail,
     assert_impl_matches_native,
     assert_matches_native_on_the_second_gpu,
+    assert_rotary_reads_only_the_table,
     clone_args,
     matrix_spec,
     sample_inputs,
@@ -462,6 +463,25 @@ def test_gelu_is_accurate_in_the_negative_tail(dtype: torch.dtype) -> None:
     """Phi from its smaller tail (`pointwise_kernels._normal_cdf`): relative accuracy down to
     a = -8, where the float32 erf form has lost every digit."""
     assert_gelu_accurate_in_the_negative_tail(ops.gelu_and_mul.impls["triton"].fn, dtype, DEVICE)
+
+
+@pytest.mark.parametrize("is_neox_style", [True, False], ids=["neox", "pairs"])
+@pytest.mark.parametrize("rotary_dim", [64, 32], ids=["whole-head", "partial"])
+@pytest.mark.parametrize("positions_dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("provider", ["triton", "triton_inplace"])
+def test_rotary_positions_outside_the_table_give_nan(
+    provider: str, positions_dtype: torch.dtype, rotary_dim: int, is_neox_style: bool
+) -> None:
+    """Negative positions and those past the table read nothing outside it: NaN where they
+    rotate, the other tokens untouched."""
+    assert_rotary_reads_only_the_table(
+        ops.rotary_embedding.impls[provider].fn,
+        DTYPES[-1],
+        DEVICE,
+        positions_dtype=positions_dtype,
+        rotary_dim=rotary_dim,
+        is_neox_style=is_neox_style,
+    )
 
 
 def _rotary_args(**overrides: Any) -> list[Any]:

@@ -5,6 +5,14 @@ token's cos/sin once, and for each head the two rotated halves (neox) or the eve
 (GPT-J). Out of place, it also copies the pass-through tail of partially rotated heads. Each
 element's arithmetic is the same whatever the blocking, so the blocking may follow the batch:
 few tokens split their heads over more programs.
+
+A position outside the table (negative, or ``>= max_position``) is not looked up: checking the
+positions on the host would wait for the GPU, so the kernel reads no cos/sin for that token and
+its rotated elements come out NaN, which shows the mistake where reading past the table would
+have given plausible values or a fault. On an H200 the masked loads left decode sizes level,
+cost 2-3 % at 1024 rows and gained 2-5 % at 128 rows and 8192-wide large batches, as the
+compiler scheduled them; clamping the row and selecting NaN lost 4-7 % at 1024 rows
+(`benchmarks/results/rotary-table-check-H200.md`).
 """
 
 import torch
@@ -73,6 +81,7 @@ def rotary_kernel(
     k_out_stride,
     cache_ptr,
     cache_stride,
+    max_position,
     q_heads,
     k_heads,
     head_size,
@@ -90,9 +99,13 @@ def rotary_kernel(
     first = first_head * head_size  # offset of this program's first head
     pos = tl.load(pos_ptr + token).to(tl.int64)
     i = tl.arange(0, HALF_BLOCK)[None, :]
-    cache_row = cache_ptr + pos * cache_stride
-    cos = tl.load(cache_row + i, mask=i < half, other=0.0).to(tl.float32)
-    sin = tl.load(cache_row + half + i, mask=i < half, other=0.0).to(tl.float32)
+    in_table = (pos >= 0) & (pos < max_position)
+    cache_row = cache_ptr + tl.where(in_table, pos, 0) * cache_stride
+    # no lane reads where the position is outside the table: cos and sin NaN (`other`), so
+    # the rotated elements are (a bound, not `& in_table`, which the interpreter runs as int32)
+    looked_up = i < tl.where(in_table, half, 0)
+    cos = tl.load(cache_row + i, mask=looked_up, other=float("nan")).to(tl.float32)
+    sin = tl.load(cache_row + half + i, mask=looked_up, other=float("nan")).to(tl.float32)
     _rotate_heads(
         q_ptr + token * q_stride + first,
         q_out_ptr + token * q_out_stride + first,
@@ -172,6 +185,7 @@ def launch_rotary(
         ko2.stride(0),
         cos_sin_cache,
         cos_sin_cache.stride(0),
+        cos_sin_cache.shape[0],
         q_heads,
         k_heads,
         head_size,
