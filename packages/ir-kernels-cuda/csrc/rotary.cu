@@ -1,6 +1,15 @@
 // rotary_embedding: rotates the first rotary_dim elements of every query and key head by the
 // token's position, neox style (the two halves) or interleaved (pairs), in float32 math.
 // Out-of-place (elements past rotary_dim copied) or in place (out == in).
+//
+// A position outside the table (negative, or >= max_position) reads the table's last row in its
+// place, and that token's rotated elements come out NaN: checking the positions on the host
+// would wait for the GPU, and NaN shows the mistake where reading past the table would have
+// given plausible values or a fault. The generic kernel takes NaN for the cos and sin; the
+// aligned kernel, the usual path, stores NaN over its results after storing them, which cost
+// it nothing measured (`benchmarks/results/rotary-table-check-H200.md`), where taking NaN per
+// value cost 2-5 % from 4096 x 8192 and branching before the table's loads 0.02-0.03 us at
+// decode sizes.
 #include <ATen/ATen.h>
 
 #include <array>
@@ -20,11 +29,18 @@ struct RotaryArgs {
   const void* positions;
   bool positions64;
   const C* cache;
+  int max_position;  // the table's rows (the host checks that they fit)
   int q_heads, k_heads, head_size, rot;
   bool vec;        // whole units of V elements: aligned rows, heads and cache rows
   bool copy_rest;  // out-of-place with rot < head_size: copy the elements past rot
   unsigned blocks_per_token;
 };
+
+// A cos or sin from the table as float; NaN where the token's position lies outside it.
+template <typename C>
+__device__ __forceinline__ float table_value(C v, bool in_table) {
+  return in_table ? float(v) : bits_to_float(0x7fc00000u);
+}
 
 template <typename T>
 __device__ __forceinline__ void rotate(float x1, float x2, float c, float s, T& o1, T& o2) {
@@ -44,8 +60,9 @@ __global__ void rotary_kernel(RotaryArgs<T, C> a) {
   const int64_t token = block.row;
   const int64_t pos = a.positions64 ? static_cast<const int64_t*>(a.positions)[token]
                                     : static_cast<const int32_t*>(a.positions)[token];
+  const bool in_table = pos >= 0 && pos < a.max_position;
   const int half = a.rot / 2;
-  const C* cos = a.cache + pos * a.rot;
+  const C* cos = a.cache + (in_table ? pos : a.max_position - 1) * a.rot;
   const C* sin = cos + half;
   const int per_head = a.vec ? (NEOX ? half / V : a.rot / V) : half;
   // a token's work is small (heads x half the rotary width): 32-bit indices, as 64-bit
@@ -68,7 +85,10 @@ __global__ void rotary_kernel(RotaryArgs<T, C> a) {
       const auto s = *reinterpret_cast<const VecN<C, V>*>(sin + i);
       VecN<T, V> o1, o2;
 #pragma unroll
-      for (int e = 0; e < V; ++e) rotate(float(x1.v[e]), float(x2.v[e]), float(c.v[e]), float(s.v[e]), o1.v[e], o2.v[e]);
+      for (int e = 0; e < V; ++e) {
+        rotate(float(x1.v[e]), float(x2.v[e]), table_value(c.v[e], in_table), table_value(s.v[e], in_table),
+               o1.v[e], o2.v[e]);
+      }
       *reinterpret_cast<VecN<T, V>*>(out + i) = o1;
       *reinterpret_cast<VecN<T, V>*>(out + half + i) = o2;
     } else if (a.vec) {
@@ -79,13 +99,15 @@ __global__ void rotary_kernel(RotaryArgs<T, C> a) {
       VecN<T, V> o;
 #pragma unroll
       for (int e = 0; e < V / 2; ++e) {
-        rotate(float(xv.v[2 * e]), float(xv.v[2 * e + 1]), float(c.v[e]), float(s.v[e]), o.v[2 * e], o.v[2 * e + 1]);
+        rotate(float(xv.v[2 * e]), float(xv.v[2 * e + 1]), table_value(c.v[e], in_table),
+               table_value(s.v[e], in_table), o.v[2 * e], o.v[2 * e + 1]);
       }
       *reinterpret_cast<VecN<T, V>*>(out + i) = o;
     } else {
       const int i1 = NEOX ? u : 2 * u;
       const int i2 = NEOX ? u + half : 2 * u + 1;
-      rotate(float(in[i1]), float(in[i2]), float(cos[u]), float(sin[u]), out[i1], out[i2]);
+      rotate(float(in[i1]), float(in[i2]), table_value(cos[u], in_table), table_value(sin[u], in_table),
+             out[i1], out[i2]);
     }
   }
   if (a.copy_rest && token_block == 0) {
@@ -113,6 +135,21 @@ __device__ __forceinline__ int load_position(const void* positions, bool is64, i
   return static_cast<const int32_t*>(positions)[is64 ? 2 * token : token];
 }
 
+// An int64 position's high word (0 for int32 positions): loaded apart from the low word, as
+// only the check that the position lies in the table waits for it, not the cache row's address.
+__device__ __forceinline__ int load_position_high(const void* positions, bool is64, int token) {
+  return is64 ? static_cast<const int32_t*>(positions)[2 * token + 1] : 0;
+}
+
+// A vector of NaN elements of T (a unit of a token whose position lies outside the table).
+template <typename T>
+__device__ __forceinline__ Words4 nan_words() {
+  float nan[vec_width<T>()];
+#pragma unroll
+  for (int e = 0; e < vec_width<T>(); ++e) nan[e] = bits_to_float(0x7fc00000u);
+  return pack_words<T>(nan);
+}
+
 // The usual layout on its own path: whole vectors everywhere (`vec`), a power-of-two number of
 // units a head, and nothing past rot to copy. Grid: (blocks over a token's units, tokens), one
 // unit a thread; the head by a shift instead of the generic kernel's division, 32-bit row
@@ -137,7 +174,13 @@ __global__ void aligned_rotary_kernel(RotaryArgs<T, C> a, int unit_shift) {
   const Words4 x1 = load_now(reinterpret_cast<const Words4*>(in));
   const Words4 x2 = NEOX ? load_now(reinterpret_cast<const Words4*>(in + half)) : x1;
   const int pos = load_position(a.positions, a.positions64, token);
-  const C* cos = a.cache + static_cast<int64_t>(pos) * a.rot;
+  const int high = load_position_high(a.positions, a.positions64, token);
+  // the row read: the position's, or the table's last where the position lies outside it, so
+  // that nothing waits on the check, made after the stores
+  const unsigned last = static_cast<unsigned>(a.max_position - 1);
+  const unsigned row = static_cast<unsigned>(pos) < last ? static_cast<unsigned>(pos) : last;
+  const bool in_table = static_cast<unsigned>(pos) == row && high == 0;
+  const C* cos = a.cache + static_cast<int64_t>(row) * a.rot;
   const C* sin = cos + half;
   float f1[V], f2[V];
   unpack_words<T>(x1, f1);
@@ -152,6 +195,11 @@ __global__ void aligned_rotary_kernel(RotaryArgs<T, C> a, int unit_shift) {
     }
     *reinterpret_cast<Words4*>(out) = pack_words<T>(o1);
     *reinterpret_cast<Words4*>(out + half) = pack_words<T>(o2);
+    if (!in_table) {
+      // the block's one token lies outside the table (the same branch in every thread)
+      *reinterpret_cast<Words4*>(out) = nan_words<T>();
+      *reinterpret_cast<Words4*>(out + half) = nan_words<T>();
+    }
   } else {
     const auto c = *reinterpret_cast<const VecN<C, V / 2>*>(cos + i / 2);
     const auto s = *reinterpret_cast<const VecN<C, V / 2>*>(sin + i / 2);
@@ -161,6 +209,7 @@ __global__ void aligned_rotary_kernel(RotaryArgs<T, C> a, int unit_shift) {
       rotate(f1[2 * e], f1[2 * e + 1], float(c.v[e]), float(s.v[e]), o[2 * e], o[2 * e + 1]);
     }
     *reinterpret_cast<Words4*>(out) = pack_words<T>(o);
+    if (!in_table) *reinterpret_cast<Words4*>(out) = nan_words<T>();
   }
 }
 
@@ -181,6 +230,7 @@ void launch_typed(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& positi
   a.positions = positions.const_data_ptr();
   a.positions64 = positions.scalar_type() == at::kLong;
   a.cache = cache.const_data_ptr<C>();
+  a.max_position = static_cast<int>(cache.size(0));
   a.q_heads = static_cast<int>(q.size(1) / head_size);
   a.k_heads = static_cast<int>(k.size(1) / head_size);
   a.head_size = static_cast<int>(head_size);
@@ -262,6 +312,8 @@ void launch_rotary(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& posit
                   cache.size(1) % 2 == 0 && cache.size(1) <= head_size && cache.size(1) > 0,
               "ir_cuda: cos_sin_cache must be a contiguous [max_position, rotary_dim] tensor with "
               "an even rotary_dim <= head_size");
+  TORCH_CHECK(cache.size(0) > 0 && cache.size(0) <= std::numeric_limits<int>::max(),
+              "ir_cuda: cos_sin_cache must have 1 to 2^31 - 1 rows (positions), got ", cache.size(0));
   TORCH_CHECK(q.size(1) <= std::numeric_limits<int>::max() && k.size(1) <= std::numeric_limits<int>::max(),
               "ir_cuda: query and key rows must have at most 2^31 - 1 elements");
   if (tokens == 0) return;

@@ -29,6 +29,7 @@ from ir_spec.testing import (
     OPTION_VARIANTS,
     assert_gelu_accurate_in_the_negative_tail,
     assert_impl_matches_native,
+    assert_rotary_reads_only_the_table,
     clone_args,
     matrix_spec,
     sample_inputs,
@@ -86,6 +87,29 @@ def test_group_counts_not_a_power_of_two(dtype: torch.dtype, hidden: int, layout
     (a shift where the count is a power of two; contiguous rows are one row per group)."""
     x = sample_inputs(ops.group_quant_fp8, spec(dtype, hidden, 5, layout))[0]
     check(ops.group_quant_fp8, "cuda", (x, 128, False))
+
+
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "unaligned"])
+@pytest.mark.parametrize("is_neox_style", [True, False], ids=["neox", "pairs"])
+@pytest.mark.parametrize("rotary_dim", [64, 32], ids=["whole-head", "partial"])
+@pytest.mark.parametrize("positions_dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("provider", ["cuda", "cuda_inplace"])
+def test_rotary_positions_outside_the_table_give_nan(
+    provider: str, positions_dtype: torch.dtype, rotary_dim: int, is_neox_style: bool, aligned: bool
+) -> None:
+    """Negative positions and those past the table read nothing outside it (an int64 one by
+    its high word too): NaN where they rotate, the other tokens untouched. Whole heads and
+    partial rotation in place take the aligned kernel, out of place partial rotation and
+    unaligned rows the generic one (its vector and scalar paths)."""
+    assert_rotary_reads_only_the_table(
+        ops.rotary_embedding.impls[provider].fn,
+        torch.bfloat16,
+        "cpu",
+        positions_dtype=positions_dtype,
+        rotary_dim=rotary_dim,
+        is_neox_style=is_neox_style,
+        aligned=aligned,
+    )
 
 
 @pytest.mark.parametrize("hidden", [2048, 769])

@@ -39,6 +39,7 @@ from ir_spec.testing import (
     assert_gelu_accurate_in_the_negative_tail,
     assert_impl_matches_native,
     assert_matches_native_on_the_second_gpu,
+    assert_rotary_reads_only_the_table,
     catalog_ops,
     clone_args,
     matrix_spec,
@@ -236,6 +237,30 @@ def test_group_counts_not_a_power_of_two(dtype: torch.dtype, hidden: int, layout
     (a shift where the count is a power of two; contiguous rows are one row per group)."""
     x = sample_inputs(ops.group_quant_fp8, spec_for(dtype, hidden, 4096, layout))[0]
     assert_impl_matches_native(ops.group_quant_fp8, "cuda", (x, 128, False))
+
+
+@on_gpu
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "unaligned"])
+@pytest.mark.parametrize("is_neox_style", [True, False], ids=["neox", "pairs"])
+@pytest.mark.parametrize("rotary_dim", [64, 32], ids=["whole-head", "partial"])
+@pytest.mark.parametrize("positions_dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("provider", ["cuda", "cuda_inplace"])
+def test_rotary_positions_outside_the_table_give_nan(
+    provider: str, positions_dtype: torch.dtype, rotary_dim: int, is_neox_style: bool, aligned: bool
+) -> None:
+    """Negative positions and those past the table read nothing outside it (an int64 one by
+    its high word too): NaN where they rotate, the other tokens untouched. Whole heads and
+    partial rotation in place take the aligned kernel, out of place partial rotation and
+    unaligned rows the generic one (its vector and scalar paths)."""
+    assert_rotary_reads_only_the_table(
+        ops.rotary_embedding.impls[provider].fn,
+        torch.bfloat16,
+        "cuda",
+        positions_dtype=positions_dtype,
+        rotary_dim=rotary_dim,
+        is_neox_style=is_neox_style,
+        aligned=aligned,
+    )
 
 
 @on_gpu
