@@ -265,8 +265,7 @@ def assert_rotary_reads_only_the_table(
     query = torch.randn(tokens, 4 * head_size, generator=gen).to(dtype)
     key = torch.randn(tokens, 2 * head_size, generator=gen).to(dtype)
     cache = make_cos_sin_cache(max_position, rotary_dim)
-    on = [t.to(device) for t in (positions, query, key, cache)]
-    positions, query, key, cache = on
+    positions, query, key, cache = (t.to(device) for t in (positions, query, key, cache))
 
     def copy(t: torch.Tensor) -> torch.Tensor:
         start = 0 if aligned else 1
