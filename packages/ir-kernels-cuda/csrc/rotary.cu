@@ -7,9 +7,9 @@
 // would wait for the GPU, and NaN shows the mistake where reading past the table would have
 // given plausible values or a fault. The generic kernel takes NaN for the cos and sin; the
 // aligned kernel, the usual path, stores NaN over its results after storing them, which cost
-// it nothing measured (`benchmarks/results/rotary-table-check-H200.md`), where taking NaN per
-// value cost 2-5 % from 4096 x 8192 and branching before the table's loads 0.02-0.03 us at
-// decode sizes.
+// it 0.1-0.3 % at the rate-bound shapes and 0.01-0.02 us at decode sizes on an H200
+// (`benchmarks/results/rotary-table-check-H200.md`), where taking NaN per value cost 2-5 % from
+// 4096 x 2048 and branching before the table's loads 0.02-0.03 us at decode sizes.
 #include <ATen/ATen.h>
 
 #include <array>
@@ -36,10 +36,13 @@ struct RotaryArgs {
   unsigned blocks_per_token;
 };
 
+// What a position outside the table makes of its token's rotated elements.
+__device__ __forceinline__ float quiet_nan() { return bits_to_float(0x7fc00000u); }
+
 // A cos or sin from the table as float; NaN where the token's position lies outside it.
 template <typename C>
 __device__ __forceinline__ float table_value(C v, bool in_table) {
-  return in_table ? float(v) : bits_to_float(0x7fc00000u);
+  return in_table ? float(v) : quiet_nan();
 }
 
 template <typename T>
@@ -146,7 +149,7 @@ template <typename T>
 __device__ __forceinline__ Words4 nan_words() {
   float nan[vec_width<T>()];
 #pragma unroll
-  for (int e = 0; e < vec_width<T>(); ++e) nan[e] = bits_to_float(0x7fc00000u);
+  for (int e = 0; e < vec_width<T>(); ++e) nan[e] = quiet_nan();
   return pack_words<T>(nan);
 }
 
