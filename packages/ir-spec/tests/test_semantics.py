@@ -7,9 +7,16 @@ import pytest
 import torch
 
 from ir_spec import SampleSpec, ops
-from ir_spec.catalog.quant import FP8_MAX, MIN_SCALE
+from ir_spec.catalog.quant import FP8_MAX, MIN_SCALE, saturate_fp8
 from ir_spec.testing import ACTIVATION_DTYPES as DTYPES
-from ir_spec.testing import assert_close, assert_rotary_reads_only_the_table, sample_inputs
+from ir_spec.testing import (
+    NONFINITE_CASE_IDS,
+    NONFINITE_CASES,
+    assert_close,
+    assert_nonfinite_like_native,
+    assert_rotary_reads_only_the_table,
+    sample_inputs,
+)
 
 F64 = torch.float64
 LAYOUTS = [
@@ -295,3 +302,43 @@ def test_rotary_table_check_knows_a_kernel_that_stays_in_the_table(
         assert_rotary_reads_only_the_table(
             _rotary_outside_as("row 0"), torch.float16, "cpu", **check
         )
+
+
+def _dynamic_quant_dropping_nan(
+    x: torch.Tensor, scale_ub: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic quantization whose row peak leaves a NaN out, as a hardware maximum does."""
+    xf = x.float()
+    amax = torch.where(xf.isnan(), 0.0, xf.abs()).amax(dim=-1, keepdim=True)
+    scale = torch.clamp(amax / FP8_MAX, min=MIN_SCALE)
+    return saturate_fp8(xf / scale), scale
+
+
+@pytest.mark.parametrize(("value", "column"), NONFINITE_CASES, ids=NONFINITE_CASE_IDS)
+@pytest.mark.parametrize("op", list(ops), ids=lambda op: op.name)
+def test_nonfinite_check_passes_the_native_functions(op: Any, value: float, column: float) -> None:
+    """`assert_nonfinite_like_native`, which the kernels' tests run, passes every native
+    function against itself, NaN and infinities included."""
+    args = sample_inputs(op, SampleSpec(batch_shape=(3,), hidden_size=64))
+    assert_nonfinite_like_native(op, op.native, args, value=value, column=column)
+
+
+def test_nonfinite_check_knows_a_peak_that_drops_nan() -> None:
+    """The native dynamic quantization makes a row holding a NaN all NaN, its scale too; a peak
+    that leaves the NaN out (a finite scale, one NaN output) is refused, and so is a value that
+    is finite."""
+    op = ops.dynamic_quant_fp8
+    args = sample_inputs(op, SampleSpec(batch_shape=(3,), hidden_size=64))
+    x = args[0].clone()
+    x[2, 7] = math.nan
+    q, scale = op.native(x)
+    assert q[2].float().isnan().all()
+    assert scale[2].isnan().all()
+    assert not q[:2].float().isnan().any()
+    with pytest.raises(AssertionError):
+        assert_nonfinite_like_native(
+            op, _dynamic_quant_dropping_nan, args, value=math.nan, column=0.5
+        )
+    assert_nonfinite_like_native(op, _dynamic_quant_dropping_nan, args, value=math.inf, column=0.5)
+    with pytest.raises(ValueError, match="expected NaN or inf"):
+        assert_nonfinite_like_native(op, op.native, args, value=1.0, column=0.5)

@@ -21,12 +21,16 @@ from .sampling import SampleSpec
 
 __all__ = [
     "ACTIVATION_DTYPES",
+    "NONFINITE_CASES",
+    "NONFINITE_CASE_IDS",
+    "NONFINITE_OPTIONS",
     "SampleSpec",
     "assert_close",
     "assert_gelu_accurate_in_the_negative_tail",
     "assert_impl_matches_native",
     "assert_installed_version",
     "assert_matches_native_on_the_second_gpu",
+    "assert_nonfinite_like_native",
     "assert_rotary_reads_only_the_table",
     "catalog_ops",
     "clone_args",
@@ -88,8 +92,11 @@ def clone_args(args: Sequence[Any]) -> tuple[Any, ...]:
     )
 
 
-def assert_close(op: IrOp, actual: Any, expected: Any, *, msg: str = "") -> None:
-    """Compare results (a tensor or a tuple of them) with the op's tolerance per dtype.
+def assert_close(
+    op: IrOp, actual: Any, expected: Any, *, msg: str = "", equal_nan: bool = False
+) -> None:
+    """Compare results (a tensor or a tuple of them) with the op's tolerance per dtype;
+    `equal_nan`: NaN where the expected result has NaN passes (infinities must match always).
 
     fp8 results are compared as float32 values with the e4m3 tolerance. The comparison runs on
     the results' device (copying large GPU results to the CPU would dominate a test's time).
@@ -115,6 +122,7 @@ def assert_close(op: IrOp, actual: Any, expected: Any, *, msg: str = "") -> None
             e.float().to(a.device),
             atol=tol.atol,
             rtol=tol.rtol,
+            equal_nan=equal_nan,
             msg=describe,
         )
 
@@ -155,6 +163,7 @@ OPTION_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("gelu_and_mul", {"approximate": "tanh"}),
     ("dynamic_quant_fp8", {"scale_ub": True}),
     ("rms_norm_dynamic_quant_fp8", {"weight": False}),
+    ("rms_norm_dynamic_quant_fp8", {"scale_ub": True}),
     ("rms_norm_dynamic_quant_fp8", {"weight_dtype": torch.float32}),
     ("rms_norm_static_quant_fp8", {"weight": False}),
     ("rms_norm_static_quant_fp8", {"weight_dtype": torch.float32}),
@@ -191,6 +200,47 @@ def assert_impl_matches_native(
         outs = actual if isinstance(actual, tuple) else (actual,)
         for out, i in zip(outs, op.activation_indices, strict=True):
             assert out is inputs[i], "an in-place implementation returns its activations"
+
+
+#: What `assert_nonfinite_like_native` writes into a row, and where: (value, column), the
+#: column as a fraction of the row (0: its first element, 1: its last).
+NONFINITE_CASES: tuple[tuple[float, float], ...] = (
+    (math.nan, 0.0),
+    (math.inf, 1.0),
+    (-math.inf, 0.5),
+)
+#: pytest ids of `NONFINITE_CASES`.
+NONFINITE_CASE_IDS = ["nan-first", "inf-last", "-inf-middle"]
+#: The input-generator options each op is checked with by `assert_nonfinite_like_native`
+#: beyond its defaults: (op name, options), as `OPTION_VARIANTS`.
+NONFINITE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("dynamic_quant_fp8", {"scale_ub": True}),
+    ("rms_norm_dynamic_quant_fp8", {"scale_ub": True}),
+)
+
+
+def assert_nonfinite_like_native(
+    op: IrOp, fn: Callable[..., Any], args: tuple[Any, ...], *, value: float, column: float
+) -> None:
+    """`value` (NaN or an infinity) written into the last row of `op`'s first activation in
+    `args`, at `column` (a fraction of the row): `fn` (an implementation of `op`; an in-place
+    one is given copies) gives NaN and infinities where the native function does and matches
+    it elsewhere within the op's tolerance. The native functions carry a row's NaN into its
+    peak (torch's ``amax``, ``minimum`` and ``clamp`` keep NaN), so one NaN makes a dynamic
+    scale and the whole row (or group) NaN, and an infinity in a norm's row makes its outputs
+    0 and NaN; a kernel whose reductions drop NaN, as a hardware maximum does, gives a finite
+    scale instead."""
+    if not (math.isnan(value) or math.isinf(value)):
+        raise ValueError(f"assert_nonfinite_like_native: value={value!r}, expected NaN or inf")
+    args = clone_args(args)
+    x = args[op.activation_indices[0]]
+    if x.numel() == 0:
+        raise ValueError(f"assert_nonfinite_like_native: {op.name}'s activation has no rows")
+    index = round(column * (x.shape[-1] - 1))
+    x[(*(size - 1 for size in x.shape[:-1]), index)] = value
+    expected = op.native(*clone_args(args))
+    actual = fn(*clone_args(args))
+    assert_close(op, actual, expected, equal_nan=True, msg=f"({value} at column {index})")
 
 
 def assert_matches_native_on_the_second_gpu(op: IrOp, provider: str) -> None:

@@ -6,6 +6,7 @@ kernel is tested against the same numbers the unfused graph produces.
 
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from .. import checks
@@ -104,7 +105,10 @@ def _check_rms_norm_dynamic_quant_fp8(
 @rms_norm_dynamic_quant_fp8.register_input_generator
 def _rms_norm_dynamic_quant_inputs(spec: SampleSpec) -> tuple[Any, ...]:
     x, weight, eps, _ = _rms_norm_inputs(spec)
-    return (x, weight, eps, None)
+    scale_ub = None
+    if spec.options.get("scale_ub", False):
+        scale_ub = torch.tensor([2.0], device=spec.device)
+    return (x, weight, eps, scale_ub)
 
 
 @register_op

@@ -51,7 +51,7 @@ def dynamic_quant_fp8(x: Tensor, scale_ub: Tensor | None = None) -> tuple[Tensor
     """Per-token dynamic quantization: returns ``(q, scale)``, scale of shape ``[..., 1]``, fp32.
 
     ``scale = max(min(absmax, scale_ub) / 448, 1 / (448 * 512))`` per row and
-    ``q = saturate(x / scale)``.
+    ``q = saturate(x / scale)``. A NaN in a row makes its scale and its outputs NaN.
     """
     xf = x.float()
     amax = xf.abs().amax(dim=-1, keepdim=True)
@@ -83,8 +83,9 @@ def group_quant_fp8(
     """Per-token-group quantization: each row splits into groups of `group_size` elements.
 
     Returns ``(q, scale)`` with scale of shape ``[..., hidden / group_size]`` in float32,
-    ``scale = max(group absmax / 448, 1 / (448 * 512))``. With `column_major_scales` the scale is
-    stored with the group dimension outermost (for 2-D input: strides ``(1, tokens)``).
+    ``scale = max(group absmax / 448, 1 / (448 * 512))``; a NaN in a group makes its scale and
+    its outputs NaN. With `column_major_scales` the scale is stored with the group dimension
+    outermost (for 2-D input: strides ``(1, tokens)``).
     """
     hidden = x.shape[-1]
     lead = x.shape[:-1]
