@@ -493,7 +493,8 @@ def test_streamed_gates_on_a_deep_card_match_the_reference(
 
 
 def _run_combine(asm: str, slots: list[float]) -> list[float]:
-    """`combine_asm`'s PTX run on `slots` in float32: its loads, adds, maxima and moves."""
+    """`combine_asm`'s PTX run on `slots` in float32: its loads, adds, maxima (``max.NaN``,
+    NaN if either is) and moves; any other instruction is an error."""
     import re
 
     import numpy as np
@@ -507,13 +508,15 @@ def _run_combine(asm: str, slots: list[float]) -> list[float]:
             start = int(re.search(r"slots\+(\d+)", line).group(1)) // 4  # type: ignore[union-attr]
             for k, name in enumerate(names):
                 regs[name] = np.float32(slots[start + k])
-        elif line.startswith(("add.f32", "max.f32")):
+        elif line.startswith(("add.f32", "max.NaN.f32")):
             dst, a, b = (x.strip() for x in line.split(None, 1)[1].split(","))
             op = np.add if line.startswith("add") else np.maximum
             regs[dst] = np.float32(op(regs[a], regs[b]))
         elif line.startswith("mov.f32"):
             dst, src = (x.strip() for x in line.split(None, 1)[1].split(","))
             out[int(dst[1:])] = float(regs[src])
+        else:
+            raise AssertionError(f"combine_asm: an instruction the test does not run: {line}")
     return out
 
 
@@ -547,6 +550,22 @@ def test_cluster_exchange_adds_in_the_one_program_butterfly_order(
     assert got[0] == float(level[0])
     if pair:
         assert got[1] == max(peaks)
+
+
+@pytest.mark.parametrize("clusters", [2, 4, 8])
+@pytest.mark.parametrize("nan_slot", [0, -1])
+def test_cluster_exchange_peaks_keep_a_nan(clusters: int, nan_slot: int) -> None:
+    """A block's NaN peak makes the row's peak NaN, as ``amax`` does (PTX ``max.f32`` would
+    drop it), in the pair exchange of the dynamic norm and the peak exchange of the quant."""
+    import math
+
+    from ir_kernels_triton import cluster_norm
+
+    peaks = [float(i + 1) for i in range(clusters)]
+    peaks[nan_slot] = math.nan
+    pairs = [v for peak in peaks for v in (1.0, peak)]
+    assert math.isnan(_run_combine(cluster_norm.combine_asm(clusters, True), pairs)[1])
+    assert math.isnan(_run_combine(cluster_norm.combine_asm(clusters, False, peak=True), peaks)[0])
 
 
 def test_warps_send_their_own_sums_only_where_a_block_holds_several() -> None:

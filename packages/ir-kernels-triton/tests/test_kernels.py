@@ -14,11 +14,15 @@ import torch
 import ir_kernels_triton
 from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
+    NONFINITE_CASE_IDS,
+    NONFINITE_CASES,
+    NONFINITE_OPTIONS,
     OPTION_VARIANT_IDS,
     OPTION_VARIANTS,
     assert_gelu_accurate_in_the_negative_tail,
     assert_impl_matches_native,
     assert_matches_native_on_the_second_gpu,
+    assert_nonfinite_like_native,
     assert_rotary_reads_only_the_table,
     clone_args,
     matrix_spec,
@@ -482,6 +486,49 @@ def test_rotary_positions_outside_the_table_give_nan(
         rotary_dim=rotary_dim,
         is_neox_style=is_neox_style,
     )
+
+
+#: Row widths of the non-finite checks: one vector, a tail, decode rows spread over a cluster
+#: on Hopper (8192), rows streamed in blocks (past `MAX_SINGLE_PASS`; under the interpreter
+#: only for the ops that stream rows: rotary works a head, group quantization a group).
+NONFINITE_HIDDEN = [8, 769, 8192, 20000] if GPU else [8, 769, 16400]
+NONFINITE_TOKENS = [1, 5, 64] if GPU else [1, 5]
+NONFINITE_PROVIDERS = [(op, p, {}) for op, p in PROVIDERS] + [
+    (getattr(ops, name), p, options)
+    for name, options in NONFINITE_OPTIONS
+    for p in getattr(ops, name).impls
+    if p.startswith("triton")
+]
+NONFINITE_SHAPES = [
+    (op, p, options, hidden)
+    for op, p, options in NONFINITE_PROVIDERS
+    for hidden in NONFINITE_HIDDEN
+    if GPU or hidden < 16384 or op.name not in ("rotary_embedding", "group_quant_fp8")
+]
+
+
+@pytest.mark.parametrize(("value", "column"), NONFINITE_CASES, ids=NONFINITE_CASE_IDS)
+@pytest.mark.parametrize("tokens", NONFINITE_TOKENS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    ("op", "provider", "options", "hidden"),
+    NONFINITE_SHAPES,
+    ids=[f"{o.name}-{p}-{options}-{hidden}" for o, p, options, hidden in NONFINITE_SHAPES],
+)
+def test_nonfinite_inputs_give_what_native_gives(
+    op: IrOp,
+    provider: str,
+    options: dict[str, Any],
+    dtype: torch.dtype,
+    hidden: int,
+    tokens: int,
+    value: float,
+    column: float,
+) -> None:
+    """A NaN or an infinity in a row gives NaN and infinities where the native function does:
+    a NaN makes a dynamic scale and its whole row (or group) NaN."""
+    args = sample_inputs(op, spec_for(dtype, hidden, tokens, "contiguous", **options))
+    assert_nonfinite_like_native(op, op.impls[provider].fn, args, value=value, column=column)
 
 
 def _rotary_args(**overrides: Any) -> list[Any]:

@@ -56,7 +56,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .fp8 import quantize, round_to_dtype
+from .fp8 import (
+    abs_peak,
+    dynamic_scale,
+    max_keeping_nan,
+    min_keeping_nan,
+    quantize,
+    round_to_dtype,
+)
 from .platform import interpreting, sm90_or_newer, triton_version
 
 logger = logging.getLogger(__name__)
@@ -91,8 +98,8 @@ def combine_asm(clusters: int, pair: bool, peak: bool = False, sum_to: str = "$0
     """PTX that loads the `clusters` slots (`pair`: a sum and a peak each) from ``slots`` into
     ``v0, v1, ...`` and adds the sums in the one-program tree's order, the butterfly's last
     steps: for d = clusters / 2, ..., 1, slot i takes slot i + d for i < d (the peaks by
-    maximum); the row's sum goes to `sum_to` (its peak to $1). `peak`: one value a slot, a
-    peak, combined by maximum."""
+    a maximum that keeps a NaN, ``max.NaN``); the row's sum goes to `sum_to` (its peak to $1).
+    `peak`: one value a slot, a peak, combined by that maximum."""
     if pair and peak:
         raise ValueError("combine_asm: pair=True and peak=True; a slot holds a pair or a peak")
     per_slot = 2 if pair else 1
@@ -106,10 +113,10 @@ def combine_asm(clusters: int, pair: bool, peak: bool = False, sum_to: str = "$0
     step = clusters // 2
     while step:
         for i in range(step):
-            combine = "max" if peak else "add"
+            combine = "max.NaN" if peak else "add"
             lines.append(f"{combine}.f32 {sums[i]}, {sums[i]}, {sums[i + step]};")
             if pair:
-                lines.append(f"max.f32 {peaks[i]}, {peaks[i]}, {peaks[i + step]};")
+                lines.append(f"max.NaN.f32 {peaks[i]}, {peaks[i]}, {peaks[i + step]};")
         step //= 2
     lines.append(f"mov.f32 {sum_to}, {sums[0]};")
     if pair:
@@ -299,7 +306,7 @@ def _row_peak(peak, S: tl.constexpr):
 def sum_and_max(total_a, peak_a, total_b, peak_b):
     """The combine of the norm kernels' joint reduction of a row's sum and peak (here and in
     `norm_kernels.norm_kernel`)."""
-    return total_a + total_b, tl.maximum(peak_a, peak_b)
+    return total_a + total_b, max_keeping_nan(peak_a, peak_b)
 
 
 @triton.jit
@@ -379,8 +386,8 @@ def cluster_norm_kernel(
         if QUANT == 2:
             amax = (peak * inv_rms).to(act_dtype).to(tl.float32)
             if HAS_UB:
-                amax = tl.minimum(amax, tl.load(scale_ub_ptr))
-            scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
+                amax = min_keeping_nan(amax, tl.load(scale_ub_ptr))
+            scale = dynamic_scale(amax)
             tl.store(scale_out_ptr + row, scale, mask=rank == 0)
         q = quantize(y, 1.0 / scale, False)
         tl.store(out_ptr + row * out_stride + offs, q.to(out_ptr.dtype.element_ty))
@@ -412,10 +419,10 @@ def cluster_quant_kernel(
     PART: tl.constexpr = BLOCK // S
     offs = rank * PART + tl.arange(0, PART)
     x = tl.load(x_ptr + row * x_stride + offs).to(tl.float32)
-    amax = _row_peak(tl.max(tl.abs(x), axis=0), S)
+    amax = _row_peak(abs_peak(x, 0), S)
     if HAS_UB:
-        amax = tl.minimum(amax, ub)
-    scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
+        amax = min_keeping_nan(amax, ub)
+    scale = dynamic_scale(amax)
     tl.store(scale_ptr + row, scale, mask=rank == 0)
     q = quantize(x, 1.0 / scale, False)
     tl.store(q_ptr + row * q_stride + offs, q.to(q_ptr.dtype.element_ty))

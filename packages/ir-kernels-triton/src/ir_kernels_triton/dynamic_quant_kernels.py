@@ -15,7 +15,14 @@ from .cluster_norm import (
     cluster_quant_kernel,
     launch_cluster_quant,
 )
-from .fp8 import exact_rounding, quantize
+from .fp8 import (
+    abs_peak,
+    dynamic_scale,
+    exact_rounding,
+    max_keeping_nan,
+    min_keeping_nan,
+    quantize,
+)
 from .launch import await_previous_grid, launch_options, programmatic_launch_enabled
 from .plans import launch_key, launch_plans_enabled, plans_for
 from .platform import (
@@ -60,18 +67,18 @@ def dynamic_quant_kernel(
         offs = tl.arange(0, BLOCK)
         mask = offs < hidden
         x = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
-        amax = tl.max(tl.abs(x), axis=0)
+        amax = abs_peak(x, 0)
     else:
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, hidden, BLOCK):
             offs = start + tl.arange(0, BLOCK)
-            acc = tl.maximum(
+            acc = max_keeping_nan(
                 acc, tl.abs(tl.load(x_row + offs, mask=offs < hidden, other=0.0).to(tl.float32))
             )
-        amax = tl.max(acc, axis=0)
+        amax = abs_peak(acc, 0)
     if HAS_UB:
-        amax = tl.minimum(amax, tl.load(ub_ptr))
-    scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
+        amax = min_keeping_nan(amax, tl.load(ub_ptr))
+    scale = dynamic_scale(amax)
     tl.store(scale_ptr + row, scale)
     if SINGLE_PASS:
         offs = tl.arange(0, BLOCK)
@@ -234,8 +241,9 @@ def group_quant_kernel(
     col = g[:, None] * group_size + c[None, :]
     mask = (g[:, None] < groups) & (c[None, :] < group_size)
     x = tl.load(x_ptr + row * x_stride + col, mask=mask, other=0.0).to(tl.float32)
-    amax = tl.max(tl.abs(x), axis=1)
-    scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
+    # a float maximum keeping NaN (`abs_peak`'s integers lost 4-6 % here; this form costs 2-3 %
+    # against the NaN-dropping `tl.max` at 128-1024 rows, level elsewhere)
+    scale = dynamic_scale(tl.reduce(tl.abs(x), 1, max_keeping_nan))
     tl.store(scale_ptr + row * scale_row_stride + g * scale_group_stride, scale, mask=g < groups)
     q = quantize(x, (1.0 / scale)[:, None], EXACT_FP8)
     tl.store(q_ptr + row * q_stride + col, q.to(q_ptr.dtype.element_ty), mask=mask)

@@ -6,6 +6,11 @@ clamp-then-convert. Triton's interpreter converts some values wrongly (ties away
 and a lost carry into the exponent: -127.9 becomes -64) and does not saturate, so under the
 interpreter the kernels clamp and round to the e4m3 grid in float32 first, after which the
 conversion is exact. The GPU path does not pay for this.
+
+The dynamic scales follow torch's rules for non-finite values, as the reference's ``amax``,
+``minimum`` and ``clamp`` do: a NaN anywhere in a row (or group) makes its peak, its scale and
+so all its outputs NaN. Triton's ``tl.max`` and ``tl.maximum`` drop a NaN instead (PTX
+``max.f32``), so the peaks here are taken by `abs_peak` and `max_keeping_nan`.
 """
 
 import triton
@@ -30,17 +35,23 @@ def saturate_fp8(y, EXACT_ROUNDING: tl.constexpr):
     """`y` ready for `.to(tl.float8e4nv)`: as is on a GPU, whose conversion saturates; under
     the interpreter (`EXACT_ROUNDING`) clamped to +-448 and rounded to the e4m3 grid."""
     if EXACT_ROUNDING:
-        y = _round_to_e4m3_grid(tl.clamp(y, -448.0, 448.0))
+        y = _round_to_e4m3_grid(tl.clamp(y, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL))
     return y
 
 
 @triton.jit
 def quantize(y, inv_scale, EXACT_ROUNDING: tl.constexpr):
-    """`y / scale` ready for `.to(tl.float8e4nv)` (`saturate_fp8`), as a multiplication by
+    """`y / scale` in float8 e4m3 (saturated: `saturate_fp8`), as a multiplication by
     `inv_scale`, the scale's reciprocal taken once: a division costs a reciprocal and range
     fix-ups an element, which bound the quantizing tails at decode sizes; either is within an
-    ulp of the quotient."""
-    return saturate_fp8(y * inv_scale, EXACT_ROUNDING)
+    ulp of the quotient. NaN stays NaN."""
+    q = saturate_fp8(y * inv_scale, EXACT_ROUNDING)
+    fp8 = q.to(tl.float8e4nv)
+    if EXACT_ROUNDING:
+        # the interpreter converts NaN to a finite code (0x7c, 384); e4m3fn's NaN is 0x7f
+        bits = tl.where(q != q, 0x7F, fp8.to(tl.uint8, bitcast=True)).to(tl.uint8)
+        fp8 = bits.to(tl.float8e4nv, bitcast=True)
+    return fp8
 
 
 @triton.jit
@@ -62,9 +73,51 @@ def round_to_dtype(y, dtype: tl.constexpr, INTERPRETED: tl.constexpr):
     return y.to(dtype).to(tl.float32)
 
 
+@triton.jit
+def max_keeping_nan(a, b):
+    """The larger of `a` and `b`, NaN if either is NaN (``torch.maximum``; PTX ``max.NaN``)."""
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def min_keeping_nan(a, b):
+    """The smaller of `a` and `b`, NaN if either is NaN (``torch.minimum``; PTX ``min.NaN``)."""
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def abs_peak(x, axis: tl.constexpr):
+    """The largest ``|x|`` (float32) along `axis`, NaN where one of them is NaN, as
+    ``x.abs().amax()``. Taken over the bits as integers: with the sign cleared, a float's bits
+    order as its value, and a NaN's lie above infinity's. A plain reduction, which the
+    interpreter runs whole (a custom combine it runs element by element in Python). H200,
+    per-token dynamic quantization against ``tl.max`` (round 80 of triton-tuning-H200.log):
+    level to 3 % faster; the group kernel's rows of groups lost 4-6 % so and keep a float
+    maximum (`max_keeping_nan`)."""
+    bits = tl.abs(x).to(tl.int32, bitcast=True)
+    return tl.max(bits, axis=axis).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def dynamic_scale(amax):
+    """The scale of a row (or group) of peak `amax` (bounded by the caller's ``scale_ub``
+    with `min_keeping_nan`): ``max(amax / 448, 1 / (448 * 512))``, NaN where `amax` is."""
+    return max_keeping_nan(amax / 448.0, 1.0 / (448.0 * 512.0))
+
+
 def exact_rounding() -> bool:
     """Whether kernels must round to the e4m3 grid themselves (under the interpreter)."""
     return interpreting()
 
 
-__all__ = ["exact_rounding", "quantize", "round_to_dtype", "saturate_fp8", "triton"]
+__all__ = [
+    "abs_peak",
+    "dynamic_scale",
+    "exact_rounding",
+    "max_keeping_nan",
+    "min_keeping_nan",
+    "quantize",
+    "round_to_dtype",
+    "saturate_fp8",
+    "triton",
+]

@@ -36,7 +36,15 @@ from .cluster_norm import (
     sum_and_max,
     sum_by_warps,
 )
-from .fp8 import exact_rounding, quantize, round_to_dtype
+from .fp8 import (
+    abs_peak,
+    dynamic_scale,
+    exact_rounding,
+    max_keeping_nan,
+    min_keeping_nan,
+    quantize,
+    round_to_dtype,
+)
 from .launch import await_previous_grid, launch_options
 from .plans import launch_key, launch_plans_enabled, plans_for
 from .platform import (
@@ -200,7 +208,7 @@ def norm_kernel(
                 # under the interpreter, which runs a custom reduction element by element in
                 # Python: two plain reductions (the same values, in its own order)
                 total = tl.sum(sq, axis=0)
-                peak = tl.max(tl.abs(xw), axis=0)
+                peak = abs_peak(xw, 0)
             else:
                 total, peak = tl.reduce((sq, tl.abs(xw)), 0, sum_and_max)
         else:
@@ -228,8 +236,8 @@ def norm_kernel(
                 # positive factor and rounding keep the order: the largest rounded output
                 amax = (peak * inv_rms).to(act_dtype).to(tl.float32)
                 if HAS_UB:
-                    amax = tl.minimum(amax, tl.load(scale_ub_ptr))
-                scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
+                    amax = min_keeping_nan(amax, tl.load(scale_ub_ptr))
+                scale = dynamic_scale(amax)
                 tl.store(scale_out_ptr + row, scale, mask=tl.program_id(1) == 0)
             q = quantize(y, 1.0 / scale, EXACT_FP8)
             tl.store(
@@ -264,11 +272,11 @@ def norm_kernel(
                 x = tl.load(src_row + offs, mask=mask, other=0.0).to(tl.float32)
                 y = _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT)
                 y = round_to_dtype(y, act_dtype, EXACT_FP8)
-                amax_acc = tl.maximum(amax_acc, tl.where(mask, tl.abs(y), 0.0))
-            amax = tl.max(amax_acc, axis=0)
+                amax_acc = max_keeping_nan(amax_acc, tl.where(mask, tl.abs(y), 0.0))
+            amax = abs_peak(amax_acc, 0)
             if HAS_UB:
-                amax = tl.minimum(amax, tl.load(scale_ub_ptr))
-            scale = tl.maximum(amax / 448.0, 1.0 / (448.0 * 512.0))
+                amax = min_keeping_nan(amax, tl.load(scale_ub_ptr))
+            scale = dynamic_scale(amax)
             tl.store(scale_out_ptr + row, scale)
         inv_scale = 1.0 / scale
         for start in range(0, hidden, BLOCK):
