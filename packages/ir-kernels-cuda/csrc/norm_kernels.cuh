@@ -229,7 +229,7 @@ __device__ __forceinline__ int64_t row_offset(int row, int stride) {
 // The dynamic scale of a row from its absmax (reduced over the row).
 template <typename Args>
 __device__ __forceinline__ float dynamic_scale(const Args& a, float amax, float scale_ub) {
-  if (has_scale_ub(a)) amax = fminf(amax, scale_ub);
+  if (has_scale_ub(a)) amax = min_keeping_nan(amax, scale_ub);
   return scale_of_absmax(amax);
 }
 
@@ -314,7 +314,7 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
       }
     } else {
 #pragma unroll
-      for (int s = 0; s < XTile::kSlots; ++s) acc = fmaxf(acc, fabsf(float(xs.at(s))));
+      for (int s = 0; s < XTile::kSlots; ++s) acc = max_keeping_nan(acc, fabsf(float(xs.at(s))));
     }
   }
 
@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
         load_weight(ws, weight, plan, lane, team, c);
       }
 #pragma unroll
-      for (int s = 0; s < XTile::kSlots; ++s) acc = fmaxf(acc, fabsf(normed(xs, ws, s)));
+      for (int s = 0; s < XTile::kSlots; ++s) acc = max_keeping_nan(acc, fabsf(normed(xs, ws, s)));
     }
   }
 
@@ -575,7 +575,7 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
 #pragma unroll
         for (int e = 0; e < V; ++e) {
           float& c = chain[e / W::kPerWord];
-          c = NORM ? fmaf(f[e], f[e], c) : fmaxf(c, fabsf(f[e]));
+          c = NORM ? fmaf(f[e], f[e], c) : max_keeping_nan(c, fabsf(f[e]));
           if constexpr (!NORM) xq[k * V + e] = f[e];
         }
       }
@@ -589,7 +589,20 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
       if constexpr (kEarlyMax) {
         float chain[4] = {0.f, 0.f, 0.f, 0.f};  // four independent chains, as for the sum
 #pragma unroll
-        for (int i = 0; i < VPT * V; ++i) chain[i % 4] = fmaxf(chain[i % 4], fabsf(xw[i]));
+        for (int k = 0; k < VPT; ++k) {
+          // Past the row (x zeros) the weight was never loaded, and 0 times the inf or NaN its
+          // registers may hold is NaN, which this maximum would carry into the row's scale. H200
+          // (round 80 of the notes): predicated so, the dynamic norm lost 0.01-0.03 µs at decode
+          // sizes of 2048 and 4096 and was level past them; a select of the weight's words cost
+          // 16384 x 2048 7 %, and a branch taken alike by every thread to skip this where the
+          // row fills the tile cost up to 6 %.
+          if (!kFillsTile && vector_at(k) >= nvec) continue;
+#pragma unroll
+          for (int e = 0; e < V; ++e) {
+            const int i = k * V + e;
+            chain[i % 4] = max_keeping_nan(chain[i % 4], fabsf(xw[i]));
+          }
+        }
         xw_absmax = tree_reduce<4>(chain, MaxOp{});
       }
     }
@@ -662,7 +675,7 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
         if constexpr (!kEarlyMax) {
           unpack_words<T>(xs[k], y);
 #pragma unroll
-          for (int e = 0; e < V; ++e) chain[e / W::kPerWord] = fmaxf(chain[e / W::kPerWord], fabsf(y[e]));
+          for (int e = 0; e < V; ++e) chain[e / W::kPerWord] = max_keeping_nan(chain[e / W::kPerWord], fabsf(y[e]));
         }
       }
       if constexpr (!kEarlyMax) acc = tree_reduce<4>(chain, MaxOp{});

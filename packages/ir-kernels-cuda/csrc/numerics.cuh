@@ -2,6 +2,8 @@
 // conversion to fp8 e4m3 with its scale.
 #pragma once
 
+#include <cmath>
+
 #include "device.cuh"
 
 namespace ir_cuda {
@@ -36,10 +38,35 @@ IR_CUDA_PTX_FLOAT_FN(reciprocal_ftz, "rcp.approx.ftz.f32", 1.f / v)
 // load) and its first store.
 IR_CUDA_PTX_FLOAT_FN(fast_reciprocal, "rcp.approx.f32", 1.f / v)
 
+// The larger and the smaller of two floats, NaN if either is (torch.maximum and torch.minimum;
+// PTX max.NaN and min.NaN, sm_80+, one instruction as fmaxf and fminf, which drop a NaN). The
+// dynamic scales take them, so that a NaN in a row makes its absmax, scale and outputs NaN, as
+// the reference's amax, minimum and clamp do.
+#if defined(__CUDA_ARCH__)
+__device__ __forceinline__ float max_keeping_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+__device__ __forceinline__ float min_keeping_nan(float a, float b) {
+  float r;
+  asm("min.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+#else
+// a + b: NaN where either is
+__device__ __forceinline__ float max_keeping_nan(float a, float b) {
+  return std::isnan(a) || std::isnan(b) ? a + b : std::fmax(a, b);
+}
+__device__ __forceinline__ float min_keeping_nan(float a, float b) {
+  return std::isnan(a) || std::isnan(b) ? a + b : std::fmin(a, b);
+}
+#endif
+
 // The dynamic scale of an absmax: amax / 448 (a multiplication by the rounded 1 / 448, within an
-// ulp of the quotient), at least kMinScale.
+// ulp of the quotient), at least kMinScale; NaN where amax is.
 __device__ __forceinline__ float scale_of_absmax(float amax) {
-  return fmaxf(amax * (1.f / kFp8Max), kMinScale);
+  return max_keeping_nan(amax * (1.f / kFp8Max), kMinScale);
 }
 
 __device__ __forceinline__ uint8_t to_fp8(float v) {

@@ -3,14 +3,16 @@
 #pragma once
 
 #include "device.cuh"
+#include "numerics.cuh"
 
 namespace ir_cuda {
 
 struct SumOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };
+// a maximum that keeps a NaN (`max_keeping_nan`): the absmax of the dynamic scales
 struct MaxOp {
-  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+  __device__ __forceinline__ float operator()(float a, float b) const { return max_keeping_nan(a, b); }
 };
 
 // v[0] op v[1] op ... op v[N - 1] as a tree: log2(N) dependent steps where a running

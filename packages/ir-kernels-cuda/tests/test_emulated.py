@@ -25,10 +25,14 @@ from ir_kernels_cuda.testing import (
 )
 from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
+    NONFINITE_CASE_IDS,
+    NONFINITE_CASES,
+    NONFINITE_OPTIONS,
     OPTION_VARIANT_IDS,
     OPTION_VARIANTS,
     assert_gelu_accurate_in_the_negative_tail,
     assert_impl_matches_native,
+    assert_nonfinite_like_native,
     assert_rotary_reads_only_the_table,
     clone_args,
     matrix_spec,
@@ -110,6 +114,40 @@ def test_rotary_positions_outside_the_table_give_nan(
         is_neox_style=is_neox_style,
         aligned=aligned,
     )
+
+
+NONFINITE_PROVIDERS = [(op, p, {}) for op, p in PROVIDERS] + [
+    (getattr(ops, name), p, options)
+    for name, options in NONFINITE_OPTIONS
+    for p in getattr(ops, name).impls
+    if p.startswith("cuda")
+]
+
+
+@pytest.mark.parametrize(("value", "column"), NONFINITE_CASES, ids=NONFINITE_CASE_IDS)
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("tokens", TOKENS)
+@pytest.mark.parametrize("hidden", [8, 769, 4096, 8205])
+@pytest.mark.parametrize(
+    ("op", "provider", "options"),
+    NONFINITE_PROVIDERS,
+    ids=[f"{o.name}-{p}-{options}" for o, p, options in NONFINITE_PROVIDERS],
+)
+def test_nonfinite_inputs_give_what_native_gives(
+    op: IrOp,
+    provider: str,
+    options: dict[str, Any],
+    hidden: int,
+    tokens: int,
+    layout: str,
+    value: float,
+    column: float,
+) -> None:
+    """A NaN or an infinity in a bf16 row gives NaN and infinities where the native function
+    does: a NaN makes a dynamic scale and its whole row (or group) NaN. Aligned rows take the
+    vector paths, strided ones the scalar heads and tails."""
+    args = sample_inputs(op, spec(torch.bfloat16, hidden, tokens, layout, **options))
+    assert_nonfinite_like_native(op, op.impls[provider].fn, args, value=value, column=column)
 
 
 @pytest.mark.parametrize("hidden", [2048, 769])

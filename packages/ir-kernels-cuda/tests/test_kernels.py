@@ -34,11 +34,15 @@ from ir_kernels_cuda.testing import (
 )
 from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
+    NONFINITE_CASE_IDS,
+    NONFINITE_CASES,
+    NONFINITE_OPTIONS,
     OPTION_VARIANT_IDS,
     OPTION_VARIANTS,
     assert_gelu_accurate_in_the_negative_tail,
     assert_impl_matches_native,
     assert_matches_native_on_the_second_gpu,
+    assert_nonfinite_like_native,
     assert_rotary_reads_only_the_table,
     catalog_ops,
     clone_args,
@@ -237,6 +241,44 @@ def test_group_counts_not_a_power_of_two(dtype: torch.dtype, hidden: int, layout
     (a shift where the count is a power of two; contiguous rows are one row per group)."""
     x = sample_inputs(ops.group_quant_fp8, spec_for(dtype, hidden, 4096, layout))[0]
     assert_impl_matches_native(ops.group_quant_fp8, "cuda", (x, 128, False))
+
+
+NONFINITE_PROVIDERS = [(op, p, {}) for op, p in PROVIDERS] + [
+    (getattr(ops, name), p, options)
+    for name, options in NONFINITE_OPTIONS
+    for p in getattr(ops, name).impls
+    if p.startswith("cuda")
+]
+
+
+@on_gpu
+@pytest.mark.parametrize(("value", "column"), NONFINITE_CASES, ids=NONFINITE_CASE_IDS)
+@pytest.mark.parametrize("layout", ["contiguous", "strided"])
+@pytest.mark.parametrize("tokens", [1, 5, 64])
+@pytest.mark.parametrize("hidden", [8, 769, 1536, 3584, 8192, 20000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize(
+    ("op", "provider", "options"),
+    NONFINITE_PROVIDERS,
+    ids=[f"{o.name}-{p}-{options}" for o, p, options in NONFINITE_PROVIDERS],
+)
+def test_nonfinite_inputs_give_what_native_gives(
+    op: IrOp,
+    provider: str,
+    options: dict[str, Any],
+    dtype: torch.dtype,
+    hidden: int,
+    tokens: int,
+    layout: str,
+    value: float,
+    column: float,
+) -> None:
+    """A NaN or an infinity in a row gives NaN and infinities where the native function does:
+    a NaN makes a dynamic scale and its whole row (or group) NaN. 1536 and 3584 leave a
+    team's last vectors past the row, 8192 at decode sizes spreads rows over a cluster, 20000
+    streams them."""
+    args = sample_inputs(op, spec_for(dtype, hidden, tokens, layout, **options))
+    assert_nonfinite_like_native(op, op.impls[provider].fn, args, value=value, column=column)
 
 
 @on_gpu
