@@ -1,10 +1,12 @@
 """Probe: what each provider's fp8 quantizations (and rms_norm) give for a row holding one NaN
 or one inf, beside the native function: the count of NaN in each output.
 
-The native functions carry a NaN into a row's peak (a NaN scale, the whole row NaN); the
-kernels' peak reductions leave it out (a finite scale, the NaN element kept). Round 79 on an
-H200: `benchmarks/results/nonfinite-quant-H200.txt`. Not a timing; run from this directory
-with the packages on `PYTHONPATH` (`source env.sh`) and the cuda kernels built.
+The native functions carry a NaN into a row's peak (a NaN scale, the whole row NaN). Until
+round 80 the kernels' peak reductions left it out (a finite scale, the NaN element kept:
+`benchmarks/results/nonfinite-quant-H200.txt`, round 79); since, their maxima keep NaN and the
+counts agree (the same file, round 80). The tests check the same with
+`ir_spec.testing.assert_nonfinite_like_native`. Not a timing; run from this directory with the
+packages on `PYTHONPATH` (`source env.sh`) and the cuda kernels built.
 """
 
 from typing import Any

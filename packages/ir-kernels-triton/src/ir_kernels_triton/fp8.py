@@ -91,7 +91,7 @@ def abs_peak(x, axis: tl.constexpr):
     ``x.abs().amax()``. Taken over the bits as integers: with the sign cleared, a float's bits
     order as its value, and a NaN's lie above infinity's. A plain reduction, which the
     interpreter runs whole (a custom combine it runs element by element in Python). H200,
-    per-token dynamic quantization against ``tl.max`` (round 80 of triton-tuning-H200.log):
+    per-token dynamic quantization against ``tl.max`` (tuning round 19, triton-tuning-H200.log):
     level to 3 % faster; the group kernel's rows of groups lost 4-6 % so and keep a float
     maximum (`max_keeping_nan`)."""
     bits = tl.abs(x).to(tl.int32, bitcast=True)
