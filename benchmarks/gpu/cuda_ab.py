@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from probe_tools import bf16_inputs, time_rotated
+from probe_tools import bf16_inputs, outputs, outputs_agree, time_rotated
 
 from ir_kernels_cuda import build as cuda_build
-from ir_kernels_cuda.testing import FP8, bits
 from ir_stack.bench.kernels import GATED, INTERMEDIATE, anchors, lift_recompile_limits
 
 
@@ -127,24 +126,6 @@ def kernels(namespace: Any) -> Iterator[None]:
         impls.KERNELS = saved
 
 
-def outputs(result: Any) -> list[torch.Tensor]:
-    items = result if isinstance(result, tuple | list) else (result,)
-    return [t for t in items if isinstance(t, torch.Tensor)]
-
-
-def same(a: list[torch.Tensor], b: list[torch.Tensor], close: bool) -> bool:
-    """Whether two builds' outputs agree: bitwise, or with `close` within 1e-2 (float8 values
-    within one e4m3 step: 2^-3 relative, 2^-9 absolute at the subnormals)."""
-    for x, y in zip(a, b, strict=True):
-        if close and x.is_floating_point():
-            rtol, atol = (2**-3, 2**-9) if x.dtype == FP8 else (1e-2, 1e-2)
-            if not torch.allclose(x.float(), y.float(), rtol=rtol, atol=atol):
-                return False
-        elif not torch.equal(bits(x), bits(y)):
-            return False
-    return True
-
-
 def checked_times(
     label: str,
     candidates: dict[str, Callable[[], Any]],
@@ -156,7 +137,7 @@ def checked_times(
     of ``candidates["new"]`` (bitwise unless `close`); `label` names the shape in the error."""
     expected = outputs(candidates["new"]())
     for other in compared:
-        if not same(expected, outputs(candidates[other]()), close):
+        if not outputs_agree(expected, outputs(candidates[other]()), close):
             raise SystemExit(f"{label}: the outputs of new and {other} differ")
     return time_rotated(candidates, rounds)
 
@@ -199,7 +180,7 @@ def main() -> None:
     parser.add_argument("--tokens", default="1,16,128,1024,4096")
     parser.add_argument("--hidden", default="2048,4096,8192")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--close", action="store_true", help="outputs close (`same`), not bitwise")
+    parser.add_argument("--close", action="store_true", help="outputs close, not bitwise")
     parser.add_argument("--anchors", action="store_true", help="time the grid's anchors too")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--build-only", type=named_source, help=argparse.SUPPRESS)

@@ -64,6 +64,30 @@ def bf16_inputs(name: str, tokens: int, width: int) -> tuple[Any, tuple[Any, ...
     return op, sample_inputs(op, spec)
 
 
+def outputs(result: Any) -> list[Any]:
+    """The tensors among an op's result (a tensor, or a tuple of them)."""
+    import torch
+
+    items = result if isinstance(result, tuple | list) else (result,)
+    return [t for t in items if isinstance(t, torch.Tensor)]
+
+
+def outputs_agree(a: list[Any], b: list[Any], close: bool) -> bool:
+    """Whether two implementations' outputs agree: bitwise, or with `close` within 1e-2 (fp8
+    values within one e4m3 step: 2^-3 relative, 2^-9 absolute at the subnormals)."""
+    import torch
+
+    for x, y in zip(a, b, strict=True):
+        one_byte = x.is_floating_point() and x.element_size() == 1
+        if close and x.is_floating_point():
+            rtol, atol = (2**-3, 2**-9) if one_byte else (1e-2, 1e-2)
+            if not torch.allclose(x.float(), y.float(), rtol=rtol, atol=atol):
+                return False
+        elif not torch.equal(*((t.view(torch.uint8) if one_byte else t) for t in (x, y))):
+            return False
+    return True
+
+
 def ir_cuda_kernels() -> Any:
     """`torch.ops.ir_cuda` where the package builds here, else None (the probes then run
     without the op's column)."""

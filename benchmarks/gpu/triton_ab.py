@@ -27,8 +27,15 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import torch
-from probe_tools import bf16_inputs, fastest_line, launch_empty_kernel, time_rotated, write_results
+from probe_tools import (
+    bf16_inputs,
+    fastest_line,
+    launch_empty_kernel,
+    outputs,
+    outputs_agree,
+    time_rotated,
+    write_results,
+)
 
 import ir_kernels_triton  # noqa: F401  (registers provider triton)
 from ir_stack.bench.kernels import GATED, INTERMEDIATE
@@ -73,28 +80,6 @@ def named_folder(text: str) -> tuple[str, Path]:
     return name, Path(folder)
 
 
-def outputs(result: Any) -> list[torch.Tensor]:
-    items = result if isinstance(result, tuple | list) else (result,)
-    return [t for t in items if isinstance(t, torch.Tensor)]
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    """`t` for an exact comparison: one-byte (fp8) tensors as their bits."""
-    return t.view(torch.uint8) if t.element_size() == 1 and t.is_floating_point() else t
-
-
-def agree(a: list[torch.Tensor], b: list[torch.Tensor], close: bool) -> bool:
-    """Bitwise, or with `close` within 1e-2 (fp8 within one e4m3 step)."""
-    for x, y in zip(a, b, strict=True):
-        if close and x.is_floating_point():
-            rtol, atol = (2**-3, 2**-9) if x.element_size() == 1 else (1e-2, 1e-2)
-            if not torch.allclose(x.float(), y.float(), rtol=rtol, atol=atol):
-                return False
-        elif not torch.equal(bits(x), bits(y)):
-            return False
-    return True
-
-
 def time_shape(
     name: str, tokens: int, hidden: int, others: dict[str, str], rounds: int, close: bool
 ) -> dict[str, Any]:
@@ -105,7 +90,7 @@ def time_shape(
     fns = {"new": op.impls["triton"].fn} | {n: op.impls[p].fn for n, p in others.items()}
     expected = outputs(fns["new"](*args))
     for other in others:
-        if not agree(expected, outputs(fns[other](*args)), close):
+        if not outputs_agree(expected, outputs(fns[other](*args)), close):
             raise SystemExit(f"{name} {tokens}x{width}: the outputs of new and {other} differ")
     candidates: dict[str, Callable[[], Any]] = {n: partial(fn, *args) for n, fn in fns.items()}
     candidates["empty"] = launch_empty_kernel

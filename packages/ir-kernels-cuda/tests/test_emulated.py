@@ -27,7 +27,6 @@ from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
     NONFINITE_CASE_IDS,
     NONFINITE_CASES,
-    NONFINITE_OPTIONS,
     OPTION_VARIANT_IDS,
     OPTION_VARIANTS,
     assert_gelu_accurate_in_the_negative_tail,
@@ -36,6 +35,8 @@ from ir_spec.testing import (
     assert_rotary_reads_only_the_table,
     clone_args,
     matrix_spec,
+    nonfinite_variant_ids,
+    nonfinite_variants,
     sample_inputs,
 )
 
@@ -116,12 +117,7 @@ def test_rotary_positions_outside_the_table_give_nan(
     )
 
 
-NONFINITE_PROVIDERS = [(op, p, {}) for op, p in PROVIDERS] + [
-    (getattr(ops, name), p, options)
-    for name, options in NONFINITE_OPTIONS
-    for p in getattr(ops, name).impls
-    if p.startswith("cuda")
-]
+NONFINITE_PROVIDERS = nonfinite_variants("cuda")
 
 
 @pytest.mark.parametrize(("value", "column"), NONFINITE_CASES, ids=NONFINITE_CASE_IDS)
@@ -131,7 +127,7 @@ NONFINITE_PROVIDERS = [(op, p, {}) for op, p in PROVIDERS] + [
 @pytest.mark.parametrize(
     ("op", "provider", "options"),
     NONFINITE_PROVIDERS,
-    ids=[f"{o.name}-{p}-{options}" for o, p, options in NONFINITE_PROVIDERS],
+    ids=nonfinite_variant_ids(NONFINITE_PROVIDERS),
 )
 def test_nonfinite_inputs_give_what_native_gives(
     op: IrOp,

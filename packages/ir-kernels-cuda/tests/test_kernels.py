@@ -36,7 +36,6 @@ from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
     NONFINITE_CASE_IDS,
     NONFINITE_CASES,
-    NONFINITE_OPTIONS,
     OPTION_VARIANT_IDS,
     OPTION_VARIANTS,
     assert_gelu_accurate_in_the_negative_tail,
@@ -47,6 +46,8 @@ from ir_spec.testing import (
     catalog_ops,
     clone_args,
     matrix_spec,
+    nonfinite_variant_ids,
+    nonfinite_variants,
     sample_inputs,
 )
 
@@ -243,12 +244,7 @@ def test_group_counts_not_a_power_of_two(dtype: torch.dtype, hidden: int, layout
     assert_impl_matches_native(ops.group_quant_fp8, "cuda", (x, 128, False))
 
 
-NONFINITE_PROVIDERS = [(op, p, {}) for op, p in PROVIDERS] + [
-    (getattr(ops, name), p, options)
-    for name, options in NONFINITE_OPTIONS
-    for p in getattr(ops, name).impls
-    if p.startswith("cuda")
-]
+NONFINITE_PROVIDERS = nonfinite_variants("cuda")
 
 
 @on_gpu
@@ -260,7 +256,7 @@ NONFINITE_PROVIDERS = [(op, p, {}) for op, p in PROVIDERS] + [
 @pytest.mark.parametrize(
     ("op", "provider", "options"),
     NONFINITE_PROVIDERS,
-    ids=[f"{o.name}-{p}-{options}" for o, p, options in NONFINITE_PROVIDERS],
+    ids=nonfinite_variant_ids(NONFINITE_PROVIDERS),
 )
 def test_nonfinite_inputs_give_what_native_gives(
     op: IrOp,

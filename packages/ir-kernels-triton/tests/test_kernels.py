@@ -16,7 +16,6 @@ from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
     NONFINITE_CASE_IDS,
     NONFINITE_CASES,
-    NONFINITE_OPTIONS,
     OPTION_VARIANT_IDS,
     OPTION_VARIANTS,
     assert_gelu_accurate_in_the_negative_tail,
@@ -26,6 +25,7 @@ from ir_spec.testing import (
     assert_rotary_reads_only_the_table,
     clone_args,
     matrix_spec,
+    nonfinite_variants,
     sample_inputs,
 )
 
@@ -493,12 +493,7 @@ def test_rotary_positions_outside_the_table_give_nan(
 #: only for the ops that stream rows: rotary works a head, group quantization a group).
 NONFINITE_HIDDEN = [8, 769, 8192, 20000] if GPU else [8, 769, 16400]
 NONFINITE_TOKENS = [1, 5, 64] if GPU else [1, 5]
-NONFINITE_PROVIDERS = [(op, p, {}) for op, p in PROVIDERS] + [
-    (getattr(ops, name), p, options)
-    for name, options in NONFINITE_OPTIONS
-    for p in getattr(ops, name).impls
-    if p.startswith("triton")
-]
+NONFINITE_PROVIDERS = nonfinite_variants("triton")
 NONFINITE_SHAPES = [
     (op, p, options, hidden)
     for op, p, options in NONFINITE_PROVIDERS

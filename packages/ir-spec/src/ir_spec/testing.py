@@ -37,6 +37,8 @@ __all__ = [
     "fused_add_rms_norm_inplace",
     "grad_leaves",
     "matrix_spec",
+    "nonfinite_variant_ids",
+    "nonfinite_variants",
     "sample_inputs",
     "weighted_sum",
 ]
@@ -217,6 +219,24 @@ NONFINITE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("dynamic_quant_fp8", {"scale_ub": True}),
     ("rms_norm_dynamic_quant_fp8", {"scale_ub": True}),
 )
+
+
+def nonfinite_variants(provider_prefix: str) -> list[tuple[IrOp, str, dict[str, Any]]]:
+    """What a provider's non-finite test runs: (op, provider, input options) for every
+    implementation whose provider name starts with `provider_prefix` (``"cuda"`` takes
+    ``cuda_inplace`` too), first with each op's default inputs, then with `NONFINITE_OPTIONS`."""
+    variants: list[tuple[IrOp, str, dict[str, Any]]] = [
+        (op, p, {}) for op in ops for p in op.impls if p.startswith(provider_prefix)
+    ]
+    for name, options in NONFINITE_OPTIONS:
+        op = getattr(ops, name)
+        variants += [(op, p, options) for p in op.impls if p.startswith(provider_prefix)]
+    return variants
+
+
+def nonfinite_variant_ids(variants: Sequence[tuple[IrOp, str, dict[str, Any]]]) -> list[str]:
+    """pytest ids of `nonfinite_variants`: ``op-provider-{options}``."""
+    return [f"{op.name}-{provider}-{options}" for op, provider, options in variants]
 
 
 def assert_nonfinite_like_native(
