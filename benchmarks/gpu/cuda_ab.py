@@ -25,13 +25,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
-from probe_tools import bf16_inputs, outputs, outputs_agree, time_rotated
+from probe_tools import bf16_inputs, checked_times
 
 from ir_kernels_cuda import build as cuda_build
 from ir_stack.bench.kernels import GATED, INTERMEDIATE, anchors, lift_recompile_limits
@@ -124,22 +124,6 @@ def kernels(namespace: Any) -> Iterator[None]:
         yield
     finally:
         impls.KERNELS = saved
-
-
-def checked_times(
-    label: str,
-    candidates: dict[str, Callable[[], Any]],
-    compared: Iterable[str],
-    rounds: int,
-    close: bool,
-) -> dict[str, list[float]]:
-    """`time_rotated(candidates, rounds)`, once each candidate of `compared` has given the outputs
-    of ``candidates["new"]`` (bitwise unless `close`); `label` names the shape in the error."""
-    expected = outputs(candidates["new"]())
-    for other in compared:
-        if not outputs_agree(expected, outputs(candidates[other]()), close):
-            raise SystemExit(f"{label}: the outputs of new and {other} differ")
-    return time_rotated(candidates, rounds)
 
 
 def time_shape(

@@ -27,7 +27,7 @@ from typing import Any
 
 import cuda_ab
 import torch
-from probe_tools import bf16_inputs, fastest_line
+from probe_tools import bf16_inputs, checked_times, fastest_line
 
 
 def tokens_width(shape: str) -> tuple[int, int]:
@@ -62,7 +62,7 @@ def sweep(probe: Any, a: argparse.Namespace) -> None:
                 candidates[f"c{cap}"] = capped(probe, new_fn, args, cap)
             candidates["triton"] = partial(triton_fn, *args)
             capped_names = [c for c in candidates if c.startswith("c")]
-            times = cuda_ab.checked_times(
+            times = checked_times(
                 f"{name} {shape}", candidates, capped_names, a.rounds, close=False
             )
             records.append({"op": name, "tokens": tokens, "width": width, "times_us": times})

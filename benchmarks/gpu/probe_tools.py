@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import random
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,22 @@ def outputs_agree(a: list[Any], b: list[Any], close: bool) -> bool:
         elif not torch.equal(*((t.view(torch.uint8) if one_byte else t) for t in (x, y))):
             return False
     return True
+
+
+def checked_times(
+    label: str,
+    candidates: dict[str, Callable[[], Any]],
+    compared: Iterable[str],
+    rounds: int,
+    close: bool,
+) -> dict[str, list[float]]:
+    """`time_rotated(candidates, rounds)`, once each candidate of `compared` has given the outputs
+    of ``candidates["new"]`` (bitwise unless `close`); `label` names the shape in the error."""
+    expected = outputs(candidates["new"]())
+    for other in compared:
+        if not outputs_agree(expected, outputs(candidates[other]()), close):
+            raise SystemExit(f"{label}: the outputs of new and {other} differ")
+    return time_rotated(candidates, rounds)
 
 
 def ir_cuda_kernels() -> Any:

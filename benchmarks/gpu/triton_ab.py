@@ -29,11 +29,9 @@ from typing import Any
 
 from probe_tools import (
     bf16_inputs,
+    checked_times,
     fastest_line,
     launch_empty_kernel,
-    outputs,
-    outputs_agree,
-    time_rotated,
     write_results,
 )
 
@@ -88,13 +86,9 @@ def time_shape(
     width = INTERMEDIATE[hidden] if name in GATED else hidden
     op, args = bf16_inputs(name, tokens, width)
     fns = {"new": op.impls["triton"].fn} | {n: op.impls[p].fn for n, p in others.items()}
-    expected = outputs(fns["new"](*args))
-    for other in others:
-        if not outputs_agree(expected, outputs(fns[other](*args)), close):
-            raise SystemExit(f"{name} {tokens}x{width}: the outputs of new and {other} differ")
     candidates: dict[str, Callable[[], Any]] = {n: partial(fn, *args) for n, fn in fns.items()}
     candidates["empty"] = launch_empty_kernel
-    times = time_rotated(candidates, rounds)
+    times = checked_times(f"{name} {tokens}x{width}", candidates, others, rounds, close)
     print(f"{name} {tokens}x{width}: {fastest_line(times, 3)}", flush=True)
     best = {n: min(v) for n, v in times.items()}
     return dict(op=name, tokens=tokens, width=width, us=best, rounds=times)

@@ -59,9 +59,6 @@ from .platform import (
     tensor_bytes,
 )
 
-FP8_MAX = 448.0
-MIN_SCALE = 1.0 / (448.0 * 512.0)
-
 
 @triton.jit
 def _normalize(x, w_ptr, offs, mask, inv_rms, HAS_WEIGHT: tl.constexpr):

@@ -6,7 +6,6 @@ kernel is tested against the same numbers the unfused graph produces.
 
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from .. import checks
@@ -22,7 +21,7 @@ from .norm import (
     fused_add_rms_norm,
     rms_norm,
 )
-from .quant import dynamic_quant_fp8, sample_scale, static_quant_fp8
+from .quant import dynamic_quant_fp8, sample_scale, sample_scale_ub, static_quant_fp8
 
 
 @register_op
@@ -105,10 +104,7 @@ def _check_rms_norm_dynamic_quant_fp8(
 @rms_norm_dynamic_quant_fp8.register_input_generator
 def _rms_norm_dynamic_quant_inputs(spec: SampleSpec) -> tuple[Any, ...]:
     x, weight, eps, _ = _rms_norm_inputs(spec)
-    scale_ub = None
-    if spec.options.get("scale_ub", False):
-        scale_ub = torch.tensor([2.0], device=spec.device)
-    return (x, weight, eps, scale_ub)
+    return (x, weight, eps, sample_scale_ub(spec))
 
 
 @register_op

@@ -67,13 +67,18 @@ def _check_dynamic_quant_fp8(x: Any, scale_ub: Any = None) -> None:
     checks.optional_scalar_scale("dynamic_quant_fp8", "scale_ub", scale_ub, x)
 
 
+def sample_scale_ub(spec: SampleSpec) -> Tensor | None:
+    """The dynamic quantizers' ``scale_ub`` for `spec`: 2.0 (below the sample rows' peaks, so
+    the bound takes effect) where the ``scale_ub`` option is set, else None."""
+    if not spec.options.get("scale_ub", False):
+        return None
+    return torch.tensor([2.0], device=spec.device)
+
+
 @dynamic_quant_fp8.register_input_generator
 def _dynamic_quant_inputs(spec: SampleSpec) -> tuple[Any, ...]:
     x = spec.randn(spec.generator(), spec.hidden_size)
-    scale_ub = None
-    if spec.options.get("scale_ub", False):
-        scale_ub = torch.tensor([2.0], device=spec.device)
-    return (x, scale_ub)
+    return (x, sample_scale_ub(spec))
 
 
 @register_op
