@@ -100,9 +100,10 @@ def rotary_kernel(
     pos = tl.load(pos_ptr + token).to(tl.int64)
     i = tl.arange(0, HALF_BLOCK)[None, :]
     in_table = (pos >= 0) & (pos < max_position)
-    cache_row = cache_ptr + tl.where(in_table, pos, 0) * cache_stride
-    # no lane reads where the position is outside the table: cos and sin NaN (`other`), so
-    # the rotated elements are (a bound, not `& in_table`, which the interpreter runs as int32)
+    cache_row = cache_ptr + pos * cache_stride
+    # no lane reads where the position is outside the table, so its row's address is never
+    # dereferenced: cos and sin NaN (`other`), so the rotated elements are (a bound, not
+    # `& in_table`, which the interpreter runs as int32)
     looked_up = i < tl.where(in_table, half, 0)
     cos = tl.load(cache_row + i, mask=looked_up, other=float("nan")).to(tl.float32)
     sin = tl.load(cache_row + half + i, mask=looked_up, other=float("nan")).to(tl.float32)
