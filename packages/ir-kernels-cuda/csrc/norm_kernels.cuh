@@ -586,7 +586,22 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
       // x * w before the reduction unless LATE: ptxas issues a load just before its first use
       // (see `late_weight` for when that helps); the arithmetic is the same either way
       weigh_row();
-      if constexpr (kEarlyMax) {
+      if constexpr (kEarlyMax && kFillsTile) {
+        // Every vector inside the row: each vector's peak by a tree, then the thread's. H200
+        // against the four chains below (round 81 of the notes): 1024 x 4096 3.2 % and 1024 x
+        // 8192 1.9 % faster, 16384 x 8192 1.2 %, the rest level; with a select for the vectors
+        // past the row, the same trees elsewhere took 2048-wide decode rows 1-2 % lower but
+        // 16384 x 2048 5 % and 8192-wide decode rows 2 % higher.
+        float peaks[VPT];
+#pragma unroll
+        for (int k = 0; k < VPT; ++k) {
+          float m[V];
+#pragma unroll
+          for (int e = 0; e < V; ++e) m[e] = fabsf(xw[k * V + e]);
+          peaks[k] = tree_reduce<V>(m, MaxOp{});
+        }
+        xw_absmax = tree_reduce<VPT>(peaks, MaxOp{});
+      } else if constexpr (kEarlyMax) {
         float chain[4] = {0.f, 0.f, 0.f, 0.f};  // four independent chains, as for the sum
 #pragma unroll
         for (int k = 0; k < VPT; ++k) {
@@ -596,7 +611,7 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
           // sizes of 2048 and 4096 and was level past them; a select of the weight's words cost
           // 16384 x 2048 7 %, and a branch taken alike by every thread to skip this where the
           // row fills the tile cost up to 6 %.
-          if (!kFillsTile && vector_at(k) >= nvec) continue;
+          if (vector_at(k) >= nvec) continue;
 #pragma unroll
           for (int e = 0; e < V; ++e) {
             const int i = k * V + e;
