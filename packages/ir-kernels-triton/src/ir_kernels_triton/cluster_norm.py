@@ -58,6 +58,7 @@ import triton.language as tl
 
 from .fp8 import (
     abs_peak,
+    bounded_dynamic_scale,
     dynamic_scale,
     max_keeping_nan,
     min_keeping_nan,
@@ -385,9 +386,7 @@ def cluster_norm_kernel(
         y = round_to_dtype(y, act_dtype, False)
         if QUANT == 2:
             amax = (peak * inv_rms).to(act_dtype).to(tl.float32)
-            if HAS_UB:
-                amax = min_keeping_nan(amax, tl.load(scale_ub_ptr))
-            scale = dynamic_scale(amax)
+            scale = bounded_dynamic_scale(amax, scale_ub_ptr, HAS_UB)
             tl.store(scale_out_ptr + row, scale, mask=rank == 0)
         q = quantize(y, 1.0 / scale, False)
         tl.store(out_ptr + row * out_stride + offs, q.to(out_ptr.dtype.element_ty))
@@ -420,7 +419,7 @@ def cluster_quant_kernel(
     offs = rank * PART + tl.arange(0, PART)
     x = tl.load(x_ptr + row * x_stride + offs).to(tl.float32)
     amax = _row_peak(abs_peak(x, 0), S)
-    if HAS_UB:
+    if HAS_UB:  # (`bounded_dynamic_scale` would load the bound here, after the exchange)
         amax = min_keeping_nan(amax, ub)
     scale = dynamic_scale(amax)
     tl.store(scale_ptr + row, scale, mask=rank == 0)

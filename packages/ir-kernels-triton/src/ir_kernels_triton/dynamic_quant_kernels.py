@@ -17,10 +17,10 @@ from .cluster_norm import (
 )
 from .fp8 import (
     abs_peak,
+    bounded_dynamic_scale,
     dynamic_scale,
     exact_rounding,
     max_keeping_nan,
-    min_keeping_nan,
     quantize,
 )
 from .launch import await_previous_grid, launch_options, programmatic_launch_enabled
@@ -76,9 +76,7 @@ def dynamic_quant_kernel(
                 acc, tl.abs(tl.load(x_row + offs, mask=offs < hidden, other=0.0).to(tl.float32))
             )
         amax = abs_peak(acc, 0)
-    if HAS_UB:
-        amax = min_keeping_nan(amax, tl.load(ub_ptr))
-    scale = dynamic_scale(amax)
+    scale = bounded_dynamic_scale(amax, ub_ptr, HAS_UB)
     tl.store(scale_ptr + row, scale)
     if SINGLE_PASS:
         offs = tl.arange(0, BLOCK)

@@ -100,9 +100,18 @@ def abs_peak(x, axis: tl.constexpr):
 
 @triton.jit
 def dynamic_scale(amax):
-    """The scale of a row (or group) of peak `amax` (bounded by the caller's ``scale_ub``
-    with `min_keeping_nan`): ``max(amax / 448, 1 / (448 * 512))``, NaN where `amax` is."""
+    """The scale of a row (or group) of peak `amax`, already bounded by ``scale_ub`` where
+    there is one: ``max(amax / 448, 1 / (448 * 512))``, NaN where `amax` is."""
     return max_keeping_nan(amax / 448.0, 1.0 / (448.0 * 512.0))
+
+
+@triton.jit
+def bounded_dynamic_scale(amax, ub_ptr, HAS_UB: tl.constexpr):
+    """`dynamic_scale` of `amax` bounded first by ``scale_ub`` (read from `ub_ptr`) where
+    `HAS_UB`, as ``minimum(amax, scale_ub)``: NaN where either is."""
+    if HAS_UB:
+        amax = min_keeping_nan(amax, tl.load(ub_ptr))
+    return dynamic_scale(amax)
 
 
 def exact_rounding() -> bool:
@@ -112,6 +121,7 @@ def exact_rounding() -> bool:
 
 __all__ = [
     "abs_peak",
+    "bounded_dynamic_scale",
     "dynamic_scale",
     "exact_rounding",
     "max_keeping_nan",

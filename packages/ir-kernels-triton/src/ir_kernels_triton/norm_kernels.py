@@ -38,10 +38,9 @@ from .cluster_norm import (
 )
 from .fp8 import (
     abs_peak,
-    dynamic_scale,
+    bounded_dynamic_scale,
     exact_rounding,
     max_keeping_nan,
-    min_keeping_nan,
     quantize,
     round_to_dtype,
 )
@@ -232,9 +231,7 @@ def norm_kernel(
                 # lanes past the row loaded zeros, so they hold zeros here; scaling by a
                 # positive factor and rounding keep the order: the largest rounded output
                 amax = (peak * inv_rms).to(act_dtype).to(tl.float32)
-                if HAS_UB:
-                    amax = min_keeping_nan(amax, tl.load(scale_ub_ptr))
-                scale = dynamic_scale(amax)
+                scale = bounded_dynamic_scale(amax, scale_ub_ptr, HAS_UB)
                 tl.store(scale_out_ptr + row, scale, mask=tl.program_id(1) == 0)
             q = quantize(y, 1.0 / scale, EXACT_FP8)
             tl.store(
@@ -271,9 +268,7 @@ def norm_kernel(
                 y = round_to_dtype(y, act_dtype, EXACT_FP8)
                 amax_acc = max_keeping_nan(amax_acc, tl.where(mask, tl.abs(y), 0.0))
             amax = abs_peak(amax_acc, 0)
-            if HAS_UB:
-                amax = min_keeping_nan(amax, tl.load(scale_ub_ptr))
-            scale = dynamic_scale(amax)
+            scale = bounded_dynamic_scale(amax, scale_ub_ptr, HAS_UB)
             tl.store(scale_out_ptr + row, scale)
         inv_scale = 1.0 / scale
         for start in range(0, hidden, BLOCK):
