@@ -24,7 +24,7 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 
 import triton
-from triton.backends.compiler import GPUTarget
+from triton_offline import compile_sm90, norm_signature
 
 from ir_kernels_triton import cluster_norm as cn
 from ir_kernels_triton import norm_kernels as nk
@@ -45,14 +45,7 @@ def ttgir(
     full_row: bool = False,
     unaligned: bool = False,
 ) -> str:
-    out = "fp8e4nv" if quant else dtype
-    signature = {
-        "x_ptr": f"*{dtype}", "x_stride": "i32", "r_ptr": f"*{dtype}", "r_stride": "i32",
-        "w_ptr": f"*{weight}", "out_ptr": f"*{out}", "out_stride": "i32",
-        "res_ptr": f"*{dtype}", "res_stride": "i32", "scale_ptr": "*fp32",
-        "scale_out_ptr": "*fp32", "scale_ub_ptr": "*fp32", "hidden": "i32",
-        "variance_size": "i32", "eps": "fp32",
-    }  # fmt: skip
+    signature = norm_signature(dtype, weight, "fp8e4nv" if quant else dtype)
     constants = dict(
         HAS_RESIDUAL=residual, HAS_WEIGHT=True, QUANT=quant, HAS_UB=False, BLOCK=block,
         SINGLE_PASS=True, EXACT_FP8=False, EARLY_WEIGHT=early, EVICT_FIRST=False, SPLIT=split,
@@ -62,18 +55,8 @@ def ttgir(
         aligned = ["x_ptr", "x_stride"]
     else:
         aligned = [k for k, v in signature.items() if v.startswith("*")] + list(INTS)
-    signature.update(dict.fromkeys(constants, "constexpr"))
-    names = list(signature)
-    source = triton.compiler.ASTSource(
-        fn=nk.norm_kernel,
-        signature=signature,
-        constexprs=constants,
-        attrs={(names.index(k),): [["tt.divisibility", 16]] for k in aligned},
-    )
     warps = nr.norm_warps(block, quant, residual)
-    compiled = triton.compile(
-        source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
-    )
+    compiled = compile_sm90(nk.norm_kernel, signature, constants, aligned, warps)
     return str(compiled.asm["ttgir"])
 
 
@@ -87,13 +70,7 @@ def cluster_ttgir(dtype: str, residual: bool, quant: int, block: int) -> tuple[s
     """TTGIR and PTX of `cluster_norm_kernel` for rows of `block` (one of `CLUSTER_BLOCKS`)
     `dtype` elements beside a weight of their type, every argument 16-byte aligned, as
     `launch_norm` compiles it (one block of the row's warps over `CLUSTER`)."""
-    out = "fp8e4nv" if quant else dtype
-    signature = {
-        "x_ptr": f"*{dtype}", "x_stride": "i32", "r_ptr": f"*{dtype}", "r_stride": "i32",
-        "w_ptr": f"*{dtype}", "out_ptr": f"*{out}", "out_stride": "i32",
-        "res_ptr": f"*{dtype}", "res_stride": "i32", "scale_ptr": "*fp32",
-        "scale_out_ptr": "*fp32", "scale_ub_ptr": "*fp32", "variance_size": "i32", "eps": "fp32",
-    }  # fmt: skip
+    signature = norm_signature(dtype, dtype, "fp8e4nv" if quant else dtype, hidden=False)
     warps = nr.norm_warps(block, quant, residual)
     constants = dict(
         HAS_RESIDUAL=residual, QUANT=quant, HAS_UB=False, BLOCK=block, ROW_WARPS=warps,
@@ -102,16 +79,8 @@ def cluster_ttgir(dtype: str, residual: bool, quant: int, block: int) -> tuple[s
     # as `launch_norm` passes them: each warp sends its own sum where a block holds several
     constants.update(cn.sum_by_warps(cn.CLUSTER, warps, block))
     aligned = [k for k in signature if k != "eps"]
-    signature.update(dict.fromkeys(constants, "constexpr"))
-    names = list(signature)
-    source = triton.compiler.ASTSource(
-        fn=cn.cluster_norm_kernel,
-        signature=signature,
-        constexprs=constants,
-        attrs={(names.index(k),): [["tt.divisibility", 16]] for k in aligned},
-    )
-    compiled = triton.compile(
-        source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps // cn.CLUSTER}
+    compiled = compile_sm90(
+        cn.cluster_norm_kernel, signature, constants, aligned, warps // cn.CLUSTER
     )
     return str(compiled.asm["ttgir"]), str(compiled.asm["ptx"])
 

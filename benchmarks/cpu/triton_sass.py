@@ -20,32 +20,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import triton
-from triton.backends.compiler import GPUTarget
+from triton_offline import compile_sm90, norm_signature, sass
 
 from ir_kernels_triton import cluster_norm as cn
 from ir_kernels_triton import dynamic_quant_kernels as dq
 from ir_kernels_triton import norm_kernels as nk
 from ir_kernels_triton import norm_rules as nr
 
-TARGET = GPUTarget("cuda", 90, 32)
-CUOBJDUMP = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-
 #: Config = (name, kernel, signature of the runtime arguments, constexprs, warps, aligned args)
 Config = tuple[str, Any, dict[str, str], dict[str, Any], int, list[str]]
 
-NORM_SIGNATURE = {
-    "x_ptr": "*bf16", "x_stride": "i32", "r_ptr": "*bf16", "r_stride": "i32",
-    "w_ptr": "*bf16", "out_ptr": "*fp8e4nv", "out_stride": "i32", "res_ptr": "*bf16",
-    "res_stride": "i32", "scale_ptr": "*fp32", "scale_out_ptr": "*fp32",
-    "scale_ub_ptr": "*fp32", "hidden": "i32", "variance_size": "i32", "eps": "fp32",
-}  # fmt: skip
+NORM_SIGNATURE = norm_signature("bf16", "bf16", "fp8e4nv")
 QUANT_SIGNATURE = {
     "x_ptr": "*bf16", "x_stride": "i32", "q_ptr": "*fp8e4nv", "q_stride": "i32",
     "scale_ptr": "*fp32", "ub_ptr": "*fp32",
@@ -104,7 +94,7 @@ def configs() -> Iterator[Config]:
     )
     block = 8192
     for ub in (False, True):
-        signature = {k: v for k, v in NORM_SIGNATURE.items() if k != "hidden"}
+        signature = norm_signature("bf16", "bf16", "fp8e4nv", hidden=False)
         warps = nr.norm_warps(block, 2, False)
         constants = dict(
             HAS_RESIDUAL=False, QUANT=2, HAS_UB=ub, BLOCK=block, ROW_WARPS=warps,
@@ -131,25 +121,6 @@ def configs() -> Iterator[Config]:
         )
 
 
-def sass(config: Config, work: Path) -> str:
-    """`cuobjdump -sass` of one configuration's cubin."""
-    name, kernel, runtime, constants, warps, aligned = config
-    signature = runtime | dict.fromkeys(constants, "constexpr")
-    names = list(signature)
-    source = triton.compiler.ASTSource(
-        fn=kernel,
-        signature=signature,
-        constexprs=constants,
-        attrs={(names.index(k),): [["tt.divisibility", 16]] for k in aligned},
-    )
-    compiled = triton.compile(source, target=TARGET, options={"num_warps": warps})
-    cubin = work / f"{name}.cubin"
-    cubin.write_bytes(compiled.asm["cubin"])
-    return subprocess.run(
-        [str(CUOBJDUMP), "-sass", str(cubin)], capture_output=True, text=True, check=True
-    ).stdout
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("out", type=Path, help="where the listing goes")
@@ -157,12 +128,13 @@ def main() -> None:
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, said aloud
     lines: list[str] = []
     with tempfile.TemporaryDirectory() as work:
-        for config in configs():
-            listing = sass(config, Path(work))
+        for name, kernel, runtime, constants, warps, aligned in configs():
+            compiled = compile_sm90(kernel, runtime, constants, aligned, warps)
+            listing = sass(compiled, Path(work), name)
             # one kernel a cubin: its body under the configuration's own name
             body = listing.split("Function :", 1)[1].split("\n", 1)[1]
-            lines += [f"\t\tFunction : {config[0]}", body]
-            print(config[0], flush=True)
+            lines += [f"\t\tFunction : {name}", body]
+            print(name, flush=True)
     args.out.write_text("\n".join(lines))
     print(f"{len(lines) // 2} kernels -> {args.out}")
 
