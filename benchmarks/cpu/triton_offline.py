@@ -1,6 +1,7 @@
 """Triton kernels compiled offline for Hopper (sm_90), with no GPU: Triton compiles for a
 target given by hand, and its package carries the `cuobjdump` that lists the machine code.
-Shared by `triton_layouts.py` (reduction layouts) and `triton_sass.py` (machine code)."""
+Shared by `triton_layouts.py` (reduction layouts), `triton_sass.py` (machine code) and
+`gate_sass_counts.py` (the gated kernels' instruction counts)."""
 
 from __future__ import annotations
 
