@@ -13,11 +13,14 @@ def run(
     *args: str, module: str = "ir_stack.cli", gpus: bool = True, **env_vars: str
 ) -> subprocess.CompletedProcess[str]:
     """`module` run with `args` in a child process, `env_vars` added to its environment;
-    ``gpus=False`` hides the GPUs from it, for tests of the CPU path that must hold on GPU
-    machines too."""
-    env = {**os.environ, "COLUMNS": "200", **env_vars}
+    ``gpus=False`` hides the GPUs from it, and Triton's interpreter unless `env_vars` asks for
+    it, for tests of the CPU path that must hold on GPU machines and under a caller's
+    ``TRITON_INTERPRET=1`` too."""
+    env = {**os.environ, "COLUMNS": "200"}
     if not gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""
+        env.pop("TRITON_INTERPRET", None)
+    env.update(env_vars)
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         capture_output=True,
