@@ -8,7 +8,6 @@ Usage: python benchmarks/cpu/gate_sass_counts.py (packages on PYTHONPATH)
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from collections import Counter
@@ -46,7 +45,6 @@ def opcode(line: str) -> str:
 
 
 def main() -> None:
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, said aloud
     print(f"Triton {triton.__version__}, sm_90, bf16")
     with tempfile.TemporaryDirectory() as work:
         for name, act in GATES.items():

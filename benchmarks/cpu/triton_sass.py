@@ -19,7 +19,6 @@ Two Triton versions can compile the same source differently: compare listings of
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,7 +124,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("out", type=Path, help="where the listing goes")
     args = parser.parse_args()
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, said aloud
     lines: list[str] = []
     with tempfile.TemporaryDirectory() as work:
         for name, kernel, runtime, constants, warps, aligned in configs():
