@@ -8,7 +8,7 @@
 #           integration tests, two 8-process sessions at once (about 475 s on an H200; GPU
 #           memory peaked at 57 GiB), with nvidia-smi sampling memory every 2 s
 # Each session's log and failures land under OUT/<session>/ (see gpu_suite.sh). Exits non-zero
-# when a session did.
+# when the build or a session did.
 set -u
 part=${1:-}; out=${2:-}
 if [[ $part != first && $part != second ]] || [ -z "$out" ]; then
@@ -23,7 +23,13 @@ suite=benchmarks/gpu/gpu_suite.sh
 case $part in
   first)
     /usr/bin/time -f "build wall %e s" python3 -m ir_kernels_cuda build > "$out/cuda-build.log" 2>&1
+    build_status=$?
     tail -n 2 "$out/cuda-build.log"
+    # a failed build would leave the cuda tests testing the unsupported path: stop here instead
+    if [ $build_status -ne 0 ]; then
+      echo "whole_suite.sh: the cuda build failed (exit $build_status), see $out/cuda-build.log" >&2
+      exit $build_status
+    fi
     bash $suite "$out/first" "$seconds" packages/ir-spec/tests packages/ir-dispatch/tests \
       packages/ir-kernels-cuda/tests ;;
   second)
