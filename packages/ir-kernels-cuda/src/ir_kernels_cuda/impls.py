@@ -20,11 +20,10 @@ from torch import Tensor
 from ir_spec import IrOp, empty_rows, ops, row_view
 from ir_spec.catalog.quant import empty_group_scales
 
+from . import INPLACE_PROVIDER, PROVIDER
 from .build import BuildUnavailable, build
 
 logger = logging.getLogger("ir_kernels_cuda")
-PROVIDER = "cuda"
-INPLACE_PROVIDER = "cuda_inplace"
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FP8 = torch.float8_e4m3fn
 
