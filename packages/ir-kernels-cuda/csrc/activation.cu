@@ -204,20 +204,19 @@ __global__ void __launch_bounds__(tuning::kAlignedGateMaxThreads, tuning::kAlign
   }
 }
 
-// Decode-size launches: as Triton's flat kernel, a block size known at compile time and the
-// scale's load first, so a thread's first load waits on no index arithmetic (faster at decode
-// sizes than `aligned_elementwise_kernel`'s form), and static quant streamed from DRAM. N words
-// a thread: by default `tuning::kDecodeElements` elements' (one word, two for float32), four (a
-// vector) for the streamed static quant; the arithmetic is `aligned_elementwise_kernel`'s.
-// Without ROWS the outputs form one contiguous run (the rows of `static_quant_fp8` when x and out are contiguous,
-// or the one row of a gated op) and the grid is 1-D; with ROWS each row is one of grid y, at
-// `x_stride` and `out_stride` (elements; x's offsets fit 32 bits, the host checks: one multiply
-// where 64-bit row offsets took four more instructions before the first load). `count`: outputs
-// in the run or row, a multiple of the thread's N words of elements; `d`: elements from a gate
-// to its up value (a gated row's width). EVEN: the blocks tile `count` exactly, so no thread is
-// outside it and nothing is predicated (with a predicate, ptxas exits the threads outside before
-// the loads, and every thread's first load then waits for that branch, as Triton's unmasked
-// kernels do not).
+// Decode-size launches: as Triton's flat kernel, a block size known at compile time and the scale's
+// load first, so a thread's first load waits on no index arithmetic (faster at decode sizes than
+// `aligned_elementwise_kernel`'s form), and static quant streamed from DRAM. N words a thread: by
+// default `tuning::kDecodeElements` elements' (one word, two for float32), four (a vector) for the
+// streamed static quant; the arithmetic is `aligned_elementwise_kernel`'s. Without ROWS the outputs
+// form one contiguous run (the rows of `static_quant_fp8` when x and out are contiguous, or the one
+// row of a gated op) and the grid is 1-D; with ROWS each row is one of grid y, at `x_stride` and
+// `out_stride` (elements; x's offsets fit 32 bits, the host checks: one multiply where 64-bit row
+// offsets took four more instructions before the first load). `count`: outputs in the run or row, a
+// multiple of the thread's N words of elements; `d`: elements from a gate to its up value (a gated
+// row's width). EVEN: the blocks tile `count` exactly, so no thread is outside it and nothing is
+// predicated (with a predicate, ptxas exits the threads outside before the loads, and every
+// thread's first load then waits for that branch, as Triton's unmasked kernels do not).
 template <typename T, int ACT, bool QUANT, int THREADS, bool ROWS, bool EVEN, int N>
 __global__ void __launch_bounds__(THREADS)
     flat_elementwise_kernel(void* out, int out_stride, const T* x, int x_stride, int count, int d,

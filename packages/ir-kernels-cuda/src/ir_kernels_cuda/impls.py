@@ -39,7 +39,11 @@ def _availability() -> tuple[bool, str]:
     return True, ""
 
 
-SUPPORTED, REASON = _availability()
+_BUILT = _availability()
+#: Whether the kernels built here, and so whether the implementations are supported.
+SUPPORTED: bool = _BUILT[0]
+#: Why the kernels did not build here ("" where they did).
+REASON: str = _BUILT[1]
 #: The op namespace the implementations call: ``torch.ops.ir_cuda``. Tests without a GPU point
 #: it at ``torch.ops.ir_cuda_emulated`` (`build.build_emulated`), the same kernels on the CPU.
 KERNELS: Any = torch.ops.ir_cuda
