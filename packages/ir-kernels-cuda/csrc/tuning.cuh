@@ -36,7 +36,7 @@ struct PerClass {
 namespace tuning {
 
 // ------------------------------------------------------------------------ every device class
-// The line between the classes: between their cards' 25 and 37, where the Triton provider draws it.
+// The line between the classes, in GB/s an SM: between their cards' 25 and 37, as the Triton provider's.
 constexpr double kDeepLoadsGbpsPerSm = 30.0;
 // Programmatic build: grids of one wave (1024 threads on 128 SMs) let the next launch start early.
 constexpr unsigned long long kEarlyTriggerThreads = 131072;
