@@ -4,6 +4,7 @@
 // unfused ops would.
 #include <ATen/ATen.h>
 
+#include <type_traits>
 #include <utility>
 
 #include "common.cuh"
@@ -14,10 +15,27 @@ namespace {
 enum Activation : int { kIdentity = 0, kSilu = 1, kGelu = 2, kGeluTanh = 3 };
 
 // Outputs up to which an elementwise launch counts as decode-sized (latency-bound).
-constexpr int64_t kDecodeOutputs = int64_t{1} << 17;
+constexpr int64_t kDecodeOutputs = tuning::kDecodeOutputs;
 // Batches under this many rows count as few: the elementwise launches take smaller blocks for
 // them, and the gated ops keep their shorter chains a thread up to more outputs (below).
-constexpr int64_t kFewElementwiseRows = 64;
+constexpr int64_t kFewElementwiseRows = tuning::kFewElementwiseRows;
+
+// 32-bit words a thread for `elements` elements of T a thread, at most a 16-byte vector.
+template <typename T>
+constexpr int words_for(int elements) {
+  return (elements < vec_width<T>() ? elements : vec_width<T>()) / Words<T>::kPerWord;
+}
+
+// Every block of `aligned_elementwise_kernel` fits its launch bounds.
+constexpr bool fits_aligned_bounds(int threads) { return threads <= tuning::kAlignedGateMaxThreads; }
+static_assert(fits_aligned_bounds(tuning::kDecodeThreads) && fits_aligned_bounds(tuning::kSiluFewRowsThreads) &&
+                  fits_aligned_bounds(tuning::kGeluFewRowsThreads) && fits_aligned_bounds(tuning::kStaticL2Threads) &&
+                  fits_aligned_bounds(tuning::kGateFewRowsThreads) && fits_aligned_bounds(tuning::kGateThreads) &&
+                  fits_aligned_bounds(tuning::kStreamedSiluThreads[kShallowLoads]) &&
+                  fits_aligned_bounds(tuning::kStreamedSiluThreads[kDeepLoads]) &&
+                  fits_aligned_bounds(tuning::kStreamedGelu16Threads[kShallowLoads]) &&
+                  fits_aligned_bounds(tuning::kStreamedGelu16Threads[kDeepLoads]),
+              "tuning.cuh: a block of the aligned elementwise kernel past its launch bounds");
 
 // Phi(v), the standard normal distribution function, from its smaller tail
 // Phi(-|v|) = exp(-v^2 / 2) * t * P(t), t = 1 / (1 + 0.253 |v|), as Triton's
@@ -155,8 +173,8 @@ __global__ void elementwise_kernel(void* out, int64_t out_stride, const T* x, in
 // them (`fast_reciprocal`; an IEEE division there branched on the scale and held the loads
 // back one round trip). Row strides are 32-bit (the host checks).
 template <typename T, int ACT, bool QUANT, int N, int VECS>
-__global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, int out_stride, const T* x,
-                                                                     int x_stride, int d, const float* scale) {
+__global__ void __launch_bounds__(tuning::kAlignedGateMaxThreads, tuning::kAlignedGateMinBlocks)
+    aligned_elementwise_kernel(void* out, int out_stride, const T* x, int x_stride, int d, const float* scale) {
   await_previous_grid();
   using E = Elementwise<T, ACT, QUANT>;
   using W = Words<T>;
@@ -186,20 +204,19 @@ __global__ void __launch_bounds__(256, 5) aligned_elementwise_kernel(void* out, 
   }
 }
 
-// Decode-size launches: as Triton's flat kernel, a block size known at compile time and the
-// scale's load first, so a thread's first load waits on no index arithmetic (H100, `static_quant_probe.py`: static quant 1 x 2048 1.27 to 1.20 µs
-// against `aligned_elementwise_kernel`'s form, Triton 1.23), and static quant streamed from DRAM.
-// N words a thread: by default one (two elements; two words for float32), four (a vector) for
-// the streamed static quant; the arithmetic is `aligned_elementwise_kernel`'s. Without ROWS the
-// outputs form one contiguous run (the rows of `static_quant_fp8` when x and out are contiguous,
-// or the one row of a gated op) and the grid is 1-D; with ROWS each row is one of grid y, at
-// `x_stride` and `out_stride` (elements; x's offsets fit 32 bits, the host checks: one multiply
-// where 64-bit row offsets took four more instructions before the first load). `count`: outputs
-// in the run or row, a multiple of the thread's N words of elements; `d`: elements from a gate
-// to its up value (a gated row's width). EVEN: the blocks tile `count` exactly, so no thread is
-// outside it and nothing is predicated (with a predicate, ptxas exits the threads outside before
-// the loads, and every thread's first load then waits for that branch, as Triton's unmasked
-// kernels do not).
+// Decode-size launches: as Triton's flat kernel, a block size known at compile time and the scale's
+// load first, so a thread's first load waits on no index arithmetic (faster at decode sizes than
+// `aligned_elementwise_kernel`'s form), and static quant streamed from DRAM. N words a thread: by
+// default `tuning::kDecodeElements` elements' (one word, two for float32), four (a vector) for the
+// streamed static quant; the arithmetic is `aligned_elementwise_kernel`'s. Without ROWS the outputs
+// form one contiguous run (the rows of `static_quant_fp8` when x and out are contiguous, or the one
+// row of a gated op) and the grid is 1-D; with ROWS each row is one of grid y, at `x_stride` and
+// `out_stride` (elements; x's offsets fit 32 bits, the host checks: one multiply where 64-bit row
+// offsets took four more instructions before the first load). `count`: outputs in the run or row, a
+// multiple of the thread's N words of elements; `d`: elements from a gate to its up value (a gated
+// row's width). EVEN: the blocks tile `count` exactly, so no thread is outside it and nothing is
+// predicated (with a predicate, ptxas exits the threads outside before the loads, and every
+// thread's first load then waits for that branch, as Triton's unmasked kernels do not).
 template <typename T, int ACT, bool QUANT, int THREADS, bool ROWS, bool EVEN, int N>
 __global__ void __launch_bounds__(THREADS)
     flat_elementwise_kernel(void* out, int out_stride, const T* x, int x_stride, int count, int d,
@@ -224,7 +241,7 @@ __global__ void __launch_bounds__(THREADS)
 
 // `flat_elementwise_kernel` over `count` outputs in each of `rows` grid rows, N words a thread,
 // unpredicated (EVEN) where its blocks tile them exactly.
-template <typename T, int ACT, bool QUANT, int THREADS, bool ROWS, int N = 2 / Words<T>::kPerWord>
+template <typename T, int ACT, bool QUANT, int THREADS, bool ROWS, int N = words_for<T>(tuning::kDecodeElements)>
 void launch_flat(unsigned rows, int count, void* out, int out_stride, const T* x, int x_stride, int d,
                  const float* scale, cudaStream_t stream) {
   constexpr int kPerBlock = THREADS * N * Words<T>::kPerWord;
@@ -280,45 +297,30 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
                x.const_data_ptr<T>(), row_stride(x, "x"), static_cast<int>(d),
                QUANT ? scale->const_data_ptr<float>() : nullptr);
       };
-      // Elements a thread and threads a block after Triton's tuned flat kernels
-      // (`ir_kernels_triton.pointwise_kernels.flat_config`, H100 sweeps), then checked on the
-      // H100 grid (`benchmarks/results/cuda-kernels-notes-H100.md`, round 13). A launch of at
-      // most 128K outputs is bound by each thread's chain of unpacking, math and conversion,
-      // so short chains win: two elements a thread (static_quant_fp8 of 1 x 2048 with eight a
-      // thread: 1.28 µs; with two: 1.20, Triton's 1.15). gelu's distribution function makes
-      // its chain the longest: blocks of 128 up to 128K outputs, then four elements a thread up
-      // to 1M while under 64 rows (at 128 x 5632, 2.29 to 2.39 µs). Past 2M outputs in L2 the
-      // quantization alone takes two vectors a thread in blocks of 128 (4096 x 4096: 17.72 to
-      // 17.29 µs; at 1024 x 2048 it lost, 2.08 to 2.28); once the bytes stream from DRAM, silu
-      // takes four elements a thread (16384 x 14336: 460.9 to 455.5 µs). Cards with deep loads
-      // (`deep_loads`: an H200) stream silu at the default, a vector a thread, and 16-bit gelu
-      // at a vector a thread in blocks of 64 (H200, `cuda_gated_streamed_probe.py`: silu
-      // 16384 x 28672 671.1 to 643.5 µs; gelu there 669.4 to 639.5 at two vectors a thread,
-      // and a probe of round 41's kernels (the notes, round 41) found one vector ahead
-      // of two at five of six streamed shapes: 640.7 to 637.3, 4096 x 5632 33.85 to 33.38).
-      // Any split gives the same values: each element is computed alone.
+      // Elements a thread and threads a block (`tuning.cuh`): a launch of at most
+      // kDecodeOutputs outputs is bound by each thread's chain of unpacking, math and
+      // conversion, so short chains win there; gelu's distribution function makes its chain the
+      // longest; past that, more bytes a thread keep more loads in flight. Any split gives the
+      // same values: each element is computed alone.
       constexpr bool kLongChain = ACT == kGelu || ACT == kGeluTanh;
-      constexpr int P = Words<T>::kPerWord;
       const int64_t outputs = rows * d;
+      // an aligned gate's block otherwise
+      const int gate_threads = rows < kFewElementwiseRows ? tuning::kGateFewRowsThreads : tuning::kGateThreads;
       // whether the op's bytes stream from DRAM (asked only past decode sizes: a device query)
       auto streams = [&] {
         return tensor_bytes(x) + tensor_bytes(out) > l2_cache_bytes();
       };
-      // Gated rows without quantization take the decode form up to twice as many outputs while
-      // few (under 64 rows; 16 x 14336: H200, `cuda_ab.py`, two runs of 7 and 21 rounds, silu 1.47
-      // to 1.45 and 1.46 to 1.39 µs, gelu 1.53 to 1.48 and 1.49 to 1.46; the quantizing silu
-      // 1.53 to 1.50, then 1.48 to 1.49, so it keeps its form). Past that the decode form lost
-      // up to 11 % (silu 32 x 28672 1.98 to 2.19 µs; `cuda-ab-gates-decode-form-H200.json`).
+      // Gated rows without quantization keep the decode form further while few rows (the
+      // quantizing silu is level there, and keeps its form).
       const bool decode_form =
           outputs <= kDecodeOutputs ||
-          (kGated && !QUANT && rows < kFewElementwiseRows && outputs <= 2 * kDecodeOutputs);
+          (kGated && !QUANT && rows < kFewElementwiseRows && outputs <= tuning::kGateFewRowsDecodeOutputs);
       if (decode_form) {
-        // two outputs a thread in blocks of 256 (`flat_elementwise_kernel`): as one run where the
-        // outputs are contiguous (a gated op's single row, or contiguous rows), else, without
-        // quantization, a row a grid row (H100, `cuda_ab.py`, median of 7 against the aligned
-        // kernel's form and gelu's blocks of 128: gelu 16 x 5632 1.62 to 1.55 µs, 1 x 28672 1.47
-        // to 1.44; the quantizing silu's rows, 16 x 5632 1.48 to 1.52, keep the aligned form)
-        constexpr int kThreads = 256;
+        // `tuning::kDecodeElements` outputs a thread in blocks of `kDecodeThreads`
+        // (`flat_elementwise_kernel`): as one run where the outputs are contiguous (a gated
+        // op's single row, or contiguous rows), else, without quantization, a row a grid row
+        // (the quantizing silu's rows keep the aligned form, where they are faster)
+        constexpr int kThreads = tuning::kDecodeThreads;
         const bool one_run = kGated ? rows == 1 : x.stride(0) == d && out.stride(0) == d;
         const float* scale_ptr = QUANT ? scale->const_data_ptr<float>() : nullptr;
         if (one_run) {
@@ -337,35 +339,38 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
             return;
           }
         }
-        run(aligned_elementwise_kernel<T, ACT, QUANT, 2 / P, 1>, 2, kThreads);
+        constexpr int kElements = tuning::kDecodeElements;
+        run(aligned_elementwise_kernel<T, ACT, QUANT, words_for<T>(kElements), 1>, kElements, kThreads);
         return;
       }
       if constexpr (ACT == kSilu) {
-        // Past the decode form, up to 512K outputs in few rows, four elements a thread in
-        // blocks of 256: Triton's silu launch there (1024 outputs over 8 warps, its round 15
-        // on an H200), between the decode form (two) and a vector a thread, both of which
-        // lost at these shapes (cuda-kernels-notes-H100.md, round 68).
-        if (rows < kFewElementwiseRows && outputs <= 4 * kDecodeOutputs) {
-          run(aligned_elementwise_kernel<T, ACT, QUANT, 4 / P, 1>, 4, 256);
+        // Past the decode form, in few rows: more elements a thread than the decode form's, fewer
+        // than a vector (both slower at these shapes), as the Triton provider's silu launch.
+        if (rows < kFewElementwiseRows && outputs <= tuning::kSiluFewRowsOutputs) {
+          constexpr int kElements = tuning::kSiluFewRowsElements;
+          run(aligned_elementwise_kernel<T, ACT, QUANT, words_for<T>(kElements), 1>, kElements,
+              tuning::kSiluFewRowsThreads);
           return;
         }
       }
       if constexpr (kLongChain) {
-        if (rows < kFewElementwiseRows && outputs <= 8 * kDecodeOutputs) {
-          run(aligned_elementwise_kernel<T, ACT, QUANT, 4 / P, 1>, 4, 128);
+        if (rows < kFewElementwiseRows && outputs <= tuning::kGeluFewRowsOutputs) {
+          constexpr int kElements = tuning::kGeluFewRowsElements;
+          run(aligned_elementwise_kernel<T, ACT, QUANT, words_for<T>(kElements), 1>, kElements,
+              tuning::kGeluFewRowsThreads);
           return;
         }
       }
       if constexpr (ACT == kIdentity) {
-        if (outputs > 16 * kDecodeOutputs && !streams()) {
-          run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 2>, 2 * V, 128);
+        if (outputs > tuning::kStaticL2Outputs && !streams()) {
+          constexpr int kVectors = tuning::kStaticL2Vectors;
+          run(aligned_elementwise_kernel<T, ACT, QUANT, 4, kVectors>, kVectors * V, tuning::kStaticL2Threads);
           return;
         }
-        // streamed from DRAM, contiguous rows as one flat run of a vector a thread in blocks of
-        // 256, as Triton's flat kernel (H200, `cuda_ab.py`, fastest of 7, the same bits: 16384 x
-        // 8192 96.52 to 95.83 µs, 4096 x 8192 25.64 to 25.42; the row grid of
-        // `aligned_elementwise_kernel` moved the same vectors a block)
-        constexpr int kStreamThreads = 256;
+        // streamed from DRAM, contiguous rows as one flat run of a vector a thread, as Triton's
+        // flat kernel (the row grid of `aligned_elementwise_kernel` moves the same vectors a
+        // block, but slower)
+        constexpr int kStreamThreads = tuning::kStaticStreamedThreads;
         // (the kernel indexes in 32 bits, up to a block past the run's end)
         if (x.stride(0) == d && out.stride(0) == d &&
             outputs <= std::numeric_limits<int>::max() - kStreamThreads * V && streams()) {
@@ -376,25 +381,36 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
         }
       }
       if constexpr ((ACT == kSilu || ACT == kGelu) && !QUANT) {
+        // Gates streamed from DRAM: as their device class's table says (a card with deeper
+        // loads keeps more bytes in flight a thread, or more blocks an SM).
         if (streams()) {
-          const bool deep = deep_loads();
+          const DeviceClass c = device_class();
           if constexpr (ACT == kSilu) {
-            if (!deep) {
-              run(aligned_elementwise_kernel<T, ACT, QUANT, 4 / P, 1>, 4, 256);
-              return;
+            auto streamed = [&](auto cls) {
+              constexpr DeviceClass C = decltype(cls)::value;
+              constexpr int kElements = words_for<T>(tuning::kStreamedSiluElements[C]) * Words<T>::kPerWord;
+              constexpr int kThreads = tuning::kStreamedSiluThreads[C];
+              run(aligned_elementwise_kernel<T, ACT, QUANT, words_for<T>(kElements), 1>, kElements,
+                  kThreads != 0 ? kThreads : gate_threads);
+            };
+            if (c == kDeepLoads) {
+              streamed(std::integral_constant<DeviceClass, kDeepLoads>{});
+            } else {
+              streamed(std::integral_constant<DeviceClass, kShallowLoads>{});
             }
+            return;
           } else if constexpr (sizeof(T) == 2) {
-            if (deep) {
-              run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 1>, V, 64);
-              return;
-            }
+            const int threads = tuning::kStreamedGelu16Threads[c];
+            run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 1>, V, threads != 0 ? threads : gate_threads);
+            return;
           }
         }
       }
-      run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 1>, V, rows < kFewElementwiseRows ? 128 : 256);
+      run(aligned_elementwise_kernel<T, ACT, QUANT, 4, 1>, V, gate_threads);
       return;
     }
-    const auto [threads, blocks_per_row] = shape(V, rows < kFewElementwiseRows ? 64 : 256);
+    const auto [threads, blocks_per_row] =
+        shape(V, rows < kFewElementwiseRows ? tuning::kUnalignedFewRowsThreads : tuning::kUnalignedThreads);
     launch(elementwise_kernel<T, ACT, QUANT>, flat_grid(rows, blocks_per_row),
            dim3(static_cast<unsigned>(threads)), stream, out.data_ptr(), out.stride(0),
            x.const_data_ptr<T>(), x.stride(0), d, QUANT ? scale->const_data_ptr<float>() : nullptr,

@@ -13,14 +13,12 @@
 
 namespace ir_cuda {
 
-// Blocks a row of a team of `team` threads may be spread over: the teams of 512 (bf16 rows of
-// 8192, or of 4096 with a residual) over 4 blocks of 128 threads. On an H100 (same-run probe of
-// 2, 4 and 8 blocks at 1, 4 and 16 rows): 8 blocks were at most 0.03 µs faster at 1-4 rows and
-// up to 0.17 µs slower at 16 (the fused add + fp8 at 16 x 4096: 1.72 µs with 4, 1.89 with 8,
-// 1.91 unspread); 2 blocks kept half the gain. Narrower rows stay in one block: spreading teams
-// of 256 was slower over 4 blocks of 64 threads (bf16 rms_norm 1 x 4096: 1.53 to 1.57 µs) and
-// over 2 of 128 (4 x 4096: 1.56 to 1.62; benchmarks/results/kernels-cuda-cluster-256-probe-H100.md).
-__host__ __device__ constexpr int cluster_for_team(int team) { return team >= 512 ? 4 : 1; }
+// Blocks a row of a team of `team` threads may be spread over: the widest teams (bf16 rows of
+// 8192, or of 4096 with a residual) over `tuning::kClusterBlocks` blocks; narrower rows stay in
+// one block, where spreading them gains nothing.
+__host__ __device__ constexpr int cluster_for_team(int team) {
+  return team >= tuning::kClusterTeam ? tuning::kClusterBlocks : 1;
+}
 
 // The rank of this block in its cluster of CLUSTER blocks (a 1-D grid of 1-D clusters).
 template <int CLUSTER>
@@ -159,7 +157,7 @@ struct RowExchange {
 #endif
     // One block (an emulated cluster's blocks are one pool of threads sharing the partials): the
     // same trees by shuffles, lane i starting from warp i's partial. Each thread reading every
-    // partial instead cost a row of 8192 up to 12 % at large batches (shared-memory bandwidth).
+    // partial instead slows wide rows at large batches (shared-memory bandwidth).
     if ((threadIdx.x & 31) == 0) {
       int j = k;
       ((partials(j++)[warp] = r.value), ...);

@@ -27,6 +27,8 @@
 #endif
 #include <cuda_fp8.h>
 
+#include "tuning.cuh"
+
 namespace ir_cuda {
 
 // Programmatic dependent launch (compute capability 9.0 and later): a kernel launched with it may
@@ -34,27 +36,20 @@ namespace ir_cuda {
 // kernel's results before it touches memory. The sources build twice: as `ir_cuda`, launched
 // plainly (the default), and with IR_CUDA_PROGRAMMATIC as `ir_cuda_programmatic`, every launch
 // programmatic (`ir_kernels_cuda.launch`). It pays only behind kernels that let their dependents
-// start early: on an H200 a decode-size op behind one of ours took a median 0.41 µs less, behind
-// a plain kernel 0.50 µs more (`programmatic-launch-H200.md`). A plain build keeps no trace
-// of it: the wait and the trigger below, though no-ops without a programmatic launch, slowed
-// plain launches by 1-30 % at shapes inside the L2 (`cuda-kernels-notes-H100.md`, round 39).
+// start early, and costs time behind a plain kernel, so it is off by default. A plain build
+// keeps no trace of it: the wait and the trigger below, though no-ops without a programmatic
+// launch, slow plain launches at shapes inside the L2.
 #if defined(IR_CUDA_PROGRAMMATIC)
 constexpr bool kProgrammatic = true;
 #else
 constexpr bool kProgrammatic = false;
 #endif
 
-// Grids of at most this many threads let the launch after them start early: one wave of 1024
-// threads an SM on a card of 128 SMs or more (an H100 or H200 has 132). Past one wave, an early
-// trigger made 12-24 MB inside the L2 read as if from DRAM (H200, static quant 1024 x 8192: 5.75
-// against 3.94 µs; 1024 x 4096, 262144 threads in blocks of at most 1280 threads an SM: 2.99
-// against 2.56), and only a launch's latency is worth hiding.
-constexpr unsigned long long kEarlyTriggerThreads = 128ull * 1024;
-
 // The first step of every ir_cuda kernel. In the programmatic build: wait until the kernel before
 // on the stream has finished and its writes are visible (so this kernel neither reads its inputs
 // early nor overwrites memory that kernel still reads), then, in a grid of one wave, let the
-// launch after it start. In the plain build, nothing.
+// launch after it start (`tuning::kEarlyTriggerThreads`: only a launch's latency is worth hiding,
+// and past one wave an early start slows the rows inside the L2). In the plain build, nothing.
 __device__ __forceinline__ void await_previous_grid() {
 #if defined(IR_CUDA_PROGRAMMATIC) && defined(__CUDA_ARCH__)
 #if __CUDA_ARCH__ < 900
@@ -63,7 +58,7 @@ __device__ __forceinline__ void await_previous_grid() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const unsigned long long threads = static_cast<unsigned long long>(gridDim.x) * gridDim.y *
                                      gridDim.z * (blockDim.x * blockDim.y * blockDim.z);
-  if (threads <= kEarlyTriggerThreads) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  if (threads <= tuning::kEarlyTriggerThreads) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
 
@@ -77,15 +72,16 @@ struct DeviceScope {
   cudaStream_t stream = nullptr;
 };
 
-// An H100's L2 size, so that emulated launches take the paths an H100 would; tests set
-// IR_CUDA_EMULATED_L2_BYTES to reach the paths of batches over the L2 with small tensors.
+// The emulated card's L2 (50 MiB, that of the shallow-loads class's card, so that emulated
+// launches take its paths); tests set IR_CUDA_EMULATED_L2_BYTES to reach the paths of batches
+// over the L2 with small tensors.
 inline int64_t l2_cache_bytes() {
   const char* bytes = std::getenv("IR_CUDA_EMULATED_L2_BYTES");
   return bytes != nullptr ? std::atoll(bytes) : int64_t{50} << 20;
 }
 
-// An H100 SXM's DRAM bandwidth per SM (`dram_gbps_per_sm`); tests set
-// IR_CUDA_EMULATED_DRAM_GBPS_PER_SM to take the launches of a card with more (an H200's 37).
+// The emulated card's DRAM bandwidth per SM (`dram_gbps_per_sm`): 25.4 GB/s, a shallow-loads
+// card's; tests set IR_CUDA_EMULATED_DRAM_GBPS_PER_SM to take another device class's launches.
 inline double dram_gbps_per_sm() {
   const char* gbps = std::getenv("IR_CUDA_EMULATED_DRAM_GBPS_PER_SM");
   return gbps != nullptr ? std::atof(gbps) : 25.4;
@@ -159,26 +155,20 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t strea
   }
 }
 
-// Shared memory a block reserves and never uses, and the carveout (percent of the SM's shared
-// memory) its kernel asks for, that hold the kernel to two blocks an SM: on Hopper (228 KB of
-// shared memory an SM) the 100 KB carveout fits two such blocks, with the 1 KB the driver keeps
-// for each, but not three, and leaves 156 KB of the SM's 256 KB to L1. The driver rounds the
-// percentage up to a size it has (8, 16, 32, 64, 100, 132 KB, ...): 44 % (100.3 KB) gave 132 KB
-// (Nsight Compute on an H200, round 42 of cuda-kernels-notes-H100.md), 43 % gives 100.
-constexpr size_t kTwoBlocksSharedBytes = 47 * 1024;
-constexpr int kTwoBlocksCarveoutPercent = 43;
-
-// `launch` with at most two blocks of the kernel an SM (`kTwoBlocksSharedBytes`). For a kernel
-// whose own shared memory stays under 1 KB; it lowers the occupancy only where more than two
-// blocks would fit otherwise.
+// `launch` with at most two blocks of the kernel an SM: each block reserves shared memory it never
+// uses (`tuning::kTwoBlocksSharedBytes`) under a carve-out (`tuning::kTwoBlocksCarveoutPercent`)
+// that fits two such blocks an SM but not three, and leaves the rest of the SM's memory to L1.
+// The driver rounds the carve-out up to a size it has (8, 16, 32, 64, 100, 132 KB, ...). For a
+// kernel whose own shared memory stays under 1 KB; it lowers the occupancy only where more than
+// two blocks would fit otherwise.
 template <typename... Params, typename... Args>
 void launch_two_blocks_an_sm(void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream,
                              Args... args) {
   // a function attribute of the current device's context, set at every launch rather than
   // remembered per device: one host call beside a kernel that streams hundreds of MB
   C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                      kTwoBlocksCarveoutPercent));
-  LaunchConfig c(grid, block, 1u, stream, kTwoBlocksSharedBytes);
+                                      tuning::kTwoBlocksCarveoutPercent));
+  LaunchConfig c(grid, block, 1u, stream, tuning::kTwoBlocksSharedBytes);
   C10_CUDA_CHECK(cudaLaunchKernelEx(&c.config, kernel, static_cast<Params>(args)...));
 }
 
@@ -224,8 +214,8 @@ inline int sm_count() {
 }
 
 // The current GPU's peak DRAM bandwidth per SM in GB/s, from its memory clock (double data
-// rate) and bus width, asked of the driver once per device; 0 where it reports no clock. An
-// H100 SXM has about 25, an H200 about 37 (as `ir_kernels_triton.platform.dram_gbps_per_sm`).
+// rate) and bus width, asked of the driver once per device; 0 where it reports no clock. It
+// sets the card's device class (`device_class`).
 inline double dram_gbps_per_sm() {
   static std::atomic<int> known[kMaxDevices];
   const int mbps = once_per_device(known, 0, [](int device) {
@@ -263,12 +253,10 @@ int resident_blocks(unsigned block) {
 }
 #endif
 
-// DRAM bandwidth per SM (GB/s) from which a card takes the launches measured for deep loads:
-// between the H100 SXM's 25 and the H200's 37, the two cards measured (Triton draws its line
-// there too, `ir_kernels_triton.platform.DEEP_LOADS_GBPS_PER_SM`).
-constexpr double kDeepLoadsGbpsPerSm = 30.0;
-
-// Whether the current card has kDeepLoadsGbpsPerSm or more (a driver query once per device).
-inline bool deep_loads() { return dram_gbps_per_sm() >= kDeepLoadsGbpsPerSm; }
+// The current card's device class (`tuning.cuh`), from its DRAM bandwidth per SM (a driver
+// query once per device). The launches that depend on it read the per-class table.
+inline DeviceClass device_class() {
+  return dram_gbps_per_sm() >= tuning::kDeepLoadsGbpsPerSm ? kDeepLoads : kShallowLoads;
+}
 
 }  // namespace ir_cuda

@@ -10,8 +10,8 @@
 // use is here: 1-D blocks and clusters, 2-D grids, float shuffles, full-warp masks.
 //
 // Fibers, not host threads: a block's threads then cost no thread creation and no futex wake
-// per barrier (the emulated test suite took 18 minutes on two cores with a host thread a CUDA
-// thread), and they run in one fixed order, so a run is reproducible.
+// per barrier (a host thread a CUDA thread makes the emulated tests several times slower), and
+// they run in one fixed order, so a run is reproducible.
 #pragma once
 
 #include <ucontext.h>
@@ -240,8 +240,8 @@ void launch_two_blocks_an_sm(void (*kernel)(Params...), dim3 grid, dim3 block, c
   launch(kernel, grid, block, stream, args...);
 }
 
-// SMs that run thread block clusters: an H100's count, so that emulated launches take the
-// paths an H100 would.
+// SMs that run thread block clusters: the emulated card's 132 (`l2_cache_bytes` in device.cuh:
+// the shallow-loads class's card), so that emulated launches take the paths it would.
 inline int cluster_sms() { return 132; }
 
 // Every cluster fits: the host runs a cluster's blocks as one pool of threads.
@@ -250,8 +250,8 @@ bool cluster_fits(unsigned /*block*/, unsigned /*cluster*/) {
   return true;
 }
 
-// An H100's residency: 132 SMs of 2048 threads (threads bind first there for kernels of at most
-// 32 registers, as the ones that ask are).
+// The emulated card's residency: 132 SMs of 2048 threads (threads bind first there for kernels of
+// at most 32 registers, as the ones that ask are).
 template <auto KERNEL>
 int resident_blocks(unsigned block) {
   return 132 * static_cast<int>(2048 / block);

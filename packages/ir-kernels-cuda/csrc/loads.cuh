@@ -31,8 +31,8 @@ __device__ __forceinline__ WordsN<N> load_now(const WordsN<N>* p) {
 }
 
 // A float loaded where it is written (`load_now`): a scale the row's end needs. Its own asm
-// rather than a one-word `load_now`: the kernels measured on the GPU were compiled with this
-// one, and the other allocates registers differently in some of them.
+// rather than a one-word `load_now`, which allocates registers differently in some of the
+// kernels.
 __device__ __forceinline__ float load_now(const float* p) {
 #if defined(__CUDA_ARCH__)
   float v;

@@ -2,7 +2,8 @@
 // or dynamic fp8 quantization; dynamic per-token and per-token-group fp8 quantization): which
 // row kernel of norm_kernels.cuh, team and launch each call takes, and the ops' entry points.
 // The rules depend on a row's width and layout for the arithmetic, so that a row's result never
-// depends on its batch; the batch, the L2 and the card choose only hints and launch shapes.
+// depends on its batch; the batch, the L2 and the card choose only hints and launch shapes
+// (`tuning.cuh`).
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -41,21 +42,18 @@ struct RowLoads {
   bool float_add = false;    // the residual added in float32 (`FLOAT_ADD`; `float_add_kernel`)
   bool reload = false;       // the row read again after its sum (`RELOAD`; `reload_rows`)
   bool split = false;        // each row shared by kRowSplit blocks (`SPLIT`; `split_rows`)
-  bool together = false;     // blocks of rows that store together (`TOGETHER`; `together_kernel`)
 };
 
-// Blocks a split row is shared by (`SPLIT`), and the batches that split their rows: up to
-// kSplitRows rows, so that a launch takes at most 64 blocks.
-constexpr int kRowSplit = 4;
-constexpr int64_t kSplitRows = 16;
+// Blocks a split row is shared by (`SPLIT`), and the batches that split their rows.
+constexpr int kRowSplit = tuning::kRowSplit;
+constexpr int64_t kSplitRows = tuning::kSplitRows;
 
 // Whether the kernel of a team of TEAM, VPT vectors a thread, has a SPLIT form: rms_norm and
 // its static fp8 form where teams of 256 or 512 threads hold two vectors each (16-bit rows of
-// 4096 and 8192 elements, float32 of 4096). H200, same-process A/B against rows in one block
-// (4096) or a cluster (8192), cuda-kernels-notes-H100.md round 34: rms_norm 1-16 x 8192 4-7 %
-// faster, the static norm 1-16 x 4096 6-11 %, the other shapes level. Split, the dynamic
-// norm (every block normalizes its whole row for the scale) ran 6-11 % slower at 8192 wide,
-// and the fused adds 7-15 % slower at 8192 and level at 2048 and 4096.
+// 4096 and 8192 elements, float32 of 4096). At decode sizes a row's time is one SM moving it;
+// split, each of kRowSplit SMs loads the whole row but normalizes and stores a slice. The
+// dynamic norm (every block would normalize its whole row for the scale) and the fused adds
+// (their residual) are slower split, and are not.
 template <bool ADD, bool NORM, int QUANT, int TEAM, int VPT>
 constexpr bool split_kernel() {
   return NORM && !ADD && QUANT != kDynamic && TEAM >= 256 && VPT == 2;
@@ -71,41 +69,13 @@ constexpr bool reload_kernel() {
 
 // Whether the fused add's kernel of a team of TEAM, VPT vectors a thread, has a FLOAT_ADD form:
 // the 16-bit rows' teams of 256, whose batches past kFewRows run as one wave of full SMs (one
-// vector a thread, 2048 wide; two, the 4096-wide `kHalves`). There the paired add lost on an
-// H100 (cuda-kernels-notes-H100.md, round 25): fused add 1024 x 2048 4.00 to 4.19 µs, where
-// ptxas also issues the residual's store after the row's shuffles rather than before, and 1024 x
-// 4096 7.15 to 7.62, its 37 registers against 32 fitting 6 blocks an SM instead of 8, so that
-// the batch no longer took one wave. Up to kFewRows rows it won (128 x 2048 1.86 to 1.79).
+// vector a thread, 2048 wide; two, the 4096-wide `kHalves`). There the paired add is slower:
+// ptxas issues the residual's store after the row's shuffles rather than before, and at 4096
+// wide the paired add's extra registers fit fewer blocks an SM, so that the batch no longer
+// takes one wave. Up to kFewRows rows the paired add is faster.
 template <typename T, bool ADD, int TEAM, int VPT>
 constexpr bool float_add_kernel() {
   return ADD && sizeof(T) == 2 && TEAM == 256 && VPT <= 2;
-}
-
-// The team of the fp8 groups streamed from DRAM (`streamed_short_rows`), one vector a thread.
-constexpr int kStreamedGroupTeam = 16;
-
-// Whether rows of a team of TEAM, VPT vectors a thread, store together (`TOGETHER`): the fp8
-// groups streamed from DRAM (`streamed_short_rows`, the only launch of short rows without a norm
-// one vector a thread), as Triton's group kernel orders them (its block barrier after the
-// reduction). H100, same-process A/B against round 26's teams of 4 (cuda-kernels-notes-H100.md,
-// round 27): group quant 16384 x 8192 134.67 to 133.70 µs, 4096 x 8192 35.68 to 35.09. Teams
-// of 8 within the L2 storing together were level at best with storing row by row in the op's
-// A/B (1024 x 8192 4.72 to 4.76), though the layout probe had them 4 % ahead.
-template <bool ADD, bool NORM, int QUANT, int TEAM, int VPT>
-constexpr bool stores_together() {
-  return !ADD && !NORM && QUANT == kDynamic && TEAM == kStreamedGroupTeam && VPT == 1;
-}
-
-// Whether the kernel of a team of TEAM, VPT vectors a thread, has a form whose rows store
-// together in blocks of kTogetherThreads (`TOGETHER`, used where `loads.together`): the fp8
-// groups of 128 16-bit values, teams of 8 with two vectors each, streamed from DRAM on cards
-// with deep loads (`streamed_short_rows`). Triton's group kernel takes a row of up to 8192
-// values a program there, its groups storing after a block barrier. H200, layout probe
-// (cuda-kernels-notes-H100.md, round 40): group quant 16384 x 8192 95.52 to 94.35 µs, 4096 x
-// 8192 25.94 to 25.31, 16384 x 2048 25.82 to 25.32 (Triton 94.36, 25.29, 25.45).
-template <bool ADD, bool NORM, int QUANT, int TEAM, int VPT>
-constexpr bool together_kernel() {
-  return !ADD && !NORM && QUANT == kDynamic && TEAM == 8 && VPT == 2;
 }
 
 // Launches `aligned_row_kernel` for a team of TEAM, each row spread over a cluster of
@@ -119,7 +89,7 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLo
   const unsigned threads = row_block_threads(TEAM);
   if constexpr (split_kernel<ADD, NORM, QUANT, TEAM, VPT>()) {
     if (loads.split) {
-      launch(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, false, false, kRowSplit>,
+      launch(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, 0, false, kRowSplit>,
              dim3(rows * kRowSplit), dim3(threads), stream, args);
       return;
     }
@@ -133,27 +103,15 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLo
       return;
     }
   }
-  if constexpr (together_kernel<ADD, NORM, QUANT, TEAM, VPT>()) {
-    if (loads.together) {
-      constexpr unsigned kThreads = aligned_block_threads(TEAM, true);
-      constexpr unsigned kRowsPerBlock = kThreads / TEAM;
-      launch(aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, true>,
-             dim3((rows + kRowsPerBlock - 1) / kRowsPerBlock), dim3(kThreads), stream, args);
-      return;
-    }
-  }
   const unsigned rows_per_block = threads / TEAM;
   const dim3 grid((rows + rows_per_block - 1) / rows_per_block);
-  constexpr bool kTogether = stores_together<ADD, NORM, QUANT, TEAM, VPT>();
-  auto kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, kTogether>;
+  auto kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1>;
   if constexpr (reload_kernel<T, NORM, QUANT, LATE, TEAM, VPT>()) {
     if (loads.reload) {
-      auto reload = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, false, true>;
+      auto reload = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, false, false, 0, true>;
       if constexpr (ADD && VPT == 2) {
-        // The fused add's rows of 8192 at two blocks an SM (Triton's kernel, at 40 registers a
-        // thread, runs three): H200, 16384 x 8192 255.26 to 248.92 µs, 4096 x 8192 65.28 to
-        // 65.04. Rows of 16384 (four vectors a thread) ran 1.8-2.5 % slower so, and rms_norm
-        // (with 56 KB reserved) 15-21 % slower (round 41 of cuda-kernels-notes-H100.md).
+        // The fused add's reloaded rows of 8192 are faster held to two blocks an SM; rows of
+        // 16384 (four vectors a thread) and rms_norm are slower so.
         launch_two_blocks_an_sm(reload, grid, dim3(threads), stream, args);
       } else {
         launch(reload, grid, dim3(threads), stream, args);
@@ -200,10 +158,8 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
         if constexpr (ADD && QUANT == kNone) {
           // Rows not spread that the chip holds at once in blocks of 256 threads of two
           // vectors, summed as the 512 do (`kHalves`): one wave where blocks of 512 need two.
-          // H100, 1024 x 4096: 7.98 to 6.84-7.10 µs (Triton 7.06); past one wave the one-vector
-          // kernel stays ahead (4096 x 4096 47.35 against 48.2 µs), and decode rows keep their
-          // cluster (cuda-kernels-notes-H100.md, round 21). The chip's capacity is the launched
-          // form's (`float_add_kernel`).
+          // Past one wave the one-vector kernel stays ahead, and decode rows keep their
+          // cluster. The chip's capacity is the launched form's (`float_add_kernel`).
           constexpr bool kFloatAdd = float_add_kernel<T, ADD, 256, 2>();
           constexpr auto kHalves = aligned_row_kernel<T, 256, 2, ADD, NORM, QUANT, false, 1>;
           constexpr auto kHalvesFloatAdd = aligned_row_kernel<T, 256, 2, ADD, NORM, QUANT, false, 1, false, kFloatAdd>;
@@ -214,22 +170,13 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
             return;
           }
         }
-        if constexpr (!ADD && !NORM && QUANT == kDynamic) {
-          // short rows streamed from DRAM (`streamed_short_rows`)
-          launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, kStreamedGroupTeam>(params, l.team, spread,
-                                                                                          loads, stream);
-        } else {
-          launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(params, l.team, spread, loads, stream);
-        }
+        launched = launch_aligned<T, ADD, NORM, QUANT, VPT, false, 256, 512>(params, l.team, spread, loads, stream);
       } else if constexpr (VPT == 2) {
         if constexpr (!ADD && NORM && QUANT == kDynamic) {
           // Rows that fill a tile of 256 or 512 threads of two vectors, in teams of half the
           // threads with four vectors each, summed as the wider team does (`halves_kernel`;
           // Triton's layout): past kFewRows rows, and for the teams of 512 wherever their rows
-          // are not spread. H200, against the wider teams in one process
-          // (cuda-kernels-notes-H100.md, round 36): 1024 x 8192 6.77 to 6.25 µs, 2048 x 4096 6.50
-          // to 5.82, 16384 x 8192 98.91 to 94.24, 192 x 8192 2.96 to 2.82, 48 x 8192 2.15 to
-          // 2.06; up to 256 rows of 4096 the halves (four warps) lost 1-11 %, decode sizes most.
+          // are not spread. Up to kFewRows rows of 4096 the halves (four warps) are slower.
           const bool fills_tile = l.team * l.vpt * vec_width<T>() == args.width;
           const bool halves = l.team == 512 || (l.team == 256 && args.rows > kFewRows);
           if (!spread && halves && fills_tile) {
@@ -275,48 +222,49 @@ int64_t distinct_bytes(std::initializer_list<const at::Tensor*> tensors) {
   return bytes;
 }
 
-// An op touching `bytes` overflows the L2 by at most 30 %: its rows read once are better marked
-// evict-first, so that the lines the next call reads stay (Triton's hint,
-// `ir_kernels_triton.norm_kernels.evict_first_for`: on an H100 the fused add + static fp8 at
-// 4096 x 2048 and 1024 x 8192, 56 MB against 50, ran 5-11 % faster with it, the plain fused
-// add, 64 MB, 1-3 %; ops within the L2 lost their inputs' lines between calls, ops far over it
-// gained nothing).
+// An op touching `bytes` overflows the L2 by at most `tuning::kEvictFirstL2Sizes`: its rows read
+// once are better marked evict-first, so that the lines the next call reads stay, as the Triton
+// provider's norms do. Ops within the L2 would lose their inputs' lines between calls, and ops
+// far over it gain nothing.
 bool just_over_l2(int64_t bytes) {
   const auto l2 = static_cast<double>(l2_cache_bytes());
-  return static_cast<double>(bytes) > l2 && static_cast<double>(bytes) <= 1.3 * l2;
+  return static_cast<double>(bytes) > l2 && static_cast<double>(bytes) <= tuning::kEvictFirstL2Sizes * l2;
 }
 
 // Whether the plain norms read each row again after its sum (`RELOAD`) rather than hold it in
-// registers through the reduction, as Triton's kernel (`ir_kernels_triton.norm_kernels.
-// reload_for`) and Inductor's looped one do: 16-bit rows of 8192 elements or more (a team of
-// 512, `reload_kernel`) whose op touches more than 4 L2 sizes, on cards with deep loads
-// (`deep_loads`). The same values and arithmetic, so it may follow the batch and the card. H200,
-// both builds in one process (`benchmarks/gpu/cuda_ab.py`, cuda-kernels-notes-H100.md round
-// 32): rms_norm 16384 x 8192 127.99 to 126.65 µs, the fused add 259.56 to 253.47; the shapes
-// below the line (4096 x 8192 and smaller) unchanged within 0.5 %.
+// registers through the reduction, as the Triton provider's kernel and Inductor's looped one
+// do: 16-bit rows of `tuning::kReloadMinWidth` elements or more (a team of 512,
+// `reload_kernel`) whose op touches more than `tuning::kReloadL2Sizes` L2 sizes, on the device
+// classes whose table says so (`tuning::kReloadWideRows`). The same values and arithmetic, so
+// it may follow the batch and the card.
 bool reload_rows(int64_t width, int64_t element_size, int64_t bytes) {
-  return element_size == 2 && width >= 8192 &&
-         static_cast<double>(bytes) > 4.0 * static_cast<double>(l2_cache_bytes()) && deep_loads();
+  return element_size == 2 && width >= tuning::kReloadMinWidth &&
+         static_cast<double>(bytes) > tuning::kReloadL2Sizes * static_cast<double>(l2_cache_bytes()) &&
+         tuning::kReloadWideRows[device_class()];
 }
 
-// The launch of short rows without a norm (fp8 groups of 128 16-bit values: teams of 8, two
-// vectors a thread) where x is over the L2, so that every row streams from DRAM; their blocks
-// store together. On cards with deep loads (`deep_loads`) the teams of 8 do, in blocks of
-// kTogetherThreads (`loads.together`, `together_kernel`); on the others, teams of 16 with one
-// vector a thread in blocks of 128 threads, which always do (`stores_together`). H100, layout
-// probe (cuda-kernels-notes-H100.md, round 27): group quant 16384 x 8192 132.87 µs against 134.37
-// for round 26's teams of 4 (four vectors a thread) and 135.18 for the same layout storing row
-// by row; 4096 x 8192 34.94 against 35.55. On an H200 (round 28) that layout was the slowest of
-// those (16384 x 8192 105.48 µs); there the teams of 8 stay and their blocks grow to
-// kTogetherThreads (`together_kernel`). A maximum is exact in any order, so the launch may
-// follow the batch and the card.
-inline RowLaunch streamed_short_rows(const RowLaunch& l, const at::Tensor& x, RowLoads& loads) {
+// Whether the short rows without a norm of launch `l` (fp8 groups of 128 16-bit values: teams
+// of 8, two vectors a thread) stream from DRAM: past kFewRows rows, with x over the L2. They
+// then launch as their device class's table says (`launch_streamed_groups`).
+inline bool streamed_groups(const RowLaunch& l, const at::Tensor& x) {
   // (a team of 8 is never streamed in chunks: `row_launch` widens the team first)
-  const bool streamed = l.team == 8 && l.vpt == 2 && x.size(0) > kFewRows && tensor_bytes(x) > l2_cache_bytes();
-  if (!streamed) return l;
-  if (!deep_loads()) return RowLaunch{kStreamedGroupTeam, 1, false, row_block_threads(kStreamedGroupTeam)};
-  loads.together = true;
-  return l;
+  return l.team == 8 && l.vpt == 2 && x.size(0) > kFewRows && tensor_bytes(x) > l2_cache_bytes();
+}
+
+// The fp8 groups streamed from DRAM on a card of class C: teams of `tuning::kStreamedGroupTeam`
+// threads of `kStreamedGroupVectors` vectors each, in blocks of `kStreamedGroupThreads` whose
+// rows store together (TOGETHER: after a block barrier, as the Triton provider's group kernel
+// orders its stores). A maximum is exact in any order, so the launch may follow the batch and
+// the card.
+template <typename T, DeviceClass C>
+void launch_streamed_groups(const QuantArgs<T>& args, cudaStream_t stream) {
+  constexpr int kTeam = tuning::kStreamedGroupTeam[C];
+  constexpr int kThreads = tuning::kStreamedGroupThreads[C];
+  constexpr unsigned kRowsPerBlock = kThreads / kTeam;
+  const auto rows = static_cast<unsigned>(args.rows);
+  launch(aligned_row_kernel<T, kTeam, tuning::kStreamedGroupVectors[C], false, false, kDynamic, false, 1, false,
+                            false, kThreads>,
+         dim3((rows + kRowsPerBlock - 1) / kRowsPerBlock), dim3(kThreads), stream, args);
 }
 
 // Whether the bytes of `a` and `b` overlap (host side).
@@ -415,17 +363,23 @@ void launch_rows(const RowTensors& t) {
     if constexpr (ADD) {
       aligned = aligned && rows_aligned(*t.residual, 16) && rows_aligned(*t.residual_out, 16);
     }
-    RowLaunch l = row_launch(width, V, ADD && aligned);
-    RowLoads loads;
+    const RowLaunch l = row_launch(width, V, ADD && aligned);
     if constexpr (!ADD && !NORM && QUANT == kDynamic) {
-      if (aligned) l = streamed_short_rows(l, x, loads);
+      if (aligned && streamed_groups(l, x)) {
+        const QuantArgs<T> params = aligned_args<ADD, NORM>(args);
+        if (device_class() == kDeepLoads) {
+          launch_streamed_groups<T, kDeepLoads>(params, stream);
+        } else {
+          launch_streamed_groups<T, kShallowLoads>(params, stream);
+        }
+        return;
+      }
     }
-    // The weight's load after the row's first shuffles (LATE), where an H100 A/B run of the
-    // grid found it faster (cuda-kernels-notes-H100.md, round 14): plain rms_norm up to 256 rows
-    // (1 x 8192: 1.85 to 1.76 µs, 128 x 8192: 2.60 to 2.40) and once its bytes (x and out) are
-    // over twice the L2 size, but not in between (4096 x 4096, 64 MB: 21.3 to 22.0); the static
-    // norm + quant past decode sizes (1024 x 8192: 6.57 to 6.34). The same arithmetic either
-    // way, so it may follow the batch.
+    RowLoads loads;
+    // The weight's load after the row's first shuffles (LATE) where that is faster: plain
+    // rms_norm up to kFewRows rows and once its bytes (x and out) are over twice the L2 size,
+    // but not in between; the static norm + quant past `tuning::kLateWeightStaticRows` rows.
+    // The same arithmetic either way, so it may follow the batch.
     if constexpr (NORM && QUANT == kNone) {
       // (the L2 and the card asked only past kFewRows rows: device calls)
       if (aligned && tokens > kFewRows) {
@@ -440,29 +394,31 @@ void launch_rows(const RowTensors& t) {
       // with the second read
       loads.late_weight = !loads.reload && (tokens <= kFewRows || tensor_bytes(x) > l2_cache_bytes());
     } else if constexpr (!ADD && QUANT == kStatic) {
-      loads.late_weight = tokens > 16;
+      loads.late_weight = tokens > tuning::kLateWeightStaticRows;
     }
     if constexpr (NORM && !ADD && QUANT != kDynamic) loads.split = aligned && split_rows(tokens, l, x, *t.out);
     if constexpr (ADD) {
-      // (the L2 is asked only past kFewRows: as many rows of one tile, 33 MB at most, fit an
-      // H100's; streamed rows take `row_kernel`, which has no hint)
+      // (the L2 is asked only past kFewRows: as many rows of one tile, 33 MB at most, fit the
+      // L2 of every card the table knows; streamed rows take `row_kernel`, which has no hint)
       loads.evict_first = tokens > kFewRows &&
                           just_over_l2(distinct_bytes({&x, t.residual, t.residual_out, t.out}));
       loads.float_add = tokens > kFewRows;
     }
+    constexpr int kTile = tuning::kRowVectors, kWide = tuning::kWideRowVectors;
+    static_assert(kTile == 2 && kWide == 4, "the row kernels' forms (split, reload, halves) take 2 and 4 vectors");
     if (l.stream) {
-      launch_typed<T, ADD, NORM, QUANT, 4, true>(args, l, aligned, loads, stream);
+      launch_typed<T, ADD, NORM, QUANT, kWide, true>(args, l, aligned, loads, stream);
     } else if (l.vpt == 1) {
-      // one vector a thread: the fused add's aligned rows and the streamed fp8 groups
-      if constexpr (ADD || (!NORM && QUANT == kDynamic)) {
+      // one vector a thread: the fused add's aligned rows
+      if constexpr (ADD) {
         launch_typed<T, ADD, NORM, QUANT, 1, false>(args, l, aligned, loads, stream);
       } else {
-        TORCH_INTERNAL_ASSERT(false, "ir_cuda: one vector a thread outside the fused add and fp8 groups");
+        TORCH_INTERNAL_ASSERT(false, "ir_cuda: one vector a thread outside the fused add");
       }
-    } else if (l.vpt == 2) {
-      launch_typed<T, ADD, NORM, QUANT, 2, false>(args, l, aligned, loads, stream);
+    } else if (l.vpt == kTile) {
+      launch_typed<T, ADD, NORM, QUANT, kTile, false>(args, l, aligned, loads, stream);
     } else {
-      launch_typed<T, ADD, NORM, QUANT, 4, false>(args, l, aligned, loads, stream);
+      launch_typed<T, ADD, NORM, QUANT, kWide, false>(args, l, aligned, loads, stream);
     }
   });
 }

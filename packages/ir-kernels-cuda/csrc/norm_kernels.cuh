@@ -30,20 +30,18 @@ namespace {
 
 enum Quant : int { kNone = 0, kStatic = 1, kDynamic = 2 };
 
-// Batches of about a row per SM of an H100 or H200 at most: the static-quant norms prefetch
+// Batches of about a row per SM at most (`tuning::kFewRows`): the static-quant norms prefetch
 // their scale (`RowArgs::prefetch_scale`), and plain rms_norm loads its weight late
 // (`late_weight` in `launch_rows`).
-constexpr int64_t kFewRows = 256;
+constexpr int64_t kFewRows = tuning::kFewRows;
 
 // Kernel parameters live in a constant bank, and each 64-byte line of it an SM first touches
 // is a miss there. These start 16 bytes into a line (at 0x210 on sm_90), so the first 112
 // bytes span two lines, which every row kernel reads before its first load. The quantizers'
 // fields lay in a third line, read between a row's loads, after its reduction, or (the static
-// scale's prefetch flag) before its first load, where its miss stalled the row: a standalone
-// probe (`benchmarks/gpu/quant_layout_probe.py`, H100) ran dynamic quant 0.05-0.15 µs faster
-// with five parameters than with this struct (128 x 2048: 1.73 against 1.88 µs). They now fill
-// the gaps and share the fused add's bytes (no op has both); the norms' fields keep their
-// offsets.
+// scale's prefetch flag) before its first load, where its miss stalled the row at decode sizes.
+// They now fill the gaps and share the fused add's bytes (no op has both); the norms' fields
+// keep their offsets.
 template <typename T>
 struct RowArgs {
   const T* x;
@@ -60,8 +58,8 @@ struct RowArgs {
   int var_size;
   float inv_var_size;  // 1 / var_size: a multiplication where a division would branch
   float eps;
-  // static: prefetch the scale into L1 first (small batches; a prefetch costs each block
-  // hundreds of cycles of its SM's throughput: 3.5x the time at 16384 rows on an H100)
+  // static: prefetch the scale into L1 first (small batches only: a prefetch costs each block
+  // hundreds of cycles of its SM's throughput, which large batches pay many times over)
   bool prefetch_scale;
   union {
     const T* residual;  // the fused add
@@ -75,10 +73,10 @@ struct RowArgs {
   int residual_out_stride;
   const float* scale;  // static quantization: the one scale
   // nvcc (CUDA 13) loads every field of a parameter struct of up to 128 bytes at a kernel's
-  // entry, and those of a larger one where they are used; the row kernels were tuned in the
-  // second form (in the first the norms took 44-46 registers a thread instead of 32, and
-  // rms_norm at 1024 x 8192 ran 18 % slower on an H100). So the struct keeps its 152 bytes
-  // (and `row_kernel`'s next parameter, `team`, its offset).
+  // entry, and those of a larger one where they are used; the row kernels are tuned in the
+  // second form (in the first the norms take about 45 registers a thread instead of 32, and
+  // wide rows run slower). So the struct keeps its 152 bytes (and `row_kernel`'s next
+  // parameter, `team`, its offset).
   char keep_over_128_bytes[40];
 };
 static_assert(sizeof(RowArgs<float>) == 152, "RowArgs: fields loaded where used (see above)");
@@ -184,14 +182,11 @@ __device__ __forceinline__ RowSlot row_slot(const RowArgs<T>& a, int team, int t
   return r;
 }
 
-// Threads of a block of fp8 rows of teams of 8 that store together (`together_kernel`).
-constexpr int kTogetherThreads = 512;
-
-// Threads of a block of `aligned_row_kernel` for a team of TEAM: `row_block_threads`, except for
-// teams of 8 storing together (TOGETHER: the fp8 groups streamed from DRAM on cards with deep
-// loads, `streamed_short_rows`), whose block holds kTogetherThreads.
-__host__ __device__ constexpr int aligned_block_threads(int team, bool together) {
-  return together && team == 8 ? kTogetherThreads : row_block_threads(team);
+// Threads of a block of `aligned_row_kernel` for a team of TEAM: `row_block_threads`, or
+// `together` where it is not 0 (the fp8 groups streamed from DRAM, whose block's rows store
+// together: `launch_streamed_groups` in norm.cu).
+__host__ __device__ constexpr int aligned_block_threads(int team, int together) {
+  return together > 0 ? together : row_block_threads(team);
 }
 
 // `row_slot` for the aligned kernel, whose rows are never grouped (the host sends group
@@ -398,21 +393,22 @@ static_assert(cluster_for_team(256) == 1, "halves_kernel: its teams reduce withi
 // the same lanes and the same reduction tree, so the same bits, as one block. EVICT marks the
 // rows' loads (x and the residual) evict-first (`load_evict_first`): a hint, the same bits.
 // The residual is added by the paired 16-bit add (`add_words`), or where FLOAT_ADD in float32
-// and rounded (`float_add_kernel`): the same bits. TOGETHER puts a block barrier between the
-// reduction and the stores of short fp8 rows (`stores_together`): the same bits. RELOAD reads
-// the row (x and the residual) evict-last for its sum, then again, evict-first from L2, for the
+// and rounded (`float_add_kernel`): the same bits. TOGETHER > 0 makes the block TOGETHER threads
+// and puts a block barrier between the reduction and the stores of its short fp8 rows
+// (`launch_streamed_groups`): the same bits. RELOAD reads the row (x and the residual)
+// evict-last for its sum, then again, evict-first from L2, for the
 // output, instead of holding it in registers through the reduction (`reload_rows`; the weight
 // is loaded and held as elsewhere); the residual's sum is stored after the second read: the
 // same bits. SPLIT > 1 shares each row among SPLIT blocks (`split_rows`): every one loads and
 // reduces the whole row, as one block would, then normalizes and stores only its slice, the
 // vectors [s, s + 1) * TEAM * VPT / SPLIT of block s; the same bits.
 template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LATE, int CLUSTER,
-          bool EVICT = false, bool FLOAT_ADD = false, bool TOGETHER = false, bool RELOAD = false, int SPLIT = 1>
+          bool EVICT = false, bool FLOAT_ADD = false, int TOGETHER = 0, bool RELOAD = false, int SPLIT = 1>
 __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTER)
     aligned_row_kernel(AlignedArgs<ADD, NORM, T> a) {
   await_previous_grid();
-  static_assert(!TOGETHER || (!ADD && !NORM && QUANT == kDynamic && CLUSTER == 1),
-                "TOGETHER is for the fp8 rows without a norm (`stores_together`)");
+  static_assert(TOGETHER == 0 || (!ADD && !NORM && QUANT == kDynamic && CLUSTER == 1 && TOGETHER % TEAM == 0),
+                "TOGETHER is for the fp8 rows without a norm (`launch_streamed_groups`)");
   static_assert(!RELOAD || (NORM && QUANT == kNone && !LATE && CLUSTER == 1 && !EVICT && !FLOAT_ADD),
                 "RELOAD is for the plain norms' rows (`reload_rows`)");
   static_assert(SPLIT == 1 || (NORM && !ADD && QUANT != kDynamic && CLUSTER == 1 && !RELOAD &&
@@ -432,17 +428,16 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
   const int token = slot.token;
   // The dynamic norm's halves kernels take only rows that fill their tile (`launch_typed`): no
   // vector lies past the row, so no load or store is bounded. ptxas then issues the row's
-  // loads together and its stores without branches; with the bounds, those kernels ran 6-11 %
-  // slower than without past the L2 (H200, 4096 x 8192 28.46 against 25.63 µs).
+  // loads together and its stores without branches, which the bounds would prevent (a cost
+  // that shows past the L2).
   constexpr bool kFillsTile = halves_kernel<ADD, NORM, QUANT, TEAM, VPT>() && QUANT == kDynamic;
   const int nvec = kFillsTile ? TEAM * VPT : static_cast<int>(static_cast<unsigned>(a.width) / V);  // a shift
   // Short rows without a norm (fp8 groups: a team of 8 for 128 bf16 elements) give each thread
   // VPT adjacent vectors, so its fp8 outputs leave in one store of VPT * V bytes, as in Triton's
-  // group quant (their one reduction, a maximum, is exact in any order). H100, against vectors
-  // `team` apart (cuda-kernels-notes-H100.md, round 18): group quant 1024 x 4096 3.30 to 3.09
-  // µs, 4096 x 2048 5.00 to 4.89; per-token rows (teams of 128 and more) ran slower at 8192
-  // wide, so they and the norms (the sum's order) keep their vectors `team` apart.
-  constexpr bool kAdjacent = !NORM && TEAM <= 32;
+  // group quant (their one reduction, a maximum, is exact in any order). Wider teams
+  // (`tuning::kAdjacentVectorsMaxTeam`: per-token rows, slower so) and the norms (the sum's
+  // order) keep their vectors `team` apart.
+  constexpr bool kAdjacent = !NORM && TEAM <= tuning::kAdjacentVectorsMaxTeam;
   auto vector_at = [&](int k) { return kAdjacent ? lane * VPT + k : lane + k * team; };
   // whether vector j of the row is this block's to store (`SPLIT`)
   constexpr int kSliceVectors = TEAM * VPT / SPLIT;
@@ -484,9 +479,9 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
   Words4 ws[VPT];  // the weight (where there is one: only then read)
   float xw[NORM ? VPT * V : 1];  // the norms: x * w, element by element
   // The quantizers without a norm: x unpacked once, used by the maximum and by the stores.
-  // Unpacking it again after the reduction cost the bf16 group kernel 16 instructions a thread
-  // (the first unpacking sits behind `active`, so the compiler did not reuse it), and within
-  // the L2 that kernel is bound by what its warps issue (cuda-kernels-notes-H100.md, round 33).
+  // Unpacking it again after the reduction costs the bf16 group kernel 16 instructions a thread
+  // (the first unpacking sits behind `active`, so the compiler does not reuse it), and within
+  // the L2 that kernel is bound by what its warps issue.
   float xq[NORM ? 1 : VPT * V];
   float acc = 0.f;
   float xw_absmax = 0.f;  // kEarlyMax: the thread's largest |x * w|
@@ -534,8 +529,8 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
     for (int k = 0; k < VPT; ++k) {
       const int j = vector_at(k);
       const bool in_row = j < nvec;
-      // (the plain loads written as before EVICT existed: a helper returning either form
-      // moved ptxas's schedule, and the fused add + static fp8 at 1024 x 2048 lost 7 %)
+      // (the plain loads written apart from the hinted ones: a helper returning either form
+      // moves ptxas's schedule of the plain kernels, and slows them)
       if constexpr (EVICT) {
         xs[k] = load_evict_first(x + j, in_row);
         if constexpr (ADD) rs[k] = load_evict_first(res + j, in_row);
@@ -587,11 +582,9 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
       // (see `late_weight` for when that helps); the arithmetic is the same either way
       weigh_row();
       if constexpr (kEarlyMax && kFillsTile) {
-        // Every vector inside the row: each vector's peak by a tree, then the thread's. H200
-        // against the four chains below (round 81 of the notes): 1024 x 4096 3.2 % and 1024 x
-        // 8192 1.9 % faster, 16384 x 8192 1.2 %, the rest level; with a select for the vectors
-        // past the row, the same trees elsewhere took 2048-wide decode rows 1-2 % lower but
-        // 16384 x 2048 5 % and 8192-wide decode rows 2 % higher.
+        // Every vector inside the row: each vector's peak by a tree, then the thread's, which
+        // is faster than the four chains below where no vector lies past the row. Where some
+        // may, the trees would need a select for those vectors, which costs more than it gains.
         float peaks[VPT];
 #pragma unroll
         for (int k = 0; k < VPT; ++k) {
@@ -606,11 +599,10 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
 #pragma unroll
         for (int k = 0; k < VPT; ++k) {
           // Past the row (x zeros) the weight was never loaded, and 0 times the inf or NaN its
-          // registers may hold is NaN, which this maximum would carry into the row's scale. H200
-          // (round 80 of the notes): predicated so, the dynamic norm lost 0.01-0.03 µs at decode
-          // sizes of 2048 and 4096 and was level past them; a select of the weight's words cost
-          // 16384 x 2048 7 %, and a branch taken alike by every thread to skip this where the
-          // row fills the tile cost up to 6 %.
+          // registers may hold is NaN, which this maximum would carry into the row's scale. So
+          // those vectors are skipped, predicated: cheaper than a select of the weight's words,
+          // or a branch taken alike by every thread to skip the test where the row fills the
+          // tile.
           if (vector_at(k) >= nvec) continue;
 #pragma unroll
           for (int e = 0; e < V; ++e) {
@@ -641,9 +633,8 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
   if constexpr (RELOAD) {
     // the row read again (from L2, where its first read asked it kept), the residual added and
     // its sum stored as before, and x * w formed as before the reduction of the other kernels.
-    // The weight is the one loaded with the first read and held (H200 A/B against loading it
-    // here: fused add 4096 x 8192 65.11 against 65.57 µs, the rule's other shapes level; round
-    // 32 of the notes).
+    // The weight is the one loaded with the first read and held, which is no slower than
+    // loading it here.
     if (active) {
       Words4 rs[ADD ? VPT : 1];
 #pragma unroll
@@ -697,7 +688,7 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
     }
     float amax = kEarlyMax ? W::round(xw_absmax * inv_rms) : exchange.reduce(acc, MaxOp{}, NORM ? 1 : 0);
     // TOGETHER: the block's rows store only after all of them have their maximum
-    if constexpr (TOGETHER) amax = after_block_barrier<kBlockThreads>(amax);
+    if constexpr (TOGETHER > 0) amax = after_block_barrier<kBlockThreads>(amax);
     scale = dynamic_scale(a, amax, scale_ub);
     inv_scale = fast_reciprocal(scale);
   }

@@ -95,10 +95,8 @@ __device__ __forceinline__ void team_reduce(int team, Reducing<Op>... r) {
 // `team_reduce` for a team of TEAM threads: the same trees, but after the barrier every thread
 // reads its team's warp partials of a single reduction in wide loads (a warp's lanes the same
 // words, one broadcast a load) and combines them itself, instead of by shuffles, which wait on
-// each other. H100, against shuffles (cuda-kernels-notes-H100.md, round 24): rms_norm at
-// 1024 x 4096 4.68 to 4.26 µs, 16 x 4096 1.70 to 1.61; two reductions at once (the dynamic
-// norm's sum and absmax) lost 1-5 % at 4096 wide, and teams of 512 (`RowExchange`) lost up to
-// 8 %, so those keep the shuffles.
+// each other. That is faster for a single reduction; two reductions at once (the dynamic norm's
+// sum and absmax) and the teams `RowExchange` serves are slower so, and keep the shuffles.
 template <int TEAM, typename... Op>
 __device__ __forceinline__ void team_reduce(Reducing<Op>... r) {
   constexpr int kWarps = TEAM / 32;

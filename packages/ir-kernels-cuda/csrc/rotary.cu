@@ -6,10 +6,9 @@
 // place, and that token's rotated elements come out NaN: checking the positions on the host
 // would wait for the GPU, and NaN shows the mistake where reading past the table would have
 // given plausible values or a fault. The generic kernel takes NaN for the cos and sin; the
-// aligned kernel, the usual path, stores NaN over its results after storing them, which cost
-// it 0.1-0.3 % at the rate-bound shapes and 0.01-0.02 us at decode sizes on an H200
-// (`benchmarks/results/rotary-table-check-H200.md`), where taking NaN per value cost 2-5 % from
-// 4096 x 2048 and branching before the table's loads 0.02-0.03 us at decode sizes.
+// aligned kernel, the usual path, stores NaN over its results after storing them: nothing then
+// waits on the check, where taking NaN per value slows the rate-bound shapes and branching
+// before the table's loads slows decode sizes.
 #include <ATen/ATen.h>
 
 #include <array>
@@ -251,9 +250,9 @@ void launch_typed(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& positi
   const int64_t total = static_cast<int64_t>(a.q_heads + a.k_heads) * per_head;
   const int64_t tokens = q.size(0);
   if (a.vec && !a.copy_rest && (per_head & (per_head - 1)) == 0 && tokens <= 65535) {
-    // one unit a thread; blocks of at most 128 threads up to 64 tokens (a decode step over
-    // more SMs), else 256
-    const int64_t cap = tokens <= 64 ? 128 : 256;
+    // one unit a thread; smaller blocks in a decode step, so that it spreads over more SMs
+    const int64_t cap =
+        tokens <= tuning::kRotaryDecodeTokens ? tuning::kRotaryDecodeThreads : tuning::kRotaryThreads;
     const int64_t blocks = (total + cap - 1) / cap;
     const int64_t threads = ((total + blocks - 1) / blocks + 31) / 32 * 32;
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(tokens));
@@ -266,10 +265,11 @@ void launch_typed(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& positi
     }
     return;
   }
-  constexpr int kThreads = 128;
-  // up to 8 blocks per token, so that a decode step spreads over the chip
+  constexpr int kThreads = tuning::kRotaryGenericThreads;
+  // several blocks a token, so that a decode step spreads over the chip
+  constexpr int64_t kMaxBlocks = tuning::kRotaryGenericBlocksPerToken;
   const int64_t per_token = (total + kThreads - 1) / kThreads;
-  a.blocks_per_token = static_cast<unsigned>(per_token < 1 ? 1 : (per_token < 8 ? per_token : 8));
+  a.blocks_per_token = static_cast<unsigned>(per_token < 1 ? 1 : (per_token < kMaxBlocks ? per_token : kMaxBlocks));
   const dim3 grid = flat_grid(q.size(0), a.blocks_per_token);
   if (is_neox) {
     launch(rotary_kernel<T, C, true>, grid, dim3(kThreads), stream, a);

@@ -3,6 +3,7 @@
 // grid of the elementwise kernels.
 #pragma once
 
+#include "tuning.cuh"
 #include "words.cuh"
 
 namespace ir_cuda {
@@ -141,32 +142,35 @@ __device__ __forceinline__ void store_tile(U* row, const Tile<U, V, VPT>& t, con
 
 // The launch of a row kernel: `team` threads per row, each holding VPT vectors per chunk.
 // Depends on the row width only, so a row's result does not depend on the batch.
-constexpr int kMaxTeam = 512;  // 128 registers per thread, so a tile of 4 vectors does not spill
+constexpr int kMaxTeam = tuning::kMaxTeam;
 
-// Threads of a row kernel's block for a team: at least four warps, so a block of short rows
-// holds several of them.
-__host__ __device__ constexpr int row_block_threads(int team) { return team > 128 ? team : 128; }
+// Threads of a row kernel's block for a team: at least `tuning::kMinRowBlockThreads`, so a block
+// of short rows holds several of them.
+__host__ __device__ constexpr int row_block_threads(int team) {
+  return team > tuning::kMinRowBlockThreads ? team : tuning::kMinRowBlockThreads;
+}
 
 struct RowLaunch {
   int team;     // at least 8, so a lane holds each scalar of a row's unaligned head or tail
-  int vpt;      // vectors a thread: 2 or 4, or 1 for `one_vector` launches and the streamed
-                // fp8 groups (`streamed_short_rows`); at least two loads in flight per thread
-                // otherwise (fp8 groups of 128 within the L2 with one vector a thread took up
-                // to 1.8x Triton's time on an H100)
+  int vpt;      // vectors a thread: `tuning::kRowVectors` or `kWideRowVectors`, or 1 for
+                // `one_vector` launches (and the fp8 groups streamed from DRAM on some cards,
+                // which launch apart: `streamed_groups` in norm.cu)
   bool stream;  // the row does not fit one tile: it is read in chunks, twice
   int threads;  // per block: `row_block_threads(team)`
 };
 
-// Rows of more than 128 and at most 512 vectors take one vector a thread where `one_vector`
-// (the fused add's aligned kernels: a residual doubles a thread's loads, and the wider team
-// halves each thread's chain of adds and stores; Triton's tuned norms take 8 and 16 warps for
-// 2048 and 4096 bf16 elements with a residual and fp8 output,
-// `ir_kernels_triton.norm_kernels.norm_warps`). The plain fused add's teams of 512 take two
-// vectors a thread where their rows are not spread over a cluster and the chip holds the batch
-// at once (`kHalves` in norm_kernels.cuh, `launch_typed` in norm.cu).
+// Rows of more than `tuning::kOneVectorAbove` and at most kMaxTeam vectors take one vector a
+// thread where `one_vector` (the fused add's aligned kernels: a residual doubles a thread's
+// loads, and the wider team halves each thread's chain of adds and stores). The plain fused
+// add's teams of 512 take two vectors a thread where their rows are not spread over a cluster
+// and the chip holds the batch at once (`kHalves` in norm_kernels.cuh, `launch_typed` in
+// norm.cu). Other rows take `tuning::kRowVectors` a thread up to a tile of kMaxTeam threads,
+// `tuning::kWideRowVectors` past it.
 inline RowLaunch row_launch(int64_t width, int vec, bool one_vector = false) {
   const int64_t units = (width + vec - 1) / vec;
-  const int vpt = one_vector && units > 128 && units <= kMaxTeam ? 1 : units <= 1024 ? 2 : 4;
+  const int vpt = one_vector && units > tuning::kOneVectorAbove && units <= kMaxTeam ? 1
+                  : units <= int64_t{kMaxTeam} * tuning::kRowVectors           ? tuning::kRowVectors
+                                                                               : tuning::kWideRowVectors;
   int team = 8;
   while (team < kMaxTeam && static_cast<int64_t>(team) * vpt < units) team *= 2;
   const bool stream = static_cast<int64_t>(team) * vpt < units;
@@ -174,8 +178,8 @@ inline RowLaunch row_launch(int64_t width, int vec, bool one_vector = false) {
 }
 
 // A grid of `rows` x `blocks_per_row` blocks, flattened so that a row's blocks run next to each
-// other (DRAM page locality: silu_and_mul at 16384 x 14336 went from 0.98 to 1.02 of copy on an
-// H100 against a (rows, blocks) grid). `flat_grid` is the launch's grid, `FlatBlock` the block's
+// other (DRAM page locality: a streamed row's blocks then read neighbouring pages, faster than a
+// (rows, blocks) grid). `flat_grid` is the launch's grid, `FlatBlock` the block's
 // place in it.
 inline dim3 flat_grid(int64_t rows, int64_t blocks_per_row) {
   TORCH_CHECK(rows * blocks_per_row <= std::numeric_limits<int>::max(), "ir_cuda: ", rows,

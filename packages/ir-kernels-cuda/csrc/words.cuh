@@ -188,7 +188,7 @@ __device__ __forceinline__ WordsN<N> add_words(const WordsN<N>& a, const WordsN<
 
 // N floats rounded to T and widened again, as `Words<T>::round` each, two to a conversion: the
 // scalar bf16 conversion is an F2F on the slow conversion pipe, which bounds a quantizing tail
-// at decode sizes (Triton's round 5, `triton-tuning-H100.log` section 13).
+// at decode sizes.
 template <typename T, int N>
 __device__ __forceinline__ void round_pairs(float* f) {
   if constexpr (Words<T>::kPerWord == 2) {

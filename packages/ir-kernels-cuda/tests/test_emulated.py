@@ -184,10 +184,11 @@ def test_short_rows_over_the_l2(
     monkeypatch: pytest.MonkeyPatch, name: str, hidden: int, dtype: torch.dtype, gbps_per_sm: str
 ) -> None:
     """Rows of 16 vectors without a norm, over an L2 shrunk to 64 KiB, store after a block
-    barrier (`streamed_short_rows`): teams of 16 with one vector a thread in blocks of 128 on a
-    card of an H100's DRAM bandwidth per SM, teams of 8 in blocks of 512 on one of an H200's
-    (1200 rows: the last block partly empty). Still the reference's result, and a row's bits are
-    those it gets alone (one token stays on teams of 8 that store row by row)."""
+    barrier (`launch_streamed_groups`), as the launch table says for each device class: teams
+    of 16 with one vector a thread in blocks of 128 at 25.4 GB/s of DRAM bandwidth per SM, teams
+    of 8 in blocks of 512 at 37 (1200 rows: the last block partly empty). Still the reference's
+    result, and a row's bits are those it gets alone (one token stays on teams of 8 that store
+    row by row)."""
     monkeypatch.setenv("IR_CUDA_EMULATED_L2_BYTES", str(64 << 10))
     monkeypatch.setenv("IR_CUDA_EMULATED_DRAM_GBPS_PER_SM", gbps_per_sm)
     op = getattr(ops, name)
@@ -204,9 +205,10 @@ def test_short_rows_over_the_l2(
 def test_streamed_gates_follow_the_cards_bandwidth(
     monkeypatch: pytest.MonkeyPatch, name: str, dtype: torch.dtype
 ) -> None:
-    """Gates streamed from DRAM (an L2 shrunk to 64 KiB) take four elements a thread (silu) on
-    a card of an H100's DRAM bandwidth per SM, a vector a thread (silu) or two in blocks of 64
-    (16-bit gelu) on one of an H200's: the reference's result, the same bits on both cards."""
+    """Gates streamed from DRAM (an L2 shrunk to 64 KiB) take the launch table's form for each
+    device class: four elements a thread (silu) at 25.4 GB/s of DRAM bandwidth per SM, a vector
+    a thread (silu) or a vector a thread in blocks of 64 (16-bit gelu) at 37. The reference's
+    result, and the same bits in both classes."""
     op = getattr(ops, name)
     # 80 rows of 2048 outputs: past the decode sizes (128K outputs) and gelu's few-row launch
     args = sample_inputs(op, spec(dtype, 4096, 80, "contiguous"))
@@ -248,9 +250,9 @@ def test_wide_rows_read_again_over_the_l2(
     monkeypatch: pytest.MonkeyPatch, name: str, provider: str
 ) -> None:
     """bf16 rows of 8192 past 256 rows whose op touches more than 4 L2 sizes (the L2 shrunk to
-    1 MiB) are read again after their sum (`reload_rows`) on a card of an H200's DRAM bandwidth
-    per SM, held in registers on an H100's: bitwise the same result (the held rows' kernel is
-    checked against the reference by the other tests)."""
+    1 MiB) are read again after their sum (`reload_rows`) at 37 GB/s of DRAM bandwidth per SM
+    (the deep-loads class), held in registers at 25.4: bitwise the same result (the held rows'
+    kernel is checked against the reference by the other tests)."""
     op = getattr(ops, name)
     args = sample_inputs(op, spec(torch.bfloat16, 8192, 257, "contiguous"))
     monkeypatch.setenv("IR_CUDA_EMULATED_L2_BYTES", str(1 << 20))
@@ -339,9 +341,9 @@ assert_bad_arguments_are_named(torch.ops.ir_cuda_emulated, "cpu", torch.float32)
 
 def test_the_emulated_ops_check_their_arguments() -> None:
     """Bad arguments raise a RuntimeError naming them. In a child process, so that a crash
-    fails this test instead of ending the run: on the H200 machine the first check that threw
-    ended the process with a segmentation fault until the build linked the process's C++
-    runtime (round 45; `tests/test_runtime_link.py`)."""
+    fails this test instead of ending the run: where the library links a C++ runtime of its own,
+    the first check that throws ends the process with a segmentation fault
+    (`tests/test_runtime_link.py`)."""
     result = subprocess.run(
         [sys.executable, "-X", "faulthandler", "-c", ARGUMENT_CHECKS],
         capture_output=True,

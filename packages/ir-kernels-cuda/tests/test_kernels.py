@@ -373,8 +373,8 @@ def test_split_rows_give_the_bits_of_whole_rows(op: IrOp, dtype: torch.dtype, hi
 def test_fused_add_sums_as_one_team_in_every_layout(
     provider: str, dtype: torch.dtype, width: int
 ) -> None:
-    """On an H100, 1 and 16 rows of 512 vectors are spread over clusters (one vector a thread),
-    40 and 1024 take two vectors a thread, all 1200 one: one sum order in all three."""
+    """On a card of 132 SMs, 1 and 16 rows of 512 vectors are spread over clusters (one vector
+    a thread), 40 and 1024 take two vectors a thread, all 1200 one: one sum order in all three."""
     fn = ops.fused_add_rms_norm.impls[provider].fn
     assert_fused_add_sums_as_one_team(fn, dtype, width, "cuda", batches=(1, 16, 40, 1024))
 
@@ -454,9 +454,9 @@ def test_opcheck_every_ir_cuda_op(namespace: str) -> None:
 @on_gpu
 @pytest.mark.parametrize("namespace", ["ir_cuda", PROGRAMMATIC_NAMESPACE])
 def test_the_ops_check_their_arguments(namespace: str) -> None:
-    """Bad arguments raise a RuntimeError naming them, the sizes whole. Before the build linked
-    the process's C++ runtime, the first such check ended the process on the H200 machine
-    (round 45: its $CXX linked libstdc++ statically; `tests/test_runtime_link.py`)."""
+    """Bad arguments raise a RuntimeError naming them, the sizes whole. Where the library links
+    a C++ runtime of its own (a $CXX that links libstdc++ statically), the first such check
+    ends the process (`tests/test_runtime_link.py`)."""
     if namespace == PROGRAMMATIC_NAMESPACE:
         if PROGRAMMATIC_REASON:
             pytest.skip(PROGRAMMATIC_REASON)

@@ -47,3 +47,43 @@ def test_the_packaged_ninja_is_found_off_path(monkeypatch: pytest.MonkeyPatch) -
     with build.ninja_on_path():
         assert shutil.which("ninja") is not None
     assert os.environ["PATH"] == "/nonexistent"
+
+
+def test_the_package_exports_its_contract() -> None:
+    """The provider names, whether the kernels built here and why not, the programmatic
+    launch switches, the build error and the version; importing the package builds nothing."""
+    import subprocess
+    import sys
+
+    from ir_kernels_cuda import impls, launch
+
+    assert sorted(ir_kernels_cuda.__all__) == sorted(
+        [
+            "INPLACE_PROVIDER",
+            "PROVIDER",
+            "REASON",
+            "SUPPORTED",
+            "BuildUnavailable",
+            "__version__",
+            "programmatic_launch",
+            "programmatic_launch_enabled",
+            "set_programmatic_launch",
+        ]
+    )
+    assert (ir_kernels_cuda.PROVIDER, ir_kernels_cuda.INPLACE_PROVIDER) == ("cuda", "cuda_inplace")
+    assert ir_kernels_cuda.SUPPORTED is impls.SUPPORTED
+    assert ir_kernels_cuda.REASON == impls.REASON
+    assert ir_kernels_cuda.set_programmatic_launch is launch.set_programmatic_launch
+    with pytest.raises(AttributeError, match="'ir_kernels_cuda' has no attribute 'KERNELS'"):
+        _ = ir_kernels_cuda.KERNELS
+    fresh = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, ir_kernels_cuda\nassert 'ir_kernels_cuda.impls' not in sys.modules",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert fresh.returncode == 0, fresh.stderr

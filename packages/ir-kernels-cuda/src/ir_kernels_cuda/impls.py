@@ -20,11 +20,10 @@ from torch import Tensor
 from ir_spec import IrOp, empty_rows, ops, row_view
 from ir_spec.catalog.quant import empty_group_scales
 
+from . import INPLACE_PROVIDER, PROVIDER
 from .build import BuildUnavailable, build
 
 logger = logging.getLogger("ir_kernels_cuda")
-PROVIDER = "cuda"
-INPLACE_PROVIDER = "cuda_inplace"
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FP8 = torch.float8_e4m3fn
 
@@ -40,7 +39,11 @@ def _availability() -> tuple[bool, str]:
     return True, ""
 
 
-SUPPORTED, REASON = _availability()
+_BUILT = _availability()
+#: Whether the kernels built here, and so whether the implementations are supported.
+SUPPORTED: bool = _BUILT[0]
+#: Why the kernels did not build here ("" where they did).
+REASON: str = _BUILT[1]
 #: The op namespace the implementations call: ``torch.ops.ir_cuda``. Tests without a GPU point
 #: it at ``torch.ops.ir_cuda_emulated`` (`build.build_emulated`), the same kernels on the CPU.
 KERNELS: Any = torch.ops.ir_cuda

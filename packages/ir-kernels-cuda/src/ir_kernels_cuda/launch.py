@@ -12,11 +12,10 @@ plain kernels carry no trace of it: even as no-ops, the two instructions slowed 
 at some shapes inside the L2. Turning it on points the provider's implementations
 (`impls.KERNELS`) at that build.
 
-It pays only where the kernel before lets its dependents start early, as these kernels do: on an
-H200 a decode-size op behind one of ours took a median 0.41 µs less, but behind a plain kernel
-0.50 µs more (`benchmarks/results/programmatic-launch-H200.md`). So it is off by default: turn it
-on where the kernels around these ops launch programmatically too. A function compiled or a
-CUDA graph captured keeps the kernels it was traced or captured with.
+It pays only where the kernel before lets its dependents start early, as these kernels do: a
+decode-size op behind one of them takes less time, but behind a plain kernel more. So it is off
+by default: turn it on where the kernels around these ops launch programmatically too. A
+function compiled or a CUDA graph captured keeps the kernels it was traced or captured with.
 """
 
 import threading

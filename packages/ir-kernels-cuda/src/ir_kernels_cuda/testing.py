@@ -52,8 +52,9 @@ def assert_fused_add_sums_as_one_team(
     """`fn` (a ``fused_add_rms_norm`` implementation) gives the first rows of `rows` the same
     bits inside each batch of `batches` as inside all `rows`. Rows of 512 vectors take one of
     three layouts by batch size: spread over clusters at decode sizes, 256 threads of two
-    vectors while the chip holds the batch at once (`kHalves` in ``norm.cu``; 1056 rows on an
-    H100), one vector a thread past that; a row's sum must have one order in all three.
+    vectors while the chip holds the batch at once (`kHalves` in ``norm.cu``; 1056 rows on the
+    emulated card of 132 SMs), one vector a thread past that; a row's sum must have one order in
+    all three.
     float32 rows (`decade_rows`), where that order shows in the last bits (bf16 outputs round
     it away)."""
     g = torch.Generator().manual_seed(0)
