@@ -8,7 +8,7 @@
 // Each entry sits under its line of rationale. The per-class table is read where a launch
 // already asks the card about itself (ops whose bytes pass the L2); the other entries hold for
 // every device class, so that decode-size launches ask the card nothing more. Card names appear
-// in this file only. `benchmarks/tuning/cuda.py` re-measures the entries on the card it runs on
+// in this file only. `benchmarks/tuning/tune_cuda.py` re-measures the entries on the card it runs on
 // and rewrites that card's column of the per-class table.
 #pragma once
 

@@ -1,5 +1,5 @@
 """The launch table (``csrc/tuning.cuh``) and the script that re-measures it on a GPU
-(``benchmarks/tuning/cuda.py``): its reading and writing of the table and its choice between
+(``benchmarks/tuning/tune_cuda.py``): its reading and writing of the table and its choice between
 candidates, with made-up timings, on the CPU."""
 
 import importlib.util
@@ -15,7 +15,7 @@ import pytest
 from ir_kernels_cuda.build import csrc_dir
 
 REPO = Path(__file__).resolve().parents[3]
-SCRIPT = REPO / "benchmarks" / "tuning" / "cuda.py"
+SCRIPT = REPO / "benchmarks" / "tuning" / "tune_cuda.py"
 PACKAGE = Path(__file__).resolve().parents[1]
 
 

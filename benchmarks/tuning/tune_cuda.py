@@ -20,41 +20,34 @@ as a diff.
 
 Usage (a GPU machine, from the repository root, the packages importable):
 
-    python benchmarks/tuning/cuda.py [--entries NAME,...] [--all] [--rounds 5] [--write]
+    python benchmarks/tuning/tune_cuda.py [--entries NAME,...] [--all] [--rounds 5] [--write]
         [--common] [--json OUT] [--work DIR]
-    python benchmarks/tuning/cuda.py --list
+    python benchmarks/tuning/tune_cuda.py --list
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import difflib
+import enum
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import statistics
 import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-
-# This folder also holds the Triton provider's tuning script, ``triton.py``: run as a script,
-# this file would put the folder first on the path, where that file shadows the triton package.
-_HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    del sys.path[0]
-
-import argparse  # noqa: E402
-import contextlib  # noqa: E402
-import difflib  # noqa: E402
-import enum  # noqa: E402
-import functools  # noqa: E402
-import hashlib  # noqa: E402
-import json  # noqa: E402
-import logging  # noqa: E402
-import os  # noqa: E402
-import re  # noqa: E402
-import shutil  # noqa: E402
-import statistics  # noqa: E402
-from collections.abc import Callable, Iterator, Mapping, Sequence  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any
 
 logger = logging.getLogger("tuning.cuda")
 
-ROOT = _HERE.parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TABLE = ROOT / "packages" / "ir-kernels-cuda" / "csrc" / "tuning.cuh"
 #: Two times are a tie within this fraction of the current value's time ...
 TIE_FRACTION = 0.02
@@ -606,7 +599,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ir_kernels_cuda import build
 
     if not torch.cuda.is_available():
-        print("tuning/cuda.py: needs a CUDA device", file=sys.stderr)
+        print("tuning/tune_cuda.py: needs a CUDA device", file=sys.stderr)
         return 1
     device_class = device_class_of(gbps_per_sm(torch.cuda.get_device_properties(0)), table)
     logger.info("%s: device class %s", torch.cuda.get_device_name(), device_class.name)
