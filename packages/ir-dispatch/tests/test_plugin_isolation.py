@@ -158,6 +158,18 @@ def test_a_plugin_cannot_register_under_the_triton_providers_names(plugins: Plug
     assert loads["triton"].status == "loaded"
 
 
+def test_a_plugin_keeps_its_entry_point_name_against_earlier_code(plugins: Plugins) -> None:
+    """A name registered first by other code does not take the entry point's own name from it."""
+
+    def nine(x: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(x[..., : x.shape[-1] // 2], 9.0)
+
+    ops.silu_and_mul.register_impl("plug_mine")(nine)
+    plugins.add("plug_mine", 'ops.rms_norm.register_impl("plug_mine")(rms_norm)\n')
+    assert plugins.loads()["plug_mine"].status == "loaded"
+    assert ops.rms_norm.impls["plug_mine"].fn.__module__ == "ir_plugin_test_plug_mine"
+
+
 def test_a_plugin_may_import_another_provider_package(plugins: Plugins) -> None:
     """A plugin that imports another provider's module (a dependency) while it loads does not
     own what that module registers: those registrations stay, under their owner's names, and

@@ -118,23 +118,35 @@ class _Owner:
     name: str
     module: str  # the owner's top-level module
     label: str
+    rank: int  # of two owners of one name: the loading entry point, another, a registration
 
     def covers(self, provider: str) -> bool:
         return provider == self.name or provider.startswith(self.name + "_")
 
 
-def _owners(points: Iterable[EntryPoint], registered: dict[tuple[str, str], Impl]) -> list[_Owner]:
-    owners = [_Owner(ep.name, _top_module(ep.value), f"entry point {ep.name!r}") for ep in points]
+def _owners(
+    ep: EntryPoint, points: Iterable[EntryPoint], registered: dict[tuple[str, str], Impl]
+) -> list[_Owner]:
+    """The owners of provider names while `ep` loads: `ep` itself, the other entry points, and
+    the modules of the registrations made before."""
+    owners = [_Owner(ep.name, _top_module(ep.value), f"entry point {ep.name!r}", 2)]
+    owners += [
+        _Owner(p.name, _top_module(p.value), f"entry point {p.name!r}", 1)
+        for p in points
+        if p is not ep
+    ]
     for (_, provider), impl in registered.items():
         if provider != "native":
             module = _impl_module(impl)
-            owners.append(_Owner(provider, module, f"provider {provider!r} of {module}"))
+            owners.append(_Owner(provider, module, f"provider {provider!r} of {module}", 0))
     return owners
 
 
 def _owner_of(provider: str, owners: list[_Owner]) -> _Owner | None:
+    """The owner whose name is the longest that covers `provider` (the loading entry point's
+    own name first, then another entry point's, then a registered one's)."""
     matches = [o for o in owners if o.covers(provider)]
-    return max(matches, key=lambda o: len(o.name)) if matches else None
+    return max(matches, key=lambda o: (len(o.name), o.rank)) if matches else None
 
 
 def _registrations() -> dict[tuple[str, str], Impl]:
@@ -247,8 +259,7 @@ def ensure_providers_loaded() -> None:
                     logger.info("ir_dispatch: provider %r disabled by %s", ep.name, DISABLE_ENV)
                     results.append(ProviderLoad(ep.name, ep.value, "disabled"))
                     continue
-                others = [p for p in points if p is not ep]
-                results.append(_load(ep, _owners(others, _registrations())))
+                results.append(_load(ep, _owners(ep, points, _registrations())))
             _Discovery.results = results
             _Discovery.loaded = True
             _warn_unknown_disabled(raw_disabled)
