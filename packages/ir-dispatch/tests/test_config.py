@@ -95,9 +95,23 @@ def test_environment_read_at_startup() -> None:
 
 
 def test_malformed_environment_fails_loudly() -> None:
-    done = run_python("import ir_dispatch", IR_OP_PRIORITY="rms_norm")
+    """At the first use of the selection state, and at every use after it (nothing applies
+    while a variable is malformed); not at import, so that a command importing ir_dispatch can
+    report it as an error of its own."""
+    code = (
+        "import ir_dispatch\n"
+        "for _ in range(2):\n"
+        "    try:\n"
+        "        ir_dispatch.effective_priority('rms_norm')\n"
+        "    except ValueError as error:\n"
+        "        print(error)\n"
+        "ir_dispatch.set_priority()\n"
+    )
+    done = run_python(code, IR_OP_PRIORITY="rms_norm")
     assert done.returncode != 0
-    assert "IR_OP_PRIORITY: entry 'rms_norm' is not of the form" in done.stderr
+    message = "IR_OP_PRIORITY: entry 'rms_norm' is not of the form"
+    assert done.stdout.count(message) == 2
+    assert message in done.stderr
 
 
 def test_module_prints_table() -> None:

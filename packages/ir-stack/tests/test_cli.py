@@ -113,11 +113,55 @@ def test_explain_of_an_unknown_op_names_the_known_ones() -> None:
     ],
 )
 def test_a_bad_priority_flag_is_a_usage_error(flag: str, message: str) -> None:
-    """It had ended in a traceback of the ValueError."""
-    done = run("explain", flag)
+    """It had ended in a traceback of the ValueError. (The broken test provider, where
+    installed, is disabled: its load failure is logged with its own traceback.)"""
+    done = run("explain", flag, IR_DISABLE_PROVIDERS="test_broken")
     assert done.returncode == 2
     assert message in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        (
+            "IR_STACK_CONFIG",
+            "{tmp}/missing.toml",
+            "IR_STACK_CONFIG='{tmp}/missing.toml': cannot read",
+        ),
+        (
+            "IR_STACK_CONFIG",
+            "{tmp}",
+            "IR_STACK_CONFIG='{tmp}': cannot read the file: Is a directory",
+        ),
+        ("IR_STACK_CONFIG", "{tmp}/bad.toml", "IR_STACK_CONFIG='{tmp}/bad.toml': not valid TOML:"),
+        ("IR_STACK_CONFIG", "{tmp}/typed.toml", "passes.fuse: got 'perhaps', expected one of"),
+        ("IR_OP_PRIORITY", "rms_norm", "IR_OP_PRIORITY: entry 'rms_norm' is not of the form"),
+        ("IR_OP_PRIORITY", "rms_norm=warp", "unknown provider 'warp'"),
+        ("IR_BATCH_INVARIANT", "maybe", "IR_BATCH_INVARIANT: got 'maybe', expected one of 1/0"),
+    ],
+    ids=["missing", "a-directory", "syntax", "bad-value", "priority", "provider", "switch"],
+)
+def test_a_bad_configuration_variable_is_a_one_line_error(
+    tmp_path: Path, variable: str, value: str, message: str
+) -> None:
+    """Each had ended the command with a traceback (IR_OP_PRIORITY at the import of
+    ir_dispatch), or a TOML error that named neither the variable nor the file. The broken test
+    provider, where installed, is disabled: its load failure is logged with its traceback."""
+    (tmp_path / "bad.toml").write_text("[passes]\nfuse = true\nlower =\n")
+    (tmp_path / "typed.toml").write_text('[passes]\nfuse = "perhaps"\n')
+    value, message = value.format(tmp=tmp_path), message.format(tmp=tmp_path)
+    done = run(
+        "explain", "rms_norm", gpus=False, IR_DISABLE_PROVIDERS="test_broken", **{variable: value}
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("ir_dispatch: ")]
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("ir-stack: error: ")
+    assert message in lines[0]
+    if message.endswith("not valid TOML:"):
+        assert "line 3" in lines[0]
 
 
 def test_explain_takes_a_priority_flag_in_two_arguments() -> None:

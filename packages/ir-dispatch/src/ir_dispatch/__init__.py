@@ -2,10 +2,12 @@
 
 Importing ``ir_dispatch`` installs it as ir-spec's dispatcher (`install` does it again after
 someone replaced it; every function here raises `RuntimeError` while another dispatcher is
-installed, so a half-configured process cannot go unnoticed). At import it also reads
-``IR_OP_PRIORITY`` (then loading the ``ir.providers`` entry points to validate the names),
-``IR_BATCH_INVARIANT`` and ``IR_DISPATCH_STATS``; ``IR_DISABLE_PROVIDERS`` and ``IR_PLATFORM``
-are read on first use.
+installed, so a half-configured process cannot go unnoticed). ``IR_OP_PRIORITY`` (its names
+validated against the ``ir.providers`` entry points, loaded then), ``IR_BATCH_INVARIANT`` and
+``IR_DISPATCH_STATS`` apply before the first selection or change of the selection state
+(`read_environment`; a malformed value raises there, naming the variable); boolean variables
+take ``1/0, true/false, yes/no, on/off`` (`parse_switch`). ``IR_DISABLE_PROVIDERS`` and
+``IR_PLATFORM`` are read on first use.
 
 Rule for `supports_args` authors: decide on dtypes, layouts and static sizes (hidden size, head
 size, group size), never on the number of tokens. Eager calls cache the choice per op under a key
@@ -14,7 +16,6 @@ first call's.
 """
 
 import logging
-import os
 
 import ir_spec
 
@@ -42,12 +43,14 @@ from .state import (
     current_mode,
     mode,
     priority,
+    read_environment,
     refresh_fast_path,
     selection_state,
     set_batch_invariant,
     set_priority,
     user_priority,
 )
+from .switches import env_switch, parse_switch
 
 logger = logging.getLogger("ir_dispatch")
 
@@ -59,6 +62,7 @@ def install() -> PriorityDispatcher:
         dispatcher = PriorityDispatcher()
         _Installed.dispatcher = dispatcher
     previous = ir_spec.set_dispatcher(dispatcher)
+    ir_spec.use_choice_scope(True)
     refresh_fast_path()
     if previous is not dispatcher and not isinstance(previous, ir_spec.NativeDispatcher):
         logger.warning("ir_dispatch replaced ir_spec's dispatcher %r", previous)
@@ -66,8 +70,6 @@ def install() -> PriorityDispatcher:
 
 
 install()
-if os.environ.get(PRIORITY_ENV):
-    set_priority(parse_priority_env(os.environ[PRIORITY_ENV]))
 
 __all__ = [
     "DISABLE_ENV",
@@ -89,13 +91,16 @@ __all__ = [
     "default_priority",
     "detect_platform",
     "effective_priority",
+    "env_switch",
     "explain",
     "install",
     "mode",
     "parse_priority_args",
     "parse_priority_env",
+    "parse_switch",
     "priority",
     "provider_loads",
+    "read_environment",
     "reset_discovery",
     "reset_stats",
     "select",

@@ -69,5 +69,9 @@ def parse_priority_env(value: str) -> dict[str, list[str]]:
         if op_name in result:
             raise ValueError(f"{ENV}: priority for {op_name!r} given twice")
         origin = f"{ENV} entry {entry.strip()!r}"
-        result[op_name] = list(validate_priority(op_name, _providers(providers, origin)))
+        try:
+            result[op_name] = list(validate_priority(op_name, _providers(providers, origin)))
+        except ValueError as error:
+            message = str(error)
+            raise ValueError(message if message.startswith(ENV) else f"{ENV}: {message}") from None
     return result

@@ -15,7 +15,7 @@ from .discovery import provider_loads
 from .names import resolve_op
 from .platforms import detect_platform
 from .selection import Verdict, explain, why_unsupported
-from .state import current_mode, priority
+from .state import current_mode, priority, read_environment
 
 
 def providers_table(op_names: Iterable[str] | None = None) -> Table:
@@ -73,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     try:
+        read_environment()  # IR_OP_PRIORITY and the switches: a malformed one is named
         flags, rest = split_priority_args(argv)
         args = parser.parse_args(rest)
         for name in args.ops:

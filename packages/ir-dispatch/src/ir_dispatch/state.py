@@ -3,6 +3,11 @@
 Scoped state lives in a context variable, so `priority` and `mode` blocks nest, restore on
 exceptions and stay local to their thread or asyncio task. Every change that can alter a
 choice bumps `generation` and clears the ops' cached eager choices.
+
+The environment (``IR_OP_PRIORITY``, ``IR_BATCH_INVARIANT``, ``IR_DISPATCH_STATS``) applies
+once, before the first selection, read of the state or change to it (`read_environment`): a
+malformed value raises there, naming the variable, rather than at import, so that a program
+such as the ``ir-stack`` command can report it as an error of its own.
 """
 
 import contextlib
@@ -11,24 +16,29 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import ir_spec
 
+from .cli import ENV as PRIORITY_ENV
+from .cli import parse_priority_env
 from .defaults import EAGER, MODES
 from .discovery import ensure_providers_loaded
 from .installation import require_installed
-from .names import validate_priority
+from .names import resolve_op, validate_priority
+from .switches import env_switch
 
 BATCH_INVARIANT_ENV = "IR_BATCH_INVARIANT"
 STATS_ENV = "IR_DISPATCH_STATS"
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "0").strip().lower() not in ("", "0", "false", "no")
-
-
-PriorityMapping = Mapping[str, "list[str] | tuple[str, ...]"]
+_Providers = list[str] | tuple[str, ...]
+#: op name (or the `IrOp` itself) -> provider names
+PriorityMapping = (
+    Mapping[str, _Providers]
+    | Mapping[ir_spec.IrOp, _Providers]
+    | Mapping[str | ir_spec.IrOp, _Providers]
+)
 
 
 @dataclass
@@ -43,11 +53,40 @@ class Scope:
 
 class _State:
     user: dict[str, tuple[str, ...]] = {}  # noqa: RUF012 (module-level state)
-    batch_invariant: bool = _env_flag(BATCH_INVARIANT_ENV)
-    collect_stats: bool = _env_flag(STATS_ENV)
+    batch_invariant: bool = False
+    collect_stats: bool = False
     generation: int = 0
     active_scopes: int = 0  # scopes entered and not yet left, in every thread
     lock = threading.Lock()
+    environment_read = False
+    environment_lock = threading.RLock()
+    reading_environment = False
+
+
+def read_environment() -> None:
+    """Apply ``IR_OP_PRIORITY``, ``IR_BATCH_INVARIANT`` and ``IR_DISPATCH_STATS`` (once; every
+    function that reads or changes the selection state calls it first). A malformed value
+    raises `ValueError` naming the variable, and again on the next use: nothing applies until
+    all three are valid."""
+    if _State.environment_read:
+        return
+    with _State.environment_lock:
+        if _State.environment_read or _State.reading_environment:
+            return
+        _State.reading_environment = True
+        try:
+            batch_invariant = env_switch(BATCH_INVARIANT_ENV)
+            stats = env_switch(STATS_ENV)
+            raw = os.environ.get(PRIORITY_ENV, "")
+            user = merge(parse_priority_env(raw), {}) if raw.strip() else {}
+        finally:
+            _State.reading_environment = False
+        _State.user = user
+        _State.batch_invariant = batch_invariant
+        _State.collect_stats = stats
+        _State.environment_read = True
+    refresh_fast_path()
+    changed()
 
 
 def refresh_fast_path() -> None:
@@ -56,21 +95,30 @@ def refresh_fast_path() -> None:
     ir_spec.use_op_choice_caches(_State.active_scopes == 0 and not _State.collect_stats)
 
 
-_SCOPE: ContextVar[Scope | None] = ContextVar("ir_dispatch_scope", default=None)
+# ir-spec's scope variable: eager calls remember their last choice per `Scope` object (a block's
+# overlay and mode never change; every other change goes through `changed`).
+_SCOPE = cast("ContextVar[Scope | None]", ir_spec.choice_scope)
 
 
 def changed() -> None:
     """Record a change that may alter choices: bump the generation, drop cached choices."""
-    _State.generation += 1
+    with _State.lock:
+        _State.generation += 1
     ir_spec.forget_all_choices()
 
 
 def merge(mapping: PriorityMapping | None, per_op: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
-    """Validate and combine the positional mapping and keyword form of a priority call."""
+    """Validate and combine the positional mapping (keys: op names or `IrOp` objects) and the
+    keyword form of a priority call."""
     require_installed()
     if mapping is not None and not isinstance(mapping, Mapping):
         raise TypeError(f"priority mapping: got {mapping!r}, expected a mapping op -> providers")
-    combined: dict[str, Any] = dict(mapping or {})
+    combined: dict[str, Any] = {}
+    for op, providers in (mapping or {}).items():
+        name = resolve_op(op).name
+        if name in combined:
+            raise ValueError(f"priority for {name!r} given twice (by name and as an op)")
+        combined[name] = providers
     for name, providers in per_op.items():
         if name in combined:
             raise ValueError(f"priority for {name!r} given both in the mapping and as keyword")
@@ -85,12 +133,14 @@ def set_priority(mapping: PriorityMapping | None = None, /, **per_op: Any) -> No
     effective list of an op is its user list followed by the platform default entries the user
     list does not name. Unknown op or provider names raise `ValueError`.
     """
+    read_environment()
     _State.user = merge(mapping, per_op)
     changed()
 
 
 def user_priority() -> dict[str, list[str]]:
     """The user lists in force here: the process-wide ones under any scoped overlays."""
+    read_environment()
     merged = dict(_State.user)
     scope = _SCOPE.get()
     if scope is not None:
@@ -127,6 +177,7 @@ def priority(
     Blocks nest (the innermost list of an op wins), restore on exceptions and are local to the
     thread or asyncio task that enters them.
     """
+    read_environment()
     overlay = merge(mapping, per_op)
     outer = _SCOPE.get()
     base = dict(outer.overlay) if outer is not None else {}
@@ -145,6 +196,7 @@ def mode(name: str) -> contextlib.AbstractContextManager[None]:
 
 def set_batch_invariant(enabled: bool) -> None:
     """Only implementations declared ``batch_invariant=True`` (and native) stay eligible."""
+    read_environment()
     _State.batch_invariant = bool(enabled)
     changed()
 
@@ -156,8 +208,9 @@ def selection_state() -> tuple[Any, ...]:
     key) can keep it per value.
 
     Loads the providers first: their registrations, on the first selection, would otherwise
-    change the value under a caller that had just read it."""
+    change the value under a caller that had just read it (and so would the environment)."""
     ensure_providers_loaded()
+    read_environment()
     scope = _SCOPE.get()
     overlay = tuple(sorted(scope.overlay.items())) if scope is not None else ()
     return (_State.generation, overlay)
@@ -165,6 +218,7 @@ def selection_state() -> tuple[Any, ...]:
 
 def batch_invariant() -> bool:
     """Whether batch-invariant mode is on (``IR_BATCH_INVARIANT=1`` or `set_batch_invariant`)."""
+    read_environment()
     return _State.batch_invariant
 
 
@@ -173,6 +227,7 @@ def collect_stats(enabled: bool = True) -> None:
 
     Counting bypasses the choice cache, so it slows eager calls down; it is off by default.
     """
+    read_environment()
     _State.collect_stats = bool(enabled)
     refresh_fast_path()
     changed()

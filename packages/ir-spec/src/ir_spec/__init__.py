@@ -10,9 +10,11 @@ from ._version import __version__
 from .dispatcher import (
     Dispatcher,
     NativeDispatcher,
+    choice_scope,
     forget_all_choices,
     get_dispatcher,
     set_dispatcher,
+    use_choice_scope,
     use_op_choice_caches,
 )
 from .impl import Impl
@@ -34,6 +36,7 @@ __all__ = [
     "SampleSpec",
     "Tolerance",
     "__version__",
+    "choice_scope",
     "empty_rows",
     "forget_all_choices",
     "get_dispatcher",
@@ -42,5 +45,6 @@ __all__ = [
     "row_view",
     "set_dispatcher",
     "shares_memory",
+    "use_choice_scope",
     "use_op_choice_caches",
 ]

@@ -14,6 +14,11 @@ Protocol (for ir-dispatch and any other selection policy):
 * `use_op_choice_caches` lets a dispatcher say that ``choice_cache(op)`` is ``op.choices`` in
   every context right now, so eager calls skip asking (`set_dispatcher` turns it off for any
   dispatcher but the native one).
+* A dispatcher whose state can be scoped to a context sets `choice_scope` there to an object that
+  stands for the scoped state (None: its process-wide state) and calls ``use_choice_scope(True)``
+  once installed: eager calls then remember their last choice per scope object, as they do
+  outside scopes (`set_dispatcher` turns it off). The state an object stands for must not
+  change while the object is set, except through `forget_all_choices`.
 * ``registration_changed(op)`` is called after an implementation is registered or removed (the
   op's own ``choices`` are already cleared).
 
@@ -23,6 +28,7 @@ With nothing installed, `NativeDispatcher` always picks the native implementatio
 from __future__ import annotations
 
 import logging
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
@@ -67,12 +73,22 @@ class NativeDispatcher:
         return "NativeDispatcher()"
 
 
+#: The dispatcher's scoped state in force in this context (see the protocol above).
+choice_scope: ContextVar[object | None] = ContextVar("ir_spec_choice_scope", default=None)
+#: Tag of a last choice made while ``op.choices`` served every context (outside all scopes).
+GLOBAL_SCOPE = object()
+#: Stands for the scope of a context whose last choice may not be remembered.
+NO_MEMO = object()
+
+
 class _Hook:
     """Holds the installed dispatcher; module-level state kept in one place."""
 
     current: Dispatcher = NativeDispatcher()
     #: While true, eager calls use ``op.choices`` without asking ``choice_cache`` (fast path).
     op_caches: bool = True
+    #: While true, the dispatcher's choices in a context depend only on `choice_scope` there.
+    scoped_memos: bool = False
 
 
 def use_op_choice_caches(enabled: bool) -> None:
@@ -82,6 +98,14 @@ def use_op_choice_caches(enabled: bool) -> None:
     thread) and on again after, sparing unscoped eager calls the ``choice_cache`` call.
     """
     _Hook.op_caches = bool(enabled)
+
+
+def use_choice_scope(enabled: bool) -> None:
+    """Tell ir-spec that the installed dispatcher's choices in a context are fixed by the value
+    of `choice_scope` there (until `forget_all_choices`), so that eager calls inside a scope may
+    remember their last choice for that scope."""
+    _Hook.scoped_memos = bool(enabled)
+    forget_all_choices()
 
 
 def forget_all_choices() -> None:
@@ -108,6 +132,7 @@ def set_dispatcher(dispatcher: Dispatcher | None) -> Dispatcher:
         )
     previous, _Hook.current = _Hook.current, dispatcher
     _Hook.op_caches = isinstance(dispatcher, NativeDispatcher)
+    _Hook.scoped_memos = False
     forget_all_choices()
     logger.debug("ir_spec dispatcher: %r -> %r", previous, dispatcher)
     return previous

@@ -21,36 +21,61 @@ import torch
 
 from . import last_choice
 from .dispatch_key import CONTIGUOUS, strided_row_layout
-from .dispatcher import _Hook
+from .dispatcher import GLOBAL_SCOPE, NO_MEMO, _Hook, choice_scope
 
 if TYPE_CHECKING:
     from .op import IrOp
 
-_CHOOSE_BY_KEY = """
+# The lookup runs outside the `except` clause, so that an error of `choose` (a refused
+# argument, a failing provider plugin) is not chained to the cache's KeyError.
+_LOOKUP = """
     try:
-        impl = (self.choices if _hook.op_caches else _hook.current.choice_cache(self))[{key}]
-    except Exception:
+        impl = cache[{key}]
+    except Exception:  # a miss, no cache, or arguments the key cannot summarize
+        impl = None
+    if impl is None:
         impl = self.choose(({names},))"""
+
+_CHOOSE_BY_KEY = (
+    """
+    cache = self.choices if _hook.op_caches else _hook.current.choice_cache(self)"""
+    + _LOOKUP
+)
 
 # The same, after asking the last choice's guard; a miss remembers the new choice (bounded).
 # Both set `grad_args`, whether a tensor argument requires grad: the guard checks each tensor's
-# requires_grad, so a hit reuses the flag remembered with the choice.
+# requires_grad, so a hit reuses the flag remembered with the choice. While a dispatcher scope
+# is active anywhere, a memo of the scoped slot counts only in the context of the scope it was
+# made in (`dispatcher.choice_scope`), and only for a dispatcher that keys its scoped state so
+# (`dispatcher.use_choice_scope`). `epoch` is read before the lookup: a memo made from a choice
+# the op has forgotten since is dropped (`IrOp._remember_choice`).
 _CHOOSE_BY_LAST_OR_KEY = (
     """
     impl = None
-    memo = self._last_choice
-    if memo is not None and _hook.op_caches:
+    if _hook.op_caches:
+        memo = self._last_choice
+        scope = _global
+    else:
+        memo = self._scoped_choice
+        scope = _scope_get() if _hook.scoped_memos else _no_memo
+        if memo is not None and memo[4] is not scope:
+            memo = None
+    if memo is not None:
         try:
             if memo[1] == ({others}) and memo[0].check({guarded}):
                 impl, grad_args = memo[2], memo[3]
         except Exception:
             pass
-    if impl is None:"""
-    + textwrap.indent(_CHOOSE_BY_KEY, "    ")
+    if impl is None:
+        epoch = self._epoch
+        cache = self.choices if scope is _global else _hook.current.choice_cache(self)"""
+    + textwrap.indent(_LOOKUP, "    ")
     + """
         grad_args = {needs_grad}
-        if _hook.op_caches and self._last_choice_rebuilds < _max_rebuilds:
-            self._remember_choice(impl, ({guarded},), ({others}), {exact}, grad_args)"""
+        if cache is not None and self._last_choice_rebuilds < _max_rebuilds:
+            self._remember_choice(
+                impl, ({guarded},), ({others}), {exact}, grad_args, scope, epoch
+            )"""
 )
 
 _TEMPLATE = """
@@ -127,9 +152,16 @@ def _tensor_key(name: str) -> str:
 # nested ones); an optional tensor's stays a nested tuple, or None.
 
 
+def _other_types(native: Callable[..., Any]) -> list[str]:
+    """``type(<name>)`` of each non-tensor argument: values that compare equal across types
+    (``1e-6`` and ``torch.tensor(1e-6)``, ``64`` and ``64.0``, ``False`` and ``0``) can pass
+    or fail an argument check differently, so a cached choice may stand for one type only."""
+    return [f"type({name})" for name, kind in _parameters(native) if kind == OTHER]
+
+
 def generic_key_expression(native: Callable[..., Any]) -> str:
     """The generic dispatch key: per tensor its dtype, device, rank, last size and row layout;
-    every other argument as it is."""
+    every other argument as it is, and its type."""
     parts = []
     for name, kind in _parameters(native):
         if kind == TENSOR:
@@ -138,13 +170,20 @@ def generic_key_expression(native: Callable[..., Any]) -> str:
             parts.append(f"(None if {name} is None else ({_tensor_key(name)}))")
         else:
             parts.append(name)
-    return f"({', '.join(parts)},)"
+    return f"({', '.join(parts + _other_types(native))},)"
+
+
+def custom_key_expression(native: Callable[..., Any]) -> str:
+    """An op's own dispatch key (``_custom_key``), with the types of its non-tensor arguments."""
+    names = ", ".join(name for name, _ in _parameters(native))
+    return f"(_custom_key({names}), {''.join(t + ', ' for t in _other_types(native))})"
 
 
 def _guarded_arguments(native: Callable[..., Any]) -> tuple[list[str], list[str]] | None:
     """For the last-choice guard: the tensor arguments (an optional one as a stand-in when
-    None) and the other values compared (every non-tensor argument, then whether each optional
-    tensor is None); None for an op without tensor arguments."""
+    None) and the other values compared (the type of every non-tensor argument, then its value,
+    then whether each optional tensor is None; a type that differs fails the comparison before
+    any value is compared); None for an op without tensor arguments."""
     tensors: list[str] = []
     others: list[str] = []
     optional: list[str] = []
@@ -158,7 +197,7 @@ def _guarded_arguments(native: Callable[..., Any]) -> tuple[list[str], list[str]
             others.append(name)
     if not tensors:
         return None
-    return tensors, others + optional
+    return tensors, _other_types(native) + others + optional
 
 
 def build(
@@ -183,6 +222,9 @@ def build(
         "_strided_row_layout": strided_row_layout,
         "_none_tensor": last_choice.NONE_TENSOR,
         "_max_rebuilds": last_choice.MAX_REBUILDS,
+        "_scope_get": choice_scope.get,
+        "_global": GLOBAL_SCOPE,
+        "_no_memo": NO_MEMO,
     }
     declared = []
     for i, p in enumerate(params):
@@ -195,7 +237,7 @@ def build(
     key = generic_key_expression(op.native)
     if custom_key:
         namespace["_custom_key"] = op._key
-        key = f"_custom_key({joined})"
+        key = custom_key_expression(op.native)
     cloned = ", ".join(f"{n}.clone()" if n in op.activations else n for n in names)
     guarded = _guarded_arguments(op.native) if last_choice.available() else None
     needs_grad = needs_grad_expression(op.native)
@@ -223,4 +265,15 @@ def build(
         traced_needs_grad=needs_grad_expression(op.native, checked=False),
     )
     exec(compile(source, f"<ir_spec fast path for {op.name}>", "exec"), namespace)
-    return namespace["key"], namespace["__call__"], namespace["maybe_inplace"]
+    # Python names a function by its qualified name when a call binds no arguments ("missing 1
+    # required positional argument"), and tracebacks by its code's: the op's name, not
+    # "__call__".
+    call = _named(namespace["__call__"], f"ir.{op.name}")
+    maybe_inplace = _named(namespace["maybe_inplace"], f"ir.{op.name}.maybe_inplace")
+    return namespace["key"], call, maybe_inplace
+
+
+def _named(fn: Any, qualname: str) -> Any:
+    fn.__qualname__ = qualname
+    fn.__code__ = fn.__code__.replace(co_qualname=qualname)
+    return fn

@@ -13,7 +13,7 @@ from torch.library import Library, infer_schema
 
 from . import autograd, fast_path, last_choice, registry
 from .dispatch_key import DispatchKey
-from .dispatcher import _Hook
+from .dispatcher import GLOBAL_SCOPE, NO_MEMO, _Hook
 from .impl import Impl
 from .layout import shares_memory
 from .signature import (
@@ -87,10 +87,15 @@ class IrOp:
         self._key: DispatchKey = lambda *args: args  # replaced by _install_fast_path
         self.choices: dict[Any, Impl] = {}
         """Eager choices cached by dispatch key for the process-wide dispatcher state."""
-        # (guard, other argument values, impl) of the last eager call: see `last_choice`
-        #: (guard, other arguments, choice, whether a tensor argument requires grad)
-        self._last_choice: tuple[Any, tuple[Any, ...], Impl, bool] | None = None
+        # The last eager choice (see `last_choice`): (guard, other arguments, choice, whether a
+        # tensor argument requires grad, scope), made outside every scope (scope GLOBAL_SCOPE)
+        # or, in the other slot, for the dispatcher scope `scope` (`dispatcher.choice_scope`).
+        self._last_choice: tuple[Any, tuple[Any, ...], Impl, bool, object] | None = None
+        self._scoped_choice: tuple[Any, tuple[Any, ...], Impl, bool, object] | None = None
         self._last_choice_rebuilds = 0
+        # Bumped by `forget_choices` before it clears: a choice made while it changed was made
+        # for a state that is gone, and is neither cached nor remembered.
+        self._epoch = 0
         self._fake: Callable[..., Any] = native
         self._tolerances: dict[torch.dtype, Tolerance] = dict(DEFAULT_TOLERANCES)
         self.input_generator: InputGenerator | None = None
@@ -121,6 +126,7 @@ class IrOp:
         The first call with a given key runs the argument check and asks the dispatcher; later
         calls with the same key reuse both outcomes.
         """
+        epoch = self._epoch
         dispatcher = _Hook.current
         cache = self.choices if _Hook.op_caches else dispatcher.choice_cache(self)
         if cache is not None:
@@ -135,16 +141,22 @@ class IrOp:
         if self._checker is not None:
             self._checker(*args)
         impl = dispatcher.select(self, args)
-        if cache is not None:
+        # Another thread may change the policy while this one selects: a choice made for the
+        # old policy must not outlive the `forget_choices` that followed the change.
+        if cache is not None and self._epoch == epoch:
             if len(cache) >= MAX_CACHED_CHOICES:
                 cache.clear()
             cache[key] = impl
+            if self._epoch != epoch:  # forgotten between the test and the store
+                cache.pop(key, None)
         return impl
 
     def forget_choices(self) -> None:
         """Drop the cached eager choices (after a registration or a policy change)."""
+        self._epoch += 1
         self.choices.clear()
         self._last_choice = None
+        self._scoped_choice = None
         self._last_choice_rebuilds = 0
 
     def _remember_choice(
@@ -153,15 +165,27 @@ class IrOp:
         tensors: tuple[torch.Tensor, ...],
         others: tuple[Any, ...],
         exact: bool,
-        grad_args: bool = False,
+        grad_args: bool,
+        scope: object,
+        epoch: int,
     ) -> None:
         """Make `impl` the last choice, behind a guard built from this call's tensors (`exact`:
         every size checked, for ops whose own key relates their arguments' shapes); `grad_args`:
         whether one of them requires grad (the guard checks that it still does, or still does
-        not)."""
+        not). `scope`: `GLOBAL_SCOPE` outside every scope, else the dispatcher scope it holds
+        for (`NO_MEMO`: none). `epoch`: `_epoch` before the choice was looked up; if the
+        choices were forgotten since, nothing is remembered."""
+        if scope is NO_MEMO or self._epoch != epoch:
+            return
         self._last_choice_rebuilds += 1
         guard = last_choice.guard(tensors, exact=exact)
-        self._last_choice = None if guard is None else (guard, others, impl, grad_args)
+        memo = None if guard is None else (guard, others, impl, grad_args, scope)
+        if scope is GLOBAL_SCOPE:
+            self._last_choice = memo
+        else:
+            self._scoped_choice = memo
+        if self._epoch != epoch:  # forgotten while the memo was built
+            self._last_choice = self._scoped_choice = None
 
     def normalize(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[Any, ...]:
         """Arguments as a positional tuple in declaration order, defaults filled in."""

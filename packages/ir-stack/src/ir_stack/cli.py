@@ -35,10 +35,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, rest = parser.parse_known_args(ir_dispatch.split_priority_args(argv)[1])
         if args.command != "bench" and rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
-        config = Config.load(argv)
-        config.apply()
     except ValueError as error:  # a priority flag naming an unknown op or provider
         parser.error(str(error))
+    try:
+        # the environment and the configuration file: not a usage error, so no usage line
+        ir_dispatch.read_environment()
+        config = Config.load(argv)
+        config.apply()
+    except ValueError as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 2
     console = Console()
     if args.command == "demo":
         from .demo import main as demo
