@@ -226,8 +226,8 @@ def test_unaligned_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_rows_spread_over_clusters_only_for_the_fused_adds_and_dynamic_norm_at_decode_sizes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`cluster_for`: 16-bit rows of `WIDE_CLUSTER_BLOCK` that fill their block beside a weight,
-    up to `CLUSTER_ROWS` rows, every tensor aligned, in place too (plain rms_norm past
+    """`cluster_for`: 16-bit rows of `wide_norm_width` that fill their block beside a weight,
+    up to `max_rows` rows, every tensor aligned, in place too (plain rms_norm past
     `plain_norm_past_rows` rows); never where clusters do not launch (as here, off the GPU) or under
     programmatic launch."""
     from ir_kernels_triton import launch
@@ -333,8 +333,8 @@ def test_launch_rejects_more_blocks_a_row_than_it_has_warps(
 def test_dynamic_quant_rows_spread_over_clusters_only_at_decode_sizes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`quant_cluster_for`: 16-bit rows of a width in `QUANT_CLUSTER_WIDTHS`, up to
-    `CLUSTER_ROWS` rows, 16-byte aligned; never where clusters do not launch (as here, off the
+    """`quant_cluster_for`: 16-bit rows of a width in `quant_widths`, up to
+    `max_rows` rows, 16-byte aligned; never where clusters do not launch (as here, off the
     GPU) or under programmatic launch."""
     from ir_kernels_triton import launch
 
@@ -439,7 +439,7 @@ def record_bandwidth_queries(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> 
 def test_norm_asks_the_card_bandwidth_only_for_streamed_batches(
     monkeypatch: pytest.MonkeyPatch, rows: int, share: float
 ) -> None:
-    """rms_norm asks the card's bandwidth (for its register cap) only beyond `FEW_ROWS` rows
+    """rms_norm asks the card's bandwidth (for its register cap) only beyond `few_rows` rows
     whose footprint exceeds the L2: never at decode sizes, where a query costs replayed time."""
     asked = record_bandwidth_queries(monkeypatch, nk)
     monkeypatch.setattr(nk, "footprint_share", lambda t, footprint: share)
@@ -472,7 +472,8 @@ def test_card_bandwidth_asked_only_for_streamed_launches(
     monkeypatch: pytest.MonkeyPatch, streamed: bool
 ) -> None:
     """The gated and group-quant launches ask the card's bandwidth only where their rule reads
-    it (rows streamed from DRAM): even a kept answer costs a decode-size launch time."""
+    it (rows streamed from DRAM): even a cached answer costs a visible share of a decode-size
+    launch."""
     asked = record_bandwidth_queries(monkeypatch, pk, gq)
     for module in (pk, gq):
         monkeypatch.setattr(module, "streams_from_dram", lambda t, footprint: streamed)

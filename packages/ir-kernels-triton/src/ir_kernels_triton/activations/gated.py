@@ -210,8 +210,8 @@ def launch_gated(
     if dense and block is None and num_warps is None:
         if flat is None:
             streaming = streams_from_dram(x, tensor_bytes(x, out))
-            # the bandwidth is asked only where the rule reads it: even a kept answer costs a
-            # decode-size launch time
+            # the bandwidth is asked only where the rule reads it: even a cached answer costs
+            # a visible share of a decode-size launch
             gbps = dram_gbps_per_sm(x) if streaming else None
             flat = flat_config(n * d, streaming, act, scale is not None, gbps)
         flat_block, warps = flat

@@ -1,8 +1,8 @@
 """Where Triton kernels can run, and what the launchers ask of the GPU that runs them.
 
-Each question about a device is asked of torch once per device and kept; the launchers still
-ask only where their rule reads the answer, since even a kept answer costs a decode-size launch
-time.
+Each question about a device is asked of torch once per device and cached; the launchers still
+ask only where their rule reads the answer, since even a cached answer costs a visible share of
+a decode-size launch.
 """
 
 import functools

@@ -391,8 +391,8 @@ def launch_norm(
     # bytes read and written: x and out, the residual in and out, the dynamic scales
     share = footprint_share(x, tensor_bytes(x, out, residual, residual, scale_out))
     has_residual = residual is not None
-    # the card's bandwidth is asked only where the rules read it: even a kept answer costs a
-    # decode-size launch time
+    # the card's bandwidth is asked only where the rules read it: even a cached answer costs
+    # a visible share of a decode-size launch
     streamed = (
         quant == rules.QUANT_NONE
         and n > table.norms.few_rows

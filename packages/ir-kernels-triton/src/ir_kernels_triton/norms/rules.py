@@ -230,7 +230,7 @@ def row_split(
     specializes them (address and row stride multiples of 16; the row's layout follows its
     alignment) or where an output shares memory with an input (in place: a program sharing a
     row reads all of it, possibly after others wrote their slices). The memory check runs only
-    where the rule would split, since it costs a decode-size launch time."""
+    where the rule would split: its cost is a visible share of a decode-size launch."""
     split = aligned_split(x, block, quant, single_pass, residual is not None)
     if split > 1 and writes_over_input(x, out, residual, residual_out):
         return 1
@@ -326,7 +326,7 @@ def cluster_for(
         and n <= clusters.max_rows
         and not programmatic_launch_enabled()
         and cluster_fits(x, weight, out, residual, residual_out, block, full_row)
-        # (the memory check last: it costs a decode-size launch time)
+        # (the memory check last: its cost is a visible share of a decode-size launch)
         and (not in_place_only or writes_over_input(x, out, residual, residual_out))
     )
     return clusters.norm_blocks if spread else 1

@@ -125,7 +125,7 @@ def default_group_quant_config(
         x.shape[-1] // group_size,
         next_power_of_2(group_size),
         streamed,
-        # only where the rule reads it: even a kept answer costs a decode-size launch time
+        # only where the rule reads it (a cached answer still costs a decode-size launch)
         dram_gbps_per_sm(x) if streamed else None,
     )
 
