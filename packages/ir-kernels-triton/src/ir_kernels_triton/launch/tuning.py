@@ -3,7 +3,8 @@
 The launchers and their rules (`norms.rules`, `activations.gated`, `quant.static`,
 `quant.dynamic`, `quant.group`, `rotary.kernel`, `launch.programmatic`) say what each choice
 does and why; this module holds the values, each with one line of rationale. The values come
-from sweeps of the provider's launches on the GPUs named below (CUDA-graph replay, medians);
+from sweeps of the provider's launches on the GPUs named below (CUDA-graph replay, medians),
+except the row sizes of `Rows`, which follow from the registers a program holds;
 `benchmarks/tuning/triton.py` sweeps them again on the card it runs on and prints the table for
 that card's class.
 
@@ -261,7 +262,7 @@ COMMON = Common(
         max_single_pass=16384,
         # a looped chunk of 8 warps at 16 values a thread
         loop_block=4096,
-        # 16 values a thread: one 16-byte load of 16-bit values for every two
+        # 16 values a thread: two 16-byte loads of 16-bit values
         elements_per_warp=512,
         # the widest row of `max_single_pass` needs no more
         max_warps=16,
@@ -285,7 +286,7 @@ COMMON = Common(
         # H100: rms_norm between a quarter of the L2 and the L2 about 6 % faster capped at 32
         registers=32,
         registers_l2_share=0.25,
-        # H100: the fused add of 8192-wide rows streaming from memory slightly faster at 48
+        # H100: the fused add of 8192-wide rows streaming from memory 0.3-0.5 % faster at 48
         residual_registers=48,
         residual_registers_block=8192,
         residual_registers_l2_share=2.0,
@@ -310,17 +311,17 @@ COMMON = Common(
         static_split=2,
     ),
     clusters=Clusters(
-        # H200: clusters lead at decode sizes; past 16 rows every SM is busy anyway
+        # H200: measured from 1 to 16 rows, the decode sizes
         max_rows=16,
         # H200: eight blocks beat four (one warp a block for the dynamic-fp8 norm)
         norm_blocks=8,
-        # H200: rows of 2048 gained nothing on clusters
+        # H200: rows of 8192 gain wherever measured, rows of 4096 where the split serves badly
         norm_widths=(4096, 8192),
         # H200: at 4096 the split leads wherever it can serve the row
         wide_norm_width=8192,
         # H200: plain rms_norm level with the split up to 4 rows of 8192, ahead past them
         plain_norm_past_rows=4,
-        # H200: dynamic quant of 8192 on eight one-warp blocks 5-10 % faster than one program
+        # H200: dynamic quant of 8192 on eight one-warp blocks 5-7 % faster than one program
         quant_blocks=8,
         quant_block_warps=1,
         # H200: rows of 2048 and 4096 ran slower on any cluster
@@ -428,12 +429,13 @@ DEVICE_CLASSES: tuple[DeviceClass, ...] = (
         streamed_group_launch=(8, 4),
     ),
     DeviceClass(
-        # H200, about 37 GB/s per SM: half as much again to keep in flight per SM (floor between)
+        # H200, about 37 GB/s per SM, half as much again to keep in flight; the floor lies
+        # between the two cards
         name="deep-loads",
         min_gbps_per_sm=30.0,
         # H200: streamed silu of 16384 x 28672 4 % faster on 1024 over 4 warps, as Inductor
         streamed_gates=(1024, 4),
-        # H200: rms_norm of 8192-wide rows past the L2 1-2 % faster capped at 32
+        # H200: rms_norm of 8192-wide rows past the L2 up to 2 % faster capped at 32
         streamed_norm_cap_block=8192,
         # H200: rms_norm 16384 x 8192 2 % and the fused add 4 % faster reading rows again
         reload_block=8192,
