@@ -190,10 +190,10 @@ def integration(session: nox.Session) -> None:
 def layouts(session: nox.Session) -> None:
     """Without a GPU: the Triton norms compiled for sm_90 give a decode row the same reduction
     layout, hence the same bits, whether one program or several share it (batch invariance of
-    `norm_rules.split_for`; `benchmarks/cpu/triton_layouts.py`), for the installed Triton."""
+    `norms.rules.split_for`; the package's `tests/test_layouts.py`), for the installed Triton."""
     install_packages(session, ["ir-kernels-triton"])
-    session.run("python", "benchmarks/cpu/triton_layouts.py")
-    session.run("python", "benchmarks/cpu/triton_layouts.py", "--unaligned")
+    session.install("pytest>=8")
+    session.run("pytest", "packages/ir-kernels-triton/tests/test_layouts.py", *session.posargs)
 
 
 @nox.session(tags=["checks"])

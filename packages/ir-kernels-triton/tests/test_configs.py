@@ -5,17 +5,41 @@ from typing import Any
 import pytest
 import torch
 
-from ir_kernels_triton import cluster_norm as cn
-from ir_kernels_triton import dynamic_quant_kernels as dq
-from ir_kernels_triton import norm_kernels as nk
-from ir_kernels_triton import norm_rules as nr
-from ir_kernels_triton import pointwise_kernels as pk
-from ir_kernels_triton.platform import warps_for
+from ir_kernels_triton.activations import gated as pk
+from ir_kernels_triton.launch import clusters as cn
+from ir_kernels_triton.launch import tuning
+from ir_kernels_triton.launch.rows import warps_for
+from ir_kernels_triton.norms import kernel as nk
+from ir_kernels_triton.norms import rules as nr
+from ir_kernels_triton.quant import dynamic as dq
+from ir_kernels_triton.quant import group as gq
+from ir_kernels_triton.quant import static as sq
 
-ACTS = [None, pk.ACT_SILU, pk.ACT_GELU, pk.ACT_GELU_TANH]
+ACTS = [pk.ACT_SILU, pk.ACT_GELU, pk.ACT_GELU_TANH]
+NORMS, CLUSTERS, GATES = tuning.COMMON.norms, tuning.COMMON.clusters, tuning.COMMON.gates
 H100_GBPS_PER_SM, H200_GBPS_PER_SM = 25.4, 37.2
 #: Where the tests that launch kernels put their tensors (the CPU under the interpreter).
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+TOTALS = (
+    1,
+    5632,
+    (1 << 13) + 1,
+    14336,
+    1 << 17,
+    (1 << 17) + 1,
+    1 << 19,
+    (1 << 19) + 1,
+    1 << 24,
+    1 << 30,
+)
+
+
+def assert_launchable(block: int, warps: int) -> None:
+    assert block & (block - 1) == 0
+    assert block >= 32 * warps
+    assert warps in (1, 2, 4, 8, 16)
 
 
 @pytest.mark.parametrize("act", ACTS)
@@ -23,31 +47,19 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 @pytest.mark.parametrize("streaming", [False, True])
 @pytest.mark.parametrize("gbps_per_sm", [None, H100_GBPS_PER_SM, H200_GBPS_PER_SM])
 def test_flat_configs_are_launchable(
-    act: int | None, quant: bool, streaming: bool, gbps_per_sm: float | None
+    act: int, quant: bool, streaming: bool, gbps_per_sm: float | None
 ) -> None:
     """Power-of-two blocks of at least one element per thread, for every size and card."""
-    for total in (
-        1,
-        5632,
-        (1 << 13) + 1,
-        14336,
-        1 << 17,
-        (1 << 17) + 1,
-        1 << 19,
-        (1 << 19) + 1,
-        1 << 24,
-        1 << 30,
-    ):
-        block, warps = pk.flat_config(total, streaming, act, quant, gbps_per_sm)
-        assert block & (block - 1) == 0
-        assert block >= 32 * warps
-        assert warps in (1, 2, 4, 8, 16)
+    for total in TOTALS:
+        assert_launchable(*pk.flat_config(total, streaming, act, quant, gbps_per_sm))
+    for total in TOTALS:
+        assert_launchable(*sq.flat_config(total, streaming))
 
 
 def test_streamed_gates_follow_the_card_bandwidth() -> None:
     """Inductor's launch (1024 over 4 warps) for the streamed gates without fp8 output only on
-    cards of at least `DEEP_LOADS_GBPS_PER_SM` (an H200); an H100, or no bandwidth known, keeps
-    its launch."""
+    cards of the deep-loads class (an H200's bandwidth per SM); an H100, or no bandwidth known,
+    keeps its launch."""
     big = 1 << 28
     h100, h200 = H100_GBPS_PER_SM, H200_GBPS_PER_SM
     for act in (pk.ACT_SILU, pk.ACT_GELU):
@@ -59,43 +71,43 @@ def test_streamed_gates_follow_the_card_bandwidth() -> None:
 
 
 def test_silu_past_decode_sizes_takes_eight_warps_up_to_512k_outputs() -> None:
-    """Sixteen tokens of 14336 or 28672 (H200 sweep, `triton-tuning-H200.log` round 15): silu,
+    """Sixteen tokens of 14336 or 28672: silu,
     quantizing or not, on 1024 over 8 warps; below 128K outputs and past 512K as before, and
     gelu and the quantization alone untouched."""
     for quant in (False, True):
-        for total in (16 * 14336, 16 * 28672, pk.SILU_EIGHT_WARPS_OUTPUTS):
+        for total in (16 * 14336, 16 * 28672, GATES.silu_mid_outputs):
             assert pk.flat_config(total, False, pk.ACT_SILU, quant) == (1024, 8)
-        assert pk.flat_config(pk.FLAT_DECODE_OUTPUTS, False, pk.ACT_SILU, quant) == (512, 8)
-        assert pk.flat_config(pk.SILU_EIGHT_WARPS_OUTPUTS + 1, False, pk.ACT_SILU, quant) == (
+        assert pk.flat_config(GATES.decode_outputs, False, pk.ACT_SILU, quant) == (512, 8)
+        assert pk.flat_config(GATES.silu_mid_outputs + 1, False, pk.ACT_SILU, quant) == (
             1024,
             4,
         )
     assert pk.flat_config(16 * 28672, False, pk.ACT_GELU) == (512, 4)
-    assert pk.flat_config(16 * 28672, False, None, True) == (2048, 4)
+    assert sq.flat_config(16 * 28672, False) == (2048, 4)
 
 
 def test_register_cap_only_for_plain_16_bit_norms_beyond_few_rows() -> None:
-    many = nr.FEW_ROWS + 1
+    many = NORMS.few_rows + 1
     assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, 0.5, 2) == 32
     assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, True, 4.0, 2) == 48
     # off the GPU (no L2 share), quantizing, few rows or 32-bit rows: the compiler's choice
     assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, None, 2) is None
     assert nr.max_registers_for(many, nr.QUANT_STATIC, 8192, False, 0.5, 2) is None
-    assert nr.max_registers_for(nr.FEW_ROWS, nr.QUANT_NONE, 8192, False, 0.5, 2) is None
+    assert nr.max_registers_for(NORMS.few_rows, nr.QUANT_NONE, 8192, False, 0.5, 2) is None
     assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, 0.5, 4) is None
 
 
 def test_streamed_wide_rms_norm_capped_only_on_deep_load_cards() -> None:
     """rms_norm of 8192-wide 16-bit rows beyond the L2 takes the cap of 32 registers on a card
     of an H200's bandwidth per SM only; narrower rows, the fused add, an H100 keep theirs."""
-    many = nr.FEW_ROWS + 1
+    many = NORMS.few_rows + 1
     h100, h200 = H100_GBPS_PER_SM, H200_GBPS_PER_SM
     assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, 3.0, 2, h200) == 32
     assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, 3.0, 2, h100) is None
     assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, 3.0, 2) is None
     assert nr.max_registers_for(many, nr.QUANT_NONE, 4096, False, 3.0, 2, h200) is None
     assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, True, 3.0, 2, h200) == 48
-    assert nr.max_registers_for(nr.FEW_ROWS, nr.QUANT_NONE, 8192, False, 3.0, 2, h200) is None
+    assert nr.max_registers_for(NORMS.few_rows, nr.QUANT_NONE, 8192, False, 3.0, 2, h200) is None
     # rows read again after their sum (`reload_for`) run uncapped
     assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, False, 8.0, 2, h200) is None
     assert nr.max_registers_for(many, nr.QUANT_NONE, 8192, True, 8.0, 2, h200) is None
@@ -104,19 +116,19 @@ def test_streamed_wide_rms_norm_capped_only_on_deep_load_cards() -> None:
 
 def test_rows_read_again_only_for_wide_plain_norms_far_beyond_l2_on_deep_cards() -> None:
     """Rows are read again after their sum only for 16-bit plain norms of 8192 or more beyond
-    `FEW_ROWS` rows, whose footprint exceeds `RELOAD_L2_SHARE` L2 sizes, on an H200-like card."""
-    many, far = nr.FEW_ROWS + 1, nr.RELOAD_L2_SHARE + 1.0
+    `few_rows` rows, whose footprint exceeds `reload_l2_share` L2 sizes, on an H200-like card."""
+    many, far = NORMS.few_rows + 1, NORMS.reload_l2_share + 1.0
     h100, h200 = H100_GBPS_PER_SM, H200_GBPS_PER_SM
     assert nr.reload_for(many, nr.QUANT_NONE, 8192, far, 2, h200)
     assert nr.reload_for(many, nr.QUANT_NONE, 16384, far, 2, h200)
     assert not nr.reload_for(many, nr.QUANT_NONE, 8192, far, 2, h100)
     assert not nr.reload_for(many, nr.QUANT_NONE, 8192, far, 2, None)
-    assert not nr.reload_for(many, nr.QUANT_NONE, 8192, nr.RELOAD_L2_SHARE, 2, h200)
+    assert not nr.reload_for(many, nr.QUANT_NONE, 8192, NORMS.reload_l2_share, 2, h200)
     assert not nr.reload_for(many, nr.QUANT_NONE, 8192, None, 2, h200)
     assert not nr.reload_for(many, nr.QUANT_NONE, 4096, far, 2, h200)
     assert not nr.reload_for(many, nr.QUANT_NONE, 8192, far, 4, h200)
     assert not nr.reload_for(many, nr.QUANT_DYNAMIC, 8192, far, 2, h200)
-    assert not nr.reload_for(nr.FEW_ROWS, nr.QUANT_NONE, 8192, far, 2, h200)
+    assert not nr.reload_for(NORMS.few_rows, nr.QUANT_NONE, 8192, far, 2, h200)
 
 
 def test_masks_dropped_only_for_full_uncapped_rows_beside_a_weight_of_their_width() -> None:
@@ -131,20 +143,20 @@ def test_masks_dropped_only_for_full_uncapped_rows_beside_a_weight_of_their_widt
 
 
 def test_fused_add_loads_the_weight_late_only_beyond_few_rows_near_l2() -> None:
-    many = nr.FEW_ROWS + 1
+    many = NORMS.few_rows + 1
     assert not nr.early_weight_for(many, nr.QUANT_NONE, 4096, True, 0.6)
     assert nr.early_weight_for(many, nr.QUANT_NONE, 4096, True, 3.0)
     assert nr.early_weight_for(many, nr.QUANT_NONE, 4096, True, None)
-    assert nr.early_weight_for(nr.FEW_ROWS, nr.QUANT_NONE, 4096, True, 0.6)
+    assert nr.early_weight_for(NORMS.few_rows, nr.QUANT_NONE, 4096, True, 0.6)
 
 
 def test_evict_first_window() -> None:
     assert not nr.evict_first_for(None)
     assert not nr.evict_first_for(0.9)
     assert nr.evict_first_for(1.1)
-    assert not nr.evict_first_for(nr.EVICT_FIRST_L2_MULTIPLE + 0.01)
-    assert nr.evict_first_for(nr.EVICT_FIRST_L2_MULTIPLE + 0.01, residual=True)
-    assert not nr.evict_first_for(nr.EVICT_FIRST_L2_MULTIPLE_RESIDUAL + 0.01, residual=True)
+    assert not nr.evict_first_for(NORMS.evict_first_l2_share + 0.01)
+    assert nr.evict_first_for(NORMS.evict_first_l2_share + 0.01, residual=True)
+    assert not nr.evict_first_for(NORMS.evict_first_l2_share_residual + 0.01, residual=True)
 
 
 def test_norm_warps_follow_the_row_block_only() -> None:
@@ -158,17 +170,17 @@ def test_norm_warps_follow_the_row_block_only() -> None:
 
 def test_rows_split_only_at_decode_sizes() -> None:
     sms, plain, static = 132, nr.QUANT_NONE, nr.QUANT_STATIC
-    assert nr.split_for(1, 8192, plain, True, sms) == nr.ROW_SPLIT
-    assert nr.split_for(16, 16384, plain, True, sms) == nr.ROW_SPLIT
-    assert nr.split_for(16, 8192, static, True, sms) == nr.ROW_SPLIT
+    assert nr.split_for(1, 8192, plain, True, sms) == NORMS.row_split
+    assert nr.split_for(16, 16384, plain, True, sms) == NORMS.row_split
+    assert nr.split_for(16, 8192, static, True, sms) == NORMS.row_split
     assert nr.split_for(17, 8192, plain, True, sms) == 2
     assert nr.split_for(32, 8192, static, True, sms) == 2
     assert nr.split_for(33, 8192, plain, True, sms) == 1
-    assert nr.split_for(8, 4096, plain, True, sms) == nr.ROW_SPLIT
+    assert nr.split_for(8, 4096, plain, True, sms) == NORMS.row_split
     assert nr.split_for(9, 4096, plain, True, sms) == 2
     assert nr.split_for(16, 4096, plain, True, sms) == 2
     assert nr.split_for(17, 4096, plain, True, sms) == 1
-    assert nr.split_for(4, 4096, static, True, sms, residual=True) == nr.ROW_SPLIT
+    assert nr.split_for(4, 4096, static, True, sms, residual=True) == NORMS.row_split
     assert nr.split_for(5, 4096, static, True, sms, residual=True) == 2
     # the static-fp8 norm alone: two programs a 4096 row
     assert nr.split_for(1, 4096, static, True, sms) == 2
@@ -192,7 +204,7 @@ def test_in_place_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(nr, "sm_count", lambda t: 132)
     x, r = torch.randn(2, 8192), torch.randn(2, 8192)
     out, res = torch.empty_like(x), torch.empty_like(x)
-    assert nr.row_split(x, out, r, res, 8192, nr.QUANT_NONE, True) == nr.ROW_SPLIT
+    assert nr.row_split(x, out, r, res, 8192, nr.QUANT_NONE, True) == NORMS.row_split
     assert nr.row_split(x, x, r, r, 8192, nr.QUANT_NONE, True) == 1
     assert nr.row_split(x, x[:1], None, None, 8192, nr.QUANT_NONE, True) == 1
 
@@ -206,7 +218,7 @@ def test_unaligned_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> Non
     aligned = base[: 2 * 8192].view(2, 8192)
     rows_8200_apart = base.as_strided((2, 8192), (8200, 1))
     one_element_in = base[1 : 1 + 2 * 8192].view(2, 8192)
-    assert nr.row_split(aligned, out, None, None, 8192, nr.QUANT_NONE, True) == nr.ROW_SPLIT
+    assert nr.row_split(aligned, out, None, None, 8192, nr.QUANT_NONE, True) == NORMS.row_split
     assert nr.row_split(rows_8200_apart, out, None, None, 8192, nr.QUANT_NONE, True) == 1
     assert nr.row_split(one_element_in, out, None, None, 8192, nr.QUANT_NONE, True) == 1
 
@@ -214,14 +226,14 @@ def test_unaligned_rows_are_never_shared(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_rows_spread_over_clusters_only_for_the_fused_adds_and_dynamic_norm_at_decode_sizes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`cluster_for`: 16-bit rows of `WIDE_CLUSTER_BLOCK` that fill their block beside a weight,
-    up to `CLUSTER_ROWS` rows, every tensor aligned, in place too (plain rms_norm past
-    `ROW_SPLIT` rows); never where clusters do not launch (as here, off the GPU) or under
+    """`cluster_for`: 16-bit rows of `wide_norm_width` that fill their block beside a weight,
+    up to `max_rows` rows, every tensor aligned, in place too (plain rms_norm past
+    `plain_norm_past_rows` rows); never where clusters do not launch (as here, off the GPU) or under
     programmatic launch."""
     from ir_kernels_triton import launch
 
     block, plain, static, dynamic = (
-        nr.WIDE_CLUSTER_BLOCK,
+        CLUSTERS.wide_norm_width,
         nr.QUANT_NONE,
         nr.QUANT_STATIC,
         nr.QUANT_DYNAMIC,
@@ -234,20 +246,23 @@ def test_rows_spread_over_clusters_only_for_the_fused_adds_and_dynamic_norm_at_d
     out, res = torch.empty_like(x), torch.empty_like(x)
     assert nr.cluster_for(x, w, out, r, res, block, plain, True) == 1  # no GPU here
     monkeypatch.setattr(nr, "cluster_launches", lambda t: True)
-    assert nr.cluster_for(x, w, out, r, res, block, plain, True) == cn.CLUSTER
-    assert nr.cluster_for(x, w, x, r, r, block, plain, True) == cn.CLUSTER  # in place
-    assert nr.cluster_for(x, w, out, r, res, block, static, True) == cn.CLUSTER
-    assert nr.cluster_for(x, w, out, None, None, block, dynamic, True) == cn.CLUSTER
-    assert nr.cluster_for(rows(1), w, out[:1], None, None, block, dynamic, True) == cn.CLUSTER
-    # plain rms_norm past `ROW_SPLIT` rows (its warps send their own sums); the static norm
-    # keeps the split
-    assert nr.cluster_for(x, w, out, None, None, block, plain, True) == cn.CLUSTER
-    n = nr.ROW_SPLIT
+    assert nr.cluster_for(x, w, out, r, res, block, plain, True) == CLUSTERS.norm_blocks
+    assert nr.cluster_for(x, w, x, r, r, block, plain, True) == CLUSTERS.norm_blocks  # in place
+    assert nr.cluster_for(x, w, out, r, res, block, static, True) == CLUSTERS.norm_blocks
+    assert nr.cluster_for(x, w, out, None, None, block, dynamic, True) == CLUSTERS.norm_blocks
+    assert (
+        nr.cluster_for(rows(1), w, out[:1], None, None, block, dynamic, True)
+        == CLUSTERS.norm_blocks
+    )
+    # plain rms_norm past `plain_norm_past_rows` rows (its warps send their own sums); the static
+    # norm keeps the split
+    assert nr.cluster_for(x, w, out, None, None, block, plain, True) == CLUSTERS.norm_blocks
+    n = CLUSTERS.plain_norm_past_rows
     assert nr.cluster_for(x[:n], w, out[:n], None, None, block, plain, True) == 1
     assert nr.cluster_for(x[: n + 1], w, out[: n + 1], None, None, block, plain, True) > 1
     assert nr.cluster_for(x, w, out, None, None, block, static, True) == 1
     # past decode sizes, other widths or dtypes, no weight, masked rows, unaligned tensors
-    big = rows(cn.CLUSTER_ROWS + 1)
+    big = rows(CLUSTERS.max_rows + 1)
     assert nr.cluster_for(big, w, big, big, big, block, plain, True) == 1
     assert nr.cluster_for(x, w, out, r, res, 2048, plain, True) == 1
     x32 = rows(16, torch.float32)
@@ -264,25 +279,25 @@ def test_rows_of_4096_spread_only_where_the_split_cannot_serve_them_well(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """`cluster_for` at 4096 wide: the plain fused add only in place (out of place the split
-    leads), its static-fp8 form past `ROW_SPLIT` rows (where the split takes two programs a
+    leads), its static-fp8 form past `split_rows_fp8` rows (where the split takes two programs a
     row); never the dynamic-fp8 or plain norms."""
     monkeypatch.setattr(nr, "cluster_launches", lambda t: True)
     block, plain, static, dynamic = 4096, nr.QUANT_NONE, nr.QUANT_STATIC, nr.QUANT_DYNAMIC
-    assert block in cn.CLUSTER_BLOCKS
-    assert block < nr.WIDE_CLUSTER_BLOCK
+    assert block in CLUSTERS.norm_widths
+    assert block < CLUSTERS.wide_norm_width
     x, r = (torch.randn(16, block, dtype=torch.bfloat16) for _ in range(2))
     w = torch.randn(block, dtype=torch.bfloat16)
     out, res = torch.empty_like(x), torch.empty_like(x)
     q = torch.empty(16, block, dtype=torch.float8_e4m3fn)
     assert nr.spreads_only_in_place(block, plain, True)
-    assert not nr.spreads_only_in_place(nr.WIDE_CLUSTER_BLOCK, plain, True)
+    assert not nr.spreads_only_in_place(CLUSTERS.wide_norm_width, plain, True)
     assert not nr.spreads_only_in_place(2048, plain, True)  # never spread
     assert not nr.spreads_only_in_place(block, static, True)
     assert nr.cluster_for(x, w, out, r, res, block, plain, True) == 1
-    assert nr.cluster_for(x, w, x, r, r, block, plain, True) == cn.CLUSTER  # in place
-    assert nr.cluster_for(x[:1], w, x[:1], r[:1], r[:1], block, plain, True) == cn.CLUSTER
-    assert nr.cluster_for(x, w, q, r, res, block, static, True) == cn.CLUSTER
-    n = nr.ROW_SPLIT  # the split's four programs a row serve these
+    assert nr.cluster_for(x, w, x, r, r, block, plain, True) == CLUSTERS.norm_blocks  # in place
+    assert nr.cluster_for(x[:1], w, x[:1], r[:1], r[:1], block, plain, True) == CLUSTERS.norm_blocks
+    assert nr.cluster_for(x, w, q, r, res, block, static, True) == CLUSTERS.norm_blocks
+    n = NORMS.split_rows_fp8  # the split's four programs a row serve these
     assert nr.cluster_for(x[:n], w, q[:n], r[:n], res[:n], block, static, True) == 1
     assert nr.cluster_for(x, w, q, None, None, block, static, True) == 1
     assert nr.cluster_for(x, w, q, None, None, block, dynamic, True) == 1
@@ -292,8 +307,8 @@ def test_rows_of_4096_spread_only_where_the_split_cannot_serve_them_well(
 def test_launch_rejects_a_bad_cluster() -> None:
     """More than one block a row only where `cluster_for`'s conditions on the rows hold, and on
     a GPU where clusters launch (not here)."""
-    x = torch.randn(2, nr.WIDE_CLUSTER_BLOCK, dtype=torch.bfloat16)
-    w = torch.randn(nr.WIDE_CLUSTER_BLOCK, dtype=torch.bfloat16)
+    x = torch.randn(2, CLUSTERS.wide_norm_width, dtype=torch.bfloat16)
+    w = torch.randn(CLUSTERS.wide_norm_width, dtype=torch.bfloat16)
     for cluster in (3, 16, *cn.CLUSTER_SIZES):
         with pytest.raises(ValueError, match=f"cluster={cluster}"):
             nk.launch_norm(x, w, 1e-6, None, torch.empty_like(x), cluster=cluster)
@@ -318,19 +333,19 @@ def test_launch_rejects_more_blocks_a_row_than_it_has_warps(
 def test_dynamic_quant_rows_spread_over_clusters_only_at_decode_sizes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """`quant_cluster_for`: 16-bit rows of a width in `QUANT_CLUSTER_WIDTHS`, up to
-    `CLUSTER_ROWS` rows, 16-byte aligned; never where clusters do not launch (as here, off the
+    """`quant_cluster_for`: 16-bit rows of a width in `quant_widths`, up to
+    `max_rows` rows, 16-byte aligned; never where clusters do not launch (as here, off the
     GPU) or under programmatic launch."""
     from ir_kernels_triton import launch
 
-    (width,) = sorted(dq.QUANT_CLUSTER_WIDTHS)[-1:]
+    (width,) = sorted(CLUSTERS.quant_widths)[-1:]
     x = torch.randn(16, width, dtype=torch.bfloat16)
     q = torch.empty(16, width, dtype=torch.float8_e4m3fn)
     assert dq.quant_cluster_for(x, q) == 1  # no GPU here
     monkeypatch.setattr(dq, "cluster_launches", lambda t: True)
-    assert dq.quant_cluster_for(x, q) == dq.QUANT_CLUSTER
-    assert dq.quant_cluster_for(x[:1], q[:1]) == dq.QUANT_CLUSTER
-    big = torch.randn(cn.CLUSTER_ROWS + 1, width, dtype=torch.bfloat16)
+    assert dq.quant_cluster_for(x, q) == CLUSTERS.quant_blocks
+    assert dq.quant_cluster_for(x[:1], q[:1]) == CLUSTERS.quant_blocks
+    big = torch.randn(CLUSTERS.max_rows + 1, width, dtype=torch.bfloat16)
     assert dq.quant_cluster_for(big, torch.empty_like(big, dtype=q.dtype)) == 1
     assert dq.quant_cluster_for(x.float(), q) == 1
     narrow = torch.randn(16, 1024, dtype=torch.bfloat16)
@@ -366,45 +381,45 @@ def test_group_quant_streamed_rows_follow_the_cards_bandwidth(hidden: int) -> No
     """One vector a thread where an H100's bandwidth per SM is enough, whole rows a program
     where more must be in flight; rows within the L2 and unknown cards keep the batch rule."""
     groups = hidden // 128
-    on_h100 = dq.group_quant_config(16384, groups, 128, True, H100_GBPS_PER_SM)
-    on_h200 = dq.group_quant_config(16384, groups, 128, True, H200_GBPS_PER_SM)
+    on_h100 = gq.group_quant_config(16384, groups, 128, True, H100_GBPS_PER_SM)
+    on_h200 = gq.group_quant_config(16384, groups, 128, True, H200_GBPS_PER_SM)
     assert on_h100 == (8, 4)
     assert on_h200 == (groups, warps_for(hidden))
     for streamed, gbps in ((False, H200_GBPS_PER_SM), (False, H100_GBPS_PER_SM), (True, None)):
         expected = (8, 4) if groups <= 16 else (32, 8)
-        assert dq.group_quant_config(16384, groups, 128, streamed, gbps) == expected
+        assert gq.group_quant_config(16384, groups, 128, streamed, gbps) == expected
     for few in (1, 16, 17, 1024):
-        assert dq.group_quant_config(few, groups, 128, True, H200_GBPS_PER_SM) == (
-            dq.group_quant_config(few, groups, 128)
+        assert gq.group_quant_config(few, groups, 128, True, H200_GBPS_PER_SM) == (
+            gq.group_quant_config(few, groups, 128)
         )
 
 
 def test_group_quant_whole_rows_stop_at_8192_elements() -> None:
-    assert dq.group_quant_config(16384, 512, 128, True, H200_GBPS_PER_SM) == (64, 16)
-    assert dq.group_quant_config(16384, 3, 128, True, H200_GBPS_PER_SM) == (4, 1)
+    assert gq.group_quant_config(16384, 512, 128, True, H200_GBPS_PER_SM) == (64, 16)
+    assert gq.group_quant_config(16384, 3, 128, True, H200_GBPS_PER_SM) == (4, 1)
 
 
 def test_dram_bandwidth_per_sm_from_the_reported_clocks() -> None:
     import types
 
-    from ir_kernels_triton import platform
+    from ir_kernels_triton.launch import device
 
     h100 = types.SimpleNamespace(
         memory_clock_rate=2_619_000, memory_bus_width=5120, multi_processor_count=132
     )
-    assert platform.gbps_per_sm_of(h100) == pytest.approx(25.4, abs=0.1)
+    assert device.gbps_per_sm_of(h100) == pytest.approx(25.4, abs=0.1)
     no_clock = types.SimpleNamespace(
         memory_clock_rate=0, memory_bus_width=5120, multi_processor_count=132
     )
-    assert platform.gbps_per_sm_of(no_clock) is None
-    assert platform.dram_gbps_per_sm(torch.empty(1)) is None  # off the GPU
+    assert device.gbps_per_sm_of(no_clock) is None
+    assert device.dram_gbps_per_sm(torch.empty(1)) is None  # off the GPU
 
 
 def record_bandwidth_queries(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> list[torch.Tensor]:
     """The tensors `modules` ask `dram_gbps_per_sm` about from now on (each answered with an
     H200's bandwidth), with launch plans off: a plan recorded by an earlier test replays its
     launch without the rules (on a GPU, where plans run)."""
-    from ir_kernels_triton import plans
+    from ir_kernels_triton.launch import plans
 
     asked: list[torch.Tensor] = []
 
@@ -419,12 +434,12 @@ def record_bandwidth_queries(monkeypatch: pytest.MonkeyPatch, *modules: Any) -> 
 
 
 @pytest.mark.parametrize(
-    ("rows", "share"), [(2, 8.0), (nr.FEW_ROWS + 1, 0.5), (nr.FEW_ROWS + 1, 8.0)]
+    ("rows", "share"), [(2, 8.0), (NORMS.few_rows + 1, 0.5), (NORMS.few_rows + 1, 8.0)]
 )
 def test_norm_asks_the_card_bandwidth_only_for_streamed_batches(
     monkeypatch: pytest.MonkeyPatch, rows: int, share: float
 ) -> None:
-    """rms_norm asks the card's bandwidth (for its register cap) only beyond `FEW_ROWS` rows
+    """rms_norm asks the card's bandwidth (for its register cap) only beyond `few_rows` rows
     whose footprint exceeds the L2: never at decode sizes, where a query costs replayed time."""
     asked = record_bandwidth_queries(monkeypatch, nk)
     monkeypatch.setattr(nk, "footprint_share", lambda t, footprint: share)
@@ -432,24 +447,24 @@ def test_norm_asks_the_card_bandwidth_only_for_streamed_batches(
     out = torch.empty_like(x)
     nk.launch_norm(x, torch.ones(64, dtype=torch.float16, device=DEVICE), 1e-6, None, out)
     torch.testing.assert_close(out, torch.nn.functional.rms_norm(x, (64,), eps=1e-6))
-    assert len(asked) == (1 if rows > nr.FEW_ROWS and share > 1.0 else 0)
+    assert len(asked) == (1 if rows > NORMS.few_rows and share > 1.0 else 0)
 
 
-@pytest.mark.parametrize("share", [3.0, nr.RELOAD_L2_SHARE + 1.0])
+@pytest.mark.parametrize("share", [3.0, NORMS.reload_l2_share + 1.0])
 def test_fused_add_asks_the_card_bandwidth_only_far_beyond_l2(
     monkeypatch: pytest.MonkeyPatch, share: float
 ) -> None:
     """With a residual the bandwidth matters only for reading rows again (`reload_for`)."""
     asked = record_bandwidth_queries(monkeypatch, nk)
     monkeypatch.setattr(nk, "footprint_share", lambda t, footprint: share)
-    rows = nr.FEW_ROWS + 1
+    rows = NORMS.few_rows + 1
     x = torch.randn(rows, 64, dtype=torch.float16, device=DEVICE)
     r = torch.randn_like(x)
     out, res = torch.empty_like(x), torch.empty_like(x)
     w = torch.ones(64, dtype=torch.float16, device=DEVICE)
     nk.launch_norm(x, w, 1e-6, None, out, residual=r, residual_out=res)
     torch.testing.assert_close(res, x + r)
-    assert len(asked) == (1 if share > nr.RELOAD_L2_SHARE else 0)
+    assert len(asked) == (1 if share > NORMS.reload_l2_share else 0)
 
 
 @pytest.mark.parametrize("streamed", [False, True])
@@ -457,15 +472,15 @@ def test_card_bandwidth_asked_only_for_streamed_launches(
     monkeypatch: pytest.MonkeyPatch, streamed: bool
 ) -> None:
     """The gated and group-quant launches ask the card's bandwidth only where their rule reads
-    it (rows streamed from DRAM): asked at every launch, it cost an H200's decode-size gated
-    launches 0.1-0.2 µs of replayed time (`triton-tuning-H200.log`, round 2)."""
-    asked = record_bandwidth_queries(monkeypatch, pk, dq)
-    for module in (pk, dq):
+    it (rows streamed from DRAM): even a cached answer costs a visible share of a decode-size
+    launch."""
+    asked = record_bandwidth_queries(monkeypatch, pk, gq)
+    for module in (pk, gq):
         monkeypatch.setattr(module, "streams_from_dram", lambda t, footprint: streamed)
     x = torch.randn(2, 256, device=DEVICE)
     pk.launch_gated(x, torch.empty(2, 128, device=DEVICE), pk.ACT_SILU)
     q = torch.empty(2, 256, dtype=torch.float8_e4m3fn, device=DEVICE)
-    dq.launch_group_quant(x, 128, q, torch.empty(2, 2, device=DEVICE))
+    gq.launch_group_quant(x, 128, q, torch.empty(2, 2, device=DEVICE))
     assert len(asked) == (2 if streamed else 0)
     # a configuration passed in skips the rule and its query
     pk.launch_gated(x, torch.empty(2, 128, device=DEVICE), pk.ACT_SILU, flat=(128, 1))
@@ -478,7 +493,7 @@ def test_card_bandwidth_asked_only_for_streamed_launches(
 def test_streamed_gates_on_a_deep_card_match_the_reference(
     monkeypatch: pytest.MonkeyPatch, act: int, width: int
 ) -> None:
-    """The launch a card of `DEEP_LOADS_GBPS_PER_SM` or more takes for streamed gates (1024
+    """The launch a card of the deep-loads class takes for streamed gates (1024
     over 4 warps) gives the reference's results."""
     import torch.nn.functional as F
 
@@ -529,8 +544,6 @@ def test_cluster_exchange_adds_in_the_one_program_butterfly_order(
     butterfly (slot i takes slot i + d, d halving down to 1), in float32: the row's bits."""
     import numpy as np
 
-    from ir_kernels_triton import cluster_norm
-
     rng = np.random.default_rng(clusters)
     # partials whose float32 sum depends on the order: for four, (p0 + p2) + (p1 + p3) = 2
     # while ((p0 + p1) + p2) + p3 = 1; for eight, the butterfly gives 4 and a chain 1
@@ -541,7 +554,7 @@ def test_cluster_exchange_adds_in_the_one_program_butterfly_order(
     )
     peaks = [float(np.float32(abs(v))) for v in rng.standard_normal(clusters)]
     slots = [v for pair_ in zip(sums, peaks, strict=True) for v in pair_] if pair else sums
-    got = _run_combine(cluster_norm.combine_asm(clusters, pair), slots)
+    got = _run_combine(cn.combine_asm(clusters, pair), slots)
     level = [np.float32(v) for v in sums]
     step = clusters // 2
     while step:
@@ -559,13 +572,11 @@ def test_cluster_exchange_peaks_keep_a_nan(clusters: int, nan_slot: int) -> None
     drop it), in the pair exchange of the dynamic norm and the peak exchange of the quant."""
     import math
 
-    from ir_kernels_triton import cluster_norm
-
     peaks = [float(i + 1) for i in range(clusters)]
     peaks[nan_slot] = math.nan
     pairs = [v for peak in peaks for v in (1.0, peak)]
-    assert math.isnan(_run_combine(cluster_norm.combine_asm(clusters, True), pairs)[1])
-    assert math.isnan(_run_combine(cluster_norm.combine_asm(clusters, False, peak=True), peaks)[0])
+    assert math.isnan(_run_combine(cn.combine_asm(clusters, True), pairs)[1])
+    assert math.isnan(_run_combine(cn.combine_asm(clusters, False, peak=True), peaks)[0])
 
 
 def test_warps_send_their_own_sums_only_where_a_block_holds_several() -> None:

@@ -5,6 +5,7 @@ Without a GPU the kernels run in Triton's interpreter on a reduced matrix (float
 small sizes); on a GPU the full matrix runs, bfloat16 included.
 """
 
+import dataclasses
 import itertools
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 
 import ir_kernels_triton
+from ir_kernels_triton.launch import tuning
 from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
     NONFINITE_CASE_IDS,
@@ -56,18 +58,18 @@ def test_provider_registered_everywhere() -> None:
 def test_unsupported_platforms_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where Triton cannot run, the reason (shown by ``ir_dispatch.explain``) says what is
     missing and how to run the kernels on the CPU instead."""
-    from ir_kernels_triton import platform
+    from ir_kernels_triton.launch import device
 
-    monkeypatch.setattr(platform, "interpreting", lambda: False)
-    monkeypatch.setattr(platform.torch.cuda, "is_available", lambda: False)
-    reason = platform.unsupported_reason()
+    monkeypatch.setattr(device, "interpreting", lambda: False)
+    monkeypatch.setattr(device.torch.cuda, "is_available", lambda: False)
+    reason = device.unsupported_reason()
     assert reason.startswith("no GPU visible to torch")
     assert "TRITON_INTERPRET=1" in reason
-    monkeypatch.setattr(platform, "HAVE_TRITON", False)
-    assert platform.unsupported_reason() == "the triton package is not installed"
-    monkeypatch.setattr(platform, "HAVE_TRITON", True)
-    monkeypatch.setattr(platform, "interpreting", lambda: True)
-    assert platform.unsupported_reason() == ""
+    monkeypatch.setattr(device, "HAVE_TRITON", False)
+    assert device.unsupported_reason() == "the triton package is not installed"
+    monkeypatch.setattr(device, "HAVE_TRITON", True)
+    monkeypatch.setattr(device, "interpreting", lambda: True)
+    assert device.unsupported_reason() == ""
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -96,7 +98,7 @@ def test_a_call_makes_the_gpu_of_its_rows_current_where_there_are_several(
     """The guard's choice, without GPUs: a kernel runs under ``torch.cuda.device`` of its
     first activation's GPU where that is not the current one, and plainly where it is, or
     where the activation is not on a GPU (the interpreter's CPU tensors)."""
-    from ir_kernels_triton import torch_ops
+    from ir_kernels_triton.launch import torch_ops
 
     entered: list[int] = []
 
@@ -150,7 +152,7 @@ def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout
 
 
 def test_large_hidden_takes_the_looped_kernel() -> None:
-    hidden = ir_kernels_triton.MAX_SINGLE_PASS + 128 * 3
+    hidden = tuning.COMMON.rows.max_single_pass + 128 * 3
     for op in ops:
         for provider in [p for p in op.impls if p.startswith("triton")]:
             args = sample_inputs(op, spec_for(torch.float32, hidden, 2, "strided"))
@@ -172,8 +174,8 @@ def test_norm_tuning_knobs_keep_results(
     sum, first followed the accesses a split changes; a dynamic scale's rows, split only when
     asked, take the whole row's peak in every program. Rows of 769 are
     not 16-byte aligned: they are never split, and asking for it is an error."""
-    from ir_kernels_triton import norm_kernels as nk
-    from ir_kernels_triton import norm_rules as nr
+    from ir_kernels_triton.norms import kernel as nk
+    from ir_kernels_triton.norms import rules as nr
 
     gen = torch.Generator(device=DEVICE).manual_seed(3)
     x = torch.randn(5, hidden, device=DEVICE, generator=gen).to(dtype)
@@ -243,9 +245,16 @@ def test_batch_invariant_beside_a_float32_weight(op: IrOp, provider: str, hidden
 
 
 def _clusters_launch() -> bool:
-    from ir_kernels_triton.cluster_norm import cluster_launches
+    from ir_kernels_triton.launch.clusters import cluster_launches
 
     return GPU and cluster_launches(torch.empty(1, device="cuda"))
+
+
+def with_clusters(monkeypatch: pytest.MonkeyPatch, **entries: Any) -> None:
+    """The launch table with these `tuning.Clusters` entries changed, for the test."""
+    common = tuning.COMMON
+    clusters = dataclasses.replace(common.clusters, **entries)
+    monkeypatch.setattr(tuning, "COMMON", dataclasses.replace(common, clusters=clusters))
 
 
 def count_cluster_launches(
@@ -287,26 +296,25 @@ def test_rows_spread_over_a_cluster_give_the_bits_of_whole_rows(
     tokens: int,
     clusters: int,
 ) -> None:
-    """Decode-size rows of 8192 spread over a cluster of four or eight blocks (`cluster_norm`),
-    in place too, give bitwise what the same rows give in a batch of `CLUSTER_ROWS` + 1 (one
-    program a row, or the split, which keeps its bits), on their first launch and replayed
-    from its plan."""
-    from ir_kernels_triton import cluster_norm as cn
-    from ir_kernels_triton import norm_kernels as nk
-    from ir_kernels_triton import norm_rules as nr
-    from ir_kernels_triton.plans import clear_launch_plans, launch_plans_enabled
+    """Decode-size rows of 8192 spread over a cluster of four or eight blocks
+    (`norms.cluster_kernel`), in place too, give bitwise what the same rows give in a batch of
+    `max_rows` + 1 (one program a row, or the split, which keeps its bits), on their first
+    launch and replayed from its plan."""
+    from ir_kernels_triton.launch.plans import clear_launch_plans, launch_plans_enabled
+    from ir_kernels_triton.norms import kernel as nk
 
+    table = tuning.COMMON.clusters
     op = getattr(ops, name)
     impl = op.impls[provider].fn
     big = sample_inputs(
-        op, spec_for(dtype, nr.WIDE_CLUSTER_BLOCK, cn.CLUSTER_ROWS + 1, "contiguous")
+        op, spec_for(dtype, table.wide_norm_width, table.max_rows + 1, "contiguous")
     )
     small = tuple(
-        a[:tokens] if isinstance(a, torch.Tensor) and a.shape[:1] == (cn.CLUSTER_ROWS + 1,) else a
+        a[:tokens] if isinstance(a, torch.Tensor) and a.shape[:1] == (table.max_rows + 1,) else a
         for a in big
     )
     spread = count_cluster_launches(monkeypatch, nk, "launch_cluster_norm")
-    monkeypatch.setattr(nr, "CLUSTER", clusters)
+    with_clusters(monkeypatch, norm_blocks=clusters)
     clear_launch_plans()
 
     def outputs(args: tuple[Any, ...]) -> list[torch.Tensor]:
@@ -360,19 +368,19 @@ def test_rows_spread_where_the_rule_says_and_keep_their_bits(
     spread_expected: bool,
 ) -> None:
     """Decode-size rows take a cluster only where `cluster_for` says (at 4096 wide the fused
-    add in place and its static-fp8 form past `ROW_SPLIT` rows; at 8192 plain rms_norm past
-    `ROW_SPLIT` rows), and give bitwise what the same rows give in a batch of `CLUSTER_ROWS` +
-    1, on the first launch and from its plan; an out-of-place call between in-place ones of the
-    same shapes keeps the split (its own plan)."""
-    from ir_kernels_triton import cluster_norm as cn
-    from ir_kernels_triton import norm_kernels as nk
-    from ir_kernels_triton.plans import clear_launch_plans, launch_plans_enabled
+    add in place and its static-fp8 form past `split_rows_fp8` rows; at 8192 plain rms_norm
+    past `plain_norm_past_rows` rows), and give bitwise what the same rows give in a batch of
+    `max_rows` + 1, on the first launch and from its plan; an out-of-place call between
+    in-place ones of the same shapes keeps the split (its own plan)."""
+    from ir_kernels_triton.launch.plans import clear_launch_plans, launch_plans_enabled
+    from ir_kernels_triton.norms import kernel as nk
 
+    table = tuning.COMMON.clusters
     op = getattr(ops, name)
     impl = op.impls[provider].fn
-    big = sample_inputs(op, spec_for(dtype, width, cn.CLUSTER_ROWS + 1, "contiguous"))
+    big = sample_inputs(op, spec_for(dtype, width, table.max_rows + 1, "contiguous"))
     small = tuple(
-        a[:tokens] if isinstance(a, torch.Tensor) and a.shape[:1] == (cn.CLUSTER_ROWS + 1,) else a
+        a[:tokens] if isinstance(a, torch.Tensor) and a.shape[:1] == (table.max_rows + 1,) else a
         for a in big
     )
     spread = count_cluster_launches(monkeypatch, nk, "launch_cluster_norm")
@@ -389,7 +397,7 @@ def test_rows_spread_where_the_rule_says_and_keep_their_bits(
         for a, b in zip(outputs(op.impls["triton"].fn, small), whole, strict=True):
             assert torch.equal(a, b)
     got.append(outputs(impl, small))
-    launched = [(tokens, cn.CLUSTER)] if spread_expected else []
+    launched = [(tokens, table.norm_blocks)] if spread_expected else []
     assert spread == (launched if launch_plans_enabled() else launched * 2)
     for outs in got:
         for a, b in zip(outs, whole, strict=True):
@@ -411,22 +419,21 @@ def test_dynamic_quant_rows_spread_over_a_cluster_give_the_bits_of_one_program(
     with_ub: bool,
 ) -> None:
     """Decode-size rows of dynamic quantization spread over a cluster of 2, 4 or 8 blocks
-    (`cluster_norm.cluster_quant_kernel`) give bitwise the fp8 rows and scales of one program
+    (`quant.dynamic.cluster_quant_kernel`) give bitwise the fp8 rows and scales of one program
     a row, on the provider's first launch and replayed from its plan; a batch past decode sizes
     is not spread."""
-    from ir_kernels_triton import cluster_norm as cn
-    from ir_kernels_triton import dynamic_quant_kernels as dq
-    from ir_kernels_triton.plans import clear_launch_plans, launch_plans_enabled
+    from ir_kernels_triton.launch.plans import clear_launch_plans, launch_plans_enabled
+    from ir_kernels_triton.quant import dynamic as dq
 
-    (width,) = sorted(dq.QUANT_CLUSTER_WIDTHS)[-1:]
+    table = tuning.COMMON.clusters
+    (width,) = sorted(table.quant_widths)[-1:]
     op = ops.dynamic_quant_fp8
     impl = op.impls["triton"].fn
     x = torch.randn(tokens, width, device="cuda", dtype=dtype) * 4
     x[:, (7 * width) // 8 + 3] = 300.0  # each row's peak in the last block's slice
     ub = torch.tensor([200.0], device="cuda") if with_ub else None
     spread = count_cluster_launches(monkeypatch, dq, "launch_cluster_quant")
-    monkeypatch.setattr(dq, "QUANT_CLUSTER", clusters)
-    monkeypatch.setattr(dq, "QUANT_CLUSTER_WARPS", warps)
+    with_clusters(monkeypatch, quant_blocks=clusters, quant_block_warps=warps)
     clear_launch_plans()
     q_one = torch.empty(tokens, width, device="cuda", dtype=torch.float8_e4m3fn)
     scale_one = torch.empty(tokens, 1, device="cuda")
@@ -438,7 +445,7 @@ def test_dynamic_quant_rows_spread_over_a_cluster_give_the_bits_of_one_program(
         assert torch.equal(scale, scale_one)
     launched = (tokens, clusters)
     assert spread == ([launched] if launch_plans_enabled() else [launched, launched])
-    big = torch.randn(cn.CLUSTER_ROWS + 1, width, device="cuda", dtype=dtype)
+    big = torch.randn(table.max_rows + 1, width, device="cuda", dtype=dtype)
     before = len(spread)
     impl(big, ub)
     assert len(spread) == before  # not spread past decode sizes
@@ -464,7 +471,7 @@ def assert_row_zero_batch_invariant(impl: Any, big: tuple[Any, ...]) -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_gelu_is_accurate_in_the_negative_tail(dtype: torch.dtype) -> None:
-    """Phi from its smaller tail (`pointwise_kernels._normal_cdf`): relative accuracy down to
+    """Phi from its smaller tail (`activations.gated._normal_cdf`): relative accuracy down to
     a = -8, where the float32 erf form has lost every digit."""
     assert_gelu_accurate_in_the_negative_tail(ops.gelu_and_mul.impls["triton"].fn, dtype, DEVICE)
 
@@ -489,7 +496,7 @@ def test_rotary_positions_outside_the_table_give_nan(
 
 
 #: Row widths of the non-finite checks: one vector, a tail, decode rows spread over a cluster
-#: on Hopper (8192), rows streamed in blocks (past `MAX_SINGLE_PASS`; under the interpreter
+#: on Hopper (8192), rows streamed in blocks (past `max_single_pass`; under the interpreter
 #: only for the ops that stream rows: rotary works a head, group quantization a group).
 NONFINITE_HIDDEN = [8, 769, 8192, 20000] if GPU else [8, 769, 16400]
 NONFINITE_TOKENS = [1, 5, 64] if GPU else [1, 5]

@@ -4,8 +4,8 @@ launches, each reading what the one before wrote, give the same bits with it as 
 import pytest
 import torch
 
-from ir_kernels_triton.launch import (
-    PROGRAMMATIC_THREADS,
+from ir_kernels_triton.launch import tuning
+from ir_kernels_triton.launch.programmatic import (
     launch_options,
     programmatic_launch,
     set_programmatic_launch,
@@ -88,7 +88,7 @@ def test_programmatic_launches_wait_for_the_kernel_before(
     """4096 x 4096: grids past one wave, launched plainly among programmatic ones."""
     if torch.cuda.get_device_capability()[0] >= 9:
         hint = torch.empty(1, device="cuda")
-        one_wave = (PROGRAMMATIC_THREADS // (4 * 32),)
+        one_wave = (tuning.COMMON.programmatic.max_threads // (4 * 32),)
         assert launch_options(hint, one_wave, 4) == {}
         with programmatic_launch(True):
             assert launch_options(hint, one_wave, 4) == {"PDL": True, "launch_pdl": True}

@@ -1,5 +1,5 @@
-"""Launch plans (`ir_kernels_triton.plans`): a replayed launch passes the kernel exactly what the
-usual path would for the same call.
+"""Launch plans (`ir_kernels_triton.launch.plans`): a replayed launch passes the kernel exactly
+what the usual path would for the same call.
 
 Plans need Triton's compiled-kernel launcher, so here (interpreter or not) the kernels are
 replaced by fakes that record each launch's grid and full argument list instead of running;
@@ -13,12 +13,14 @@ from typing import Any
 import pytest
 import torch
 
-from ir_kernels_triton import dynamic_quant_kernels as dq
-from ir_kernels_triton import norm_kernels as nk
-from ir_kernels_triton import norm_rules as nr
-from ir_kernels_triton import plans, platform
-from ir_kernels_triton import pointwise_kernels as pk
-from ir_kernels_triton import rotary_kernels as rk
+from ir_kernels_triton.activations import gated as pk
+from ir_kernels_triton.launch import device, plans, tuning
+from ir_kernels_triton.norms import kernel as nk
+from ir_kernels_triton.norms import rules as nr
+from ir_kernels_triton.quant import dynamic as dq
+from ir_kernels_triton.quant import group as gq
+from ir_kernels_triton.quant import static as sq
+from ir_kernels_triton.rotary import kernel as rk
 from ir_spec import IrOp, ops
 from ir_spec.testing import clone_args, matrix_spec, sample_inputs
 
@@ -67,10 +69,10 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Launch]]:
         (nk, "norm_kernel"),
         (pk, "flat_gated_kernel"),
         (pk, "gated_kernel"),
-        (pk, "flat_static_quant_kernel"),
-        (pk, "static_quant_kernel"),
+        (sq, "flat_static_quant_kernel"),
+        (sq, "static_quant_kernel"),
         (dq, "dynamic_quant_kernel"),
-        (dq, "group_quant_kernel"),
+        (gq, "group_quant_kernel"),
         (rk, "rotary_kernel"),
     ):
         monkeypatch.setattr(module, name, FakeKernel(getattr(module, name), recorded))
@@ -197,11 +199,15 @@ def test_split_plan_is_not_replayed_over_an_overlap(
     order = [in_place, out_of_place] if in_place_first else [out_of_place, in_place]
     for make in order:
         launch = _check_replay(launches, make)
-        assert launch[2] == ((2, 1, 1) if make is in_place else (2, nr.ROW_SPLIT, 1))
+        assert launch[2] == (
+            (2, 1, 1) if make is in_place else (2, tuning.COMMON.norms.row_split, 1)
+        )
     for make in order:
         make()()
         assert launches[-1][0] == "replay"
-        assert launches[-1][2] == ((2, 1, 1) if make is in_place else (2, nr.ROW_SPLIT, 1))
+        assert launches[-1][2] == (
+            (2, 1, 1) if make is in_place else (2, tuning.COMMON.norms.row_split, 1)
+        )
 
 
 def test_plans_keep_no_tensor(launches: list[Launch]) -> None:
@@ -243,7 +249,7 @@ def _pointwise_case(kind: str, strided: bool = False, **options: Any) -> Maker:
             return lambda: pk.launch_gated(x, out, pk.ACT_SILU, scale)
         q = torch.empty(rows_, width, dtype=torch.float8_e4m3fn)
         if kind == "static":
-            return lambda: pk.launch_static_quant(x, scale, q)
+            return lambda: sq.launch_static_quant(x, scale, q)
         if kind == "dynamic":
             s = torch.empty(rows_, 1)
             ub = scale if options.get("ub") else None
@@ -253,7 +259,7 @@ def _pointwise_case(kind: str, strided: bool = False, **options: Any) -> Maker:
             if options.get("column_major")
             else torch.empty(rows_, width // 64)
         )
-        return lambda: dq.launch_group_quant(x, 64, q, s)
+        return lambda: gq.launch_group_quant(x, 64, q, s)
 
     return make
 
@@ -406,4 +412,4 @@ def test_older_triton_gets_no_plans(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(triton, "__version__", "3.5.1")
     assert plans._triton_launcher() is None
     monkeypatch.setattr(triton, "__version__", "3.6.0+git1234")
-    assert platform.triton_version() == (3, 6)
+    assert device.triton_version() == (3, 6)

@@ -3,21 +3,28 @@
 Importing the package registers the implementations; ir-dispatch imports it through the
 ``ir.providers`` entry point. The implementations are ``supported`` only where Triton can run:
 on a GPU it targets, or with ``TRITON_INTERPRET=1`` (set before the import) on CPU tensors.
-`set_programmatic_launch` (`launch`) turns on programmatic dependent launch of the kernels on
-compute capability 9.0 and later; it is off by default. Eager launches are replayed from
-launch plans (`plans`) after the first of each layout; `set_launch_plans` or
-``IR_TRITON_LAUNCH_PLANS=0`` turns that off.
+
+Two switches change how the kernels launch, never what they compute:
+
+- `set_programmatic_launch` (or the scoped `programmatic_launch`) launches the kernels
+  programmatically on compute capability 9.0 and later; it is off by default.
+- Eager launches are replayed from launch plans after the first of each layout;
+  `set_launch_plans` (or the scoped `launch_plans`, or ``IR_TRITON_LAUNCH_PLANS=0``) turns
+  that off, `launch_plans_enabled` tells whether it is on, and `clear_launch_plans` drops them.
+
+The kernels are grouped by family: `norms`, `activations`, `quant`, `rotary`; `launch` holds
+what they share (device queries, row layout, programmatic launch, launch plans, clusters, the
+torch ops) and the launch table, `launch.tuning`.
 """
 
 from ._version import __version__
 from .impls import INPLACE_PROVIDER, PROVIDER, SUPPORTED
-from .launch import programmatic_launch, set_programmatic_launch
-from .plans import clear_launch_plans, launch_plans, launch_plans_enabled, set_launch_plans
-from .platform import MAX_SINGLE_PASS, interpreting, row_stride, triton_supported
+from .launch.device import interpreting, triton_supported
+from .launch.plans import clear_launch_plans, launch_plans, launch_plans_enabled, set_launch_plans
+from .launch.programmatic import programmatic_launch, set_programmatic_launch
 
 __all__ = [
     "INPLACE_PROVIDER",
-    "MAX_SINGLE_PASS",
     "PROVIDER",
     "SUPPORTED",
     "__version__",
@@ -26,7 +33,6 @@ __all__ = [
     "launch_plans",
     "launch_plans_enabled",
     "programmatic_launch",
-    "row_stride",
     "set_launch_plans",
     "set_programmatic_launch",
     "triton_supported",

@@ -1,8 +1,9 @@
 """Provider ``triton`` for every catalog op, and ``triton_inplace`` for the two ops whose
 activations may be overwritten (``fused_add_rms_norm`` and ``rotary_embedding``).
 
-Every implementation is a row-wise kernel: a row's result never depends on other rows, and the
-launch configuration depends on the row width only, so all are registered batch-invariant.
+Every implementation is a row-wise kernel: a row's result never depends on other rows, and
+every launch choice that changes the order of a row's arithmetic depends on the row width
+only, so all are registered batch-invariant.
 `supports_args` accepts float32/float16/bfloat16 activations on the kernels' device whose rows
 the kernels can address (last dimension contiguous, leading dimensions collapsing into one row
 stride) and contiguous parameters (weight, scale, cache, positions).
@@ -17,13 +18,16 @@ from torch import Tensor
 from ir_spec import IrOp, empty_rows, ops
 from ir_spec.catalog.quant import empty_group_scales
 
-from . import dynamic_quant_kernels as dq
-from . import norm_kernels as nk
-from . import norm_rules as nr
-from . import pointwise_kernels as pk
-from .platform import on_kernel_device, row_stride, unsupported_reason
-from .rotary_kernels import launch_rotary
-from .torch_ops import traceable
+from .activations.gated import ACT_GELU, ACT_GELU_TANH, ACT_SILU, launch_gated
+from .launch.device import on_kernel_device, unsupported_reason
+from .launch.rows import row_stride
+from .launch.torch_ops import traceable
+from .norms.kernel import launch_norm
+from .norms.rules import QUANT_DYNAMIC, QUANT_STATIC
+from .quant.dynamic import launch_dynamic_quant
+from .quant.group import launch_group_quant
+from .quant.static import launch_static_quant
+from .rotary.kernel import launch_rotary
 
 PROVIDER = "triton"
 INPLACE_PROVIDER = "triton_inplace"
@@ -80,7 +84,7 @@ def rms_norm(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> Tensor:
     out = empty_rows(x)
-    nk.launch_norm(x, weight, epsilon, variance_size, out)
+    launch_norm(x, weight, epsilon, variance_size, out)
     return out
 
 
@@ -103,7 +107,7 @@ def fused_add_rms_norm(
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     out, residual_out = empty_rows(x), empty_rows(x)
-    nk.launch_norm(
+    launch_norm(
         x, weight, epsilon, variance_size, out, residual=x_residual, residual_out=residual_out
     )
     return out, residual_out
@@ -118,9 +122,7 @@ def fused_add_rms_norm_inplace(
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Writes ``x + x_residual`` into `x_residual` and the normalized result into `x`."""
-    nk.launch_norm(
-        x, weight, epsilon, variance_size, x, residual=x_residual, residual_out=x_residual
-    )
+    launch_norm(x, weight, epsilon, variance_size, x, residual=x_residual, residual_out=x_residual)
     return x, x_residual
 
 
@@ -135,7 +137,7 @@ def rms_norm_static_quant_fp8(
     x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> Tensor:
     q = empty_rows(x, dtype=FP8)
-    nk.launch_norm(x, weight, epsilon, None, q, quant=nr.QUANT_STATIC, scale=scale)
+    launch_norm(x, weight, epsilon, None, q, quant=QUANT_STATIC, scale=scale)
     return q
 
 
@@ -150,7 +152,7 @@ def fused_add_rms_norm_static_quant_fp8(
     x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor
 ) -> tuple[Tensor, Tensor]:
     q, residual_out = empty_rows(x, dtype=FP8), empty_rows(x)
-    nk.launch_norm(
+    launch_norm(
         x,
         weight,
         epsilon,
@@ -158,7 +160,7 @@ def fused_add_rms_norm_static_quant_fp8(
         q,
         residual=x_residual,
         residual_out=residual_out,
-        quant=nr.QUANT_STATIC,
+        quant=QUANT_STATIC,
         scale=scale,
     )
     return q, residual_out
@@ -176,8 +178,8 @@ def rms_norm_dynamic_quant_fp8(
 ) -> tuple[Tensor, Tensor]:
     q = empty_rows(x, dtype=FP8)
     scale = empty_rows(x, 1, torch.float32)
-    nk.launch_norm(
-        x, weight, epsilon, None, q, quant=nr.QUANT_DYNAMIC, scale_out=scale, scale_ub=scale_ub
+    launch_norm(
+        x, weight, epsilon, None, q, quant=QUANT_DYNAMIC, scale_out=scale, scale_ub=scale_ub
     )
     return q, scale
 
@@ -194,7 +196,7 @@ def silu_and_mul_supported(x: Tensor) -> bool:
 @_provides(ops.silu_and_mul, silu_and_mul_supported)
 def silu_and_mul(x: Tensor) -> Tensor:
     out = empty_rows(x, x.shape[-1] // 2)
-    pk.launch_gated(x, out, pk.ACT_SILU)
+    launch_gated(x, out, ACT_SILU)
     return out
 
 
@@ -205,7 +207,7 @@ def gelu_and_mul_supported(x: Tensor, approximate: str = "none") -> bool:
 @_provides(ops.gelu_and_mul, gelu_and_mul_supported)
 def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
     out = empty_rows(x, x.shape[-1] // 2)
-    pk.launch_gated(x, out, pk.ACT_GELU_TANH if approximate == "tanh" else pk.ACT_GELU)
+    launch_gated(x, out, ACT_GELU_TANH if approximate == "tanh" else ACT_GELU)
     return out
 
 
@@ -216,7 +218,7 @@ def silu_and_mul_static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
 @_provides(ops.silu_and_mul_static_quant_fp8, silu_and_mul_static_quant_fp8_supported)
 def silu_and_mul_static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
     q = empty_rows(x, x.shape[-1] // 2, FP8)
-    pk.launch_gated(x, q, pk.ACT_SILU, scale)
+    launch_gated(x, q, ACT_SILU, scale)
     return q
 
 
@@ -228,7 +230,7 @@ def static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
 @_provides(ops.static_quant_fp8, static_quant_fp8_supported)
 def static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
     q = empty_rows(x, dtype=FP8)
-    pk.launch_static_quant(x, scale, q)
+    launch_static_quant(x, scale, q)
     return q
 
 
@@ -240,7 +242,7 @@ def dynamic_quant_fp8_supported(x: Tensor, scale_ub: Tensor | None = None) -> bo
 def dynamic_quant_fp8(x: Tensor, scale_ub: Tensor | None = None) -> tuple[Tensor, Tensor]:
     q = empty_rows(x, dtype=FP8)
     scale = empty_rows(x, 1, torch.float32)
-    dq.launch_dynamic_quant(x, scale_ub, q, scale)
+    launch_dynamic_quant(x, scale_ub, q, scale)
     return q, scale
 
 
@@ -261,7 +263,7 @@ def group_quant_fp8(
     q = empty_rows(x, dtype=FP8)
     groups = x.shape[-1] // group_size
     scale = empty_group_scales(x, groups, column_major=column_major_scales)
-    dq.launch_group_quant(x, group_size, q, scale)
+    launch_group_quant(x, group_size, q, scale)
     return q, scale
 
 

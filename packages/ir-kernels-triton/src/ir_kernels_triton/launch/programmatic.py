@@ -4,11 +4,11 @@ On compute capability 9.0 and later, with a Triton that has ``launch_pdl``, each
 launched programmatically when turned on: its programs may become resident while the kernel
 before it on the stream is still running, and each first waits for that kernel to finish
 (`await_previous_grid`) before it reads or writes memory, then lets the kernel after it start
-launching. Only launches of one wave are programmatic (`PROGRAMMATIC_THREADS`): larger ones
-launch plainly. Results are the same either way. It pays only behind a kernel that lets its
-dependents start early (on an H200, a median 0.43 µs less a decode-size op behind our own
-kernels, 0.44 µs more behind a plain one: `benchmarks/results/programmatic-launch-H200.md`), so
-it is off by default. Never in the interpreter.
+launching. Only launches of one wave are programmatic (`tuning.Programmatic`): larger ones
+launch plainly, since an early start behind them hides no latency worth having and their
+programmatic launches were found to read data that sat in the L2 as if from DRAM. Results are
+the same either way. It pays only behind a kernel that lets its dependents start early, and
+costs a little behind one that does not, so it is off by default. Never in the interpreter.
 """
 
 import dataclasses
@@ -21,7 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .platform import interpreting, sm90_or_newer
+from . import tuning
+from .device import interpreting, sm90_or_newer
 
 try:
     from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
@@ -92,21 +93,14 @@ def _device_launches_programmatically(device_index: int) -> bool:
     return triton_launches_programmatically() and sm90_or_newer(device_index)
 
 
-#: Launches of at most this many threads are programmatic: one wave of 1024 threads an SM on a
-#: card of 128 SMs or more (an H100 or H200 has 132). A larger grid launches plainly: an early
-#: start behind it hides no latency worth having, and on an H200 its programmatic launches read
-#: 24 MB that sat in the L2 as if from DRAM (static quant 1024 x 8192: 5.54 µs, plainly 3.87;
-#: `benchmarks/results/programmatic-launch-mid-H200.md`).
-PROGRAMMATIC_THREADS = 128 * 1024
-
-
 def launch_options(t: torch.Tensor, grid: tuple[int, ...], num_warps: int) -> dict[str, bool]:
     """Keyword arguments for a launch of `grid` programs of `num_warps` warps on `t`'s device:
     ``PDL`` (the kernel's constexpr) and ``launch_pdl`` where it launches programmatically, none
-    otherwise (off, no such launch here, or more than `PROGRAMMATIC_THREADS` threads)."""
+    otherwise (off, no such launch here, or more threads than
+    `tuning.Programmatic.max_threads`)."""
     if not _enabled or interpreting() or not t.is_cuda:
         return {}
-    if math.prod(grid) * num_warps * 32 > PROGRAMMATIC_THREADS:
+    if math.prod(grid) * num_warps * 32 > tuning.COMMON.programmatic.max_threads:
         return {}
     index = t.device.index if t.device.index is not None else torch.cuda.current_device()
     if not _device_launches_programmatically(index):

@@ -1,4 +1,9 @@
-"""Where Triton kernels can run, and the layout rules every kernel shares."""
+"""Where Triton kernels can run, and what the launchers ask of the GPU that runs them.
+
+Each question about a device is asked of torch once per device and cached; the launchers still
+ask only where their rule reads the answer, since even a cached answer costs a visible share of
+a decode-size launch.
+"""
 
 import functools
 import os
@@ -6,19 +11,12 @@ from typing import Any
 
 import torch
 
-from ir_spec import row_view
-
 try:
     import triton
 
     HAVE_TRITON = True
 except ImportError:  # pragma: no cover - triton is a declared dependency
     HAVE_TRITON = False
-
-#: Largest row the single-pass kernels hold in registers; longer rows take the looped kernels.
-MAX_SINGLE_PASS = 16384
-#: Chunk width of the looped kernels.
-LOOP_BLOCK = 4096
 
 
 @functools.cache
@@ -71,6 +69,12 @@ def several_gpus() -> bool:
     return torch.cuda.device_count() > 1
 
 
+def on_kernel_device(*tensors: torch.Tensor | None) -> bool:
+    """All given tensors live where the kernels run (the GPU; the CPU when interpreting)."""
+    want_cuda = not interpreting()
+    return all(t is None or t.is_cuda == want_cuda for t in tensors)
+
+
 @functools.cache
 def _device_properties(device_index: int) -> Any:
     return torch.cuda.get_device_properties(device_index)
@@ -103,9 +107,9 @@ def sm_count(t: torch.Tensor) -> int | None:
 
 def dram_gbps_per_sm(t: torch.Tensor) -> float | None:
     """Peak DRAM bandwidth of the GPU holding `t` in GB/s per SM, from the memory clock and
-    bus width torch reports (None off the GPU, or where the driver reports no clock). An H100
-    SXM has about 25, an H200 about 37: the latter needs more loads in flight per SM to keep
-    its memory busy. Worked out once per device."""
+    bus width torch reports (None off the GPU, or where the driver reports no clock): how many
+    loads an SM must keep in flight to keep the memory busy, which picks the card's
+    `tuning.DeviceClass`. Worked out once per device."""
     index = _gpu_index(t)
     return None if index is None else _device_dram_gbps_per_sm(index)
 
@@ -124,79 +128,3 @@ def gbps_per_sm_of(properties: Any) -> float | None:
         return None
     gbps = 2 * memory_khz * 1e3 * bus_bits / 8 / 1e9  # double data rate
     return gbps / int(properties.multi_processor_count)
-
-
-#: DRAM bandwidth per SM (GB/s) from which a card takes the launches measured for deep loads
-#: (more loads in flight per SM): between the H100 SXM's 25 and the H200's 37, the two cards
-#: measured.
-DEEP_LOADS_GBPS_PER_SM = 30.0
-
-
-def deep_loads(gbps_per_sm: float | None) -> bool:
-    """A card of `DEEP_LOADS_GBPS_PER_SM` or more of DRAM bandwidth per SM (None, unknown: no)."""
-    return gbps_per_sm is not None and gbps_per_sm >= DEEP_LOADS_GBPS_PER_SM
-
-
-def tensor_bytes(*tensors: torch.Tensor | None) -> int:
-    """Bytes of the given tensors (None counts nothing): an op's footprint when each is read or
-    written once; pass a tensor twice for one read and one write in place."""
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
-
-
-def footprint_share(t: torch.Tensor, footprint: int) -> float | None:
-    """`footprint` bytes as a multiple of the L2 size of the GPU holding `t` (None off it)."""
-    l2 = l2_cache_bytes(t)
-    return None if l2 is None else footprint / l2
-
-
-def streams_from_dram(t: torch.Tensor, footprint: int) -> bool:
-    """An op on `t` reading and writing `footprint` bytes cannot keep them in L2 between calls."""
-    share = footprint_share(t, footprint)
-    return share is not None and share > 1.0
-
-
-def on_kernel_device(*tensors: torch.Tensor | None) -> bool:
-    """All given tensors live where the kernels run (the GPU; the CPU when interpreting)."""
-    want_cuda = not interpreting()
-    return all(t is None or t.is_cuda == want_cuda for t in tensors)
-
-
-def row_stride(t: torch.Tensor) -> int | None:
-    """The stride between rows when `t`'s leading dimensions collapse into one row index and
-    its last dimension is contiguous (`ir_spec.row_view`); None when the kernels cannot
-    address it."""
-    view = row_view(t)
-    if view is None:
-        return None
-    return t.shape[-1] if t.dim() == 1 else int(view.stride(0))
-
-
-def rows(t: torch.Tensor) -> torch.Tensor:
-    """`t` viewed as ``[rows, hidden]`` (callers checked `row_stride` first)."""
-    return t.view(-1, t.shape[-1])
-
-
-def rows_aligned(*tensors: torch.Tensor) -> bool:
-    """Whether Triton specializes the rows of every tensor as 16-byte aligned (its address
-    and row stride, in elements, multiples of 16): only such rows may be shared among programs
-    or blocks (the norms' split and clusters, dynamic quant's clusters)."""
-    return all((t2 := rows(t)).data_ptr() % 16 == 0 and t2.stride(0) % 16 == 0 for t in tensors)
-
-
-def num_rows(t: torch.Tensor) -> int:
-    """Number of rows (product of the leading dimensions)."""
-    return t.numel() // t.shape[-1] if t.shape[-1] else 0
-
-
-def next_power_of_2(n: int) -> int:
-    """The smallest power of two >= max(n, 1)."""
-    return 1 << max(n - 1, 0).bit_length()
-
-
-def warps_for(block: int) -> int:
-    """Warps per program for a row block of `block` elements (depends on the width only, so
-    results never depend on the batch)."""
-    return max(1, min(16, block // 512))
-
-
-__all__ = ["HAVE_TRITON", "triton"]

@@ -15,7 +15,7 @@ from torch.library import Library, infer_schema
 
 from ir_spec import IrOp
 
-from .platform import several_gpus
+from .device import several_gpus
 
 NAMESPACE = "ir_triton"
 _LIB = Library(NAMESPACE, "FRAGMENT")

@@ -1,4 +1,4 @@
-"""Triton kernel for rotary position embedding, in place or into new tensors.
+"""Rotary position embedding, in place or into new tensors.
 
 A program rotates a block of heads of one token, in the query and in the key: it loads the
 token's cos/sin once, and for each head the two rotated halves (neox) or the even/odd pairs
@@ -9,21 +9,20 @@ few tokens split their heads over more programs.
 A position outside the table (negative, or ``>= max_position``) is not looked up: checking the
 positions on the host would wait for the GPU, so the kernel reads no cos/sin for that token and
 its rotated elements come out NaN, which shows the mistake where reading past the table would
-have given plausible values or a fault. On an H200 the masked loads left decode sizes level,
-cost 2-3 % at 1024 rows and gained 2-5 % at 128 rows and 8192-wide large batches, as the
-compiler scheduled them; clamping the row and selecting NaN lost 4-7 % at 1024 rows
-(`benchmarks/results/rotary-table-check-H200.md`).
+have given plausible values or a fault. The check is a mask on the cos/sin loads, which costs
+about nothing; clamping the row and selecting NaN after the loads costs more at large batches.
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from .launch import await_previous_grid, launch_options
-from .plans import launch_key, launch_plans_enabled, plans_for
-from .platform import next_power_of_2, num_rows, rows
+from ..launch import tuning
+from ..launch.plans import launch_key, launch_plans_enabled, plans_for
+from ..launch.programmatic import await_previous_grid, launch_options
+from ..launch.rows import next_power_of_2, num_rows, rows
 
-#: Plans of `launch_rotary` (`plans`), and the positions among `rotary_kernel`'s arguments of
+#: Plans of `launch_rotary` (`launch.plans`), and the positions among `rotary_kernel`'s arguments of
 #: the tensors that change between calls of one plan.
 _ROTARY_PLANS = plans_for("rotary")
 _ROTARY_SLOTS = (0, 1, 3, 5, 7, 9)
@@ -147,18 +146,19 @@ def launch_rotary(
     query_out: torch.Tensor,
     key_out: torch.Tensor,
     head_block: int | None = None,
-    num_warps: int = 4,
+    num_warps: int | None = None,
 ) -> None:
     """Rotate `query`/`key` into `query_out`/`key_out` (which may be the inputs themselves).
 
-    `head_block` (heads per program) and `num_warps` override the configuration (tuning)."""
+    `head_block` (heads per program) and `num_warps` override the configuration (for tuning
+    sweeps; `rotary_head_block` and `tuning.Rotary.warps` otherwise)."""
     tokens = num_rows(query)
     if tokens == 0:
         return
     flat_positions = positions.reshape(-1)
     values = (flat_positions, query, key, query_out, key_out, cos_sin_cache)
     plan_key = None
-    if head_block is None and num_warps == 4 and launch_plans_enabled():
+    if head_block is None and num_warps is None and launch_plans_enabled():
         # out of place the kernel copies the tail too
         in_place = query_out.data_ptr() == query.data_ptr()
         plan_key = launch_key((head_size, is_neox_style, in_place), *values)
@@ -173,6 +173,8 @@ def launch_rotary(
     heads = max(q_heads, k_heads)
     if head_block is None:
         head_block = rotary_head_block(tokens, heads)
+    if num_warps is None:
+        num_warps = tuning.COMMON.rotary.warps
     grid = (tokens, triton.cdiv(heads, head_block))
     args = (
         flat_positions,
@@ -207,14 +209,14 @@ def launch_rotary(
 
 
 def rotary_head_block(tokens: int, heads: int) -> int:
-    """Heads per program (a power of two). An H100 sweep (4 warps; 2048-8192 wide queries of
-    128-element heads, `benchmarks/results/triton-tuning-H100.log`) found blocks of 4 heads
-    fastest up to 64 tokens (1 token of 64 heads: 1.6 µs against 2.3 µs for one program a
-    token), 8 heads up to 2048 tokens, and all of a token's heads beyond."""
-    if tokens <= 64:
-        block = 4
-    elif tokens <= 2048:
-        block = 8
+    """Heads per program (a power of two; `tuning.Rotary`): few tokens split their heads over
+    more programs so that every SM has work, many tokens take all of a token's heads in one
+    program, which loads the token's cos/sin once."""
+    table = tuning.COMMON.rotary
+    if tokens <= table.few_tokens:
+        block = table.few_heads
+    elif tokens <= table.mid_tokens:
+        block = table.mid_heads
     else:
         block = heads
     return min(next_power_of_2(block), next_power_of_2(heads))

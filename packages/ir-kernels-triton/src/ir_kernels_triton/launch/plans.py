@@ -3,9 +3,8 @@ between the op and the GPU.
 
 A launch goes through the launcher's configuration rules (row split, warps, register cap, what
 streams from memory) and then Triton's argument binding and specialization (dtype and 16-byte
-alignment of each pointer, each integer's value class) before Triton's C launcher runs. On an
-H200's host, of an rms_norm call's 53-56 µs at 16 rows, that cost 16-18 and 14-15 µs, against
-6 µs for the C launch itself (`benchmarks/results/triton-launch-breakdown-H200.md`).
+alignment of each pointer, each integer's value class) before Triton's C launcher runs. At
+decode sizes that host work takes several times as long as the C launch itself.
 
 A launcher first computes a *key* that determines all of it: the shape, strides, dtype and
 16-byte alignment of every tensor, the scalar arguments that pick the configuration, the
@@ -17,7 +16,7 @@ path chose for that key.
 
 Plans are used on a GPU only (never in the interpreter), with Triton 3.6 or later: its launch
 passes every parameter, constexprs included, to the compiled kernel's launcher, the form a plan
-replays (run on 3.6; 3.9's source does the same). They can be turned off:
+replays (`MIN_TRITON`). They can be turned off:
 ``IR_TRITON_LAUNCH_PLANS=0`` in the environment, or `set_launch_plans(False)`. Each launcher
 keeps at most `PLAN_CAPACITY` plans, and starts afresh when full.
 """
@@ -32,8 +31,8 @@ from typing import Any
 
 import torch
 
-from .launch import programmatic_launch_enabled
-from .platform import interpreting, triton_version
+from .device import interpreting, triton_version
+from .programmatic import programmatic_launch_enabled
 
 logger = logging.getLogger(__name__)
 

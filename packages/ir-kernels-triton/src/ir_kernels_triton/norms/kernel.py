@@ -1,55 +1,39 @@
-"""One Triton kernel family for the RMS-norm ops: optional residual add, optional weight, and
-no / static / dynamic fp8 quantization of the output.
+"""The RMS-norm kernel family: optional residual add, optional weight, and no / static /
+dynamic fp8 quantization of the output, with its launcher.
 
-A program handles one row. Rows up to `MAX_SINGLE_PASS` elements are read once and held in
-registers; longer rows are processed in chunks (the row is read again from L2 for the
+A program handles one row. Rows up to `tuning.Rows.max_single_pass` elements are read once and
+held in registers; longer rows are processed in chunks (the row is read again from L2 for the
 normalization pass). Each row's arithmetic is the same whatever the batch, so results are
-batch-invariant. Rows that fill their block go without masks (`full_row_for`); streamed far
-beyond the L2, wide rows are read again after their sum instead of held through it
-(`reload_for`): neither changes a bit of the result.
+batch-invariant. Rows that fill their block go without masks (`rules.full_row_for`); streamed
+far beyond the L2, wide rows are read again after their sum instead of held through it
+(`rules.reload_for`): neither changes a bit of the result.
 
 At decode sizes a wide row is bound by what one SM moves and issues. There `SPLIT` programs
-share a row (`split_for`): each loads the whole row for its sum, then reads its own slice
-again (from L1) and normalizes, quantizes and stores only that. A dynamic scale needs the
-row's largest output, (x * w) / rms at its largest |x * w|: that peak is taken in the same
-reduction as the sum (one pass of barriers, not two), its rows are not split, and its outputs
-are computed as (x * w) / rms, so the scale is exactly their rounded peak (the plain norms,
-and looped rows wider than `MAX_SINGLE_PASS`, compute x / rms * w, as the reference does; the
-two differ in a float32 bit at times).
+share a row (`rules.split_for`): each loads the whole row for its sum, then reads its own slice
+again (from L1) and normalizes, quantizes and stores only that; or the row is spread over the
+blocks of a cluster (`rules.cluster_for`, `cluster_kernel`). A dynamic scale needs the row's
+largest output, (x * w) / rms at its largest |x * w|: that peak is taken in the same reduction
+as the sum (one pass of barriers, not two), its rows are not split, and its outputs are
+computed as (x * w) / rms, so the scale is exactly their rounded peak (the plain norms, and
+looped rows wider than a single pass, compute x / rms * w, as the reference does; the two
+differ in a float32 bit at times).
 The sum must run in the same order as in a program that has the row to itself,
 and Triton orders it by the row's layout, which it picks from the widest access the row feeds:
 the outputs are therefore stored, and the weight loaded, no wider a thread than the row is
 loaded (`_as_loaded`), and only rows whose own loads are 16-byte aligned are split
-(`benchmarks/cpu/triton_layouts.py` compiles both forms and compares the layouts).
+(``tests/test_layouts.py`` compiles both forms and compares the layouts).
 """
 
 import torch
 import triton
 import triton.language as tl
 
-from . import norm_rules as rules
-from .cluster_norm import (
-    CLUSTER_BLOCKS,
-    CLUSTER_SIZES,
-    cluster_norm_kernel,
-    launch_cluster_norm,
-    sum_and_max,
-    sum_by_warps,
-)
-from .fp8 import (
-    abs_peak,
-    bounded_dynamic_scale,
-    exact_rounding,
-    max_keeping_nan,
-    quantize,
-    round_to_dtype,
-)
-from .launch import await_previous_grid, launch_options
-from .plans import launch_key, launch_plans_enabled, plans_for
-from .platform import (
-    LOOP_BLOCK,
-    MAX_SINGLE_PASS,
-    dram_gbps_per_sm,
+from ..launch import tuning
+from ..launch.clusters import CLUSTER_SIZES, sum_by_warps
+from ..launch.device import dram_gbps_per_sm
+from ..launch.plans import launch_key, launch_plans_enabled, plans_for
+from ..launch.programmatic import await_previous_grid, launch_options
+from ..launch.rows import (
     footprint_share,
     next_power_of_2,
     num_rows,
@@ -57,6 +41,17 @@ from .platform import (
     rows_aligned,
     tensor_bytes,
 )
+from ..quant.fp8 import (
+    abs_peak,
+    bounded_dynamic_scale,
+    exact_rounding,
+    max_keeping_nan,
+    quantize,
+    round_to_dtype,
+    sum_and_max,
+)
+from . import rules
+from .cluster_kernel import cluster_norm_kernel, launch_cluster_norm
 
 
 @triton.jit
@@ -284,7 +279,7 @@ def norm_kernel(
                 tl.store(out_row + offs, q.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-#: Plans of `launch_norm` (`plans`), and the positions among `norm_kernel`'s arguments of
+#: Plans of `launch_norm` (`launch.plans`), and the positions among `norm_kernel`'s arguments of
 #: the values that change between calls of one plan: the eight tensors and epsilon.
 _NORM_PLANS = plans_for("norm")
 _NORM_SLOTS = (0, 2, 4, 5, 7, 9, 10, 11, 14)
@@ -321,16 +316,16 @@ def launch_norm(
     `single_pass`, `block`, `num_warps`, `early_weight`, `evict_first`, `max_registers`
     (a cap per thread) and `split` (programs per single-pass row, a power of two up to the
     block; more than 1 only for 16-byte aligned single-pass rows of `x`, else a ValueError)
-    override the configuration (for tuning); the default of the first three depends on the row
-    width only. A single-pass row with a dynamic scale loads its weight first whatever
+    override the configuration (for tuning sweeps); the default of the first three depends on
+    the row width only. A single-pass row with a dynamic scale loads its weight first whatever
     `early_weight` says (its peak is reduced with the sum). `reload` reads a single-pass row
     again after its sum instead of holding it through the reduction (`reload_for`; when set,
     the default is no register cap); `keep_masks` keeps the masks of a row that fills its
     block (`full_row_for`). Neither changes the results. `cluster` (blocks of a cluster a
     row, 1 or one of `CLUSTER_SIZES`) overrides `cluster_for`, which other overrides turn off;
     more than 1 where that rule's conditions but the op's, the rows and programmatic launch do
-    not hold is a ValueError. Launches that override nothing are replayed from plans (`plans`)
-    after the first of their key."""
+    not hold is a ValueError. Launches that override nothing are replayed from plans
+    (`launch.plans`) after the first of their key."""
     hidden = x.shape[-1]
     n = num_rows(x)
     if n == 0:
@@ -389,19 +384,20 @@ def launch_norm(
     out2 = rows(out)
     r2 = rows(residual) if residual is not None else x2
     res2 = rows(residual_out) if residual_out is not None else x2
-    single = hidden <= MAX_SINGLE_PASS if single_pass is None else single_pass
+    table = tuning.COMMON
+    single = hidden <= table.rows.max_single_pass if single_pass is None else single_pass
     if block is None:
-        block = next_power_of_2(hidden) if single else LOOP_BLOCK
+        block = next_power_of_2(hidden) if single else table.rows.loop_block
     # bytes read and written: x and out, the residual in and out, the dynamic scales
     share = footprint_share(x, tensor_bytes(x, out, residual, residual, scale_out))
     has_residual = residual is not None
-    # the card's bandwidth asked only where the rules use it (asked at every launch, it cost
-    # decode launches 0.1-0.2 µs of replayed time: `triton-tuning-H200.log`, round 2)
+    # the card's bandwidth is asked only where the rules read it: even a cached answer costs
+    # a visible share of a decode-size launch
     streamed = (
         quant == rules.QUANT_NONE
-        and n > rules.FEW_ROWS
+        and n > table.norms.few_rows
         and share is not None
-        and share > (rules.RELOAD_L2_SHARE if has_residual else 1.0)
+        and share > (table.norms.reload_l2_share if has_residual else 1.0)
     )
     gbps = dram_gbps_per_sm(x) if streamed else None
     if reload is None:
@@ -434,8 +430,9 @@ def launch_norm(
             raise ValueError(
                 f"cluster={cluster}: expected 1, or one of {CLUSTER_SIZES} that divides the "
                 f"row's warps ({rules.norm_warps(block, quant, has_residual)}) for 16-bit rows of "
-                f"{' or '.join(map(str, CLUSTER_BLOCKS))} elements that fill their block beside "
-                "a weight, every tensor 16-byte aligned, on a GPU where clusters launch "
+                f"{' or '.join(map(str, table.clusters.norm_widths))} elements that fill their "
+                "block beside a weight, every tensor 16-byte aligned, on a GPU where clusters "
+                "launch "
                 f"(x: {tuple(x.shape)} {x.dtype}, block {block}, full row {full_row})"
             )
     # the rows and scales, as both kernels take them (absent ones stand in as x)
@@ -496,7 +493,8 @@ def launch_norm(
     ):
         raise ValueError(
             f"split={split}: expected a power of two up to the row block ({block}), and 1 "
-            "for rows wider than MAX_SINGLE_PASS or not 16-byte aligned "
+            f"for looped rows (wider than {table.rows.max_single_pass}) or rows not 16-byte "
+            "aligned "
             f"(x: address {x.data_ptr():#x}, row stride {x2.stride(0)})"
         )
     warps = rules.norm_warps(block, quant, has_residual) if num_warps is None else num_warps

@@ -1,52 +1,27 @@
-"""Decode-size norm and quantization rows spread over a thread-block cluster, with the bits of
-one program a row.
+"""Rows spread over a thread-block cluster: the launch, and the exchange of partials between
+the blocks of a row through distributed shared memory.
 
-A wide decode-size row is bound by what one SM moves. `norm_rules.split_for` shares it among
-programs that each load the whole row for its sum, which cannot serve a row written in place
-(one program's stores would overwrite what another still reads) and costs the shared loads.
-Here `CLUSTER` blocks of one cluster each load only their part of the row and exchange their
-partial sums through distributed shared memory.
+A wide decode-size row is bound by what one SM moves. The norms' split (`norms.rules.split_for`)
+shares it among programs that each load the whole row for its sum, which cannot serve a row
+written in place (one program's stores would overwrite what another still reads) and costs the
+shared loads. On a cluster, the blocks of a row each load only their part of it and exchange
+their partials (`norms.cluster_kernel`, `quant.dynamic.cluster_quant_kernel`).
 
-The parts keep the one-program kernel's bits. That kernel (`norm_kernels.norm_kernel`, one
-program of `ROW_WARPS` warps a row) sums in its layout's order: each thread's elements in a
-chain, then a butterfly over the lanes, then one over the warps, which adds warp ``w``'s
-partial to warp ``w ^ d``'s for d halving down to 1. Block ``c`` of a cluster of ``S`` takes
-what warps ``c, c + S, c + 2S, ...`` hold (the same elements a thread, in the same register
-order), so its own reduction computes a node of that tree; the blocks' partials are then added
-in the tree's last steps, ``(p0 + p2) + (p1 + p3)`` for four blocks, ``((p0 + p4) + (p2 + p6))
-+ ((p1 + p5) + (p3 + p7))`` for eight. A dynamic scale's peak (a maximum) is exact in any order.
-With eight blocks, the dynamic-fp8 norm's row of 8 warps takes one warp a block, which reduces
-with shuffles alone, no shared memory or block barrier. Where a block holds several warps (the
-16-warp rows of the fused adds and rms_norm), each warp sends its own partial instead
-(`warp_sum_asm`): the block's part of the tree, the thread chain and the lane butterfly, is
-written in the exchange's PTX, so no block reduction runs, and the blocks add one slot a warp.
+The exchange is inline PTX: each block sends its partial to every block of the cluster with
+``st.async``, completing bytes on the receiver's mbarrier, and waits on its own; the mbarrier
+and slots are a shared array the kernel's PTX declares (`EXCHANGE_SYMBOL`), apart from
+Triton's own shared memory (a kernel of one warp a block has none to borrow). The partials are
+combined in the order of the one-program kernel's reduction tree (`combine_asm`), so a row
+keeps its bits. Where a block holds several warps, each warp may send its own partial sum
+(`warp_sum_asm`): the block's part of the tree is then written in the exchange's PTX, so no
+block reduction runs.
 
-Triton 3.6 builds no reduction across the blocks of a cluster (``num_ctas`` > 1 fails in its
-CTA planning), so the kernel is compiled for one block and its compiled launch metadata is
-changed to ask Triton's C launcher for clusters of `S` blocks. The exchange is inline PTX: each
-block sends its partial to every block of the cluster with ``st.async``, completing bytes on
-the receiver's mbarrier, and waits on its own; the mbarrier and slots are a shared array the
-kernel's PTX declares (`EXCHANGE_SYMBOL`), apart from Triton's own shared memory. The launch
-rests on a Triton internal, so clusters launch only with the Triton versions they were run on
-(`CLUSTER_TRITON`), on compute capability 9.0+, never in the interpreter or under programmatic
-launch; elsewhere rows take the split or one program.
-
-Dynamic per-token quantization (`cluster_quant_kernel`) spreads its rows the same way. Its one
-reduction is a peak, a maximum, exact in any order, so each block simply takes a contiguous
-slice of the row and the blocks exchange their peaks.
-
-H200, bf16, CUDA-graph replay (`benchmarks/results/triton-tuning-H200.log` rounds 11, 12, 14,
-16 and 17): the fused add at 16 x 8192 1.82-1.84 µs against 1.99-2.02 split at four blocks, and
-in place 1.81 against 2.43 in one program; the dynamic-fp8 norm at 16 x 8192 1.97-2.02 against
-2.09-2.11 at four blocks, 1.85-1.87 at eight; dynamic quantization at 1, 4 and 16 x 8192
-1.55-1.62 at eight blocks of one warp against 1.63-1.75 in one program of 16 warps. At 4096
-wide the split led or tied everywhere but where it cannot serve or takes only two programs:
-the fused add in place (16 x 4096 1.64 against 1.74 in one program) and its static-fp8 form
-from 5 rows (16 x 4096 1.66 against 1.73). Plain rms_norm gained nothing while its blocks
-reduced their two warps themselves (16 x 8192 level, 1 x 8192 slower); with warp sums (round
-18) it leads the split from 5 rows (16 x 8192 1.63 against 1.70, 8 x 8192 1.59 against 1.64,
-level below), and the static-fp8 fused add gained 0.03-0.07 µs. Quantization rows of 2048 and
-4096 ran 0.1-0.2 µs slower spread.
+Triton builds no reduction across the blocks of a cluster (``num_ctas`` > 1 fails in its CTA
+planning), so a kernel is compiled for one block and its compiled launch metadata is changed
+to ask Triton's C launcher for clusters (`launch_on_clusters`). That rests on a Triton
+internal, so clusters launch only with the Triton versions they were run on (`CLUSTER_TRITON`),
+on compute capability 9.0+, never in the interpreter or under programmatic launch (the
+launchers' rules check the last); elsewhere rows take the split or one program.
 """
 
 import logging
@@ -56,33 +31,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .fp8 import (
-    abs_peak,
-    bounded_dynamic_scale,
-    dynamic_scale,
-    max_keeping_nan,
-    min_keeping_nan,
-    quantize,
-    round_to_dtype,
-)
-from .platform import interpreting, sm90_or_newer, triton_version
+from .device import interpreting, sm90_or_newer, triton_version
 
 logger = logging.getLogger(__name__)
-
-#: Blocks a cluster (a row's parts), as a rule: one warp a block for the dynamic-fp8 norm,
-#: two for the fused adds (`triton-tuning-H200.log` round 14).
-CLUSTER = 8
 
 #: Blocks a cluster the exchange is written for (a launch may ask for any that divides the
 #: row's warps).
 CLUSTER_SIZES = (2, 4, 8)
-
-#: The row widths (elements, 16-bit rows) whose decode-size rows may take a cluster
-#: (`norm_rules.cluster_for` says which ops at each).
-CLUSTER_BLOCKS = (4096, 8192)
-
-#: Rows up to which a launch takes clusters (decode sizes).
-CLUSTER_ROWS = 16
 
 #: Triton versions (major, minor) whose launch metadata and shared-memory layout the cluster
 #: launch was run on; other versions take the split.
@@ -93,6 +48,14 @@ CLUSTER_TRITON = frozenset({(3, 6)})
 #: one a warp (`warp_sum_asm`: 4 bytes, at most 16 warps).
 EXCHANGE_SYMBOL = "ir_cluster_exchange"
 EXCHANGE_BYTES = 80
+
+
+def cluster_launches(t: torch.Tensor) -> bool:
+    """Whether rows of `t` may be spread over clusters: on a GPU of compute capability 9.0+,
+    with a Triton of `CLUSTER_TRITON`, not in the interpreter."""
+    if interpreting() or not t.is_cuda or triton_version() not in CLUSTER_TRITON:
+        return False
+    return sm90_or_newer(t.device.index if t.device.index is not None else 0)
 
 
 def combine_asm(clusters: int, pair: bool, peak: bool = False, sum_to: str = "$0") -> str:
@@ -221,11 +184,11 @@ def warp_sum_asm(clusters: int, row_warps: int, pack: int) -> str:
 
 
 def sum_by_warps(clusters: int, row_warps: int, block: int) -> dict[str, str]:
-    """`cluster_norm_kernel`'s keyword arguments that have each warp of a row of `block` send
-    its partial sum (`warp_sum_asm`) where a block holds several warps (its own reduction would
-    add them through shared memory behind a block barrier first), else none (the block's
-    `tl.sum`, then the exchange). The dynamic-fp8 norm keeps its form: its rows take one warp
-    a block."""
+    """`norms.cluster_kernel.cluster_norm_kernel`'s keyword arguments that have each warp of a
+    row of `block` send its partial sum (`warp_sum_asm`) where a block holds several warps (its
+    own reduction would add them through shared memory behind a block barrier first), else none
+    (the block's `tl.sum`, then the exchange). The dynamic-fp8 norm keeps its form: its rows
+    take one warp a block."""
     if row_warps // clusters < 2:
         return {}
     pack = block // (32 * row_warps)
@@ -303,138 +266,6 @@ def _row_peak(peak, S: tl.constexpr):
     return exchange_one(peak, _PEAK_2 if S == 2 else (_PEAK_4 if S == 4 else _PEAK_8))
 
 
-@triton.jit
-def sum_and_max(total_a, peak_a, total_b, peak_b):
-    """The combine of the norm kernels' joint reduction of a row's sum and peak (here and in
-    `norm_kernels.norm_kernel`)."""
-    return total_a + total_b, max_keeping_nan(peak_a, peak_b)
-
-
-@triton.jit
-def cluster_norm_kernel(
-    x_ptr,
-    x_stride,
-    r_ptr,
-    r_stride,
-    w_ptr,
-    out_ptr,
-    out_stride,
-    res_ptr,
-    res_stride,
-    scale_ptr,
-    scale_out_ptr,
-    scale_ub_ptr,
-    variance_size,
-    eps,
-    HAS_RESIDUAL: tl.constexpr,
-    QUANT: tl.constexpr,
-    HAS_UB: tl.constexpr,
-    BLOCK: tl.constexpr,
-    ROW_WARPS: tl.constexpr,
-    S: tl.constexpr,
-    SUM_ASM: tl.constexpr = "",
-    SUM_CONSTRAINTS: tl.constexpr = "",
-):
-    """`norm_kernels.norm_kernel`'s single-pass rows that fill their block, with a weight of
-    their width, each spread over `S` blocks of a cluster (launched by `launch_cluster_norm`):
-    block ``pid % S`` of row ``pid // S``. `SUM_ASM` (from `sum_by_warps`): each warp sends
-    its partial sum itself, and the inverse RMS comes back in every element."""
-    pid = tl.program_id(0)
-    row = (pid // S).to(tl.int64)
-    rank = pid % S
-    _begin_exchange(pid)
-    act_dtype = x_ptr.dtype.element_ty
-    VEC: tl.constexpr = 128 // act_dtype.primitive_bitwidth
-    SPAN: tl.constexpr = 32 * VEC  # a warp's elements in one 16-byte access a thread
-    LOCAL: tl.constexpr = ROW_WARPS // S
-    i = tl.arange(0, BLOCK // S)
-    # this block's warp v, repeat k, holds what warp rank + S * v holds in one program a row
-    warp = rank + S * ((i // SPAN) % LOCAL)
-    offs = (i // (SPAN * LOCAL)) * (SPAN * ROW_WARPS) + warp * SPAN
-    offs = tl.max_contiguous(tl.multiple_of(offs + i % SPAN, VEC), VEC)
-    x = tl.load(x_ptr + row * x_stride + offs).to(tl.float32)
-    if QUANT == 1:
-        scale = tl.load(scale_ptr)
-    w = tl.load(w_ptr + offs).to(tl.float32)
-    if HAS_RESIDUAL:
-        s = (x + tl.load(r_ptr + row * r_stride + offs).to(tl.float32)).to(act_dtype)
-        tl.store(res_ptr + row * res_stride + offs, s)
-        x = s.to(tl.float32)
-    sq = x * x
-    if QUANT == 2:
-        xw = x * w
-        partial, partial_peak = tl.reduce((sq, tl.abs(xw)), 0, sum_and_max)
-        total, peak = _row_sum_and_peak(partial, partial_peak, S)
-        inv_rms = tl.rsqrt(total / variance_size + eps)
-    elif SUM_ASM != "":
-        PACK: tl.constexpr = BLOCK // (32 * ROW_WARPS)  # a thread's elements
-        n = variance_size.to(tl.float32)
-        inv_rms = tl.inline_asm_elementwise(
-            SUM_ASM, SUM_CONSTRAINTS, [x, n, eps], dtype=tl.float32, is_pure=False, pack=PACK
-        )
-    else:
-        total = _row_sum(tl.sum(sq, axis=0), S)
-        inv_rms = tl.rsqrt(total / variance_size + eps)
-    if QUANT == 2:
-        y = xw * inv_rms
-    else:
-        y = x * inv_rms
-        y = y * w
-    if QUANT == 0:
-        tl.store(out_ptr + row * out_stride + offs, y.to(out_ptr.dtype.element_ty))
-    else:
-        y = round_to_dtype(y, act_dtype, False)
-        if QUANT == 2:
-            amax = (peak * inv_rms).to(act_dtype).to(tl.float32)
-            scale = bounded_dynamic_scale(amax, scale_ub_ptr, HAS_UB)
-            tl.store(scale_out_ptr + row, scale, mask=rank == 0)
-        q = quantize(y, 1.0 / scale, False)
-        tl.store(out_ptr + row * out_stride + offs, q.to(out_ptr.dtype.element_ty))
-
-
-@triton.jit
-def cluster_quant_kernel(
-    x_ptr,
-    x_stride,
-    q_ptr,
-    q_stride,
-    scale_ptr,
-    ub_ptr,
-    HAS_UB: tl.constexpr,
-    BLOCK: tl.constexpr,
-    S: tl.constexpr,
-):
-    """`dynamic_quant_kernels.dynamic_quant_kernel`'s rows of exactly `BLOCK` elements, each spread
-    over `S` blocks of a cluster (launched by `launch_cluster_quant`): block ``pid % S`` of row
-    ``pid // S`` quantizes the row's ``pid % S``-th slice of ``BLOCK / S`` elements. The row's
-    peak is a maximum, exact in any order, so the bits are the one-program kernel's whatever
-    the slices."""
-    pid = tl.program_id(0)
-    row = (pid // S).to(tl.int64)
-    rank = pid % S
-    if HAS_UB:
-        ub = tl.load(ub_ptr)  # before the exchange, which the compiler does not move loads past
-    _begin_exchange(pid)
-    PART: tl.constexpr = BLOCK // S
-    offs = rank * PART + tl.arange(0, PART)
-    x = tl.load(x_ptr + row * x_stride + offs).to(tl.float32)
-    amax = _row_peak(abs_peak(x, 0), S)
-    if HAS_UB:  # (`bounded_dynamic_scale` would load the bound here, after the exchange)
-        amax = min_keeping_nan(amax, ub)
-    scale = dynamic_scale(amax)
-    tl.store(scale_ptr + row, scale, mask=rank == 0)
-    q = quantize(x, 1.0 / scale, False)
-    tl.store(q_ptr + row * q_stride + offs, q.to(q_ptr.dtype.element_ty))
-
-
-def cluster_launches(t: torch.Tensor) -> bool:
-    """Whether rows of `t` may be spread over clusters: on a GPU of compute capability 9.0+,
-    with a Triton of `CLUSTER_TRITON`, not in the interpreter."""
-    if interpreting() or not t.is_cuda or triton_version() not in CLUSTER_TRITON:
-        return False
-    return sm90_or_newer(t.device.index if t.device.index is not None else 0)
-
-
 def _ask_for_clusters(compiled: Any, clusters: int) -> bool:
     """Make every launch of `compiled` (Triton's cached kernel, launched only from here) one of
     clusters of `clusters` blocks: its packed launch metadata is (warps, blocks a cluster,
@@ -453,10 +284,10 @@ def _ask_for_clusters(compiled: Any, clusters: int) -> bool:
 def launch_on_clusters(
     kernel: Any, rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any | None:
-    """`kernel` (one of this module's) over `rows` rows, in clusters of ``kwargs["S"]`` blocks
-    a row, with `args` and `kwargs` (its constexprs and ``num_warps``); returns the compiled
-    kernel, or None, launching nothing, where Triton's compiled kernel is not in the form
-    `_ask_for_clusters` knows."""
+    """`kernel` (a kernel built on this module's exchange) over `rows` rows, in clusters of
+    ``kwargs["S"]`` blocks a row, with `args` and `kwargs` (its constexprs and ``num_warps``);
+    returns the compiled kernel, or None, launching nothing, where Triton's compiled kernel is
+    not in the form `_ask_for_clusters` knows."""
     grid = (rows,)  # the launcher multiplies it by the blocks a cluster
     compiled = kernel.warmup(*args, grid=grid, **kwargs)
     if hasattr(compiled, "result"):
@@ -470,13 +301,3 @@ def launch_on_clusters(
         )
         return None
     return kernel[grid](*args, **kwargs)
-
-
-def launch_cluster_norm(rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any | None:
-    """`launch_on_clusters` of ``cluster_norm_kernel``."""
-    return launch_on_clusters(cluster_norm_kernel, rows, args, kwargs)
-
-
-def launch_cluster_quant(rows: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any | None:
-    """`launch_on_clusters` of ``cluster_quant_kernel``."""
-    return launch_on_clusters(cluster_quant_kernel, rows, args, kwargs)

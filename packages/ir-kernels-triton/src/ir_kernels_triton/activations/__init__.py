@@ -1,0 +1,1 @@
+"""The gated activations (`gated`): silu and gelu gates, optionally quantized to fp8."""

@@ -1,0 +1,1 @@
+"""Rotary position embedding (`kernel`)."""
