@@ -5,7 +5,7 @@ The launchers and their rules (`norms.rules`, `activations.gated`, `quant.static
 does and why; this module holds the values, each with one line of rationale. The values come
 from sweeps of the provider's launches on the GPUs named below (CUDA-graph replay, medians),
 except the row sizes of `Rows`, which follow from the registers a program holds;
-`benchmarks/tuning/triton.py` sweeps them again on the card it runs on and prints the table for
+`benchmarks/tuning/tune_triton.py` sweeps them again on the card it runs on and prints the table for
 that card's class.
 
 Two kinds of entry:

@@ -1,7 +1,7 @@
 """The Triton tuning script's logic on the CPU, with fake timings: the tie rule, the sweep, the
 table it prints, and that the table it puts in force reaches the provider's rules.
 
-Run: ``pytest benchmarks/tuning/test_triton.py``.
+The script is ``benchmarks/tuning/tune_triton.py``.
 """
 
 import dataclasses
@@ -18,8 +18,8 @@ from ir_kernels_triton.norms import rules
 
 
 def _load_script() -> ModuleType:
-    """The script as a module of another name: ``triton`` is Triton's."""
-    path = Path(__file__).with_name("triton.py")
+    """The script, loaded from the repository's benchmarks folder."""
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "tuning" / "tune_triton.py"
     spec = importlib.util.spec_from_file_location("triton_tuning_script", path)
     assert spec is not None
     assert spec.loader is not None

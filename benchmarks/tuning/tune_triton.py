@@ -14,7 +14,7 @@ Each line carries its rationale, the card and the gain over the current value.
 
 Usage, on a GPU::
 
-    python benchmarks/tuning/triton.py [--ops norms,gates,...] [--out FILE] [--rep MS]
+    python benchmarks/tuning/tune_triton.py [--ops norms,gates,...] [--out FILE] [--rep MS]
 
 ``--ops`` picks entry families (default: all of them): rows, norms, clusters, gates,
 static_quant, row_blocks, group_quant, rotary, programmatic, device. ``--out FILE`` writes the
@@ -23,19 +23,14 @@ printed table to FILE and every timing to FILE with a ``.json`` suffix.
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import json
 import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-
-# run as a script, this file's folder leads sys.path, where its name would shadow Triton's
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-
-import argparse  # noqa: E402
-import dataclasses  # noqa: E402
-import json  # noqa: E402
-from collections.abc import Callable, Iterator, Mapping, Sequence  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any
 
 #: Two timings tie within this fraction of the smaller one...
 TIE_FRACTION = 0.02
@@ -638,7 +633,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if not torch.cuda.is_available():
         print(
-            "benchmarks/tuning/triton.py times kernels on a GPU; none is visible", file=sys.stderr
+            "benchmarks/tuning/tune_triton.py times kernels on a GPU; none is visible",
+            file=sys.stderr,
         )
         return 2
     card, table = this_card()
