@@ -285,3 +285,12 @@ def test_ops_that_store_run_without_a_gradient() -> None:
     x, cache = torch.randn(4, requires_grad=True), torch.zeros(3, 4)
     op(x, cache, 0)
     assert torch.equal(cache[0], x.detach())
+
+
+@pytest.mark.parametrize("name", ["self", "_impl_", "_cache_"])
+def test_parameter_names_of_the_entry_points_are_refused(name: str) -> None:
+    source = f"def f({name}: Tensor) -> Tensor:\n    return {name}.clone()\n"
+    namespace: dict[str, Any] = {"Tensor": Tensor}
+    exec(source, namespace)
+    with pytest.raises(ValueError, match=f"parameter name '{name}' is reserved"):
+        register_op(name=fresh())(namespace["f"])

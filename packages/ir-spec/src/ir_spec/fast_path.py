@@ -31,51 +31,53 @@ if TYPE_CHECKING:
 # argument, a failing provider plugin) is not chained to the cache's KeyError.
 _LOOKUP = """
     try:
-        impl = cache[{key}]
+        _impl_ = _cache_[{key}]
     except Exception:  # a miss, no cache, or arguments the key cannot summarize
-        impl = None
-    if impl is None:
-        impl = self.choose(({names},))"""
+        _impl_ = None
+    if _impl_ is None:
+        _impl_ = self.choose(({names},))"""
 
 _CHOOSE_BY_KEY = (
     """
-    cache = self.choices if _hook.op_caches else _hook.current.choice_cache(self)"""
+    _cache_ = self.choices if _hook.op_caches else _hook.current.choice_cache(self)"""
     + _LOOKUP
 )
 
 # The same, after asking the last choice's guard; a miss remembers the new choice (bounded).
-# Both set `grad_args`, whether a tensor argument requires grad: the guard checks each tensor's
+# Both set `_grad_args_`, whether a tensor argument requires grad: the guard checks each tensor's
 # requires_grad, so a hit reuses the flag remembered with the choice. While a dispatcher scope
 # is active anywhere, a memo of the scoped slot counts only in the context of the scope it was
 # made in (`dispatcher.choice_scope`), and only for a dispatcher that keys its scoped state so
-# (`dispatcher.use_choice_scope`). `epoch` is read before the lookup: a memo made from a choice
+# (`dispatcher.use_choice_scope`). `_epoch_` is read before the lookup: a memo made from a choice
 # the op has forgotten since is dropped (`IrOp._remember_choice`).
+# The generated functions' own names end in "_" (`signature.RESERVED_PARAMETER_NAMES`), so
+# that no parameter of an op (a `cache` it stores into, say) shadows them.
 _CHOOSE_BY_LAST_OR_KEY = (
     """
-    impl = None
+    _impl_ = None
     if _hook.op_caches:
-        memo = self._last_choice
-        scope = _global
+        _memo_ = self._last_choice
+        _scope_ = _global
     else:
-        memo = self._scoped_choice
-        scope = _scope_get() if _hook.scoped_memos else _no_memo
-        if memo is not None and memo[4] is not scope:
-            memo = None
-    if memo is not None:
+        _memo_ = self._scoped_choice
+        _scope_ = _scope_get() if _hook.scoped_memos else _no_memo
+        if _memo_ is not None and _memo_[4] is not _scope_:
+            _memo_ = None
+    if _memo_ is not None:
         try:
-            if memo[1] == ({others}) and memo[0].check({guarded}):
-                impl, grad_args = memo[2], memo[3]
+            if _memo_[1] == ({others}) and _memo_[0].check({guarded}):
+                _impl_, _grad_args_ = _memo_[2], _memo_[3]
         except Exception:
             pass
-    if impl is None:
-        epoch = self._epoch
-        cache = self.choices if scope is _global else _hook.current.choice_cache(self)"""
+    if _impl_ is None:
+        _epoch_ = self._epoch
+        _cache_ = self.choices if _scope_ is _global else _hook.current.choice_cache(self)"""
     + textwrap.indent(_LOOKUP, "    ")
     + """
-        grad_args = {needs_grad}
-        if cache is not None and self._last_choice_rebuilds < _max_rebuilds:
+        _grad_args_ = {needs_grad}
+        if _cache_ is not None and self._last_choice_rebuilds < _max_rebuilds:
             self._remember_choice(
-                impl, ({guarded},), ({others}), {exact}, grad_args, scope, epoch
+                _impl_, ({guarded},), ({others}), {exact}, _grad_args_, _scope_, _epoch_
             )"""
 )
 
@@ -87,11 +89,11 @@ def __call__(self, {params}):
     if _is_compiling() or _depth():
         return self._default_overload({names})
 {choose}
-    if grad_args and _grad_enabled():
+    if _grad_args_ and _grad_enabled():
         return self._default_overload({names})
-{bump_mutated}    if impl.inplace:
-        return impl.fn({cloned})
-    return impl.fn({names})
+{bump_mutated}    if _impl_.inplace:
+        return _impl_.fn({cloned})
+    return _impl_.fn({names})
 
 def maybe_inplace(self, {params}):
     if _is_compiling() or _depth():
@@ -99,11 +101,11 @@ def maybe_inplace(self, {params}):
             return self._default_overload({names})
         return self._maybe_inplace_overload({names})
 {choose}
-    if grad_args and _grad_enabled():
+    if _grad_args_ and _grad_enabled():
         return self._default_overload({names})
-    if impl.inplace and not _inference_mode():
+    if _impl_.inplace and not _inference_mode():
         _increment_version(({written}))
-{bump_mutated}    return impl.fn({names})
+{bump_mutated}    return _impl_.fn({names})
 """
 
 
