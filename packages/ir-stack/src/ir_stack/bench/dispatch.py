@@ -14,9 +14,10 @@ Without pytest, on the CPU or a GPU:
   host's time a call over many calls issued back to back (kernels this small leave the host
   setting the pace).
 
-On the CPU each time is the median of `timeit` rounds (`ir_stack.bench.timing.cpu_us`); on a
-GPU, `timing.host_us_per_call`. ``benchmarks/cpu`` holds the same CPU measurements as
-pytest-benchmark tests, compared against a saved baseline (``nox -s bench-cpu``).
+The trivial providers' and selection's times are medians of short `timeit` rounds
+(`ir_stack.bench.timing.cpu_us`); the providers' on a GPU, `timing.host_us_per_call`.
+``benchmarks/cpu`` holds the same CPU measurements as pytest-benchmark tests, compared
+against a saved baseline (``nox -s bench-cpu``).
 
     ir-stack bench --only dispatch
     python -m ir_stack.bench.dispatch --out DIR
@@ -211,8 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         KEY,
         METRICS,
     )
-    rounds = 5 if a.quick else 15
-    result.rows = trivial_rows(lambda fn: timing.cpu_us(fn, rounds=rounds).median_us)
+    budget = 0.1 if a.quick else 0.5
+    result.rows = trivial_rows(lambda fn: timing.cpu_us(fn, budget_s=budget).median_us)
     if device.kind == "cuda":
         common.load_providers()
         result.rows += provider_rows()
@@ -226,9 +227,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def markdown(result: Result) -> str:
     """Each case's calls, with the op call's cost over the direct call where both ran."""
     method = (
-        "µs a call: the trivial providers and selection, the median of `timeit` rounds on the "
-        "host; on a GPU, each provider at 16 rows of width 2048, the host's time a call over "
-        "3000 calls issued back to back. Overhead: the call's time less the direct call's in "
+        "µs a call: the trivial providers and selection, the median of short `timeit` rounds "
+        "on the host; on a GPU, each provider at 16 rows of width 2048, the host's time a call "
+        "over 3000 calls issued back to back. Overhead: the call's time less the direct call's in "
         "the same case."
     )
     lines = results.header(result, method)

@@ -7,8 +7,8 @@
 - `plain_us`: the same with ``do_bench`` alone (each call launched from the host).
 - `copy_bandwidth_gbps`: the device-to-device copy bandwidth of a 1 GiB buffer, bytes read
   plus written: the ceiling a memory-bound kernel is held against.
-- `cpu_us`: a host function's time a call, from `timeit` rounds (for CPU runs and for the host
-  side of eager calls).
+- `cpu_us`: a host function's time a call, the median of short `timeit` rounds (for CPU runs
+  and the host side of eager calls).
 - `host_us_per_call`: the host's time a call of a GPU function over many calls issued back to
   back, the device synchronized before and after (eager dispatch, where the host sets the pace).
 - `mean_ms`: the mean of back-to-back calls between CUDA events (or `time.perf_counter` on the
@@ -87,14 +87,18 @@ def copy_bandwidth_gbps(size: int = 1 << 30) -> float:
     return 2 * size / (ms * 1e-3) / 1e9
 
 
-def cpu_us(fn: Callable[[], Any], rounds: int = 15, round_s: float = 0.05) -> Timing:
-    """`fn`'s time a call on the host, µs: `rounds` rounds of as many calls as fill about
-    `round_s` seconds (one round first calibrates and warms up)."""
+def cpu_us(fn: Callable[[], Any], budget_s: float = 0.3, round_us: float = 20.0) -> Timing:
+    """`fn`'s time a call on the host, µs: many short rounds of about `round_us` each, over
+    about `budget_s` seconds, and their median. Short rounds, as pytest-benchmark takes them:
+    on a shared machine a long round includes the time the process waits for a core, which
+    the median of short ones leaves out."""
     timer = timeit.Timer(fn)
-    number, _ = timer.autorange()
-    number = max(1, int(number * round_s / 0.2))
-    per_call = [t / number * 1e6 for t in timer.repeat(repeat=rounds, number=number)]
-    return _quantiles(per_call, "timeit")
+    number, elapsed = timer.autorange()  # also the warm-up
+    per_call = elapsed / number
+    number = max(1, round(round_us * 1e-6 / per_call))
+    rounds = max(5, round(budget_s / (number * per_call)))
+    times = [t / number * 1e6 for t in timer.repeat(repeat=rounds, number=number)]
+    return _quantiles(times, "timeit")
 
 
 def host_us_per_call(fn: Callable[[], Any], calls: int = 3000, warmup: int = 50) -> float:
