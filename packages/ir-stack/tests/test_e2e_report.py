@@ -69,3 +69,10 @@ def test_render_redoes_the_table_and_plot_from_a_result(tmp_path: Path) -> None:
     results.render(results.load(path), path)
     assert path.with_suffix(".md").read_text() == e2e_report.markdown(result)
     assert path.with_suffix(".png").stat().st_size > 0
+
+
+def test_its_command_line_renders_a_result(tmp_path: Path) -> None:
+    result = e2e_result()
+    path = results.save(result, tmp_path, render_too=False)
+    assert e2e_report.main([str(path)]) == 0
+    assert path.with_suffix(".md").read_text() == e2e_report.markdown(result)

@@ -2,6 +2,7 @@
 lost in the other (what ``ir-stack bench compare`` adds for the ``kernels`` suite)."""
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,3 +73,14 @@ def test_only_our_providers_count_when_asked(grids: tuple[Result, Result]) -> No
     ours = results.compare(*grids, threshold=0.1, where={"provider": {"triton", "cuda"}})
     assert ours.regressions == []
     assert len(ours.changes) == 2
+
+
+def test_its_command_line_is_bench_compare(grids: tuple[Result, Result], tmp_path: Path) -> None:
+    old, new = (
+        results.save(r, tmp_path / name, render_too=False)
+        for r, name in zip(grids, "ab", strict=True)
+    )
+    out = tmp_path / "compare.md"
+    assert kernel_compare.main([str(old), str(new), "--threshold", "10", "--out", str(out)]) == 1
+    assert "1 went from won to lost" in out.read_text()
+    assert kernel_compare.main([str(old), str(new), "--threshold", "20"]) == 0

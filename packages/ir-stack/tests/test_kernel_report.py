@@ -135,3 +135,15 @@ def test_the_plot_is_written(bench_record: Callable[..., Any], tmp_path: Path) -
     path = results.save(grid(bench_record), tmp_path)
     assert path.with_suffix(".png").stat().st_size > 0
     assert path.name == "kernels-test.json"
+
+
+def test_one_result_is_rendered_again_and_parts_need_an_output(
+    bench_record: Callable[..., Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = grid(bench_record)
+    path = results.save(result, tmp_path, render_too=False)
+    assert kernel_report.main([str(path)]) == 0
+    assert path.with_suffix(".md").read_text() == kernel_report.markdown(result)
+    with pytest.raises(SystemExit):
+        kernel_report.main([str(path), str(path)])
+    assert "--out is required to merge 2 results" in capsys.readouterr().err

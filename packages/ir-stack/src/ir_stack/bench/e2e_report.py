@@ -1,9 +1,16 @@
 """The markdown and plot of an ``e2e`` result: milliseconds a call and the logits' error per
 mode and workload, for each model the result holds, and ``ir_stack`` against stock
-``torch.compile`` reduce-overhead and the full-graph ceiling."""
+``torch.compile`` reduce-overhead and the full-graph ceiling.
+
+    python -m ir_stack.bench.e2e_report RESULT.json
+
+is ``ir-stack bench render RESULT.json``: the markdown and plot again beside the result.
+"""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +112,14 @@ def plot(result: Result, out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out, dpi=80)
     plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``ir-stack bench render`` with `argv` (the command line's arguments by default)."""
+    from . import main as bench
+
+    return bench(["render", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

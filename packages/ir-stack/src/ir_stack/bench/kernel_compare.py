@@ -3,11 +3,17 @@ times moved (the median of new over old across the shapes both grids hold), and 
 each of our providers won in one grid and lost in the other, judged as `kernel_report` judges
 them. Inductor, for one, picks its launch configuration by timing candidates as it compiles,
 so its kernel for a shape can differ between processes: a flip may come from the anchor.
+
+    python -m ir_stack.bench.kernel_compare OLD.json NEW.json [--threshold PCT ...]
+
+is ``ir-stack bench compare`` with the same arguments.
 """
 
 from __future__ import annotations
 
 import statistics
+import sys
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from . import results
@@ -91,3 +97,14 @@ def details(old: Result, new: Result) -> list[str]:
                 ),
             )
     return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``ir-stack bench compare`` with `argv` (the command line's arguments by default)."""
+    from . import main as bench
+
+    return bench(["compare", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

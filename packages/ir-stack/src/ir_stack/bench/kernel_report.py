@@ -13,6 +13,8 @@ and anchors within one part): `merge` makes one result of them, and each op is t
 against the empty kernel timed in its own part.
 
     python -m ir_stack.bench.kernel_report PART.json [PART.json ...] --out MERGED.json
+
+With one result and no ``--out``, it writes that result's markdown and plot again.
 """
 
 from __future__ import annotations
@@ -343,19 +345,25 @@ def plot(result: Result, out: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m ir_stack.bench.kernel_report PART.json [PART.json ...] --out MERGED.json``:
-    merge the parts of a grid and write the merged result's JSON, markdown and plot."""
+    merge the parts of a grid and write the merged result's JSON, markdown and plot (one
+    result without ``--out``: its markdown and plot again)."""
     parser = argparse.ArgumentParser(
         prog="python -m ir_stack.bench.kernel_report", description=(__doc__ or "").split("\n")[0]
     )
     parser.add_argument("parts", type=Path, nargs="+", help="the kernels results to merge")
-    parser.add_argument("--out", type=Path, required=True, help="where the merged JSON goes")
+    parser.add_argument("--out", type=Path, help="where the merged JSON goes")
     a = parser.parse_args(argv)
+    if len(a.parts) > 1 and a.out is None:
+        parser.error(f"--out is required to merge {len(a.parts)} results")
     try:
-        merged = merge([results.load(path) for path in a.parts])
+        parts = [results.load(path) for path in a.parts]
+        merged = merge(parts) if len(parts) > 1 else parts[0]
     except ValueError as error:
         parser.error(str(error))
-    a.out.write_text(merged.to_json())
-    print(results.render(merged, a.out))
+    out = a.out or a.parts[0]
+    if a.out is not None:
+        out.write_text(merged.to_json())
+    print(results.render(merged, out))
     return 0
 
 
