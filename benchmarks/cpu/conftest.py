@@ -1,6 +1,6 @@
 """Fixtures of the CPU benchmarks: trivial providers, so that an op call's time is the
-dispatch's alone, selected through the process-wide priority (the path a model's eager calls
-take; a scoped `ir_dispatch.priority` looks the choice up on every call), and fresh random
+dispatch's alone, selected through the process-wide priority (what a model's eager calls
+usually run under, rather than a scoped `ir_dispatch.priority` block), and fresh random
 inputs."""
 
 from collections.abc import Iterator

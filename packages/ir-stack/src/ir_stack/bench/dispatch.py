@@ -84,8 +84,8 @@ def trivial_providers() -> Iterator[None]:
 @contextmanager
 def selected(**per_op: list[str]) -> Iterator[None]:
     """`per_op` added to the process-wide priority (`ir_dispatch.set_priority`), the previous
-    one restored after. Not the scoped `ir_dispatch.priority`: eager calls under a scoped
-    priority look their choice up per call, which is not the path a model's calls take."""
+    one restored after: the priority a model's eager calls usually run under, rather than a
+    scoped `ir_dispatch.priority` block, whose choices are kept apart."""
     previous = ir_dispatch.user_priority()
     ir_dispatch.set_priority({**previous, **per_op})
     try:
