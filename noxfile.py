@@ -211,10 +211,10 @@ def lint(session: nox.Session) -> None:
 @nox.session(tags=["checks"])
 @frees_its_environment
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict over every package's sources and the benchmark scripts."""
+    """mypy --strict over every package's sources and the benchmarks."""
     install_packages(session, PACKAGES)
-    # numpy: the benchmarks' offline fits (Hugging Face's libraries are checked as Any)
-    session.install("mypy>=1.10", "numpy", *TEST_TOOLS)
+    # the test tools: the CPU benchmarks' fixtures (Hugging Face's library is checked as Any)
+    session.install("mypy>=1.10", *TEST_TOOLS)
     session.run("mypy", *(f"packages/{p}/src" for p in PACKAGES), "benchmarks")
 
 
@@ -300,12 +300,84 @@ def gpu(session: nox.Session) -> None:
     )
 
 
+#: Where the GPU suites' current results live, one per suite and device (`nox -s bench`).
+RESULTS = ROOT / "benchmarks" / "results"
+#: Per suite: how much worse (percent) a row of a new GPU result may be than the committed one
+#: before `nox -s bench -- --compare-with DIR` fails, and the rows compared (our providers and
+#: modes; Inductor's and stock torch.compile's own drift is not ours). A kernel at a decode
+#: size takes little more than an empty launch, whose replays differ by up to a tenth between
+#: hosts: hence the wider margin for kernels.
+BENCH_GPU_COMPARE = {
+    "kernels": (15.0, ["--where", "provider=triton,cuda"]),
+    "e2e": (10.0, ["--where", "mode=ir_stack,ir_stack piecewise,eager best kernels"]),
+}
+#: The CPU suites' saved baseline (pytest-benchmark's storage; `nox -s bench-cpu --
+#: --save-baseline` measures a new one in its place).
+BENCH_CPU_BASELINE = ROOT / "benchmarks" / "cpu" / "baseline"
+#: Fail where a benchmark's fastest round is this much slower than the baseline's. Why min:
+#: 8 runs at load 12 on 2 cores moved mins by up to 9 %, medians 16 %, means 5x: 25 % on min.
+BENCH_CPU_FAIL = "min:25%"
+
+
 @nox.session(tags=["bench"])
 @frees_its_environment
 def bench(session: nox.Session) -> None:
-    """GPU benchmarks: kernels (with the anchors) and ir-passes peak memory, into results/."""
+    """The benchmark suites on a GPU (`ir-stack bench`), their results into benchmarks/results.
+    Arguments go to `ir-stack bench` (e.g. ``-- --only kernels,e2e --out DIR``); with
+    ``--compare-with DIR`` each new result of a suite in `BENCH_GPU_COMPARE` is then compared
+    with the one of its suite and device in DIR, and a regression beyond the threshold fails
+    the session (the comparisons are written beside the new results)."""
     install_packages(session, PACKAGES)
-    session.install("liger-kernel==0.8.5", "matplotlib>=3.7")
-    out = str(ROOT / "benchmarks" / "results")
-    session.run("python", "-m", "ir_stack.bench.kernels", "--out", out, "--repeat", "2")
-    session.run("python", "benchmarks/passes/peak_memory.py", "--out", out)
+    session.install("liger-kernel==0.8.5", "matplotlib>=3.7", "transformers>=4.56")
+    args = list(session.posargs)
+    baseline = None
+    if "--compare-with" in args:
+        at = args.index("--compare-with")
+        if at + 1 >= len(args):
+            session.error("--compare-with: expected the directory of the results to compare with")
+        baseline = Path(args[at + 1])
+        del args[at : at + 2]
+    out = Path(args[args.index("--out") + 1]) if "--out" in args else RESULTS
+    session.run("ir-stack", "bench", "--out", str(out), *args)
+    if baseline is None:
+        return
+    regressed = []
+    for new in sorted(out.glob("*.json")):
+        suite = new.stem.split("-")[0]
+        old = baseline / new.name
+        if suite not in BENCH_GPU_COMPARE or not old.is_file():
+            session.log(f"{new.name}: no committed result of this suite and device to compare")
+            continue
+        threshold, where = BENCH_GPU_COMPARE[suite]
+        compare = ["ir-stack", "bench", "compare", str(old), str(new), "--threshold"]
+        compare += [str(threshold), *where, "--out", str(new.with_name(f"compare-{new.stem}.md"))]
+        try:  # exit status 1: a regression; every result is compared before the session fails
+            session.run(*compare)
+        except nox.command.CommandFailed:
+            regressed.append(new.name)
+    if regressed:
+        session.error(f"{', '.join(regressed)}: worse than {baseline} beyond the threshold")
+
+
+@nox.session(name="bench-cpu", tags=["bench"])
+@frees_its_environment
+def bench_cpu(session: nox.Session) -> None:
+    """The CPU benchmarks (benchmarks/cpu: eager dispatch, maybe_inplace, selection) against
+    the saved baseline: fails where a benchmark is worse than `BENCH_CPU_FAIL` allows.
+    ``-- --save-baseline`` measures a new baseline in place of the old one instead."""
+    install_packages(session, ["ir-dispatch"])
+    session.install("pytest>=8", "pytest-benchmark>=4")
+    args = [a for a in session.posargs if a != "--save-baseline"]
+    pytest = ["pytest", "benchmarks/cpu", "-p", "no:cacheprovider"]
+    pytest += [f"--benchmark-storage=file://{BENCH_CPU_BASELINE}", "--benchmark-sort=name"]
+    pytest += ["--benchmark-columns=min,median,iqr,rounds", "--benchmark-group-by=group"]
+    if "--save-baseline" in session.posargs:
+        for old in BENCH_CPU_BASELINE.glob("*/*.json"):
+            old.unlink()
+        session.run(*pytest, "--benchmark-save=baseline", *args)
+        return
+    saved = sorted(BENCH_CPU_BASELINE.glob("*/*.json"))
+    if not saved:
+        session.error(f"no baseline in {BENCH_CPU_BASELINE}: nox -s bench-cpu -- --save-baseline")
+    compare = [f"--benchmark-compare={saved[-1]}", f"--benchmark-compare-fail={BENCH_CPU_FAIL}"]
+    session.run(*pytest, *compare, *args)

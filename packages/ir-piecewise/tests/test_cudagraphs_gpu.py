@@ -73,7 +73,7 @@ def test_graphs_bitwise_equal_to_no_graphs(
     compiles load every piece from the cache that a first compile fills: a piece compiled in
     the process and the same piece loaded can differ in the last bits (up to 7e-7 on an H200
     in some sessions), which failed this test in test shards that started with empty caches
-    (`benchmarks/results/piecewise-fresh-vs-loaded-H200.md`)."""
+    (`git show 930e4a3:benchmarks/results/piecewise-fresh-vs-loaded-H200.md`)."""
     with torch.no_grad():  # the grad mode is part of the saved trace's key
         compile_toy(model, CUDAGraphMode.NONE, tmp_path)(inputs(64))  # fills the compile cache
     torch._dynamo.reset()

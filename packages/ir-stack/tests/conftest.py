@@ -1,6 +1,6 @@
 """Each test starts with Dynamo's caches empty: the tests compile the same model forward many
 times, and Dynamo's per-code-object recompile limit counts across tests. `bench_record` builds
-kernel benchmark records for the report tests."""
+rows of the ``kernels`` suite for the report tests."""
 
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +18,7 @@ def fresh_dynamo() -> None:
 
 @pytest.fixture
 def bench_record() -> BenchRecord:
-    """A builder of one kernel benchmark record (a provider at a shape, one run), as
+    """A builder of one row of the ``kernels`` suite (a provider at a shape, one run), as
     `ir_stack.bench.kernels` writes it: ``(op, provider, tokens, hidden, us, frac=0.5)``."""
 
     def record(

@@ -1,11 +1,9 @@
 """The ir-stack command."""
 
-import json
 import os
 import subprocess
 import sys
 from importlib.metadata import entry_points
-from pathlib import Path
 
 import pytest
 
@@ -173,39 +171,3 @@ def test_explain_takes_a_priority_flag_in_two_arguments() -> None:
     rows = explained_rows(done.stdout)
     assert rows["native"][1].startswith("used, unless its supports_args")
     assert rows["triton"][0] == "-"
-
-
-def test_bench_of_kernels_alone_fails_without_a_gpu(tmp_path: Path) -> None:
-    """Asked for by name, a kernel benchmark that cannot run here fails rather than skips."""
-    done = run("bench", "--only", "kernels", "--out", str(tmp_path / "unused"), gpus=False)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "no CUDA GPU here" in done.stdout
-    assert not (tmp_path / "unused").exists()
-
-
-def test_e2e_benchmark_writes_json_markdown_and_plot(tmp_path: Path) -> None:
-    """On the CPU (GPUs hidden), where the tiny model's modes agree within 1e-4."""
-    modes = "eager native,eager best kernels,torch.compile,ir_stack"
-    done = run(
-        "--out", str(tmp_path), "--model", "tiny", "--batches", "1,3", "--prefill", "8",
-        "--context", "8", "--iters", "1", "--modes", modes, "--skip-startup",
-        module="ir_stack.bench.e2e", gpus=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    result = json.loads((tmp_path / "e2e-tiny-cpu.json").read_text())
-    cells = {(r["mode"], r["workload"]) for r in result["rows"]}
-    assert cells == {
-        (m, w) for m in modes.split(",") for w in ("decode b=1", "decode b=3", "prefill 8")
-    }
-    assert all(r["max_abs_error"] < 1e-4 for r in result["rows"])
-    table = (tmp_path / "e2e-tiny-cpu.md").read_text()
-    assert "| ir_stack |" in table
-    assert (tmp_path / "e2e-tiny-cpu.png").stat().st_size > 0
-
-
-def test_e2e_benchmark_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
-    from ir_stack.bench import e2e
-
-    with pytest.raises(SystemExit):
-        e2e.main(["--out", "x", "--modes", "eager native,warp drive"])
-    assert "--modes: unknown ['warp drive']" in capsys.readouterr().err

@@ -1159,7 +1159,7 @@ def _assert_same_attention_calls(model: Any, attention_layers: int | None = None
 #: ``MALLOC_CHECK_=3``, 13 of 13 processes aborted ("free(): corrupted unsorted chunks",
 #: "double free or corruption") or crashed; without it, the abort took a whole test shard down
 #: twice. With transformers 5.24 on torch 2.11, and with 5.17 on torch 2.13, none did
-#: (`benchmarks/results/stack-tests-H200.md`, round 62)
+#: (`stack-tests-H200.md`, round 62, in `git show 930e4a3:benchmarks/results/`)
 INDUCTOR_CPU_FALCON_H1 = (
     "torch < 2.13 with transformers < 5.24: Inductor's CPU code for Falcon-H1 corrupts the heap, "
     "stock torch.compile of the original model too"
@@ -1648,7 +1648,7 @@ def test_a_converted_forward_asks_no_module_for_an_attribute_it_lacks(
     """An attribute a module lacks is found lacking by a raise inside ``nn.Module.__getattr__``;
     read so by a forward under Dynamo, it becomes a guard that raises again at every call (a
     16-layer Llama's guard check took 133-136 µs with one such read a layer, 111-116 without,
-    as the original model: `benchmarks/results/hf-guards-cpu.md`). The converted forwards look
+    as the original model: `hf-guards-cpu.md` in git history). The converted forwards look
     their optional parts up in ``_modules`` instead (Phi-3's joined projection, LFM2's and
     Phi-2's output projections), so they ask for nothing the original's forward does not
     (transformers' own: the decoder's slice of its layers, a new ``ModuleList``; Llama 4's

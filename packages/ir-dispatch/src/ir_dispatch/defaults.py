@@ -11,7 +11,7 @@ Why each entry (the kernel measurements behind them live in ``benchmarks/results
   faster than ``triton`` at few shapes: on an H100 the activations match it at large sizes and
   rotary embedding wins at decode sizes, while the row kernels trail (rms_norm at hidden 4096:
   1.96 µs against 1.55 µs at one token, 0.93 against 0.98 of copy bandwidth at 16384 tokens;
-  ``benchmarks/results/kernels-cuda-vs-triton-H100.md``); they move ahead where they win.
+  ``benchmarks/results/kernels-h100.md``); they move ahead where they win.
 * CUDA, compiled with Inductor, simple ops (``rms_norm``, ``fused_add_rms_norm``,
   ``silu_and_mul``, ``gelu_and_mul``, ``static_quant_fp8``, ``rotary_embedding``): ``native``
   first. Inductor generates a kernel that reaches copy bandwidth at large sizes for these (0.98

@@ -27,7 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     explain.add_argument("op", nargs="?", help="one op (default: all)")
     commands.add_parser(
         "bench",
-        help="kernel and end-to-end benchmarks (JSON, markdown, plots); see ir-stack bench -h",
+        help="benchmark suites, their results (JSON, markdown, plots) and comparisons; see "
+        "ir-stack bench -h",
         add_help=False,
     )
     # --ir-op-priority flags (and the value of one without "=") are read by Config.load

@@ -1,5 +1,4 @@
-"""End-to-end benchmark of the reference model: decode-step and prefill latency in every mode,
-and how long a compiled model takes to be ready, cold and warm.
+"""Suite ``e2e``: the reference model end to end, decode steps and prefill, in every mode.
 
 Modes, in one process with the same weights:
 
@@ -15,25 +14,22 @@ Modes, in one process with the same weights:
   ceiling (prefill attention reads its length on the host, so there is no prefill ceiling).
 
 Decode steps attend over `context` cached positions (random keys and values); prefill is one
-sequence of `prefill` tokens. Each time is the mean of `iters` back-to-back calls between CUDA
-events after warm-up calls. Startup: seconds from ``ir_stack.compile`` to the first outputs of
-every workload, in a fresh process with empty caches (cold: ir-piecewise's, Inductor's and
-Triton's) and again in a fresh process reusing them (warm: the saved traces and pieces are
-loaded, and Dynamo does not run).
+sequence of `prefill` tokens. Each time is the mean of `iters` back-to-back calls after warm-up
+calls (`ir_stack.bench.timing.mean_ms`). On the CPU (float32, the tiny model by default) the
+CUDA-graph modes are left out. How long a compiled model takes to be ready is the ``startup``
+suite's question.
 
-    python -m ir_stack.bench.e2e --model 1b --out DIR    (or: ir-stack bench --only e2e)
+    ir-stack bench --only e2e [--model tiny|1b] [--quick]
+    python -m ir_stack.bench.e2e --out DIR [--model 1b] [--batches 1,8] [--modes a,b]
 
-Writes ``DIR/e2e-<model>-<device>.json``, ``.md`` and ``.png``.
+Writes ``DIR/e2e-<device>.json``, ``.md`` and ``.png`` (`ir_stack.bench.e2e_report`).
 """
+
+from __future__ import annotations
 
 import argparse
 import dataclasses
 import functools
-import json
-import os
-import platform
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -45,13 +41,13 @@ import torch
 from torch import Tensor
 
 import ir_dispatch
-from ir_piecewise import CompilationConfig, CUDAGraphMode, counters
+from ir_piecewise import CompilationConfig, CUDAGraphMode
 from ir_spec import ops
 
 from ..compiler import compile as ir_stack_compile
 from ..config import Config
 from ..models import ONE_B, TINY, LlamaConfig, LlamaModel
-from .e2e_report import markdown, write_report
+from . import common, results, timing
 
 MODELS = {"tiny": TINY, "1b": ONE_B}
 MODES = (
@@ -63,11 +59,20 @@ MODES = (
     "ir_stack",
     "full CUDA graph",
 )
+KEY = ["model", "mode", "workload"]
+METRICS = [results.Metric("ms", "ms")]
 KVCache = list[tuple[Tensor, Tensor]]
 #: the CUDA graph mode of each ir_stack mode
 IR_STACK_GRAPHS = {
     "ir_stack piecewise": CUDAGraphMode.PIECEWISE,
     "ir_stack": CUDAGraphMode.FULL_AND_PIECEWISE,
+}
+#: Sizes by model and --quick where not given: decode batches, prefill tokens, context, iters.
+SIZES = {
+    ("1b", False): ("1,8,32,128", 2048, 512, 20),
+    ("1b", True): ("1,8", 256, 512, 5),
+    ("tiny", False): ("1,8,32", 64, 64, 20),
+    ("tiny", True): ("1,8", 32, 32, 5),
 }
 
 
@@ -101,34 +106,56 @@ class Setup:
         return self.decode_cache if workload.is_decode else self.prefill_cache
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--model", choices=sorted(MODELS), default="1b")
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """The options naming the model and its sizes (shared with the ``startup`` suite)."""
+    parser.add_argument(
+        "--model", choices=sorted(MODELS), help="default: 1b on a GPU, tiny on the CPU"
+    )
     parser.add_argument("--fp8", action="store_true", help="fp8 static-quantized linears")
-    parser.add_argument("--batches", default="1,8,32,128", help="decode batch sizes")
-    parser.add_argument("--prefill", type=int, default=2048, help="prefill tokens (0: none)")
-    parser.add_argument("--context", type=int, default=512, help="cached positions at decode")
-    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--batches", help="decode batch sizes (default: by model, see SIZES)")
+    parser.add_argument("--prefill", type=int, help="prefill tokens (0: none)")
+    parser.add_argument("--context", type=int, help="cached positions at decode")
+
+
+def resolve_sizes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Fill the model and sizes not given from `SIZES`, and check them."""
+    args.model = args.model or ("1b" if torch.cuda.is_available() else "tiny")
+    batches, prefill, context, iters = SIZES[(args.model, args.quick)]
+    args.batches = args.batches or batches
+    args.prefill = prefill if args.prefill is None else args.prefill
+    args.context = context if args.context is None else args.context
+    if getattr(args, "iters", 0) is None:
+        args.iters = iters
+    try:
+        sizes = [int(b) for b in args.batches.split(",")]
+    except ValueError:
+        parser.error(f"--batches {args.batches!r}: expected batch sizes such as 1,8,32")
+    if not sizes or min(sizes) < 1:
+        parser.error(f"--batches {args.batches!r}: expected positive batch sizes")
+    for name in ("prefill", "context", "iters"):
+        value = getattr(args, name, 1)
+        if value < (0 if name == "prefill" else 1):
+            parser.error(f"--{name}: got {value}; expected a positive number")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = common.parser("e2e", (__doc__ or "").split("\n")[0])
+    add_model_args(parser)
+    parser.add_argument("--iters", type=int, help="timed calls a workload (default: by model)")
     parser.add_argument("--modes", default=",".join(MODES))
-    parser.add_argument("--skip-startup", action="store_true")
     parser.add_argument(
         "--append",
         action="store_true",
-        help="keep the rows (and startup) of an existing result of the same model and device "
-        "for the modes not run now",
+        help="keep the rows of an existing result of the same model, device and sizes for "
+        "the modes not run now",
     )
-    parser.add_argument(
-        "--phase", choices=["all", "startup"], default="all", help=argparse.SUPPRESS
-    )
-    parser.add_argument("--cache", type=Path, help=argparse.SUPPRESS)
+    # start-up is the startup suite's; accepted for the command lines that left it out here
+    parser.add_argument("--skip-startup", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     unknown = set(args.modes.split(",")) - set(MODES)
     if unknown:
         parser.error(f"--modes: unknown {sorted(unknown)}; expected some of {list(MODES)}")
-    for name in ("prefill", "context", "iters"):
-        if getattr(args, name) < (0 if name == "prefill" else 1):
-            parser.error(f"--{name}: got {getattr(args, name)}; expected a positive number")
+    resolve_sizes(parser, args)
     return args
 
 
@@ -179,30 +206,6 @@ def build_setup(args: argparse.Namespace, device: torch.device) -> Setup:
 def build_model(setup: Setup, *, plain_torch: bool = False) -> LlamaModel:
     model = LlamaModel(setup.config, plain_torch=plain_torch, device=setup.device)
     return model.to(setup.dtype).eval()
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_ms(fn: Callable[[], Any], device: torch.device, iters: int, warmup: int = 3) -> float:
-    """Mean milliseconds per call of `iters` back-to-back calls."""
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    if device.type != "cuda":
-        start = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        return (time.perf_counter() - start) * 1e3 / iters
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(iters):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return float(begin.elapsed_time(end)) / iters
 
 
 @contextmanager
@@ -275,14 +278,15 @@ def run_modes(
 
                 if mode == "eager native":
                     with native_only():
-                        out, ms = step(), time_ms(step, setup.device, args.iters)
+                        out, ms = step(), timing.mean_ms(step, setup.device, args.iters)
                 else:
                     out = step()
                     if out is None:
                         continue
                     error = float((out.float() - reference[w.name]).abs().max())
-                    ms = time_ms(step, setup.device, args.iters)
+                    ms = timing.mean_ms(step, setup.device, args.iters)
                 row: dict[str, Any] = {
+                    "model": args.model + (" fp8" if args.fp8 else ""),
                     "mode": mode,
                     "workload": w.name,
                     "batch": w.batch,
@@ -337,120 +341,60 @@ def make_mode(
     return lambda w, ids, pos, cache: forward(ids, pos, cache)
 
 
-def startup(args: argparse.Namespace) -> dict[str, Any]:
-    """Seconds from ``ir_stack.compile`` to the first output of every workload."""
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    setup = build_setup(args, device)
-    model = build_model(setup)
-    graphs = IR_STACK_GRAPHS["ir_stack"] if device.type == "cuda" else CUDAGraphMode.NONE
-    sync(device)
-    start = time.perf_counter()
-    first_calls: dict[str, float] = {}
-    with torch.no_grad():
-        forward = ir_stack_compile(model, piecewise_config(graphs, args.cache))
-        for w in setup.workloads:
-            ids, positions = setup.inputs[w.name]
-            called = time.perf_counter()
-            forward(ids, positions, setup.cache_for(w))
-            sync(device)
-            first_calls[w.name] = time.perf_counter() - called
-    return {
-        "seconds": time.perf_counter() - start,
-        "first_call_seconds": first_calls,
-        "counters": counters.as_dict(),
-    }
-
-
-def run_startup(args: argparse.Namespace, cache_root: Path) -> dict[str, Any]:
-    """Cold then warm startup, each in a fresh process sharing the cache directories."""
-    env = {
-        **os.environ,
-        "TORCHINDUCTOR_CACHE_DIR": str(cache_root / "inductor"),
-        "TRITON_CACHE_DIR": str(cache_root / "triton"),
-    }
-    command = [
-        sys.executable, "-m", "ir_stack.bench.e2e", "--phase", "startup", "--out", str(args.out),
-        "--cache", str(cache_root / "ir-piecewise"), "--model", args.model,
-        "--batches", args.batches, "--prefill", str(args.prefill), "--context", str(args.context),
-        *(["--fp8"] if args.fp8 else []),
-    ]  # fmt: skip
-    result: dict[str, Any] = {}
-    for phase in ("cold", "warm"):
-        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"{phase} startup failed:\n{done.stderr[-4000:]}")
-        result[phase] = json.loads(done.stdout.strip().splitlines()[-1])
-        print(f"startup {phase}: {result[phase]['seconds']:.1f} s", flush=True)
-    return result
-
-
-def merge_previous(result: dict[str, Any], path: Path) -> None:
-    """Fill `result`'s rows and startup from an earlier result at `path` (same model, device
-    and sizes); the caller replaces the rows of the modes it runs again."""
+def merge_previous(result: results.Result, path: Path) -> list[dict[str, Any]]:
+    """The rows of an earlier result at `path` (same model, device and sizes) to keep beside
+    the modes run now; ValueError where it holds another run."""
     if not path.exists():
-        return
-    previous = json.loads(path.read_text())
-    same = ("model", "device", "config", "context")
-    if any(previous.get(k) != result[k] for k in same):
+        return []
+    previous = results.load(path)
+    if previous.params != result.params or previous.device != result.device:
         raise ValueError(
-            f"--append: {path} holds a run of another model, device or size; expected the same "
-            f"{', '.join(same)}"
+            f"--append: {path} holds a run of another device, model or size ({previous.params}); "
+            f"expected {result.params}"
         )
-    result["rows"] = [r for r in previous["rows"] if r["mode"] in MODES]
-    result["startup"] = previous.get("startup")
-
-
-def device_slug(device: torch.device) -> str:
-    if device.type != "cuda":
-        return "cpu"
-    name = torch.cuda.get_device_name().replace("NVIDIA ", "")
-    return name.split()[0]
+    return [r for r in previous.rows if r["mode"] in MODES]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; writes JSON, markdown and a plot under ``--out``."""
+    """Run the suite; writes JSON, markdown and a plot under ``--out``."""
     args = parse_args(argv)
-    if args.phase == "startup":
-        print(json.dumps(startup(args)))
-        return 0
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"e2e-{args.model}{'-fp8' if args.fp8 else ''}-{device_slug(device)}"
-    result: dict[str, Any] = {
-        "model": args.model + (" fp8" if args.fp8 else ""),
+    if device.type == "cuda":
+        common.load_providers()
+    where = results.current_device(device.type)
+    model = args.model + (" fp8" if args.fp8 else "")
+    result = results.new_result(
+        "e2e",
+        f"End to end: the {model} reference model, "
+        f"{'bfloat16' if device.type == 'cuda' else 'float32'}",
+        where,
+        {"model": model, "batches": args.batches, "prefill": args.prefill}
+        | {"context": args.context, "iters": args.iters},
+        KEY,
+        METRICS,
+    )
+    result.facts = {
         "config": dataclasses.asdict(model_config(args)),
-        "device": (
-            torch.cuda.get_device_name()
-            if device.type == "cuda"
-            else f"CPU ({platform.machine()}, {os.cpu_count()} cores)"
-        ),
         "dtype": "bfloat16" if device.type == "cuda" else "float32",
-        "torch": torch.__version__,
-        "date": time.strftime("%Y-%m-%d %H:%M"),
-        "iters": args.iters,
-        "context": args.context,
-        "rows": [],
-        "startup": None,
+        "timed_with": "CUDA events" if device.type == "cuda" else "perf_counter",
     }
-    previous = dict(result)
-    if args.append:
-        merge_previous(previous, stem.with_suffix(".json"))
+    path = args.out / f"{result.file_stem}.json"
+    try:
+        kept = merge_previous(result, path) if args.append else []
+    except ValueError as error:
+        print(error)
+        return 2
 
     def write(rows: list[dict[str, Any]]) -> None:  # after each mode: a killed run keeps some
-        done = {m["mode"] for m in rows}
-        kept = [r for r in previous["rows"] if r["mode"] not in done]
-        result["rows"] = sorted(kept + rows, key=lambda r: MODES.index(r["mode"]))
-        result["startup"] = result["startup"] or previous["startup"]
-        stem.with_suffix(".json").write_text(json.dumps(result, indent=1))
-        stem.with_suffix(".md").write_text(markdown(result))
+        done = {r["mode"] for r in rows}
+        merged = [r for r in kept if r["mode"] not in done] + rows
+        result.rows = sorted(merged, key=lambda r: MODES.index(r["mode"]))
+        results.save(result, args.out, render_too=False)
 
-    with tempfile.TemporaryDirectory(prefix="ir-stack-e2e-") as tmp:
-        if not args.skip_startup:
-            result["startup"] = run_startup(args, Path(tmp) / "startup")
-        # the timed ir_stack modes reuse what the startup runs compiled (same code)
-        args.cache = Path(tmp) / "startup" / "ir-piecewise"
+    with tempfile.TemporaryDirectory(prefix="ir-stack-e2e-") as cache:
+        args.cache = Path(cache)  # ir-piecewise's compile cache, fresh for this run
         write(run_modes(args, build_setup(args, device), write))
-    print(write_report(result, stem).read_text())
+    print(results.render(result, path).read_text())
     return 0
 
 

@@ -1,133 +1,68 @@
-"""Kernel benchmark: provider kernels against the memory-bandwidth ceiling and the anchors.
+"""Suite ``kernels``: every catalog op, every provider, against the copy bandwidth and the anchors.
 
 For each op and shape (bf16; tokens x hidden, the gated ops at their intermediate sizes) it
-times, in one process: our providers, Inductor's kernel for the native function (compiled per
-shape), ``F.rms_norm`` where it applies and Liger-Kernel where it applies (if importable). Each
-is timed by replaying a CUDA graph (``triton.testing.do_bench_cudagraph``) and plainly
-(``do_bench``). It reports microseconds, GB/s of minimum memory traffic (bytes the op must read
-plus bytes it must write) and that as a fraction of the device-to-device copy bandwidth measured
-in the same run (1 GiB copy, bytes read + written). It also times an empty Triton kernel
-replayed in a graph, the floor for decode sizes. Every candidate of a shape runs once before
-any is timed, and ``--repeat N`` rotates the order in which they are timed, so no candidate is
-favoured by when it runs.
+times, in one process: each provider's implementation, Inductor's kernel for the op's native
+function (compiled per shape), ``F.rms_norm`` where it applies and Liger-Kernel where it
+applies and is installed. Each is timed replayed in a CUDA graph and plainly
+(`ir_stack.bench.timing`). A row holds microseconds, GB/s of the minimum traffic (bytes the
+op must read plus bytes it must write) and that as a fraction of the device-to-device copy
+bandwidth measured in the same run. The run also times an empty Triton kernel (and the cuda
+provider's, where loaded) replayed in a graph: the floor at decode sizes. Every candidate of a
+shape runs once before any is timed, and ``--repeat N`` rotates the order in which they are
+timed, so that no candidate is favoured by when it runs.
 
-Usage (on a GPU): ``ir-stack bench --only kernels`` or ``python -m ir_stack.bench.kernels --out
-DIR [--ops a,b] [--quick]``. Results: ``DIR/kernels-<card>.json``, one record per (op, provider,
-shape), written after each op; `ir_stack.bench.kernel_report` turns it into a table and a plot.
+    ir-stack bench --only kernels [--quick]
+    python -m ir_stack.bench.kernels --out DIR [--ops a,b] [--tokens ...] [--hidden ...]
+
+Writes ``DIR/kernels-<device>.json``, ``.md`` and ``.png`` (`ir_stack.bench.kernel_report`).
 """
 
-import argparse
-import json
+from __future__ import annotations
+
 import math
-import platform
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 import triton
-import triton.language as tl
-from triton.testing import do_bench, do_bench_cudagraph
 
-from ir_kernels_cuda.build import PROGRAMMATIC_NAMESPACE, BuildUnavailable
-from ir_kernels_triton.launch import await_previous_grid, launch_options
-from ir_kernels_triton.launch import programmatic_launch as triton_programmatic_launch
-from ir_kernels_triton.launch import set_programmatic_launch as triton_setting
+import ir_kernels_triton
 from ir_spec import SampleSpec, ops
 from ir_spec.testing import sample_inputs
 
-PROVIDER_PACKAGES = ("ir_kernels_triton", "ir_kernels_cuda.impls")
-
-
-def import_providers() -> list[str]:
-    """Import the provider packages present (entry points need an installed distribution)."""
-    import importlib
-
-    found = []
-    for name in PROVIDER_PACKAGES:
-        try:
-            importlib.import_module(name)
-            found.append(name)
-        except ImportError as err:
-            print(f"provider package {name} not importable: {err}")
-    return found
-
+from . import common, results, timing
 
 TOKENS = [1, 16, 128, 1024, 4096, 16384]
 HIDDEN = [2048, 4096, 8192]
+QUICK_TOKENS = [1, 16, 1024, 16384]
+QUICK_HIDDEN = [4096]
 INTERMEDIATE = {2048: 5632, 4096: 14336, 8192: 28672}
 GATED = {"silu_and_mul", "gelu_and_mul", "silu_and_mul_static_quant_fp8"}
-QUANTILES = [0.2, 0.5, 0.8]
+KEY = ["op", "provider", "tokens", "hidden"]
+METRICS = [results.Metric("us_graph", "µs")]
 
 
 @triton.jit
-def _empty_kernel(PDL: tl.constexpr = False) -> None:
-    await_previous_grid(PDL)
+def _empty_kernel() -> None:
+    pass
 
 
-def copy_bandwidth() -> float:
-    """GB/s of a 1 GiB device-to-device copy, bytes read + written."""
-    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-
-    def copy() -> None:
-        dst.copy_(src)
-
-    ms = float(do_bench(copy, warmup=50, rep=400))
-    return 2 * (1 << 30) / (ms * 1e-3) / 1e9
+def empty_triton_kernel_us() -> float:
+    """Replayed time of an empty Triton kernel: the floor of a kernel at decode sizes."""
+    return timing.cuda_graph_us(lambda: _empty_kernel[(1,)](), 50).median_us
 
 
-def replayed_us(fn: Callable[[], Any], rep_ms: int) -> float:
-    """`fn`'s CUDA-graph replay time in µs: the median of ``do_bench_cudagraph``'s replays (its
-    default, the mean, moves with one slow replay), as `timed` and the probes take it."""
-    return float(do_bench_cudagraph(fn, rep=rep_ms, return_mode="median")) * 1e3
-
-
-def empty_kernel_us(programmatic: bool = False) -> float:
-    """Replayed time of an empty Triton kernel (`replayed_us`): the floor for decode sizes.
-    `programmatic`: launched as the provider's kernels are when their programmatic launch is on
-    (where the GPU and Triton have it; plainly elsewhere)."""
-    options: dict[str, bool] = {}
-    if programmatic:
-        with triton_programmatic_launch(True):
-            options = launch_options(torch.empty(1, device="cuda"), (1,), 4)
-
-    def launch() -> None:
-        _empty_kernel[(1,)](**options)
-
-    return replayed_us(launch, 50)
-
-
-def empty_cuda_kernel_us(programmatic: bool = False) -> float | None:
-    """Replayed time of an empty CUDA kernel (``torch.ops.ir_cuda.empty_kernel``;
-    `replayed_us`), the cuda provider's decode floor; with `programmatic`, that of the
-    programmatic build (``torch.ops.ir_cuda_programmatic``). None where that library is not
-    loaded."""
+def empty_cuda_kernel_us() -> float | None:
+    """Replayed time of the cuda provider's empty kernel (``torch.ops.ir_cuda.empty_kernel``),
+    its own floor; None where that library is not loaded."""
     try:
-        op = getattr(torch.ops, PROGRAMMATIC_NAMESPACE if programmatic else "ir_cuda").empty_kernel
+        op = torch.ops.ir_cuda.empty_kernel
     except (AttributeError, RuntimeError):
         return None
     hint = torch.empty(1, device="cuda")
-    return replayed_us(lambda: op(hint), 50)
-
-
-def set_programmatic_launch(enabled: bool) -> dict[str, bool]:
-    """Programmatic dependent launch on or off in every provider that has it here
-    (`--programmatic-launch`); returns what each provider now does."""
-    triton_setting(enabled)
-    applied = {"triton": enabled}
-    try:
-        # (imported here: it loads the cuda provider, which a Triton-only run need not build)
-        from ir_kernels_cuda.launch import set_programmatic_launch as cuda_setting
-
-        cuda_setting(enabled)
-        applied["cuda"] = enabled
-    except BuildUnavailable as exc:  # no GPU, toolkit or Hopper: the cuda column launches plainly
-        if enabled:
-            print(f"cuda: programmatic launch unavailable: {exc}")
-    return applied
+    return timing.cuda_graph_us(lambda: op(hint), 50).median_us
 
 
 def min_traffic_bytes(op: Any, args: tuple[Any, ...], outs: tuple[torch.Tensor, ...]) -> int:
@@ -174,10 +109,6 @@ def anchors(op: Any, args: tuple[Any, ...]) -> dict[str, Callable[[], Any]]:
     return found
 
 
-def _bound(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
-    return lambda: fn(*args)
-
-
 def lift_recompile_limits() -> None:
     """Let Dynamo recompile without limit: the Inductor anchor compiles once per shape."""
     for option in (
@@ -200,40 +131,45 @@ def _runs(fn: Callable[[], Any], label: str) -> bool:
     return True
 
 
-def timed(fn: Callable[[], Any], quick: bool) -> dict[str, float]:
-    """Median and 20/80 % quantiles of `fn`, replayed in a CUDA graph and plainly (µs)."""
-    fn()
-    torch.cuda.synchronize()
-    graph = do_bench_cudagraph(fn, rep=10 if quick else 25, quantiles=QUANTILES)
-    plain = do_bench(fn, warmup=5, rep=10 if quick else 25, quantiles=QUANTILES)
+def _bound(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
+    return lambda: fn(*args)
+
+
+def timed_row(fn: Callable[[], Any], traffic: int, copy_gbps: float, quick: bool) -> dict[str, Any]:
+    """One candidate's times (replayed and plain, µs) and bandwidth."""
+    rep = 10 if quick else 25
+    graph = timing.device_us(fn, rep)
+    plain = timing.plain_us(fn, rep)
+    gbps = traffic / (graph.median_us * 1e-6) / 1e9
     return {
-        "us_graph": graph[1] * 1e3,
-        "us_graph_p20": graph[0] * 1e3,
-        "us_graph_p80": graph[2] * 1e3,
-        "us_plain": plain[1] * 1e3,
-        "us_plain_p20": plain[0] * 1e3,
-        "us_plain_p80": plain[2] * 1e3,
+        "us_graph": graph.median_us,
+        "us_graph_p20": graph.p20_us,
+        "us_graph_p80": graph.p80_us,
+        "timed_by": graph.method,
+        "us_plain": plain.median_us,
+        "gbps_graph": gbps,
+        "fraction_of_copy": gbps / copy_gbps,
     }
 
 
 def bench_op(
     name: str,
-    providers: list[str],
-    tokens: list[int],
-    hidden: list[int],
+    providers: Sequence[str],
+    tokens: Sequence[int],
+    hidden: Sequence[int],
     copy_gbps: float,
     quick: bool,
     rotation: int = 0,
 ) -> list[dict[str, Any]]:
-    """Every provider and anchor of op `name` at every shape; one record each.
+    """Every provider and anchor of op `name` at every shape; one row each.
 
-    Every candidate of a shape runs once (Inductor compiles) before any is timed: on an H100,
-    kernels timed right after Inductor's compile ran up to 10 % faster at L2-sized shapes than
-    the same kernels timed before it. `rotation` starts the timing at a later candidate
-    (repeated runs rotate, so each candidate is timed at several positions and the spread
-    shows what the order alone moves)."""
+    Every candidate of a shape runs once (Inductor compiles) before any is timed: kernels
+    timed right after Inductor's compile ran faster at L2-sized shapes than the same kernels
+    timed before it. `rotation` starts the timing at a later candidate (repeated runs rotate,
+    so each candidate is timed at several positions and the spread shows what the order alone
+    moves)."""
     op = getattr(ops, name)
-    records: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
     for h in hidden:
         width = INTERMEDIATE[h] if name in GATED else h
         for t in tokens:
@@ -257,60 +193,40 @@ def bench_op(
             ready = [(label, fn) for label, fn in candidates.items() if _runs(fn, label)]
             torch.cuda.synchronize()
             start = rotation % len(ready) if ready else 0
+            shape_rows: list[dict[str, Any]] = []
             for label, fn in ready[start:] + ready[:start]:
                 try:
-                    stats = timed(fn, quick)
+                    times = timed_row(fn, traffic, copy_gbps, quick)
                 except Exception as err:  # an anchor that fails must not stop the run
                     print(f"  {name} {label} t={t} h={width}: {type(err).__name__}: {err}")
                     continue
-                gbps = traffic / (stats["us_graph"] * 1e-6) / 1e9
-                records.append(
-                    {
-                        "op": name,
-                        "provider": label,
-                        "tokens": t,
-                        "hidden": width,
-                        "dtype": "bfloat16",
-                        "bytes": traffic,
-                        **stats,
-                        "gbps_graph": gbps,
-                        "fraction_of_copy": gbps / copy_gbps,
-                        "gbps_plain": traffic / (stats["us_plain"] * 1e-6) / 1e9,
-                    }
+                shape_rows.append(
+                    {"op": name, "provider": label, "tokens": t, "hidden": width}
+                    | {"dtype": "bfloat16", "bytes": traffic, "run": rotation, **times}
                 )
-            best = min(
-                (r for r in records if r["tokens"] == t and r["hidden"] == width),
-                key=lambda r: float(r["us_graph"]),
-                default=None,
-            )
-            if best is not None:
-                print(
-                    f"  {name:36s} t={t:6d} h={width:6d} best={best['provider']:10s} "
-                    + " ".join(
-                        f"{r['provider']}={r['us_graph']:.2f}us/{r['fraction_of_copy']:.2f}"
-                        for r in records
-                        if r["tokens"] == t and r["hidden"] == width
-                    ),
-                    flush=True,
+            if shape_rows:
+                best = min(shape_rows, key=lambda r: float(r["us_graph"]))
+                cells = " ".join(
+                    f"{r['provider']}={r['us_graph']:.2f}us/{r['fraction_of_copy']:.2f}"
+                    for r in shape_rows
                 )
-    return records
+                print(f"  {name:36s} t={t:6d} h={width:6d} best={best['provider']:10s} {cells}")
+            rows += shape_rows
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the grid; exit code 0 when every timing is finite."""
-    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
+    """Run the grid; exit status 0 when every timing is finite, 2 without a GPU."""
+    parser = common.parser("kernels", (__doc__ or "").split("\n")[0])
     parser.add_argument("--ops", default=",".join(o.name for o in ops))
     parser.add_argument("--providers", default="triton,cuda")
-    parser.add_argument("--tokens", default=",".join(map(str, TOKENS)))
-    parser.add_argument("--hidden", default=",".join(map(str, HIDDEN)))
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--tag", default="")
+    parser.add_argument("--tokens", help=f"default: {TOKENS} ({QUICK_TOKENS} with --quick)")
+    parser.add_argument("--hidden", help=f"default: {HIDDEN} ({QUICK_HIDDEN} with --quick)")
     parser.add_argument(
         "--programmatic-launch",
         action="store_true",
-        help="launch the providers' kernels as programmatic dependent launches (each then "
-        "overlaps the one before, itself: see benchmarks/gpu/programmatic_launch.py)",
+        help="launch the Triton provider's kernels as programmatic dependent launches "
+        "(ir_kernels_triton.set_programmatic_launch)",
     )
     parser.add_argument(
         "--repeat",
@@ -320,49 +236,55 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the k-th on (run-to-run spread)",
     )
     a = parser.parse_args(argv)
+    names = a.ops.split(",")
+    unknown = [n for n in names if not hasattr(ops, n)]
+    if unknown:
+        parser.error(f"--ops: unknown {unknown}; known: {', '.join(o.name for o in ops)}")
+    if a.repeat < 1:
+        parser.error(f"--repeat {a.repeat}: expected 1 or more")
+    try:
+        common.require_gpu("kernels")
+    except common.CannotRun as error:
+        print(error)
+        return common.CANNOT_RUN
+    tokens = (
+        [int(t) for t in a.tokens.split(",")] if a.tokens else (QUICK_TOKENS if a.quick else TOKENS)
+    )
+    hidden = (
+        [int(h) for h in a.hidden.split(",")] if a.hidden else (QUICK_HIDDEN if a.quick else HIDDEN)
+    )
     lift_recompile_limits()
-    torch.backends.cuda.matmul.allow_tf32 = True
-    print("providers:", import_providers())
-    card = torch.cuda.get_device_name()
-    copy_gbps = copy_bandwidth()
-    programmatic = set_programmatic_launch(a.programmatic_launch)
-    empty_us = empty_kernel_us()
-    empty_cuda_us = empty_cuda_kernel_us()
-    print(f"{card}: copy {copy_gbps:.0f} GB/s, empty Triton kernel replayed {empty_us:.2f} us")
-    meta = {
-        "card": card,
+    print("providers:", common.load_providers())
+    ir_kernels_triton.set_programmatic_launch(a.programmatic_launch)
+    device = results.current_device("cuda")
+    result = results.new_result(
+        "kernels",
+        f"Kernels against the copy bandwidth and the anchors — {device.name}",
+        device,
+        {"ops": names, "providers": a.providers.split(","), "tokens": tokens, "hidden": hidden}
+        | {"quick": a.quick, "repeat": a.repeat, "programmatic_launch": a.programmatic_launch},
+        KEY,
+        METRICS,
+    )
+    copy_gbps = timing.copy_bandwidth_gbps()
+    result.facts = {
         "copy_gbps": copy_gbps,
-        "empty_triton_kernel_us_graph": empty_us,
-        "empty_cuda_kernel_us_graph": empty_cuda_us,
-        "programmatic_launch": programmatic,
-        "empty_triton_kernel_programmatic_us_graph": empty_kernel_us(True),
-        "empty_cuda_kernel_programmatic_us_graph": empty_cuda_kernel_us(True),
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "quick": a.quick,
+        "empty_triton_kernel_us_graph": empty_triton_kernel_us(),
+        "empty_cuda_kernel_us_graph": empty_cuda_kernel_us(),
+        "programmatic_launch": {"triton": a.programmatic_launch},
     }
-    slug = card.replace(" ", "-").replace("/", "-")
-    path = a.out / f"kernels-{slug}{a.tag}.json"
-    a.out.mkdir(parents=True, exist_ok=True)
-    records: list[dict[str, Any]] = []
+    print(f"{device.name}: copy {copy_gbps:.0f} GB/s; {result.facts}")
     for run in range(a.repeat):
-        for name in a.ops.split(","):
+        for name in names:
             start = time.time()
-            new = bench_op(
-                name,
-                a.providers.split(","),
-                [int(t) for t in a.tokens.split(",")],
-                [int(h) for h in a.hidden.split(",")],
-                copy_gbps,
-                a.quick,
-                rotation=run,
+            result.rows += bench_op(
+                name, a.providers.split(","), tokens, hidden, copy_gbps, a.quick, rotation=run
             )
-            records += [{**r, "run": run} for r in new]
-            path.write_text(json.dumps({"meta": meta, "records": records}, indent=1))
+            results.save(result, a.out, render_too=False)  # a run cut short keeps what it timed
             print(f"run {run} {name}: {time.time() - start:.0f} s", flush=True)
-    return 0 if records and all(math.isfinite(r["us_graph"]) for r in records) else 1
+    path = results.save(result, a.out)
+    print(f"kernels: {path.with_suffix('.md')}")
+    return 0 if result.rows and all(math.isfinite(r["us_graph"]) for r in result.rows) else 1
 
 
 if __name__ == "__main__":

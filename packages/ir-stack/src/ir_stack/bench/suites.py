@@ -1,0 +1,82 @@
+"""The benchmark suites: what each answers, where it runs, and the modules that run and render it.
+
+Only names live here (modules are imported when a suite runs or a result is rendered), so that
+``ir-stack bench --help`` and `ir_stack.bench.results` import nothing heavy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """One suite: its question, the module whose ``main(argv)`` runs it, the module with its
+    ``markdown(result)`` and ``plot(result, path)``, whether it needs a CUDA GPU, and the
+    modules it needs importable (a run of every suite leaves it out where one is missing)."""
+
+    name: str
+    question: str
+    runner: str
+    report: str
+    gpu_only: bool
+    needs: tuple[str, ...] = ()
+    #: whether the suite takes ``--model tiny|1b`` (the reference models)
+    takes_model: bool = False
+
+
+SUITES: dict[str, Suite] = {
+    suite.name: suite
+    for suite in (
+        Suite(
+            "kernels",
+            "How close is each op's kernel, per provider, to the device's copy bandwidth, and "
+            "to what Inductor, F.rms_norm and Liger give for the same op?",
+            "ir_stack.bench.kernels",
+            "ir_stack.bench.kernel_report",
+            gpu_only=True,
+        ),
+        Suite(
+            "e2e",
+            "How fast does the reference model decode and prefill in each mode, against stock "
+            "torch.compile and a whole-model CUDA graph?",
+            "ir_stack.bench.e2e",
+            "ir_stack.bench.e2e_report",
+            gpu_only=False,
+            takes_model=True,
+        ),
+        Suite(
+            "startup",
+            "How long from compile to the first outputs, with empty caches and with warm ones?",
+            "ir_stack.bench.startup",
+            "ir_stack.bench.startup",
+            gpu_only=False,
+            takes_model=True,
+        ),
+        Suite(
+            "memory",
+            "How much memory above the inputs does a chain of in-place-able residual norms "
+            "take, eager and compiled with the IR passes?",
+            "ir_stack.bench.memory",
+            "ir_stack.bench.memory",
+            gpu_only=True,
+        ),
+        Suite(
+            "hf",
+            "How fast is a transformers model after convert_hf_model, eager and compiled, "
+            "against the original (and Liger's patches), forward and generate?",
+            "ir_stack.bench.hf",
+            "ir_stack.bench.hf_report",
+            gpu_only=True,
+            needs=("transformers",),
+        ),
+        Suite(
+            "dispatch",
+            "What does an eager op call cost beyond calling its implementation directly, and "
+            "what do maybe_inplace and selection cost?",
+            "ir_stack.bench.dispatch",
+            "ir_stack.bench.dispatch",
+            gpu_only=False,
+        ),
+    )
+}
