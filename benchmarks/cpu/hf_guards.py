@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import transformers
 
-from ir_stack.models.hf import convert_hf_model
+from ir_stack.hf import convert_hf_model
 
 
 def build(layers: int) -> Any:

@@ -23,7 +23,7 @@ from torch.profiler import ProfilerActivity, profile
 import ir_dispatch
 import ir_passes
 from ir_stack.bench.kernels import import_providers
-from ir_stack.models.hf import convert_hf_model
+from ir_stack.hf import convert_hf_model
 
 logger = logging.getLogger("hf_compile_profile")
 

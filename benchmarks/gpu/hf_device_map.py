@@ -25,8 +25,8 @@ import transformers
 from hf_llama_compile import measure  # benchmarks/gpu/
 
 from ir_stack.bench.kernels import import_providers
-from ir_stack.models.hf import convert_hf_model
-from ir_stack.models.hf_modules import IRRotaryCache
+from ir_stack.hf import convert_hf_model
+from ir_stack.hf.modules import IRRotaryCache
 
 logger = logging.getLogger("hf_device_map")
 

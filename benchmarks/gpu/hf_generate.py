@@ -38,7 +38,7 @@ from hf_llama_compile import FAMILIES, GRAPHS, KERNELS, build  # benchmarks/gpu/
 import ir_dispatch
 import ir_passes
 from ir_stack.bench.kernels import import_providers
-from ir_stack.models.hf import convert_hf_model
+from ir_stack.hf import convert_hf_model
 
 logger = logging.getLogger("hf_generate")
 

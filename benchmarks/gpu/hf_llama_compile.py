@@ -58,7 +58,7 @@ import ir_passes
 from ir_kernels_triton import launch_plans
 from ir_kernels_triton.plans import ALL_PLANS
 from ir_stack.bench.kernels import import_providers
-from ir_stack.models.hf import convert_hf_model
+from ir_stack.hf import convert_hf_model
 
 logger = logging.getLogger("hf_llama_compile")
 

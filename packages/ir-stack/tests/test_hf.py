@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+import transformers
 from packaging.version import Version
 
 import ir_dispatch
@@ -19,18 +20,14 @@ import ir_passes
 import ir_stack
 from ir_spec import ops
 from ir_spec.testing import weighted_sum
-from ir_stack.models import hf, hf_attention, hf_rotary
-from ir_stack.models.hf import (
-    IRGatedMLP,
-    IRJoinedGatedMLP,
-    IRRMSNorm,
-    IRRotaryCache,
-    QueryScale,
-    convert_hf_model,
-)
-from ir_stack.models.hf_rotation_probe import per_token_pairs
-
-transformers = pytest.importorskip("transformers")
+from ir_stack import hf
+from ir_stack.hf import attention as hf_attention
+from ir_stack.hf import convert_hf_model
+from ir_stack.hf import mlp as hf_mlp
+from ir_stack.hf import rotary as hf_rotary
+from ir_stack.hf.attention import QueryScale
+from ir_stack.hf.modules import IRGatedMLP, IRJoinedGatedMLP, IRRMSNorm, IRRotaryCache
+from ir_stack.hf.rotation_probe import per_token_pairs
 
 SIZES = {
     "vocab_size": 128,
@@ -1316,7 +1313,7 @@ def test_a_converted_mlp_computing_other_than_the_original_is_left_alone(
     """The joined MLP runs on a probe beside the original before it replaces it: where they
     differ (here the join is made wrong on purpose), the MLP stays, reported."""
     monkeypatch.setattr(
-        hf, "IRGatedMLP", lambda gate, up, down, *a, **k: IRGatedMLP(up, gate, down, *a, **k)
+        hf_mlp, "IRGatedMLP", lambda gate, up, down, *a, **k: IRGatedMLP(up, gate, down, *a, **k)
     )
     model = build("llama")
     report = convert_keeping_logits(model)

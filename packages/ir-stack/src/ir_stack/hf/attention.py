@@ -1,5 +1,5 @@
 """How a converted transformers attention layer runs on IR ops: its `AttentionPlan` (what
-`hf_attention_probe` finds its own forward does), the converted forward that follows the plan,
+`attention_probe` finds its own forward does), the converted forward that follows the plan,
 and which layers have the plan's form."""
 
 import inspect
@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from ir_spec import ops
 
-from .hf_modules import IRRotaryCache
+from .modules import IRRotaryCache
 
 #: the functions an attention output gate's projection may pass through (`_gate_factor`)
 GateFunction = Literal["sigmoid", "softplus"]
@@ -315,7 +315,7 @@ CROSS_ATTENTION_STATES = "cross_attention_states"
 def is_cross_attention(module: nn.Module) -> bool:
     """Whether `module`'s forward names `CROSS_ATTENTION_STATES`: a layer of another form than
     the plan describes (`is_attention`), which `convert_hf_model` keeps as it is where a probe
-    shows it ignores the position embeddings (`hf_rotation_probe.ignores_position_embeddings`)."""
+    shows it ignores the position embeddings (`rotation_probe.ignores_position_embeddings`)."""
     return CROSS_ATTENTION_STATES in inspect.signature(type(module).forward).parameters
 
 
