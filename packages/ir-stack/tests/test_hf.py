@@ -1072,6 +1072,21 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     assert calls == expected
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
     assert torch.equal(converted_tokens, tokens)
+    # the registry (and the docs' model table made from it) names every part that converted
+    registered = hf.family_of(model.config.model_type)
+    assert registered is not None
+    assert converted_parts(report) <= registered.converts, registered.name
+
+
+def converted_parts(report: hf.ConversionReport) -> set[str]:
+    """The parts of the registry's vocabulary (`families.PARTS`) that `report` lists."""
+    lists = {
+        "norms": report.norms,
+        "gated MLP": report.mlps,
+        "experts": report.experts,
+        "rotary": report.attentions,
+    }
+    return {part for part, paths in lists.items() if paths}
 
 
 _attention_calls: list[dict[str, Any]] = []
