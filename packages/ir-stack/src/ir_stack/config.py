@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import ir_dispatch
+from ir_dispatch.cli import ENV as PRIORITY_ENV
 from ir_passes import PassConfig
 from ir_piecewise import CompilationConfig, CUDAGraphMode
 
@@ -68,8 +69,8 @@ class Config:
         env = os.environ if env is None else env
         config = cls.from_toml(env[CONFIG_ENV]) if env.get(CONFIG_ENV) else cls()
         priority = dict(config.priority)
-        if env.get(ir_dispatch.PRIORITY_ENV):
-            priority.update(ir_dispatch.parse_priority_env(env[ir_dispatch.PRIORITY_ENV]))
+        if env.get(PRIORITY_ENV):
+            priority.update(ir_dispatch.parse_priority_env(env[PRIORITY_ENV]))
         priority.update(ir_dispatch.parse_priority_args(argv))
         return Config(priority, config.passes, config.piecewise)
 
