@@ -1002,7 +1002,7 @@ def _transformers_classes(*names: str) -> list[Any]:
 def _converted_logits(model: Any) -> tuple[torch.Tensor, Any, torch.Tensor]:
     """`model`'s float32 logits on a random prompt, the report of `convert_hf_model(model)`,
     and the converted model's logits on that prompt, its op calls counted by `ir_dispatch`."""
-    from ir_stack.models import convert_hf_model
+    from ir_stack.hf import convert_hf_model
 
     ids = torch.randint(0, 256, (2, 17), device="cuda")
     with torch.no_grad():
@@ -1085,8 +1085,8 @@ def test_converted_model_fine_tunes_on_gpu(family: str, compiled: bool) -> None:
     converted model, eager or compiled with `ir_stack.compile`, gives each parameter the
     original model's gradient (within bf16's rounding of the forward), the joined gate and up
     rows and Gemma's norm weights included."""
-    from ir_stack.models import convert_hf_model
-    from ir_stack.models.hf import IRGatedMLP
+    from ir_stack.hf import convert_hf_model
+    from ir_stack.hf.modules import IRGatedMLP
 
     model = _family_model(family)
     original = _family_model(family)
@@ -1228,7 +1228,7 @@ def test_converted_vision_language_model_agrees_on_gpu(family: str) -> None:
     an image (16 tokens: an 8 x 8 grid of patches merged 2 x 2), every converted op on a kernel
     provider. Heads of 64 in sections of 8, 12 and 12 frequencies (GLM-4.1V's and GLM-4.5V's
     half-rotated heads: 4, 4 and 8); every expert a token in the MoE forms."""
-    from ir_stack.models import convert_hf_model
+    from ir_stack.hf import convert_hf_model
 
     config_class, model_class = _transformers_classes(*HF_VISION_LANGUAGE[family])
     torch.manual_seed(0)
@@ -1344,8 +1344,8 @@ def test_converted_model_split_over_two_gpus_hands_its_layers_their_tokens_rows(
     logits agree in bf16."""
     transformers = pytest.importorskip("transformers")
     accelerate = pytest.importorskip("accelerate")
-    from ir_stack.models import convert_hf_model
-    from ir_stack.models.hf_modules import IRRotaryCache
+    from ir_stack.hf import convert_hf_model
+    from ir_stack.hf.modules import IRRotaryCache
 
     torch.manual_seed(0)
     config = transformers.LlamaConfig(

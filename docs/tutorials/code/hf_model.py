@@ -7,7 +7,7 @@ import transformers
 
 import ir_passes
 import ir_stack
-from ir_stack.models import convert_hf_model
+from ir_stack.hf import convert_hf_model
 
 # A small Llama with random weights (no download); a checkpoint loads the same way with
 # `from_pretrained`. The other families `convert_hf_model` takes convert alike.

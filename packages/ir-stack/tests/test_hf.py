@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import torch
+import transformers
 from packaging.version import Version
 
 import ir_dispatch
@@ -19,18 +20,14 @@ import ir_passes
 import ir_stack
 from ir_spec import ops
 from ir_spec.testing import weighted_sum
-from ir_stack.models import hf, hf_attention, hf_rotary
-from ir_stack.models.hf import (
-    IRGatedMLP,
-    IRJoinedGatedMLP,
-    IRRMSNorm,
-    IRRotaryCache,
-    QueryScale,
-    convert_hf_model,
-)
-from ir_stack.models.hf_rotation_probe import per_token_pairs
-
-transformers = pytest.importorskip("transformers")
+from ir_stack import hf
+from ir_stack.hf import attention as hf_attention
+from ir_stack.hf import convert_hf_model
+from ir_stack.hf import mlp as hf_mlp
+from ir_stack.hf import rotary as hf_rotary
+from ir_stack.hf.attention import QueryScale
+from ir_stack.hf.modules import IRGatedMLP, IRJoinedGatedMLP, IRRMSNorm, IRRotaryCache
+from ir_stack.hf.rotation_probe import per_token_pairs
 
 SIZES = {
     "vocab_size": 128,
@@ -1075,6 +1072,21 @@ def test_converted_model_gives_the_same_logits_and_tokens(family: str) -> None:
     assert calls == expected
     torch.testing.assert_close(converted, logits, atol=1e-5, rtol=1e-5)
     assert torch.equal(converted_tokens, tokens)
+    # the registry (and the docs' model table made from it) names every part that converted
+    registered = hf.family_of(model.config.model_type)
+    assert registered is not None
+    assert converted_parts(report) <= registered.converts, registered.name
+
+
+def converted_parts(report: hf.ConversionReport) -> set[str]:
+    """The parts of the registry's vocabulary (`families.PARTS`) that `report` lists."""
+    lists = {
+        "norms": report.norms,
+        "gated MLP": report.mlps,
+        "experts": report.experts,
+        "rotary": report.attentions,
+    }
+    return {part for part, paths in lists.items() if paths}
 
 
 _attention_calls: list[dict[str, Any]] = []
@@ -1316,7 +1328,7 @@ def test_a_converted_mlp_computing_other_than_the_original_is_left_alone(
     """The joined MLP runs on a probe beside the original before it replaces it: where they
     differ (here the join is made wrong on purpose), the MLP stays, reported."""
     monkeypatch.setattr(
-        hf, "IRGatedMLP", lambda gate, up, down, *a, **k: IRGatedMLP(up, gate, down, *a, **k)
+        hf_mlp, "IRGatedMLP", lambda gate, up, down, *a, **k: IRGatedMLP(up, gate, down, *a, **k)
     )
     model = build("llama")
     report = convert_keeping_logits(model)

@@ -1,5 +1,5 @@
-"""`hf_forward.with_forward`: one module's forward changed through a subclass of its own, which
-pickles, deep-copies and compiles without guards on the forward itself."""
+"""`ir_stack.hf.forward.with_forward`: one module's forward changed through a subclass of its
+own, which pickles, deep-copies and compiles without guards on the forward itself."""
 
 import copy
 import functools
@@ -7,10 +7,11 @@ import io
 
 import pytest
 import torch
+import transformers
 from torch import Tensor, nn
 
-from ir_stack.models.hf import convert_hf_model
-from ir_stack.models.hf_forward import forward_subclass, with_forward
+from ir_stack.hf import convert_hf_model
+from ir_stack.hf.forward import forward_subclass, with_forward
 
 
 class Scale(nn.Module):
@@ -95,7 +96,6 @@ def test_pickles_and_deep_copies_with_its_forward() -> None:
 def test_a_compiled_converted_llama_guards_no_attention_forward() -> None:
     """Dynamo checks a converted attention layer's type, as for any module, and reads no
     ``forward`` of it (an instance attribute cost a dozen guards a layer at every call)."""
-    transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.LlamaConfig(
         vocab_size=128,

@@ -13,6 +13,13 @@ Rule for `supports_args` authors: decide on dtypes, layouts and static sizes (hi
 size, group size), never on the number of tokens. Eager calls cache the choice per op under a key
 of exactly those properties, so a predicate that looks at the token count would see only the
 first call's.
+
+The contract (``__all__``): `set_priority`, `priority`, `effective_priority`, `select`,
+`explain` (an `Explanation`: a `ProviderVerdict` a provider, each with its `Verdict`),
+`parse_priority_args` and `split_priority_args`; `install`; `mode`; `set_batch_invariant`;
+`collect_stats` and `stats`; `detect_platform` (a `Platform`) and `provider_loads` (each a
+`ProviderLoad`). Names imported ``as`` themselves below stay importable here for existing
+callers but are outside it: import them from their modules.
 """
 
 import logging
@@ -20,10 +27,16 @@ import logging
 import ir_spec
 
 from ._version import __version__
-from .cli import ENV as PRIORITY_ENV
-from .cli import parse_priority_args, parse_priority_env, split_priority_args
-from .defaults import EAGER, INDUCTOR, MODES, default_priority
-from .discovery import DISABLE_ENV, GROUP, ProviderLoad, provider_loads, reset_discovery
+from .cli import parse_priority_args, split_priority_args
+from .cli import parse_priority_env as parse_priority_env
+from .defaults import EAGER as EAGER
+from .defaults import INDUCTOR as INDUCTOR
+from .defaults import MODES as MODES
+from .defaults import default_priority as default_priority
+from .discovery import DISABLE_ENV as DISABLE_ENV
+from .discovery import GROUP as GROUP
+from .discovery import ProviderLoad, provider_loads
+from .discovery import reset_discovery as reset_discovery
 from .installation import _Installed
 from .platforms import Platform, detect_platform
 from .selection import (
@@ -33,24 +46,25 @@ from .selection import (
     Verdict,
     effective_priority,
     explain,
-    reset_stats,
     select,
     stats,
 )
+from .selection import reset_stats as reset_stats
+from .state import batch_invariant as batch_invariant
 from .state import (
-    batch_invariant,
     collect_stats,
-    current_mode,
     mode,
     priority,
-    read_environment,
     refresh_fast_path,
-    selection_state,
     set_batch_invariant,
     set_priority,
-    user_priority,
 )
-from .switches import env_switch, parse_switch
+from .state import current_mode as current_mode
+from .state import read_environment as read_environment
+from .state import selection_state as selection_state
+from .state import user_priority as user_priority
+from .switches import env_switch as env_switch
+from .switches import parse_switch
 
 logger = logging.getLogger("ir_dispatch")
 
@@ -72,42 +86,25 @@ def install() -> PriorityDispatcher:
 install()
 
 __all__ = [
-    "DISABLE_ENV",
-    "EAGER",
-    "GROUP",
-    "INDUCTOR",
-    "MODES",
-    "PRIORITY_ENV",
     "Explanation",
     "Platform",
-    "PriorityDispatcher",
     "ProviderLoad",
     "ProviderVerdict",
     "Verdict",
     "__version__",
-    "batch_invariant",
     "collect_stats",
-    "current_mode",
-    "default_priority",
     "detect_platform",
     "effective_priority",
-    "env_switch",
     "explain",
     "install",
     "mode",
     "parse_priority_args",
-    "parse_priority_env",
     "parse_switch",
     "priority",
     "provider_loads",
-    "read_environment",
-    "reset_discovery",
-    "reset_stats",
     "select",
-    "selection_state",
     "set_batch_invariant",
     "set_priority",
     "split_priority_args",
     "stats",
-    "user_priority",
 ]

@@ -3,20 +3,19 @@
 A user's list for an op comes first; the entries below that it does not name follow. ``native``
 closes every list, and selection falls back to it in any case.
 
-Why each entry (the kernel measurements behind them live in ``benchmarks/results/``):
+Why each entry (the kernel benchmark, ``ir-stack bench --only kernels``, measures them):
 
 * CPU: only ``native`` runs (no CPU kernels are shipped); Inductor fuses it with its neighbours.
 * CUDA, eager: ``triton`` first, then the hand-written ``cuda`` kernels, then ``native``
   (several kernels per op in eager mode). The ``cuda`` kernels are correct on every op but
-  faster than ``triton`` at few shapes: on an H100 the activations match it at large sizes and
-  rotary embedding wins at decode sizes, while the row kernels trail (rms_norm at hidden 4096:
-  1.96 µs against 1.55 µs at one token, 0.93 against 0.98 of copy bandwidth at 16384 tokens;
-  ``benchmarks/results/kernels-h100.md``); they move ahead where they win.
+  faster than ``triton`` at few shapes: the activations match it at large sizes and rotary
+  embedding wins at decode sizes, while the row kernels (``rms_norm`` and its kin) trail it,
+  at one token and at copy bandwidth alike; they move ahead where they win.
 * CUDA, compiled with Inductor, simple ops (``rms_norm``, ``fused_add_rms_norm``,
   ``silu_and_mul``, ``gelu_and_mul``, ``static_quant_fp8``, ``rotary_embedding``): ``native``
-  first. Inductor generates a kernel that reaches copy bandwidth at large sizes for these (0.98
-  to 1.00 of copy bandwidth measured on an H200 at 16384 x 8192) and, unlike an opaque kernel,
-  fuses them with their neighbours. The kernels follow for users who move native later.
+  first. Inductor generates a kernel that reaches copy bandwidth at large sizes for these and,
+  unlike an opaque kernel, fuses them with their neighbours. The kernels follow for users who
+  move native later.
 * CUDA, compiled, quantization and fused norm/activation + quant ops: ``triton`` then ``cuda``
   before ``native``: Inductor's kernels for per-token and per-group absmax reach only 0.60 to
   0.77 of copy bandwidth (two passes over the row), a fused kernel reads the row once.

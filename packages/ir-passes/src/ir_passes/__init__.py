@@ -8,29 +8,35 @@ node's fake tensors, in-place ones with clones) and `CloneEliminationPass` (clon
 unneeded are removed, aliasing taken into account). `inductor_options` installs them in
 Inductor; `compile` wraps `torch.compile` with them; `last_report` tells what they did in
 the last compilation, `collect_reports` in every compilation of a block.
+
+The contract (``__all__``): the four pass classes, `PassConfig`, `compile`,
+`inductor_options`, `selection_key` (the key of the compiled code's selection state) and the
+reports (`PassReport`, `last_report`, `collect_reports`). Names imported ``as`` themselves
+below (the fusion patterns, the Inductor hook classes) stay importable here for existing
+callers but are outside it: import them from `ir_passes.fusion` and `ir_passes.inductor`.
 """
 
 from ._version import __version__
 from .clones import CloneEliminationPass
 from .config import PassConfig
 from .functionalize import InplaceFunctionalizationPass
-from .fusion import PATTERNS, RESIDUAL_ADD_PATTERN, FusionPass, FusionPattern
-from .inductor import PostGradPass, PreGradPass, compile, inductor_options, selection_key
+from .fusion import PATTERNS as PATTERNS
+from .fusion import RESIDUAL_ADD_PATTERN as RESIDUAL_ADD_PATTERN
+from .fusion import FusionPass
+from .fusion import FusionPattern as FusionPattern
+from .inductor import PostGradPass as PostGradPass
+from .inductor import PreGradPass as PreGradPass
+from .inductor import compile, inductor_options, selection_key
 from .lowering import LoweringPass
 from .report import PassReport, collect_reports, last_report
 
 __all__ = [
-    "PATTERNS",
-    "RESIDUAL_ADD_PATTERN",
     "CloneEliminationPass",
     "FusionPass",
-    "FusionPattern",
     "InplaceFunctionalizationPass",
     "LoweringPass",
     "PassConfig",
     "PassReport",
-    "PostGradPass",
-    "PreGradPass",
     "__version__",
     "collect_reports",
     "compile",

@@ -1,7 +1,7 @@
 """The last eager choice of an op, remembered behind a tensor guard.
 
 A decoding loop calls each op with arguments of the same properties over and over. Instead of
-building the dispatch key each time (about 0.2 µs per tensor argument), an op's generated
+building the dispatch key each time (a cost that grows with each tensor argument), an op's generated
 ``__call__`` first asks a guard built from the previous call whether the tensors still have
 the same dtype, device, sizes (except the leading one of a tensor of rank 2 or more laid out
 row-major with the usual strides, whose layout no leading size changes), strides,

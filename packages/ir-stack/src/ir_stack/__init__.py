@@ -3,7 +3,9 @@
 ``ir_stack.Config`` gathers priorities and pass switches (from code, a TOML file, the
 environment and ``--ir-op-priority.*`` flags); ``ir_stack.compile(model, config)`` wires them;
 ``ir_stack.models`` holds a Llama-style decoder written with IR ops; ``ir-stack demo`` runs it
-in every mode and ``ir-stack explain`` says which kernels run here and why.
+in every mode and ``ir-stack explain`` says which kernels run here and why. ``ir_stack.hf``
+(the ``hf`` extra, imported only on request) runs Hugging Face ``transformers`` models on IR
+ops.
 """
 
 import ir_dispatch

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import ir_dispatch
+from ir_dispatch.cli import ENV as PRIORITY_ENV
 from ir_dispatch.names import resolve_op, validate_priority
 from ir_passes import PassConfig
 from ir_piecewise import CompilationConfig
@@ -134,8 +135,8 @@ class Config:
             except OSError as err:
                 raise ValueError(f"{origin}: cannot read the file: {err.strerror}") from None
         priority = dict(config.priority)
-        if env.get(ir_dispatch.PRIORITY_ENV):
-            priority.update(ir_dispatch.parse_priority_env(env[ir_dispatch.PRIORITY_ENV]))
+        if env.get(PRIORITY_ENV):
+            priority.update(ir_dispatch.parse_priority_env(env[PRIORITY_ENV]))
         priority.update(ir_dispatch.parse_priority_args(argv))
         return Config(priority, config.passes, config.piecewise)
 

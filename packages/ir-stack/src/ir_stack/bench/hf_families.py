@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ir_stack.models import convert_hf_model
+from ir_stack.hf import convert_hf_model
 
 #: Llama 3.2 1B's shape; vocabulary cut to keep the logits small beside the layers
 LLAMA_1B = {

@@ -10,15 +10,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .hf_forward import with_forward
-from .hf_modules import GATED_ACTIVATIONS, act_and_mul, reference_gate
-from .hf_probes import close, gated_activation, input_dtype, probe
+from .forward import with_forward
+from .mlp import is_gated_mlp
+from .modules import GATED_ACTIVATIONS, act_and_mul, reference_gate
+from .probes import close, gated_activation, input_dtype, probe
 
 
 def convert_experts(experts: Any) -> str:
     """Make the routed `experts` gate with the IR op, through their ``_apply_gate`` hook
     (`_experts_gating`, an instance attribute) or, for Llama 4's, their forward
-    (`_batched_experts_gating`; `hf_forward.with_forward`), so the class and every other
+    (`_batched_experts_gating`; `forward.with_forward`), so the class and every other
     model's experts keep theirs. Return why not, or ``""``."""
     if getattr(type(experts), "_apply_gate", None) is not None:
         activation, why = _experts_gating(experts)
@@ -30,6 +31,17 @@ def convert_experts(experts: Any) -> str:
         experts.ir_activation = activation
         with_forward(experts, _batched_experts_forward)
     return why
+
+
+def is_mixture_of_experts(module: nn.Module) -> bool:
+    """A routed block whose experts are not separate gated MLPs: transformers 5 holds them as
+    one tensor per projection (a list of gated MLPs would convert one by one)."""
+    experts = getattr(module, "experts", None)
+    return (
+        isinstance(experts, nn.Module)
+        and (hasattr(module, "gate") or hasattr(module, "router"))
+        and not any(is_gated_mlp(m) for m in experts.children())
+    )
 
 
 def _batched_experts_forward(self: Any, hidden_states: Tensor) -> Tensor:

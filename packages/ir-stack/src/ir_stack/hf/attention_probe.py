@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .hf_attention import (
+from .attention import (
     OUTPUT_GATE_FUNCTIONS,
     AttentionPlan,
     QueryScale,
@@ -24,9 +24,10 @@ from .hf_attention import (
     planned_forward,
     unknown_forward_parameters,
 )
-from .hf_modules import IRRMSNorm, IRRotaryCache
-from .hf_probes import close, input_dtype, probe
-from .hf_rotation_probe import identity_rotation, rotary_positions
+from .families import family_of
+from .modules import IRRMSNorm, IRRotaryCache
+from .probes import close, input_dtype, probe
+from .rotation_probe import identity_rotation, rotary_positions
 
 #: the query and key norms' attribute names: most families', Hunyuan's, Llama 4's (one norm
 #: without a weight for both), LFM2's
@@ -38,25 +39,27 @@ _HEAD_NORM_NAMES = (
 )
 
 
-#: families whose query and key norms take the rotated projections
-_NORMS_AFTER_ROTATION = ("hunyuan_v1_dense", "hunyuan_v1_moe", "llama4_text")
-
-
 def _query_scale(attention: Any) -> QueryScale | None:
-    """The layer's query scale by position, as its family's forward computes it."""
+    """The layer's query scale by position, in the form its family's forward computes it
+    (`families.Family.query_scale`)."""
     config = attention.config
-    if config.model_type == "ministral3":
+    family = family_of(config.model_type)
+    form = None if family is None else family.query_scale
+    if form == "scaling beta":
         rope = config.rope_parameters
         beta, length = rope["llama_4_scaling_beta"], rope["original_max_position_embeddings"]
         return QueryScale(float(beta), int(length))
-    if (
-        config.model_type == "llama4_text"
-        and config.attn_temperature_tuning
-        and not attention.use_rope
-    ):
+    if form == "nope temperature" and config.attn_temperature_tuning and not attention.use_rope:
         length = int(config.floor_scale)
         return QueryScale(float(config.attn_scale), length, 1, from_cache=True, in_float=True)
     return None
+
+
+def _norms_after_rotation(attention: Any) -> bool:
+    """Whether the layer's query and key norms take the rotated projections, as its family's
+    forward does (`families.Family.norms_after_rotation`)."""
+    family = family_of(attention.config.model_type)
+    return family is not None and family.norms_after_rotation
 
 
 def attention_plan(
@@ -110,7 +113,7 @@ def attention_plan(
         rotates=not torch.equal(original.call.query, unrotated.call.query),
         head_norms=norms[0],
         norms_per_head=norms[1],
-        norms_after_rotation=attention.config.model_type in _NORMS_AFTER_ROTATION,
+        norms_after_rotation=_norms_after_rotation(attention),
         query_scale=scale,
         key_scale=float(getattr(attention, "key_multiplier", 1.0)),
         value_norm="v_norm" if getattr(attention, "v_norm", None) is not None else None,

@@ -1,5 +1,5 @@
 """How a converted transformers attention layer runs on IR ops: its `AttentionPlan` (what
-`hf_attention_probe` finds its own forward does), the converted forward that follows the plan,
+`attention_probe` finds its own forward does), the converted forward that follows the plan,
 and which layers have the plan's form."""
 
 import inspect
@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from ir_spec import ops
 
-from .hf_modules import IRRotaryCache
+from .modules import IRRotaryCache
 
 #: the functions an attention output gate's projection may pass through (`_gate_factor`)
 GateFunction = Literal["sigmoid", "softplus"]
@@ -315,7 +315,7 @@ CROSS_ATTENTION_STATES = "cross_attention_states"
 def is_cross_attention(module: nn.Module) -> bool:
     """Whether `module`'s forward names `CROSS_ATTENTION_STATES`: a layer of another form than
     the plan describes (`is_attention`), which `convert_hf_model` keeps as it is where a probe
-    shows it ignores the position embeddings (`hf_rotation_probe.ignores_position_embeddings`)."""
+    shows it ignores the position embeddings (`rotation_probe.ignores_position_embeddings`)."""
     return CROSS_ATTENTION_STATES in inspect.signature(type(module).forward).parameters
 
 
@@ -436,8 +436,8 @@ def _project_qkv(attention: Any, hidden_states: Tensor) -> tuple[Tensor, Tensor,
     its key projection's output as values: Gemma 4's full-attention layers), or from Phi-3's
     one ``qkv_proj`` (views of its output, rows a stride apart, which the rotary kernels
     take)."""
-    # ``_modules``, not ``hasattr``, for `output_projection`'s reason (a 16-layer Llama's guard
-    # check: 133-136 µs with ``hasattr``, 111-116 without, as the original's)
+    # ``_modules``, not ``hasattr``, for `output_projection`'s reason: without a ``hasattr``
+    # that finds the name lacking, a compiled forward's guards cost what the original's do
     if "qkv_proj" not in attention._modules:
         k = attention.k_proj(hidden_states)
         v = k if attention.v_proj is None else attention.v_proj(hidden_states)

@@ -13,9 +13,9 @@ from torch import Tensor, nn
 
 from ir_spec import ops
 
-from .hf_attention import CROSS_ATTENTION_STATES, is_cross_attention, layer_type_of
-from .hf_modules import IRRotaryCache
-from .hf_probes import input_dtype, probe
+from .attention import CROSS_ATTENTION_STATES, is_cross_attention, layer_type_of
+from .modules import IRRotaryCache
+from .probes import input_dtype, probe
 
 #: positions of the rotary probe: the first few and some far apart
 _PROBE_POSITIONS = (0, 1, 2, 3, 7, 100, 1000)

@@ -16,11 +16,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .hf_attention import is_attention, layer_type_of, rotary_attention_forward
-from .hf_attention_probe import attention_plan
-from .hf_forward import with_forward
-from .hf_modules import IRRotaryCache
-from .hf_rotation_probe import ignores_position_embeddings, per_token_pairs, rotation_form
+from .attention import is_attention, layer_type_of, rotary_attention_forward
+from .attention_probe import attention_plan
+from .forward import with_forward
+from .modules import IRRotaryCache
+from .rotation_probe import ignores_position_embeddings, per_token_pairs, rotation_form
 
 logger = logging.getLogger("ir_stack")
 

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .hf_modules import GATED_ACTIVATIONS, reference_gate
+from .modules import GATED_ACTIVATIONS, reference_gate
 
 #: seed of every probe input (norms, activations, the rotation form, attention plans); fixed,
 #: so conversions repeat
