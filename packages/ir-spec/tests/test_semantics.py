@@ -345,3 +345,45 @@ def test_nonfinite_check_knows_a_peak_that_drops_nan() -> None:
     assert_nonfinite_like_native(op, _dynamic_quant_dropping_nan, args, value=math.inf, column=0.5)
     with pytest.raises(ValueError, match="expected NaN or inf"):
         assert_nonfinite_like_native(op, op.native, args, value=1.0, column=0.5)
+
+
+def _stored_by_mask(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """`write_kv_cache` as its docstring reads: real tokens' rows into their slots."""
+    slots = slot_mapping.reshape(-1)
+    real = slots >= 0
+    for new, cache in ((key, key_cache), (value, value_cache)):
+        flat = cache.view(-1, cache.shape[2], cache.shape[3])
+        flat[slots[real]] = new.reshape(-1, cache.shape[2], cache.shape[3])[real]
+
+
+@pytest.mark.parametrize("batch", [(0,), (1,), (7,), (2, 3)], ids=str)
+@pytest.mark.parametrize("padding", [False, True, "all"], ids=["real", "padding", "all-padding"])
+def test_write_kv_cache_stores_real_tokens_only(batch: tuple[int, ...], padding: Any) -> None:
+    op = ops.write_kv_cache
+    args = list(
+        sample_inputs(
+            op, hidden_size=64, batch_shape=batch, options={"padding_slots": bool(padding)}
+        )
+    )
+    if padding == "all":
+        args[4] = torch.full_like(args[4], -1)
+    stored, expected = clone_args(args), clone_args(args)
+    op.native(*stored)
+    _stored_by_mask(*expected)
+    for got, want in zip(results_of(op, stored, None), results_of(op, expected, None), strict=True):
+        assert torch.equal(got, want)
+
+
+def test_write_kv_cache_needs_no_value_from_the_device() -> None:
+    """Traced on fake tensors, as a compiler traces it: no size depends on the slots' values,
+    so the store never waits on the device and stays capturable in a CUDA graph."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    args = sample_inputs(ops.write_kv_cache, hidden_size=64, options={"padding_slots": True})
+    make_fx(ops.write_kv_cache.native, tracing_mode="fake")(*args)

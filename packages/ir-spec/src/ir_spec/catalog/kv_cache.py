@@ -36,12 +36,23 @@ def write_kv_cache(
     ``cache.view(-1, kv_heads, head_size)[slot_mapping[t]]``; tokens with a negative slot store
     nothing. Returns nothing: the caches are written in place.
     """
-    slots = slot_mapping.reshape(-1)
+    # No boolean indexing: its result's size would wait on the device, which neither a CUDA
+    # graph nor a compiled graph allows. A padding token stores, instead, what the first real
+    # token stores, into that token's slot (the same value twice: no race); with no real
+    # token, the first slot's own content back into it.
+    slots = slot_mapping.reshape(-1).long()
     valid = slots >= 0
-    rows = slots[valid]
+    if slots.numel() == 0:
+        return
+    first = valid.int().argmax().reshape(1)
+    source = torch.where(valid, torch.arange(slots.numel(), device=slots.device), first)
+    target = torch.where(valid, slots, slots.index_select(0, first).clamp(min=0))
+    any_valid = valid.any()
     for new, cache in ((key, key_cache), (value, value_cache)):
         flat = cache.view(-1, cache.shape[2], cache.shape[3])
-        flat[rows] = new.reshape(-1, cache.shape[2], cache.shape[3])[valid]
+        rows = new.reshape(-1, cache.shape[2], cache.shape[3])
+        stored = torch.where(any_valid, rows[source], flat[target])
+        flat.index_put_((target,), stored)
 
 
 @write_kv_cache.register_fake
