@@ -11,6 +11,7 @@ switch off; ``--priority`` puts a provider of the op first.
 """
 
 import argparse
+import importlib
 import importlib.metadata
 import json
 import sys
@@ -32,9 +33,9 @@ def main() -> None:
     if args.bump:
         real_version = importlib.metadata.version
 
-        def bumped(name: str) -> str:
-            version = real_version(name)
-            return version + ".post1" if name == args.bump else version
+        def bumped(distribution_name: str) -> str:
+            version = real_version(distribution_name)
+            return version + ".post1" if distribution_name == args.bump else version
 
         importlib.metadata.version = bumped  # what an upgrade of that distribution reports
 
@@ -43,7 +44,7 @@ def main() -> None:
     import ir_piecewise
 
     sys.path.insert(0, args.op_dir)
-    import inval_op  # declares ir.inval_scale and the model calling it
+    inval_op = importlib.import_module("inval_op")  # ir.inval_scale and a model calling it
 
     if args.priority:
         ir_dispatch.set_priority(inval_scale=[args.priority])
