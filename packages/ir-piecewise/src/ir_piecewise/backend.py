@@ -14,7 +14,6 @@ from torch import Tensor, fx
 import ir_passes
 from ir_passes.fingerprint import code_fingerprint
 
-from .cache import CompileCache
 from .config import CompilationConfig, CUDAGraphMode
 from .counters import counters
 from .cudagraphs import GraphPool
@@ -114,7 +113,7 @@ class PiecewiseBackend:
         )
         symbol = token_symbol(gm)
         key = global_key(config)
-        cache = CompileCache(config.resolved_cache_dir()) if config.cache else None
+        cache = config.compile_cache() if config.cache else None
         logger.info(
             "ir_piecewise: graph split into %d pieces (%d compiled) with token size %s",
             len(pieces),
