@@ -17,6 +17,7 @@ import ir_dispatch  # noqa: F401  (installs the dispatcher)
 import ir_piecewise
 from ir_piecewise import CompilationConfig, counters, traces
 from ir_piecewise.backend import global_key
+from ir_spec import ops
 
 sys.path.insert(0, str(Path(__file__).parent))
 from toy_model import ToyModel, toy_config
@@ -95,6 +96,32 @@ def test_traces_are_saved_where_aot_compile_is_off_by_default(tmp_path: Path) ->
         run_fresh(model, toy_config(tmp_path), (4,))
         run_fresh(model, toy_config(tmp_path), (6,))
     assert counters.num_traces_loaded == 1
+
+
+class OpsHolder(nn.Module):
+    """Holds the op namespace as an attribute, as the reference models do (``self.ops``):
+    Dynamo's saved guards then hold the ops themselves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = ops
+        self.act = ops.silu_and_mul
+        self.up = nn.Linear(64, 128, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ops.rms_norm(self.act(self.up(x)), None, 1e-6)
+
+
+def test_a_module_holding_ops_saves_and_loads_its_trace(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = OpsHolder().eval()
+    with caplog.at_level(logging.WARNING, logger="ir_piecewise"):
+        run_fresh(model, toy_config(tmp_path), (5,))
+        run_fresh(model, toy_config(tmp_path), (3, 8))
+    assert "could not" not in caplog.text
+    assert counters.num_traces_loaded == 1
+    assert counters.num_backend_compilations == 0
 
 
 def test_trace_key_follows_what_the_trace_depends_on(tmp_path: Path) -> None:

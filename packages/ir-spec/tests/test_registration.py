@@ -294,3 +294,22 @@ def test_parameter_names_of_the_entry_points_are_refused(name: str) -> None:
     exec(source, namespace)
     with pytest.raises(ValueError, match=f"parameter name '{name}' is reserved"):
         register_op(name=fresh())(namespace["f"])
+
+
+def test_ops_pickle_by_reference() -> None:
+    """A model holding ops (or the `ops` namespace) as attributes is pickled when Dynamo saves
+    its trace; each op is saved by name and loaded as the one declared op of that name."""
+    import pickle
+
+    for op in ops:
+        assert pickle.loads(pickle.dumps(op)) is op
+    assert pickle.loads(pickle.dumps(ops)) is ops
+    assert pickle.loads(pickle.dumps({"layer": [ops.silu_and_mul]}))["layer"][0] is ops.silu_and_mul
+
+
+def test_unpickling_an_undeclared_op_names_it() -> None:
+    import pickle
+
+    data = pickle.dumps(ops.rms_norm).replace(b"rms_norm", b"no_such_")
+    with pytest.raises(pickle.UnpicklingError, match="no_such_"):
+        pickle.loads(data)

@@ -1,15 +1,15 @@
 """Hook-up to Inductor: the passes as custom graph passes, and `compile`.
 
 The pre-grad pass functionalizes ``maybe_inplace`` calls; the post-grad pass fuses, lowers and
-eliminates clones. Both are `CustomGraphPass` objects whose ``uuid`` covers the pass
-configuration, the effective priorities (inductor mode), the registered implementations and
-the source of these passes, so Inductor's graph cache reuses a compilation exactly when none of
-these changed.
+eliminates clones. Both are `CustomGraphPass` objects whose ``uuid`` is `selection_key`: the
+pass configuration, the effective priorities (inductor mode), the registered implementations
+and the code they run, the code of these passes and the package versions, so Inductor's graph
+cache reuses a compilation exactly when none of these changed.
 """
 
 import functools
 import hashlib
-import inspect
+import importlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +22,7 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 import ir_dispatch
 from ir_spec import ops
 
+from . import fingerprint
 from .clones import CloneEliminationPass
 from .config import PassConfig
 from .functionalize import InplaceFunctionalizationPass
@@ -31,23 +32,24 @@ from .lowering import LoweringPass
 from .report import claim_report, current_report, new_report
 
 logger = logging.getLogger("ir_passes")
-_SOURCES = sorted(Path(__file__).parent.glob("*.py"))
+#: the modules of this package, whose code (the passes and this hook-up) every key covers
+_MODULES = tuple(
+    f"{__package__}.{path.stem}"
+    for path in sorted(Path(__file__).parent.glob("*.py"))
+    if path.stem != "__init__"
+)
 
 
 @functools.cache
-def _sources_hash() -> str:
-    h = hashlib.sha256()
-    for source in _SOURCES:
-        h.update(source.read_bytes())
-    return h.hexdigest()
+def _passes_fingerprint() -> str:
+    return fingerprint.code_fingerprint(importlib.import_module(name) for name in _MODULES)
 
 
-@functools.cache
-def _impl_hash(fn: Any) -> str:
-    try:
-        return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()[:16]
-    except (OSError, TypeError):
-        return f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
+@functools.lru_cache(maxsize=16)
+def _code_fingerprint(roots: tuple[Any, ...], modules: frozenset[str]) -> str:
+    """The code of the ops' native functions and implementations, kept per set of them: a
+    priority change keeps it, a registration computes it again."""
+    return fingerprint.code_fingerprint(roots, modules=modules)
 
 
 _selection_keys: dict[tuple[Any, ...], str] = {}
@@ -68,15 +70,25 @@ def selection_key(config: PassConfig) -> str:
 
 
 def _compute_selection_key(config: PassConfig) -> str:
+    """The pass configuration; the versions of Python, torch, triton and the ``ir-*``
+    distributions; the code of these passes; per op the effective priority (inductor mode) and
+    each implementation's flags; the code of every native function, implementation and
+    ``supports_args``, followed into what they call (`ir_passes.fingerprint`); and the
+    batch-invariant mode."""
     h = hashlib.sha256(config.key().encode())
-    h.update(_sources_hash().encode())
+    h.update(repr(fingerprint.package_versions()).encode())
+    h.update(_passes_fingerprint().encode())
+    roots: list[Any] = []
+    modules: set[str] = set()
     with ir_dispatch.mode(ir_dispatch.INDUCTOR):
         for op in sorted(ops, key=lambda o: o.name):
             h.update(f"{op.name}:{ir_dispatch.effective_priority(op)}".encode())
             for provider, impl in sorted(op.impls.items()):
-                h.update(
-                    f"{provider}:{impl.supported}:{impl.inplace}:{_impl_hash(impl.fn)}".encode()
-                )
+                h.update(f"{provider}:{impl.supported}:{impl.inplace}".encode())
+                roots.extend(f for f in (impl.fn, impl.supports_args) if f is not None)
+                modules.add(impl.fn.__module__)
+            modules.add(op.native.__module__)
+    h.update(_code_fingerprint(tuple(roots), frozenset(modules)).encode())
     h.update(f"batch_invariant={ir_dispatch.batch_invariant()}".encode())
     return h.hexdigest()
 

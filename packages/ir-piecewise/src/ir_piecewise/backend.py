@@ -1,7 +1,10 @@
 """`PiecewiseBackend`: the Dynamo backend that splits a traced graph and compiles its pieces."""
 
+import functools
 import hashlib
+import importlib
 import logging
+from pathlib import Path
 from typing import Any
 
 import sympy
@@ -9,8 +12,8 @@ import torch
 from torch import Tensor, fx
 
 import ir_passes
+from ir_passes.fingerprint import code_fingerprint
 
-from .cache import CompileCache
 from .config import CompilationConfig, CUDAGraphMode
 from .counters import counters
 from .cudagraphs import GraphPool
@@ -43,22 +46,24 @@ def token_symbol(gm: fx.GraphModule) -> sympy.Symbol | None:
     return next(iter(symbols), None)
 
 
-def global_key(config: CompilationConfig) -> str:
-    """What every cache key shares: configuration, versions and the IR selection state."""
-    try:
-        import triton
+#: the modules of this package, whose code every key covers (how pieces are compiled)
+_MODULES = tuple(
+    f"{__package__}.{path.stem}"
+    for path in sorted(Path(__file__).parent.glob("*.py"))
+    if path.stem != "__init__"
+)
 
-        triton_version = triton.__version__
-    except ImportError:
-        triton_version = "none"
-    text = ":".join(
-        (
-            config.key(),
-            torch.__version__,
-            triton_version,
-            ir_passes.selection_key(config.passes),
-        )
-    )
+
+@functools.cache
+def _own_fingerprint() -> str:
+    return code_fingerprint(importlib.import_module(name) for name in _MODULES)
+
+
+def global_key(config: CompilationConfig) -> str:
+    """What every cache key shares: the configuration, the code of this package and
+    `ir_passes.selection_key` (package versions, the IR selection state and the code of the
+    passes, ops and implementations)."""
+    text = ":".join((config.key(), _own_fingerprint(), ir_passes.selection_key(config.passes)))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -108,7 +113,7 @@ class PiecewiseBackend:
         )
         symbol = token_symbol(gm)
         key = global_key(config)
-        cache = CompileCache(config.resolved_cache_dir()) if config.cache else None
+        cache = config.compile_cache() if config.cache else None
         logger.info(
             "ir_piecewise: graph split into %d pieces (%d compiled) with token size %s",
             len(pieces),

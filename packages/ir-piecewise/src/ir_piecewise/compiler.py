@@ -143,7 +143,7 @@ class PiecewiseCompiled:
             return None
         if fn._forward_hooks or fn._forward_pre_hooks:
             return None
-        return CompileCache(self.config.resolved_cache_dir())
+        return self.config.compile_cache()
 
     def _trace(self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]) -> Any:
         if self.trace_cache is None:

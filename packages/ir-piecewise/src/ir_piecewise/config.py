@@ -2,6 +2,7 @@
 
 import enum
 import hashlib
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Literal
 import torch
 
 from ir_passes import PassConfig
+
+from .cache import DEFAULT_LOCK_TIMEOUT, CompileCache
 
 SplittingOp = str | torch._ops.OpOverload | torch._ops.OpOverloadPacket
 DEFAULT_MAX_CAPTURE_SIZE = 256
@@ -89,6 +92,10 @@ class CompilationConfig:
         cache_dir: compile cache directory; None means the user cache directory of
             ``ir-piecewise`` (platformdirs).
         cache: False turns the on-disk compile cache off.
+        cache_lock_timeout: seconds a write to the compile cache waits for its lock (other
+            processes hold it only to rename or remove a file). Where another process holds
+            it longer, this process warns once and stores nothing more in that directory;
+            it still loads from it.
         check_guards: keep Dynamo's guards and raise `RecompileError` on any call that would
             need a recompile, instead of dropping the guards after the first trace.
         passes: the ir-passes configuration applied to every compiled piece.
@@ -103,6 +110,7 @@ class CompilationConfig:
     max_capture_size: int | None = None
     cache_dir: str | Path | None = None
     cache: bool = True
+    cache_lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     check_guards: bool = False
     passes: PassConfig = field(default_factory=PassConfig)
 
@@ -138,6 +146,15 @@ class CompilationConfig:
             sizes = tuple(s for s in sizes if s <= self.max_capture_size)
         set_(self, "cudagraph_capture_sizes", sizes)
         set_(self, "max_capture_size", max(sizes) if sizes else 0)
+        timeout = self.cache_lock_timeout
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 <= timeout < math.inf
+        ):
+            raise ValueError(
+                f"cache_lock_timeout: got {timeout!r}; expected a finite number of seconds >= 0"
+            )
         if not isinstance(self.passes, PassConfig):
             raise ValueError(f"passes: got {self.passes!r}; expected an ir_passes.PassConfig")
 
@@ -161,6 +178,10 @@ class CompilationConfig:
         """The capture size a call of `size` tokens is padded to, or None above the largest."""
         assert self.cudagraph_capture_sizes is not None
         return next((s for s in self.cudagraph_capture_sizes if s >= size), None)
+
+    def compile_cache(self) -> CompileCache:
+        """The compile cache this configuration names (whether or not `cache` is on)."""
+        return CompileCache(self.resolved_cache_dir(), lock_timeout=self.cache_lock_timeout)
 
     def resolved_cache_dir(self) -> Path:
         """Where compiled artifacts are stored."""

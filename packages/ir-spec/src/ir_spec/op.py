@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
+import pickle
 from collections.abc import Callable, Mapping
 from types import MappingProxyType, MethodType
 from typing import Any, overload
@@ -425,6 +427,31 @@ class IrOp:
 
     def __repr__(self) -> str:
         return f"IrOp({self.name}{self.signature}, providers={list(self._impls)})"
+
+    def __reduce__(self) -> tuple[Callable[[str, str], IrOp], tuple[str, str]]:
+        # An op is one object per name: it pickles by reference (Dynamo pickles the ops a saved
+        # trace's guards hold), not by its per-op class, which no module attribute names.
+        return _op_by_name, (self.name, self.native.__module__)
+
+
+def _op_by_name(name: str, module: str) -> IrOp:
+    """The declared op `name` (unpickling an `IrOp`); imports `module`, which declares it, if
+    the op is not declared yet."""
+    op = registry.lookup(name)
+    if op is None:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise pickle.UnpicklingError(
+                f"ir op {name!r}: its module {module!r} failed to import ({err})"
+            ) from err
+        op = registry.lookup(name)
+    if op is None:
+        raise pickle.UnpicklingError(
+            f"ir op {name!r} is not declared (not even after importing {module!r}); declared: "
+            f"{', '.join(sorted(o.name for o in registry.ops))}"
+        )
+    return op
 
 
 def _declare(

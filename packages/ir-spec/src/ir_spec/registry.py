@@ -45,6 +45,10 @@ class OpNamespace:
     def __repr__(self) -> str:
         return f"<ir_spec.ops: {', '.join(sorted(_OPS))}>"
 
+    def __reduce__(self) -> str:
+        # the one namespace, pickled by reference (as ``ir_spec.registry.ops``)
+        return "ops"
+
 
 ops = OpNamespace()
 #: The declared ops by name. It is `ops`' own attribute dictionary, so that ``ops.<name>`` in a
