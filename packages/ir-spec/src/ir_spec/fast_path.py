@@ -8,8 +8,10 @@ the (argument-checked) choice up by dispatch key, asking `IrOp.choose` on a miss
 unless grad mode is on and a tensor argument requires grad: that call takes the torch op, which
 carries the gradient (`autograd`). Both entry points first try the op's last choice behind a
 tensor guard (`last_choice`), which spares building the key when the arguments look like the
-previous call's. ``maybe_inplace`` bumps the written arguments' version counters before an
-in-place implementation runs, as torch's in-place ops do, except under inference mode.
+previous call's. Before an in-place implementation runs, ``maybe_inplace`` makes sure that no
+activation shares memory with another tensor argument (`aliasing`: a few address comparisons
+where every tensor argument is contiguous, the full analysis otherwise) and bumps the written
+arguments' version counters, as torch's in-place ops do, except under inference mode.
 """
 
 import inspect
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import last_choice
+from . import aliasing, last_choice
 from .dispatch_key import CONTIGUOUS, strided_row_layout
 from .dispatcher import _Hook
 
@@ -33,8 +35,9 @@ _CHOOSE_BY_KEY = """
         impl = self.choose(({names},))"""
 
 # The same, after asking the last choice's guard; a miss remembers the new choice (bounded).
-# Both set `grad_args`, whether a tensor argument requires grad: the guard checks each tensor's
-# requires_grad, so a hit reuses the flag remembered with the choice.
+# Both set `grad_args`, whether a tensor argument requires grad, and `dense`, True where every
+# tensor argument is known to be contiguous: the guard checks each tensor's requires_grad and
+# strides, so a hit reuses what was remembered with the choice.
 _CHOOSE_BY_LAST_OR_KEY = (
     """
     impl = None
@@ -42,13 +45,14 @@ _CHOOSE_BY_LAST_OR_KEY = (
     if memo is not None and _hook.op_caches:
         try:
             if memo[1] == ({others}) and memo[0].check({guarded}):
-                impl, grad_args = memo[2], memo[3]
+                impl, grad_args, dense = memo[2], memo[3], memo[4]
         except Exception:
             pass
     if impl is None:"""
     + textwrap.indent(_CHOOSE_BY_KEY, "    ")
     + """
         grad_args = {needs_grad}
+        dense = False
         if _hook.op_caches and self._last_choice_rebuilds < _max_rebuilds:
             self._remember_choice(impl, ({guarded},), ({others}), {exact}, grad_args)"""
 )
@@ -75,17 +79,23 @@ def maybe_inplace(self, {params}):
 {choose}
     if grad_args and _grad_enabled():
         return self._default_overload({names})
-    if impl.inplace and not _inference_mode():
-        _increment_version(({written}))
+    if impl.inplace:
+{apart}
+        if not apart:
+            copied = _check_inplace(self, ({names},), impl.provider)
+            if copied:
+                return self._run_on_copies(impl, ({names},), copied)
+        if not _inference_mode():
+            _increment_version(({written}))
     return impl.fn({names})
 """
 
 
-#: What `_parameters` says of a native function's parameter.
+#: What `parameter_kinds` says of a native function's parameter.
 TENSOR, OPTIONAL_TENSOR, OTHER = "tensor", "optional tensor", "other"
 
 
-def _parameters(native: Callable[..., Any]) -> list[tuple[str, str]]:
+def parameter_kinds(native: Callable[..., Any]) -> list[tuple[str, str]]:
     """Each parameter's name and kind (`TENSOR`, `OPTIONAL_TENSOR` or `OTHER`), in order."""
     kinds = []
     for p in inspect.signature(native, eval_str=True).parameters.values():
@@ -105,7 +115,7 @@ def needs_grad_expression(native: Callable[..., Any], *, checked: bool = True) -
     argument check has made sure the tensors are tensors; else (while tracing, where the check
     runs later, on the torch op) tolerating any value."""
     parts = []
-    for name, kind in _parameters(native):
+    for name, kind in parameter_kinds(native):
         if kind == OTHER:
             continue
         if not checked:
@@ -131,7 +141,7 @@ def generic_key_expression(native: Callable[..., Any]) -> str:
     """The generic dispatch key: per tensor its dtype, device, rank, last size and row layout;
     every other argument as it is."""
     parts = []
-    for name, kind in _parameters(native):
+    for name, kind in parameter_kinds(native):
         if kind == TENSOR:
             parts.append(_tensor_key(name))
         elif kind == OPTIONAL_TENSOR:
@@ -141,6 +151,34 @@ def generic_key_expression(native: Callable[..., Any]) -> str:
     return f"({', '.join(parts)},)"
 
 
+def apart_statements(native: Callable[..., Any], activations: tuple[str, ...]) -> str:
+    """Statements setting ``apart``: whether every tensor argument is contiguous (``dense``, or
+    asked) and no activation's bytes meet another tensor argument's, so that they share no
+    memory. False sends the call to the full analysis (`aliasing`), which decides the layouts
+    this test does not cover."""
+    tensors = [(name, kind) for name, kind in parameter_kinds(native) if kind != OTHER]
+    lines, contiguous = [], []
+    for i, (name, kind) in enumerate(tensors):
+        fetch = f"p{i} = {name}.data_ptr(); e{i} = p{i} + {name}.nbytes"
+        if kind == TENSOR:
+            lines.append(fetch)
+            contiguous.append(f"{name}.is_contiguous()")
+        else:  # an optional tensor passed as None occupies no bytes
+            lines.append(f"if {name} is None: p{i} = e{i} = 0")
+            lines.append(f"else: {fetch}")
+            contiguous.append(f"({name} is None or {name}.is_contiguous())")
+    disjoint = [
+        f"(e{i} <= p{j} or e{j} <= p{i})"
+        for i, (a, _) in enumerate(tensors)
+        for j, (b, _) in enumerate(tensors)
+        if i < j and (a in activations or b in activations)
+    ]
+    lines.append(f"apart = (dense or ({' and '.join(contiguous) or 'True'}))")
+    if disjoint:
+        lines.append(f"apart = apart and {' and '.join(disjoint)}")
+    return textwrap.indent("\n".join(lines), " " * 8)
+
+
 def _guarded_arguments(native: Callable[..., Any]) -> tuple[list[str], list[str]] | None:
     """For the last-choice guard: the tensor arguments (an optional one as a stand-in when
     None) and the other values compared (every non-tensor argument, then whether each optional
@@ -148,7 +186,7 @@ def _guarded_arguments(native: Callable[..., Any]) -> tuple[list[str], list[str]
     tensors: list[str] = []
     others: list[str] = []
     optional: list[str] = []
-    for name, kind in _parameters(native):
+    for name, kind in parameter_kinds(native):
         if kind == TENSOR:
             tensors.append(name)
         elif kind == OPTIONAL_TENSOR:
@@ -183,6 +221,7 @@ def build(
         "_strided_row_layout": strided_row_layout,
         "_none_tensor": last_choice.NONE_TENSOR,
         "_max_rebuilds": last_choice.MAX_REBUILDS,
+        "_check_inplace": aliasing.check_inplace_args,
     }
     declared = []
     for i, p in enumerate(params):
@@ -201,7 +240,7 @@ def build(
     needs_grad = needs_grad_expression(op.native)
     if guarded is None:
         choose = _CHOOSE_BY_KEY.format(key=key, names=joined)
-        choose += f"\n    grad_args = {needs_grad}"
+        choose += f"\n    grad_args = {needs_grad}\n    dense = False"
     else:
         tensors, others = guarded
         choose = _CHOOSE_BY_LAST_OR_KEY.format(
@@ -218,6 +257,7 @@ def build(
         key=key,
         cloned=cloned,
         choose=choose,
+        apart=apart_statements(op.native, op.activations),
         written="".join(f"{a}, " for a in op.activations),
         needs_grad=needs_grad,
         traced_needs_grad=needs_grad_expression(op.native, checked=False),
