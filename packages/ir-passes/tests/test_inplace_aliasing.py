@@ -283,3 +283,16 @@ def test_separate_inputs_keep_zero_copy() -> None:
     assert report is not None
     assert report.inplace_checks == 0
     assert report.clones_removed == report.clones_inserted == 6
+
+
+def test_dynamic_tokens_keep_zero_copy() -> None:
+    # a symbolic token count leaves the rows' layout provable: the clones still go
+    ir_dispatch.set_priority(fused_add_rms_norm=["t_inplace"])
+    compiled = ir_passes.compile(chain, dynamic=True)
+    for tokens in (3, 9):
+        x, r, w = fadd_args(tokens)
+        torch.testing.assert_close(compiled(x, r, w), chain(x.clone(), r.clone(), w))
+    report = ir_passes.last_report()
+    assert report is not None
+    assert report.clones_inserted == 6
+    assert report.clones_removed == 6

@@ -77,3 +77,20 @@ def test_overlap_of_separate_tensors_and_of_fake_tensors() -> None:
         assert aliasing.overlap(a, c) is True
         assert aliasing.overlap(a, torch.empty(4, 16)) is False
         assert aliasing.internal_overlap(torch.empty(1, 16).expand(4, 16)) is True
+
+
+def test_internal_overlap_of_symbolic_rows_is_decided_without_guards() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    shape_env = ShapeEnv()
+    with FakeTensorMode(shape_env=shape_env):
+        tokens = shape_env.create_unbacked_symint()
+        torch._check(tokens >= 2)
+        rows = torch.empty(tokens, 16)
+        wide = torch.empty(tokens, 3, 16)
+        assert aliasing.internal_overlap(rows) is False
+        assert aliasing.internal_overlap(wide) is False
+        assert aliasing.internal_overlap(rows[:, :8]) is False
+        assert aliasing.internal_overlap(torch.empty(1, 16).expand(tokens, 16)) is True
+    assert not shape_env.guards

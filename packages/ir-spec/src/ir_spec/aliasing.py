@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 if TYPE_CHECKING:
     from .op import IrOp
@@ -134,10 +135,14 @@ def overlap(a: Tensor, b: Tensor) -> bool | None:
 
 def internal_overlap(t: Tensor) -> bool | None:
     """Whether two elements of `t` share memory (a stride 0 over a size above 1, as ``expand``
-    makes); None where the layout is too irregular to tell, or symbolic."""
+    makes); None where the layout is too irregular to tell.
+
+    Symbolic sizes (a dynamic token count) are decided where the strides prove it whatever the
+    sizes, innermost dimension first, without adding guards: ``[n, h]`` with strides ``[h, 1]``
+    does not overlap for any ``n``."""
     shape, strides = list(t.shape), list(t.stride())
     if not _static(*shape, *strides):
-        return None
+        return _symbolic_internal_overlap(shape, strides)
     if t.numel() <= 1:
         return False
     dims = sorted((s, n) for n, s in zip(shape, strides, strict=True) if n != 1)
@@ -148,6 +153,19 @@ def internal_overlap(t: Tensor) -> bool | None:
         if stride <= extent:
             return None
         extent += stride * (n - 1)
+    return False
+
+
+def _symbolic_internal_overlap(shape: list[Any], strides: list[Any]) -> bool | None:
+    known = statically_known_true
+    dims = [(n, s) for n, s in zip(shape, strides, strict=True) if not known(n == 1)]
+    if any(known(s == 0) and known(n > 1) for n, s in dims):
+        return True
+    extent: Any = 0
+    for n, stride in reversed(dims):
+        if not known(stride > extent):
+            return None
+        extent = extent + stride * (n - 1)
     return False
 
 
