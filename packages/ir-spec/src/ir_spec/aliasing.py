@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 if TYPE_CHECKING:
@@ -41,7 +42,8 @@ def _static(*values: Any) -> bool:
 
 
 def _is_fake(t: Tensor) -> bool:
-    return t.device.type == "meta" or isinstance(t, torch._subclasses.FakeTensor)
+    """Whether `t` has no memory of its own to compare addresses of (fake or meta)."""
+    return t.is_meta or (type(t) is not Tensor and isinstance(t, FakeTensor))
 
 
 def _start(t: Tensor) -> tuple[Any, Any]:
@@ -65,9 +67,9 @@ def _rows(t: Tensor) -> _Rows | None:
     """`t` as rows one stride apart, each of contiguous elements (or of one element), in bytes;
     None where its dimensions do not collapse so, or are symbolic."""
     size = t.element_size()
-    shape, strides = list(t.shape), list(t.stride())
+    shape, strides = t.shape, t.stride()
     key, lo = _start(t)
-    if not _static(lo, *shape, *strides):
+    if key is not None and not _static(lo, *shape, *strides):  # a real tensor's are ints
         return None
     # dimensions of size 1 address nothing
     dims = [(n, s) for n, s in zip(shape, strides, strict=True) if n != 1]
@@ -123,6 +125,11 @@ def overlap(a: Tensor, b: Tensor) -> bool | None:
         return None if _start(a)[0] == _start(b)[0] else False
     if span_a[0] != span_b[0] or span_a[2] <= span_b[1] or span_b[2] <= span_a[1]:
         return False
+    return _rows_overlap(a, b)
+
+
+def _rows_overlap(a: Tensor, b: Tensor) -> bool | None:
+    """`overlap` of two tensors whose spans meet: decided by their rows."""
     rows_a, rows_b = _rows(a), _rows(b)
     if rows_a is None or rows_b is None:
         return None
@@ -133,6 +140,19 @@ def overlap(a: Tensor, b: Tensor) -> bool | None:
     return _rows_meet_rows(rows_a, rows_b)
 
 
+def _real_span(t: Tensor) -> tuple[int, int]:
+    """The bytes ``[first, end)`` a real tensor's elements lie in (empty for no element)."""
+    first = t.data_ptr()
+    if t.is_contiguous():
+        return first, first + t.nbytes
+    last = 0
+    for n, stride in zip(t.shape, t.stride(), strict=True):
+        if n == 0:
+            return first, first
+        last += (n - 1) * stride
+    return first, first + (last + 1) * t.element_size()
+
+
 def internal_overlap(t: Tensor) -> bool | None:
     """Whether two elements of `t` share memory (a stride 0 over a size above 1, as ``expand``
     makes); None where the layout is too irregular to tell.
@@ -141,7 +161,7 @@ def internal_overlap(t: Tensor) -> bool | None:
     sizes, innermost dimension first, without adding guards: ``[n, h]`` with strides ``[h, 1]``
     does not overlap for any ``n``."""
     shape, strides = list(t.shape), list(t.stride())
-    if not _static(*shape, *strides):
+    if _is_fake(t) and not _static(*shape, *strides):
         return _symbolic_internal_overlap(shape, strides)
     if t.numel() <= 1:
         return False
@@ -178,18 +198,25 @@ def _same_view(a: Tensor, b: Tensor) -> bool:
     )
 
 
+_PAIRS: dict[tuple[str, tuple[bool, ...]], list[tuple[int, int]]] = {}
+
+
 def tensor_pairs(op: IrOp, args: tuple[Any, ...]) -> list[tuple[int, int]]:
     """The pairs of positions `check_inplace_args` compares, in its order: each activation with
     every other tensor argument given (not None), the activation first."""
-    present = [i for i in op.tensor_indices if args[i] is not None]
-    activations = set(op.activation_indices)
-    pairs = []
-    for k, i in enumerate(present):
-        for j in present[k + 1 :]:
-            if i in activations:
-                pairs.append((i, j))
-            elif j in activations:
-                pairs.append((j, i))
+    given = tuple(args[i] is not None for i in op.tensor_indices)
+    pairs = _PAIRS.get((op.name, given))
+    if pairs is None:
+        present = [i for i, g in zip(op.tensor_indices, given, strict=True) if g]
+        activations = set(op.activation_indices)
+        pairs = []
+        for k, i in enumerate(present):
+            for j in present[k + 1 :]:
+                if i in activations:
+                    pairs.append((i, j))
+                elif j in activations:
+                    pairs.append((j, i))
+        _PAIRS[(op.name, given)] = pairs
     return pairs
 
 
@@ -225,14 +252,27 @@ def check_inplace_args(
     tensor argument (or cannot be shown not to): the implementation would read what it has
     already overwritten. `pairs` limits the comparison to those pairs (default `tensor_pairs`).
     """
+    spans: dict[int, tuple[int, int]] = {}
     for pair in tensor_pairs(op, args) if pairs is None else pairs:
-        verdict = overlap(args[pair[0]], args[pair[1]])
+        a, b = args[pair[0]], args[pair[1]]
+        if _is_fake(a) or _is_fake(b):
+            verdict = overlap(a, b)
+        else:  # real tensors: compare addresses first, each tensor's span taken once
+            span_a = spans.get(pair[0]) or spans.setdefault(pair[0], _real_span(a))
+            span_b = spans.get(pair[1]) or spans.setdefault(pair[1], _real_span(b))
+            if span_a[1] <= span_b[0] or span_b[1] <= span_a[0] or a.device != b.device:
+                continue
+            if span_a[0] == span_a[1] or span_b[0] == span_b[1]:
+                continue
+            verdict = _rows_overlap(a, b)
         if verdict is not False:
             raise overlap_error(op, args, provider, pair, verdict)
     copied = tuple(
         i
         for i in op.activation_indices
-        if args[i] is not None and internal_overlap(args[i]) is not False
+        if args[i] is not None
+        and not (not _is_fake(args[i]) and args[i].is_contiguous())
+        and internal_overlap(args[i]) is not False
     )
     if copied:
         logger.debug(
