@@ -15,15 +15,20 @@ that another input shares), and puts a call of ``torch.ops.ir_passes.check_inpla
 before the ``maybe_inplace`` call where a pair is left to run time or refused. At run time it
 compares the pairs left to it, in eager's order, then raises the refusal decided at compile
 time, if any: the same `ValueError`, for the same pair, as eager. It reads only metadata, so a
-CUDA graph that captured it replays without it.
+CUDA graph that captured it replays without it. After AOTAutograd, `keep_checks` makes each
+check a new node that writes an empty token: Inductor then hands it the tensors as they are
+(it constrains the layouts of nodes AOTAutograd traced, and had copied an intermediate passed
+twice), and keeps it because its schema writes, whatever its rule for registered side effects.
 """
 
+import contextlib
 import logging
 from collections import Counter
 from typing import Any
 
 import torch
 from torch import Tensor, fx
+from torch._guards import detect_fake_mode
 
 import ir_spec
 from ir_spec import IrOp, aliasing
@@ -59,6 +64,59 @@ def _check_inplace_args_fake(
 #: The check returns nothing: without this, dead-code elimination would remove it.
 CHECK = torch.ops.ir_passes.check_inplace_args.default
 torch.fx.node.has_side_effect(CHECK)
+
+
+@torch.library.custom_op("ir_passes::check_inplace_args_ordered", mutates_args=("token",))
+def check_inplace_args_ordered(
+    token: Tensor,
+    op: str,
+    provider: str,
+    tensors: list[Tensor | None],
+    pairs: list[int],
+    refusal: str,
+) -> None:
+    """`check_inplace_args`, writing (nothing into) an empty `token`: Inductor keeps an op whose
+    schema writes in the compiled code (torch 2.11 and later also keep a registered side effect;
+    earlier versions did so only where the schema writes)."""
+    check_inplace_args(op, provider, tensors, pairs, refusal)
+
+
+@check_inplace_args_ordered.register_fake
+def _check_inplace_args_ordered_fake(
+    token: Tensor,
+    op: str,
+    provider: str,
+    tensors: list[Tensor | None],
+    pairs: list[int],
+    refusal: str,
+) -> None:
+    return None
+
+
+CHECK_ORDERED = torch.ops.ir_passes.check_inplace_args_ordered.default
+
+
+def keep_checks(graph: fx.Graph) -> None:
+    """Turn each check (post-grad) into `CHECK_ORDERED` writing a new empty token. Reading the
+    call's tensors orders it before the in-place implementation writes them."""
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not CHECK:
+            continue
+        fakes = [fake_value(t) for t in node.args[2] if t is not None]
+        device = next((f.device for f in fakes if isinstance(f, Tensor)), torch.device("cpu"))
+        fake_mode = detect_fake_mode(fakes)
+        with graph.inserting_before(node):
+            token = graph.call_function(
+                torch.ops.aten.empty.memory_format, ([0],), {"dtype": torch.uint8, "device": device}
+            )
+            # a new node: Inductor constrains the layouts of a node AOTAutograd traced (it may
+            # copy its inputs to match), not of one a pass inserts
+            ordered = graph.call_function(CHECK_ORDERED, (token, *node.args))
+        with fake_mode or contextlib.nullcontext():
+            token.meta["val"] = torch.empty(0, dtype=torch.uint8, device=device)
+        ordered.meta["val"] = None
+        ordered.meta["stack_trace"] = node.meta.get("stack_trace")
+        graph.erase_node(node)
 
 
 def fake_value(node: Any) -> Any:
