@@ -1,6 +1,7 @@
 """ir-passes lowering IR ops to the Triton provider (its kernels as torch ops), in the Triton
-interpreter on CPU: a chain of maybe_inplace residual steps with the in-place kernel; and the
-provider chosen through ir-dispatch, in eager calls and through the torch op."""
+interpreter on CPU: a chain of maybe_inplace residual steps with the in-place kernel; the
+provider chosen through ir-dispatch, in eager calls and through the torch op; and the in-place
+kernel, compiled, on arguments that alias, as in eager mode."""
 
 import os
 
@@ -88,5 +89,78 @@ def test_maybe_inplace_through_dispatch() -> None:
         assert out2 is x
         assert res2 is r
         assert_close(ops.fused_add_rms_norm, (out2, res2), expected)
+    finally:
+        ir_dispatch.set_priority()
+
+
+def one_step(x: Tensor, r: Tensor, w: Tensor) -> Any:
+    return ops.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
+
+
+def same_intermediate_twice(x: Tensor, w: Tensor) -> Any:
+    h = x * 2
+    return ops.fused_add_rms_norm.maybe_inplace(h, h, w, 1e-6)
+
+
+def overlapping_rows() -> tuple[Tensor, Tensor, Tensor]:
+    base = torch.randn(8, 64, device=DEVICE)
+    return base[:4], base[2:6], torch.randn(64, device=DEVICE)
+
+
+def disjoint_columns() -> tuple[Tensor, Tensor, Tensor]:
+    base = torch.randn(4, 128, device=DEVICE)
+    return base[:, :64], base[:, 64:], torch.randn(64, device=DEVICE)
+
+
+def expanded_residual() -> tuple[Tensor, Tensor, Tensor]:
+    row = torch.randn(1, 64, device=DEVICE)
+    return torch.randn(4, 64, device=DEVICE), row.expand(4, 64), torch.randn(64, device=DEVICE)
+
+
+def separate() -> tuple[Tensor, Tensor, Tensor]:
+    return (
+        torch.randn(4, 64, device=DEVICE),
+        torch.randn(4, 64, device=DEVICE),
+        torch.randn(64, device=DEVICE),
+    )
+
+
+@pytest.mark.parametrize(
+    ("fn", "make", "first"),
+    [
+        (one_step, overlapping_rows, None),
+        (one_step, overlapping_rows, separate),  # compiled for separate inputs first
+        (same_intermediate_twice, lambda: (torch.randn(4, 64), torch.randn(64)), None),
+        (one_step, disjoint_columns, None),
+        (one_step, expanded_residual, None),
+    ],
+    ids=["overlapping", "overlapping-later", "same-intermediate", "disjoint", "expanded"],
+)
+def test_compiled_inplace_kernel_on_aliased_arguments_behaves_as_eager(
+    fn: Any, make: Any, first: Any
+) -> None:
+    """The Triton in-place kernel, compiled, on arguments that alias: the eager ValueError where
+    they overlap, the eager results where they do not (or where a copy is needed)."""
+    ir_dispatch.set_priority(fused_add_rms_norm=["triton_inplace"])
+    try:
+
+        def build() -> tuple[Tensor, ...]:
+            torch.manual_seed(7)
+            return tuple(a.to(DEVICE) for a in make())
+
+        try:
+            expected: Any = fn(*build())
+        except ValueError as err:
+            expected = err
+        compiled = ir_passes.compile(fn)
+        with torch._inductor.config.patch(fx_graph_cache=False):
+            if first is not None:
+                compiled(*first())
+            if isinstance(expected, ValueError):
+                with pytest.raises(ValueError, match="maybe_inplace: arguments") as caught:
+                    compiled(*build())
+                assert str(caught.value) == str(expected)
+            else:
+                torch.testing.assert_close(compiled(*build()), expected)
     finally:
         ir_dispatch.set_priority()

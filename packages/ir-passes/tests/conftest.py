@@ -1,5 +1,6 @@
-"""Test providers for the passes: an in-place and an out-of-place fused_add_rms_norm, each an
-opaque torch custom op (as real kernels are), one that allocates its outputs and passes them to
+"""Test providers for the passes: in-place (two: one row after another, as a kernel writes) and
+out-of-place fused_add_rms_norm, each an opaque torch custom op (as real kernels are), one that
+allocates its outputs and passes them to
 an out-variant op (as the cuda provider does), and marker implementations of the fused
 rms_norm + static quant and fused_add_rms_norm + static quant composites."""
 
@@ -17,6 +18,13 @@ from ir_spec.testing import fused_add_rms_norm_inplace
 @torch.library.custom_op("ir_passes_test::fadd_inplace", mutates_args=("x", "r"))
 def _fadd_inplace(x: Tensor, r: Tensor, w: Tensor, eps: float) -> None:
     fused_add_rms_norm_inplace(x, r, w, eps)
+
+
+@torch.library.custom_op("ir_passes_test::fadd_inplace_rows", mutates_args=("x", "r"))
+def _fadd_inplace_rows(x: Tensor, r: Tensor, w: Tensor, eps: float) -> None:
+    for i in range(x.shape[0]):  # reads the weight and the other rows as it writes
+        r[i] += x[i]
+        x[i] = ops.rms_norm.native(r[i], w, eps)
 
 
 @torch.library.custom_op("ir_passes_test::fadd", mutates_args=())
@@ -62,6 +70,17 @@ def fadd_inplace(
     variance_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     torch.ops.ir_passes_test.fadd_inplace(x, x_residual, weight, epsilon)
+    return x, x_residual
+
+
+def fadd_inplace_rows(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    variance_size: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    torch.ops.ir_passes_test.fadd_inplace_rows(x, x_residual, weight, epsilon)
     return x, x_residual
 
 
@@ -111,6 +130,7 @@ def fadd_out(
 
 
 ops.fused_add_rms_norm.register_impl("t_inplace", inplace=True)(fadd_inplace)
+ops.fused_add_rms_norm.register_impl("t_inplace_rows", inplace=True)(fadd_inplace_rows)
 ops.fused_add_rms_norm.register_impl("t_out")(fadd_out)
 ops.fused_add_rms_norm.register_impl("t_outofplace")(fadd)
 ops.rms_norm_static_quant_fp8.register_impl("t_fused")(rms_quant)

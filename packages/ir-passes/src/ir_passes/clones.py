@@ -3,13 +3,17 @@
 Lowering clones the activations of an in-place implementation. Using the original instead is
 safe exactly when nothing can observe the in-place write: no node reads the original's storage
 (the original itself, the tensor it views, or any other view of that storage) at or after the
-first use of the clone, the storage is not a graph output, and, if it is a graph input, that
-input was donated (passed to ``maybe_inplace``). Any clone that fails one condition stays.
+first use of the clone, the storage is not a graph output, if it is a graph input, that
+input was donated (passed to ``maybe_inplace``), and the original's own elements provably do
+not share memory (a stride-0 ``expand`` cannot hold one result per element; a symbolic layout
+cannot be told). Any clone that fails one condition stays.
 """
 
 import logging
 
-from torch import fx
+from torch import Tensor, fx
+
+from ir_spec import aliasing
 
 from .graph_utils import alias_groups
 from .lowering import INSERTED_CLONE
@@ -41,6 +45,9 @@ class CloneEliminationPass:
     def _removable(
         self, graph: fx.Graph, clone: fx.Node, original: fx.Node, placeholders: list[fx.Node]
     ) -> bool:
+        value = original.meta.get("val")
+        if not isinstance(value, Tensor) or aliasing.internal_overlap(value) is not False:
+            return False
         order = {n: i for i, n in enumerate(graph.nodes)}
         roots = alias_groups(graph)
         root = roots[original]

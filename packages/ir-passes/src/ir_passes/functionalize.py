@@ -3,14 +3,23 @@
 Runs before AOTAutograd on the graph Dynamo recorded. Each activation passed to a
 ``maybe_inplace`` call is donated: using it again afterwards is the caller's error, reported
 with the op, the argument and the later use's source line. Donated graph inputs are recorded
-for clone elimination.
+for clone elimination. A call that will run an in-place implementation (selected as lowering
+will select it) gets the run-time check of `inplace_check` before it, unless its fake tensors
+prove that no activation can share memory with another tensor argument: compiled code refuses
+such arguments as eager ``maybe_inplace`` does.
 """
 
 import logging
+from collections import Counter
+from typing import Any
 
 from torch import fx
 
+import ir_dispatch
+from ir_spec import IrOp
+
 from .graph_utils import bound_args, ir_op_of, nodes_after, source_line
+from .inplace_check import CHECK, fake_value, input_storages, plan_check
 from .report import PassReport
 
 logger = logging.getLogger("ir_passes")
@@ -24,6 +33,7 @@ class InplaceFunctionalizationPass:
 
     def __call__(self, graph: fx.Graph) -> fx.Graph:
         placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        inputs = input_storages(graph)
         for node in list(graph.nodes):
             found = ir_op_of(node.target) if node.op == "call_function" else None
             if found is None or found[1] != "maybe_inplace":
@@ -45,8 +55,34 @@ class InplaceFunctionalizationPass:
                     )
                 if donated.op == "placeholder":
                     self.report.donated_inputs.add(placeholders.index(donated))
+            self._check_at_run_time(graph, node, op, args, inputs)
             node.target = op.torch_op.default
             self.report.functionalized += 1
             logger.debug("ir_passes: functionalized %s (%s)", node.name, op.name)
         graph.lint()
         return graph
+
+    def _check_at_run_time(
+        self, graph: fx.Graph, node: fx.Node, op: IrOp, args: list[Any], inputs: Counter[int]
+    ) -> None:
+        """Put the check of `node`'s tensor arguments before it, where an in-place
+        implementation will run and its fake tensors do not prove them apart for good."""
+        values = tuple(fake_value(a) for a in args)
+        with ir_dispatch.mode(ir_dispatch.INDUCTOR):
+            impl = ir_dispatch.select(op, *values)
+        plan = plan_check(op, values, impl.provider, inputs) if impl.inplace else None
+        if plan is None:
+            return
+        pairs, refusal = plan
+        tensors = [args[i] for i in op.tensor_indices]
+        with graph.inserting_before(node):
+            check = graph.call_function(CHECK, (op.name, impl.provider, tensors, pairs, refusal))
+        check.meta["val"] = check.meta["example_value"] = None
+        check.meta["stack_trace"] = node.meta.get("stack_trace")
+        self.report.inplace_checks += 1
+        logger.debug(
+            "ir_passes: %s (%s) checked at run time%s",
+            node.name,
+            op.name,
+            ", refused" if refusal else "",
+        )

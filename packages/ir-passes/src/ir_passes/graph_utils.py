@@ -70,11 +70,29 @@ def alias_groups(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     return {node: alias_root(node) for node in graph.nodes}
 
 
+def mutates_aten(graph: fx.Graph) -> bool:
+    """Whether a node of `graph` is an ATen (or prims) op that writes one of its arguments."""
+    return any(
+        node.op == "call_function"
+        and isinstance(node.target, torch._ops.OpOverload)
+        and node.target.namespace in ("aten", "prims")
+        and node.target._schema.is_mutable
+        for node in graph.nodes
+    )
+
+
 def inline(
     graph: fx.Graph, node: fx.Node, fn: Callable[..., Any], args: list[Any]
 ) -> list[fx.Node]:
     """Trace ``fn(*args)`` (graph nodes among `args` stand for their fake values) and splice the
-    traced nodes in before `node`; returns the nodes of the outputs, in order."""
+    traced nodes in before `node`; returns the nodes of the outputs, in order.
+
+    Where the trace writes with ATen ops (an in-place implementation in plain PyTorch: ``add_``,
+    ``copy_`` into its arguments), it is traced again functionalized: Inductor expects a
+    functional graph after AOTAutograd and miscompiles such writes (``KeyError: 'buf1'`` in its
+    CPU code generation). Opaque ops that declare what they write (kernels registered as torch
+    ops) stay as they are: Inductor runs them in place.
+    """
     positions = [i for i, a in enumerate(args) if isinstance(a, fx.Node)]
     fakes = [args[i].meta["val"] for i in positions]
 
@@ -90,10 +108,17 @@ def inline(
     # an out-variant kernel (the cuda provider's) gets a fake tensor to pass, not a real one
     # beside fake inputs (which the fake mode refuses).
     fake_mode = detect_fake_mode(fakes)
-    with enable_python_dispatcher(), fake_mode or contextlib.nullcontext():
-        traced = make_fx(flat, decomposition_table=select_decomp_table(), tracing_mode="real")(
-            *fakes
-        )
+
+    def trace(target: Callable[..., Any]) -> fx.GraphModule:
+        with enable_python_dispatcher(), fake_mode or contextlib.nullcontext():
+            return make_fx(target, decomposition_table=select_decomp_table(), tracing_mode="real")(
+                *fakes
+            )
+
+    traced = trace(flat)
+    if mutates_aten(traced.graph):
+        logger.debug("ir_passes: %r writes with ATen ops; traced functionalized", fn)
+        traced = trace(torch.func.functionalize(flat))
     env: dict[fx.Node, Any] = {}
     placeholders = iter(args[i] for i in positions)
     outputs: list[fx.Node] = []

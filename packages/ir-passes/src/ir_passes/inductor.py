@@ -28,6 +28,7 @@ from .config import PassConfig
 from .functionalize import InplaceFunctionalizationPass
 from .fusion import FusionPass
 from .graph_utils import dump
+from .inplace_check import keep_checks
 from .lowering import LoweringPass
 from .report import claim_report, current_report, new_report
 
@@ -120,6 +121,7 @@ class PostGradPass(_ConfiguredPass):
     def __call__(self, graph: fx.Graph) -> None:
         report = current_report()
         report.passes_ran = True
+        keep_checks(graph)
         steps: list[tuple[str, bool, Callable[[fx.Graph], fx.Graph]]] = [
             ("fusion", self.config.fuse, FusionPass(report, force=self.config.force_fusion)),
             ("lowering", self.config.lower, LoweringPass(report)),

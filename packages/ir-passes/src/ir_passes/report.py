@@ -16,6 +16,9 @@ class PassReport:
         selected_impls: op name -> {graph node name -> provider} chosen by lowering.
         functionalized: ``maybe_inplace`` calls turned into the default overload.
         donated_inputs: indices of graph inputs passed to ``maybe_inplace`` as activations.
+        inplace_checks: ``maybe_inplace`` calls given a check at run time that their tensor
+            arguments share no memory (an in-place implementation is selected, and graph
+            inputs or layouts leave it open at compile time).
         clones_inserted: clones lowering added for in-place implementations.
         clones_removed: of those, clones proven unneeded and removed.
         fusions: fusion pattern -> number of times it fired.
@@ -28,6 +31,7 @@ class PassReport:
     selected_impls: dict[str, dict[str, str]] = field(default_factory=dict)
     functionalized: int = 0
     donated_inputs: set[int] = field(default_factory=set)
+    inplace_checks: int = 0
     clones_inserted: int = 0
     clones_removed: int = 0
     fusions: Counter[str] = field(default_factory=Counter)

@@ -8,8 +8,10 @@ the (argument-checked) choice up by dispatch key, asking `IrOp.choose` on a miss
 unless grad mode is on and a tensor argument requires grad: that call takes the torch op, which
 carries the gradient (`autograd`). Both entry points first try the op's last choice behind a
 tensor guard (`last_choice`), which spares building the key when the arguments look like the
-previous call's. ``maybe_inplace`` bumps the written arguments' version counters before an
-in-place implementation runs, as torch's in-place ops do, except under inference mode; an op
+previous call's. Before an in-place implementation runs, ``maybe_inplace`` makes sure that no
+activation shares memory with another tensor argument (`aliasing`: a few address comparisons
+where every tensor argument is contiguous, the full analysis otherwise) and bumps the written
+arguments' version counters, as torch's in-place ops do, except under inference mode; an op
 that declares mutated parameters (a cache it stores into) bumps theirs on every call.
 """
 
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from . import last_choice
+from . import aliasing, last_choice
 from .dispatch_key import CONTIGUOUS, strided_row_layout
 from .dispatcher import GLOBAL_SCOPE, NO_MEMO, _Hook, choice_scope
 
@@ -44,17 +46,19 @@ _CHOOSE_BY_KEY = (
 )
 
 # The same, after asking the last choice's guard; a miss remembers the new choice (bounded).
-# Both set `_grad_args_`, whether a tensor argument requires grad: the guard checks each tensor's
-# requires_grad, so a hit reuses the flag remembered with the choice. While a dispatcher scope
+# Both set `_grad_args_`, whether a tensor argument requires grad, and `_dense_`, True where
+# every tensor argument is known to be contiguous: the guard checks each tensor's requires_grad
+# and strides, so a hit reuses what was remembered with the choice. While a dispatcher scope
 # is active anywhere, a memo of the scoped slot counts only in the context of the scope it was
 # made in (`dispatcher.choice_scope`), and only for a dispatcher that keys its scoped state so
 # (`dispatcher.use_choice_scope`). `_epoch_` is read before the lookup: a memo made from a choice
 # the op has forgotten since is dropped (`IrOp._remember_choice`).
-# The generated functions' own names end in "_" (`signature.RESERVED_PARAMETER_NAMES`), so
-# that no parameter of an op (a `cache` it stores into, say) shadows them.
+# The generated functions' own names start and end with "_" (`signature.is_reserved_parameter`),
+# so that no parameter of an op (a `cache` it stores into, say) shadows them.
 _CHOOSE_BY_LAST_OR_KEY = (
     """
     _impl_ = None
+    _dense_ = False
     if _hook.op_caches:
         _memo_ = self._last_choice
         _scope_ = _global
@@ -66,7 +70,7 @@ _CHOOSE_BY_LAST_OR_KEY = (
     if _memo_ is not None:
         try:
             if _memo_[1] == ({others}) and _memo_[0].check({guarded}):
-                _impl_, _grad_args_ = _memo_[2], _memo_[3]
+                _impl_, _grad_args_, _dense_ = _memo_[2], _memo_[3], _memo_[5]
         except Exception:
             pass
     if _impl_ is None:
@@ -75,6 +79,7 @@ _CHOOSE_BY_LAST_OR_KEY = (
     + textwrap.indent(_LOOKUP, "    ")
     + """
         _grad_args_ = {needs_grad}
+        _dense_ = False
         if _cache_ is not None and self._last_choice_rebuilds < _max_rebuilds:
             self._remember_choice(
                 _impl_, ({guarded},), ({others}), {exact}, _grad_args_, _scope_, _epoch_
@@ -103,17 +108,23 @@ def maybe_inplace(self, {params}):
 {choose}
     if _grad_args_ and _grad_enabled():
         return self._default_overload({names})
-    if _impl_.inplace and not _inference_mode():
-        _increment_version(({written}))
-{bump_mutated}    return _impl_.fn({names})
+{bump_mutated}    if _impl_.inplace:
+{apart}
+        if not _apart_:
+            _copied_ = _check_inplace(self, ({names},), _impl_.provider)
+            if _copied_:
+                return self._run_on_copies(_impl_, ({names},), _copied_)
+        if not _inference_mode():
+            _increment_version(({written}))
+    return _impl_.fn({names})
 """
 
 
-#: What `_parameters` says of a native function's parameter.
+#: What `parameter_kinds` says of a native function's parameter.
 TENSOR, OPTIONAL_TENSOR, OTHER = "tensor", "optional tensor", "other"
 
 
-def _parameters(native: Callable[..., Any]) -> list[tuple[str, str]]:
+def parameter_kinds(native: Callable[..., Any]) -> list[tuple[str, str]]:
     """Each parameter's name and kind (`TENSOR`, `OPTIONAL_TENSOR` or `OTHER`), in order."""
     kinds = []
     for p in inspect.signature(native, eval_str=True).parameters.values():
@@ -133,7 +144,7 @@ def needs_grad_expression(native: Callable[..., Any], *, checked: bool = True) -
     argument check has made sure the tensors are tensors; else (while tracing, where the check
     runs later, on the torch op) tolerating any value."""
     parts = []
-    for name, kind in _parameters(native):
+    for name, kind in parameter_kinds(native):
         if kind == OTHER:
             continue
         if not checked:
@@ -159,14 +170,14 @@ def _other_types(native: Callable[..., Any]) -> list[str]:
     """``type(<name>)`` of each non-tensor argument: values that compare equal across types
     (``1e-6`` and ``torch.tensor(1e-6)``, ``64`` and ``64.0``, ``False`` and ``0``) can pass
     or fail an argument check differently, so a cached choice may stand for one type only."""
-    return [f"type({name})" for name, kind in _parameters(native) if kind == OTHER]
+    return [f"type({name})" for name, kind in parameter_kinds(native) if kind == OTHER]
 
 
 def generic_key_expression(native: Callable[..., Any]) -> str:
     """The generic dispatch key: per tensor its dtype, device, rank, last size and row layout;
     every other argument as it is, and its type."""
     parts = []
-    for name, kind in _parameters(native):
+    for name, kind in parameter_kinds(native):
         if kind == TENSOR:
             parts.append(_tensor_key(name))
         elif kind == OPTIONAL_TENSOR:
@@ -178,8 +189,36 @@ def generic_key_expression(native: Callable[..., Any]) -> str:
 
 def custom_key_expression(native: Callable[..., Any]) -> str:
     """An op's own dispatch key (``_custom_key``), with the types of its non-tensor arguments."""
-    names = ", ".join(name for name, _ in _parameters(native))
+    names = ", ".join(name for name, _ in parameter_kinds(native))
     return f"(_custom_key({names}), {''.join(t + ', ' for t in _other_types(native))})"
+
+
+def apart_statements(native: Callable[..., Any], activations: tuple[str, ...]) -> str:
+    """Statements setting ``_apart_``: whether every tensor argument is contiguous (``_dense_``, or
+    asked) and no activation's bytes meet another tensor argument's, so that they share no
+    memory. False sends the call to the full analysis (`aliasing`), which decides the layouts
+    this test does not cover."""
+    tensors = [(name, kind) for name, kind in parameter_kinds(native) if kind != OTHER]
+    lines, contiguous = [], []
+    for i, (name, kind) in enumerate(tensors):
+        fetch = f"_p{i}_ = {name}.data_ptr(); _e{i}_ = _p{i}_ + {name}.nbytes"
+        if kind == TENSOR:
+            lines.append(fetch)
+            contiguous.append(f"{name}.is_contiguous()")
+        else:  # an optional tensor passed as None occupies no bytes
+            lines.append(f"if {name} is None: _p{i}_ = _e{i}_ = 0")
+            lines.append(f"else: {fetch}")
+            contiguous.append(f"({name} is None or {name}.is_contiguous())")
+    disjoint = [
+        f"(_e{i}_ <= _p{j}_ or _e{j}_ <= _p{i}_)"
+        for i, (a, _) in enumerate(tensors)
+        for j, (b, _) in enumerate(tensors)
+        if i < j and (a in activations or b in activations)
+    ]
+    lines.append(f"_apart_ = (_dense_ or ({' and '.join(contiguous) or 'True'}))")
+    if disjoint:
+        lines.append(f"_apart_ = _apart_ and {' and '.join(disjoint)}")
+    return textwrap.indent("\n".join(lines), " " * 8)
 
 
 def _guarded_arguments(native: Callable[..., Any]) -> tuple[list[str], list[str]] | None:
@@ -190,7 +229,7 @@ def _guarded_arguments(native: Callable[..., Any]) -> tuple[list[str], list[str]
     tensors: list[str] = []
     others: list[str] = []
     optional: list[str] = []
-    for name, kind in _parameters(native):
+    for name, kind in parameter_kinds(native):
         if kind == TENSOR:
             tensors.append(name)
         elif kind == OPTIONAL_TENSOR:
@@ -228,6 +267,7 @@ def build(
         "_scope_get": choice_scope.get,
         "_global": GLOBAL_SCOPE,
         "_no_memo": NO_MEMO,
+        "_check_inplace": aliasing.check_inplace_args,
     }
     declared = []
     for i, p in enumerate(params):
@@ -252,7 +292,7 @@ def build(
     )
     if guarded is None:
         choose = _CHOOSE_BY_KEY.format(key=key, names=joined)
-        choose += f"\n    grad_args = {needs_grad}"
+        choose += f"\n    _grad_args_ = {needs_grad}\n    _dense_ = False"
     else:
         tensors, others = guarded
         choose = _CHOOSE_BY_LAST_OR_KEY.format(
@@ -269,6 +309,7 @@ def build(
         key=key,
         cloned=cloned,
         choose=choose,
+        apart=apart_statements(op.native, op.activations),
         written="".join(f"{a}, " for a in op.activations),
         needs_grad=needs_grad,
         traced_needs_grad="False"

@@ -13,7 +13,7 @@ from typing import Any, overload
 import torch
 from torch.library import Library, infer_schema
 
-from . import autograd, fast_path, last_choice, registry
+from . import aliasing, autograd, fast_path, last_choice, registry
 from .dispatch_key import DispatchKey
 from .dispatcher import GLOBAL_SCOPE, NO_MEMO, _Hook
 from .impl import Impl
@@ -84,7 +84,14 @@ class IrOp:
         self._n_required = first_default
         self._default_tail = tuple(p.default for p in params[first_default:])
         names = [p.name for p in params]
+        self.parameter_names = tuple(names)
         self.activation_indices = tuple(names.index(a) for a in activations)
+        #: Positions of the parameters annotated ``Tensor`` or ``Tensor | None``.
+        self.tensor_indices = tuple(
+            i
+            for i, (_, kind) in enumerate(fast_path.parameter_kinds(native))
+            if kind != fast_path.OTHER
+        )
         self.native_impl = Impl("native", native, batch_invariant=True, op_name=name)
         self._impls: dict[str, Impl] = {"native": self.native_impl}
         self.impls: Mapping[str, Impl] = MappingProxyType(self._impls)
@@ -93,10 +100,11 @@ class IrOp:
         self.choices: dict[Any, Impl] = {}
         """Eager choices cached by dispatch key for the process-wide dispatcher state."""
         # The last eager choice (see `last_choice`): (guard, other arguments, choice, whether a
-        # tensor argument requires grad, scope), made outside every scope (scope GLOBAL_SCOPE)
-        # or, in the other slot, for the dispatcher scope `scope` (`dispatcher.choice_scope`).
-        self._last_choice: tuple[Any, tuple[Any, ...], Impl, bool, object] | None = None
-        self._scoped_choice: tuple[Any, tuple[Any, ...], Impl, bool, object] | None = None
+        # tensor argument requires grad, scope, whether every tensor argument is contiguous),
+        # made outside every scope (scope GLOBAL_SCOPE) or, in the other slot, for the
+        # dispatcher scope `scope` (`dispatcher.choice_scope`).
+        self._last_choice: tuple[Any, tuple[Any, ...], Impl, bool, object, bool] | None = None
+        self._scoped_choice: tuple[Any, tuple[Any, ...], Impl, bool, object, bool] | None = None
         self._last_choice_rebuilds = 0
         # Bumped by `forget_choices` before it clears: a choice made while it changed was made
         # for a state that is gone, and is neither cached nor remembered.
@@ -179,12 +187,15 @@ class IrOp:
         whether one of them requires grad (the guard checks that it still does, or still does
         not). `scope`: `GLOBAL_SCOPE` outside every scope, else the dispatcher scope it holds
         for (`NO_MEMO`: none). `epoch`: `_epoch` before the choice was looked up; if the
-        choices were forgotten since, nothing is remembered."""
+        choices were forgotten since, nothing is remembered. Whether the tensors are all
+        contiguous is remembered too: the guard checks every stride, and no leading size of a
+        row-major tensor makes it otherwise."""
         if scope is NO_MEMO or self._epoch != epoch:
             return
         self._last_choice_rebuilds += 1
         guard = last_choice.guard(tensors, exact=exact)
-        memo = None if guard is None else (guard, others, impl, grad_args, scope)
+        dense = all(t.is_contiguous() for t in tensors)
+        memo = None if guard is None else (guard, others, impl, grad_args, scope, dense)
         if scope is GLOBAL_SCOPE:
             self._last_choice = memo
         else:
@@ -213,15 +224,26 @@ class IrOp:
     def _execute(
         self, args: tuple[Any, ...], kwargs: Mapping[str, Any], *, inplace_ok: bool
     ) -> Any:
-        """Run the chosen implementation (the body of `__call__`, for the torch kernels)."""
+        """Run the chosen implementation (the body of `__call__` and `maybe_inplace`, for the
+        torch kernels); an in-place implementation gets clones of the activations, unless
+        `inplace_ok`: then of those `aliasing.check_inplace_args` names (it refuses arguments
+        that share memory)."""
         args = self.normalize(args, kwargs)
         impl = self.choose(args)
-        if impl.inplace and not inplace_ok:
-            cloned = list(args)
-            for i in self.activation_indices:
-                cloned[i] = args[i].clone()
-            return impl.fn(*cloned)
+        if impl.inplace:
+            if not inplace_ok:
+                return self._run_on_copies(impl, args, self.activation_indices)
+            copied = aliasing.check_inplace_args(self, args, impl.provider)
+            if copied:
+                return self._run_on_copies(impl, args, copied)
         return impl.fn(*args)
+
+    def _run_on_copies(self, impl: Impl, args: tuple[Any, ...], positions: tuple[int, ...]) -> Any:
+        """`impl` on `args` with the arguments at `positions` cloned."""
+        copied = list(args)
+        for i in positions:
+            copied[i] = args[i].clone()
+        return impl.fn(*copied)
 
     # -------------------------------------------------------------- torch ops
     @property

@@ -16,10 +16,11 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: Overload names torch reserves or that ir-spec uses itself; an op may not be called this.
 RESERVED_OP_NAMES = frozenset({"default", "maybe_inplace", "ops"})
 
-#: Parameter names an op may not take: the generated entry points (`fast_path`) use them.
-RESERVED_PARAMETER_NAMES = frozenset(
-    {"self", "_impl_", "_cache_", "_memo_", "_scope_", "_epoch_", "_grad_args_"}
-)
+
+def is_reserved_parameter(name: str) -> bool:
+    """Whether an op may not take a parameter of this name: ``self`` and names that start and
+    end with ``_``, which the generated entry points (`fast_path`) use for themselves."""
+    return name == "self" or (len(name) > 2 and name.startswith("_") and name.endswith("_"))
 
 
 def check_identifier(kind: str, name: object) -> str:
@@ -54,7 +55,7 @@ def native_parameters(fn: Callable[..., Any], op_name: str) -> list[inspect.Para
             )
         if p.annotation is inspect.Parameter.empty:
             raise TypeError(f"op {op_name!r}: parameter '{p.name}' has no type annotation")
-        if p.name in RESERVED_PARAMETER_NAMES:
+        if is_reserved_parameter(p.name):
             raise ValueError(
                 f"op {op_name!r}: parameter name '{p.name}' is reserved (the op's generated entry "
                 "points use it); rename the parameter"

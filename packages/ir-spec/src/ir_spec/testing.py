@@ -40,6 +40,7 @@ __all__ = [
     "nonfinite_variant_ids",
     "nonfinite_variants",
     "results_of",
+    "rotary_embedding_inplace",
     "sample_inputs",
     "weighted_sum",
 ]
@@ -318,6 +319,25 @@ def fused_add_rms_norm_inplace(
     x_residual.add_(x)
     x.copy_(rms_norm.native(x_residual, weight, epsilon, variance_size))
     return x, x_residual
+
+
+def rotary_embedding_inplace(
+    positions: torch.Tensor,
+    x_query: torch.Tensor,
+    x_key: torch.Tensor,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox_style: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A reference in-place ``rotary_embedding`` for tests, written as an out-of-tree provider
+    in plain PyTorch would be: the native function, its results copied into `x_query` and
+    `x_key`, which it returns."""
+    query, key = ops.rotary_embedding.native(
+        positions, x_query, x_key, head_size, cos_sin_cache, is_neox_style
+    )
+    x_query.copy_(query)
+    x_key.copy_(key)
+    return x_query, x_key
 
 
 def assert_gelu_accurate_in_the_negative_tail(

@@ -1,0 +1,96 @@
+"""`ir_spec.aliasing`: whether tensors share memory, against the element addresses of random
+views of one buffer (brute force), and on fake tensors."""
+
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+from torch import Tensor
+
+from ir_spec import aliasing
+
+
+def element_addresses(t: Tensor) -> set[int]:
+    """Every byte address an element of `t` occupies (brute force)."""
+    size = t.element_size()
+    offsets = torch.zeros(t.shape, dtype=torch.int64)
+    for dim, stride in enumerate(t.stride()):
+        shape = [1] * t.dim()
+        shape[dim] = t.shape[dim]
+        offsets = offsets + torch.arange(t.shape[dim]).reshape(shape) * stride
+    base = t.data_ptr()
+    return {base + int(o) * size + b for o in offsets.reshape(-1) for b in range(size)}
+
+
+@st.composite
+def views(draw: st.DrawFn, buffer: Tensor) -> Tensor:
+    """A random 1-D or 2-D strided view inside `buffer` (a 1-D tensor): rows of a stride
+    (possibly 0, or narrower than the rows), elements of stride 1, 2 or 0."""
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    if draw(st.booleans()):
+        shape = (draw(st.integers(1, 12)),)
+        strides = (draw(st.integers(0, 3)),)
+    else:
+        shape = (draw(st.integers(1, 6)), draw(st.integers(1, 6)))
+        strides = (draw(st.integers(0, 12)), draw(st.sampled_from([1, 1, 1, 2, 0])))
+    span = sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + 1
+    assume(span <= buffer.numel())
+    offset = draw(st.integers(0, buffer.numel() - span))
+    return buffer.as_strided(shape, strides, offset)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_overlap_agrees_with_element_addresses(data: st.DataObject) -> None:
+    buffer = torch.zeros(64)
+    a = data.draw(views(buffer))
+    b = data.draw(views(buffer))
+    verdict = aliasing.overlap(a, b)
+    truth = bool(element_addresses(a) & element_addresses(b))
+    if verdict is not None:
+        assert verdict == truth, (a.shape, a.stride(), a.storage_offset(), b.stride())
+    rows = a.dim() == 2 and b.dim() == 2 and a.stride(1) == 1 == b.stride(1)
+    if rows and a.stride(0) == b.stride(0) >= max(a.shape[1], b.shape[1]):
+        assert verdict is not None  # rows of one stride: always decided
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_internal_overlap_agrees_with_element_addresses(data: st.DataObject) -> None:
+    t = data.draw(views(torch.zeros(64)))
+    verdict = aliasing.internal_overlap(t)
+    truth = len(element_addresses(t)) < t.numel() * t.element_size()
+    if verdict is not None:
+        assert verdict == truth, (t.shape, t.stride())
+    else:
+        assert not t.is_contiguous()
+
+
+def test_overlap_of_separate_tensors_and_of_fake_tensors() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    assert aliasing.overlap(torch.randn(4, 8), torch.randn(4, 8)) is False
+    with FakeTensorMode():
+        base = torch.empty(8, 16)
+        a, b, c = base[:4], base[4:], base[2:6]
+        assert aliasing.overlap(a, b) is False
+        assert aliasing.overlap(a, c) is True
+        assert aliasing.overlap(a, torch.empty(4, 16)) is False
+        assert aliasing.internal_overlap(torch.empty(1, 16).expand(4, 16)) is True
+
+
+def test_internal_overlap_of_symbolic_rows_is_decided_without_guards() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    shape_env = ShapeEnv()
+    with FakeTensorMode(shape_env=shape_env):
+        tokens = shape_env.create_unbacked_symint()
+        torch._check(tokens >= 2)
+        rows = torch.empty(tokens, 16)
+        wide = torch.empty(tokens, 3, 16)
+        assert aliasing.internal_overlap(rows) is False
+        assert aliasing.internal_overlap(wide) is False
+        assert aliasing.internal_overlap(rows[:, :8]) is False
+        assert aliasing.internal_overlap(torch.empty(1, 16).expand(tokens, 16)) is True
+    assert not shape_env.guards
