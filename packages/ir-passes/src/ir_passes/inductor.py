@@ -1,10 +1,10 @@
 """Hook-up to Inductor: the passes as custom graph passes, and `compile`.
 
-The pre-grad pass functionalizes ``maybe_inplace`` calls; the post-grad pass fuses, lowers and
-eliminates clones. Both are `CustomGraphPass` objects whose ``uuid`` covers the pass
-configuration, the effective priorities (inductor mode), the registered implementations and
-the source of these passes, so Inductor's graph cache reuses a compilation exactly when none of
-these changed.
+The pre-grad pass functionalizes ``maybe_inplace`` calls; the post-grad pass fuses (the fusions
+`PassConfig` turns on), lowers and eliminates clones. Both are `CustomGraphPass` objects whose
+``uuid`` covers the pass configuration, the effective priorities (inductor mode), the registered
+implementations and the source of these passes, so Inductor's graph cache reuses a compilation
+exactly when none of these changed.
 """
 
 import functools
@@ -23,11 +23,12 @@ import ir_dispatch
 from ir_spec import ops
 
 from .clones import CloneEliminationPass
-from .config import PassConfig
+from .config import FUSION_SWITCHES, PassConfig
 from .functionalize import InplaceFunctionalizationPass
 from .fusion import FusionPass
 from .graph_utils import dump
 from .lowering import LoweringPass
+from .mutating import define_lowered_ops
 from .report import claim_report, current_report, new_report
 
 logger = logging.getLogger("ir_passes")
@@ -68,6 +69,8 @@ def selection_key(config: PassConfig) -> str:
 
 
 def _compute_selection_key(config: PassConfig) -> str:
+    # compiled code a cache serves may call the lowered mutating ops: define them first
+    define_lowered_ops()
     h = hashlib.sha256(config.key().encode())
     h.update(_sources_hash().encode())
     with ir_dispatch.mode(ir_dispatch.INDUCTOR):
@@ -108,12 +111,13 @@ class PostGradPass(_ConfiguredPass):
     def __call__(self, graph: fx.Graph) -> None:
         report = current_report()
         report.passes_ran = True
+        fusing = any(self.config.fusion_on(switch) for switch in FUSION_SWITCHES)
         steps: list[tuple[str, bool, Callable[[fx.Graph], fx.Graph]]] = [
-            ("fusion", self.config.fuse, FusionPass(report, force=self.config.force_fusion)),
+            ("fusion", fusing, FusionPass(report, self.config)),
             ("lowering", self.config.lower, LoweringPass(report)),
             (
                 "clone-elimination",
-                self.config.lower and self.config.eliminate_clones,
+                self.config.lower and self.config.clone_elimination_on,
                 CloneEliminationPass(report),
             ),
         ]
