@@ -13,6 +13,8 @@ import ir_dispatch
 from ir_passes import PassConfig
 from ir_piecewise import CompilationConfig, CUDAGraphMode
 
+from .pass_flags import SETTABLE, split_pass_args, with_settings
+
 CONFIG_ENV = "IR_STACK_CONFIG"
 
 
@@ -22,7 +24,8 @@ class Config:
 
     Attributes:
         priority: op name -> provider list (prepended to the platform defaults).
-        passes: the ir-passes switches.
+        passes: the ir-passes configuration: optimization level, fusion switches and token
+            thresholds (``[passes]`` in TOML; ``-O2``, ``--pass.<field>=<value>`` flags).
         piecewise: piecewise compilation (splitting, sizes, CUDA graphs, cache); None compiles
             the whole model as one graph with ``ir_passes.compile``.
     """
@@ -33,7 +36,8 @@ class Config:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "Config":
-        """Read ``[priority]`` (op = [providers]), ``[passes]`` (PassConfig fields) and
+        """Read ``[priority]`` (op = [providers]), ``[passes]`` (PassConfig fields, type-checked;
+        a threshold of ``"none"`` for no limit) and
         ``[piecewise]`` (CompilationConfig fields; ``cudagraph_mode`` by name)."""
         data = tomllib.loads(Path(path).read_text())
         return cls().merged(data, origin=str(path))
@@ -49,7 +53,7 @@ class Config:
         priority = dict(self.priority)
         for op, providers in dict(data.get("priority", {})).items():
             priority[op] = list(ir_dispatch.parse_priority_env(f"{op}={','.join(providers)}")[op])
-        fields = {f.name for f in dataclasses.fields(PassConfig)}
+        fields = set(SETTABLE)
         passes_data = dict(data.get("passes", {}))
         bad = set(passes_data) - fields
         if bad:
@@ -59,19 +63,23 @@ class Config:
         piecewise = self.piecewise
         if "piecewise" in data:
             piecewise = _piecewise_from(dict(data["piecewise"]), piecewise, origin)
-        return Config(priority, dataclasses.replace(self.passes, **passes_data), piecewise)
+        passes = with_settings(self.passes, passes_data, origin=origin)
+        return Config(priority, passes, piecewise)
 
     @classmethod
     def load(cls, argv: Sequence[str] = (), env: Mapping[str, str] | None = None) -> "Config":
         """TOML file named by ``IR_STACK_CONFIG``, then ``IR_OP_PRIORITY``, then
-        ``--ir-op-priority.<op>=...`` flags in `argv`."""
+        ``--ir-op-priority.<op>=...`` flags in `argv`; the passes from the TOML file, then
+        ``-O<level>`` and ``--pass.<field>=<value>`` flags (`pass_flags`)."""
         env = os.environ if env is None else env
         config = cls.from_toml(env[CONFIG_ENV]) if env.get(CONFIG_ENV) else cls()
         priority = dict(config.priority)
         if env.get(ir_dispatch.PRIORITY_ENV):
             priority.update(ir_dispatch.parse_priority_env(env[ir_dispatch.PRIORITY_ENV]))
         priority.update(ir_dispatch.parse_priority_args(argv))
-        return Config(priority, config.passes, config.piecewise)
+        flags = split_pass_args(argv)[0]
+        passes = with_settings(config.passes, flags, origin="command line", text=True)
+        return Config(priority, passes, config.piecewise)
 
     def apply(self) -> None:
         """Make this configuration's priorities the process-wide ones."""
