@@ -4,6 +4,9 @@ documented defaults, token thresholds follow the compile range, and the rotary +
 fusion stores into the caller's caches in place, through the selected implementation."""
 
 import dataclasses
+import os
+import subprocess
+import sys
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -548,3 +551,47 @@ def test_rope_kvcache_leaves_what_it_cannot_fuse(model: Callable[..., Any]) -> N
     report = PassReport()
     FusionPass(report, PassConfig(force_fusion=True))(gm.graph)
     assert report.fusions == {}
+
+
+CACHED_WRITE = """
+import torch, ir_passes
+from ir_spec import ops
+
+def write(key, value, kc, vc, slots):
+    ops.write_kv_cache(key * 2, value, kc, vc, slots)
+    return key + 1
+
+g = torch.Generator().manual_seed(0)
+args = [torch.randn(4, 64, generator=g), torch.randn(4, 64, generator=g),
+        torch.randn(4, 8, 2, 32, generator=g), torch.randn(4, 8, 2, 32, generator=g),
+        torch.randperm(32, generator=g)[:4]]
+expected = [a.clone() for a in args]
+ops.write_kv_cache.native(expected[0] * 2, *expected[1:])
+with torch._functorch.config.patch(enable_autograd_cache=False):
+    ir_passes.compile(write)(*args)
+torch.testing.assert_close(args[2:4], expected[2:4])
+print("passes ran:", ir_passes.last_report().passes_ran)
+"""
+
+
+def test_code_a_cache_serves_in_a_new_process_finds_the_lowered_op(tmp_path: Any) -> None:
+    """The second process gets the compiled code from Inductor's FX graph cache, without the
+    passes that define ``ir_lowered::write_kv_cache__native``: computing the selection key
+    defines it first, and the cached code stores into the caches."""
+    env = {
+        **os.environ,
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path),
+        "TORCHINDUCTOR_FX_GRAPH_CACHE": "1",
+    }
+    env.pop("TORCHINDUCTOR_FORCE_DISABLE_CACHES", None)
+    for ran in ("True", "False"):
+        done = subprocess.run(
+            [sys.executable, "-c", CACHED_WRITE],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert f"passes ran: {ran}" in done.stdout
