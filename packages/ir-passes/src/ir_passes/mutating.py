@@ -28,7 +28,7 @@ from torch._higher_order_ops.auto_functionalize import (
     get_mutable_args,
     read_view_information_from_args,
 )
-from torch._library.infer_schema import infer_schema
+from torch.library import infer_schema
 
 import ir_dispatch
 import ir_spec
