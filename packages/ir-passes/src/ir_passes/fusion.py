@@ -99,7 +99,7 @@ class FusionPass:
     patterns of `PATTERNS`, then the rotary fusions of `rope_fusion` (each counted in the
     report under its pattern's name).
 
-    `force` (deprecated spelling of ``PassConfig.force_fusion``) overrides the config's."""
+    `force`, where given, overrides the config's ``force_fusion``."""
 
     def __init__(
         self, report: PassReport, config: PassConfig | None = None, *, force: bool | None = None
