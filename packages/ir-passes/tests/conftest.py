@@ -1,9 +1,11 @@
 """Test providers for the passes: in-place (two: one row after another, as a kernel writes) and
 out-of-place fused_add_rms_norm, each an opaque torch custom op (as real kernels are), one that
-allocates its outputs and passes them to
-an out-variant op (as the cuda provider does), and marker implementations of the fused
-rms_norm + static quant and fused_add_rms_norm + static quant composites."""
+allocates its outputs and passes them to an out-variant op (as the cuda provider does), marker
+implementations of the fused rms_norm + static quant and fused_add_rms_norm + static quant
+composites, and ``t_fused`` / ``t_store`` implementations of the rotary and KV-cache ops that
+count their calls (`CALLS`), so a test sees the selected implementation run."""
 
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -137,10 +139,66 @@ ops.rms_norm_static_quant_fp8.register_impl("t_fused")(rms_quant)
 ops.fused_add_rms_norm_static_quant_fp8.register_impl("t_fused")(fadd_quant)
 
 
+#: op name -> calls of its counting test implementation
+CALLS: Counter[str] = Counter()
+
+
+def qk_fused(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    q_weight: Tensor | None,
+    k_weight: Tensor | None,
+    epsilon: float,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+) -> tuple[Tensor, Tensor]:
+    out: tuple[Tensor, Tensor] = ops.qk_norm_rotary_embedding.native(
+        positions, x_query, x_key, q_weight, k_weight, epsilon, head_size, cos_sin_cache,
+        is_neox_style,
+    )  # fmt: skip
+    return out
+
+
+def rope_kv_fused(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    value: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    slot_mapping: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """Runs at call time inside the lowered op (a mutating op is not traced): counted."""
+    CALLS["rotary_embedding_write_kv_cache"] += 1
+    out: tuple[Tensor, Tensor] = ops.rotary_embedding_write_kv_cache.native(
+        positions, x_query, x_key, value, head_size, cos_sin_cache, is_neox_style, key_cache,
+        value_cache, slot_mapping,
+    )  # fmt: skip
+    return out
+
+
+def store(
+    key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor, slot_mapping: Tensor
+) -> None:
+    CALLS["write_kv_cache"] += 1
+    ops.write_kv_cache.native(key, value, key_cache, value_cache, slot_mapping)
+
+
+ops.qk_norm_rotary_embedding.register_impl("t_fused")(qk_fused)
+ops.rotary_embedding_write_kv_cache.register_impl("t_fused")(rope_kv_fused)
+ops.write_kv_cache.register_impl("t_store")(store)
+
+
 @pytest.fixture(autouse=True)
 def clean_priority() -> Iterator[None]:
     ir_dispatch.set_priority()
     torch._dynamo.reset()
+    CALLS.clear()
     yield
     ir_dispatch.set_priority()
 
@@ -148,3 +206,9 @@ def clean_priority() -> Iterator[None]:
 @pytest.fixture
 def inplace() -> None:
     ir_dispatch.set_priority(fused_add_rms_norm=["t_inplace"])
+
+
+@pytest.fixture
+def calls() -> Counter[str]:
+    """Calls of the counting test implementations in this test, by op name."""
+    return CALLS

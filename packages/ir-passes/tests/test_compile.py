@@ -181,7 +181,7 @@ def test_selection_key_tracks_priorities_only() -> None:
     assert ir_passes.selection_key(config) != key
     ir_dispatch.set_priority()
     assert ir_passes.selection_key(config) == key
-    assert ir_passes.selection_key(ir_passes.PassConfig(fuse=False)) != key
+    assert ir_passes.selection_key(ir_passes.PassConfig(level=0)) != key
 
 
 def test_debug_dir_gets_graph_dumps(tmp_path: Any) -> None:
@@ -210,7 +210,7 @@ def test_inductor_options_built_twice_compare_equal() -> None:
     configuration's, or the same after a change of priorities, are not."""
     first, again = ir_passes.inductor_options(), ir_passes.inductor_options(ir_passes.PassConfig())
     assert first == again
-    assert first != ir_passes.inductor_options(ir_passes.PassConfig(fuse=False))
+    assert first != ir_passes.inductor_options(ir_passes.PassConfig(level=0))
     ir_dispatch.set_priority(fused_add_rms_norm=["t_inplace"])
     assert ir_passes.inductor_options() != first
     ir_dispatch.set_priority()
@@ -258,7 +258,7 @@ def test_selection_key_is_computed_once_per_selection_state(monkeypatch: Any) ->
     computed: list[int] = []
     real = inductor._compute_selection_key
     monkeypatch.setattr(inductor, "_compute_selection_key", lambda c: computed.append(1) or real(c))
-    config = ir_passes.PassConfig(fuse=False, lower=True)
+    config = ir_passes.PassConfig(level=0, lower=True)
     inductor._selection_keys.clear()
     first = [ir_passes.selection_key(config) for _ in range(5)]
     assert len(set(first)) == 1

@@ -99,7 +99,7 @@ def test_catalog_helpers_are_followed() -> None:
 def test_triton_kernels_are_followed() -> None:
     """A triton implementation reaches its ``@triton.jit`` kernels' Python functions."""
     pytest.importorskip("triton")
-    from ir_kernels_triton import norm_kernels
+    from ir_kernels_triton.norms import kernel as norm_kernels
     from ir_spec import ops
 
     walker = fingerprint._Walker(fingerprint.project_packages(), frozenset())

@@ -25,10 +25,15 @@ def attention(q: Tensor, k: Tensor, v: Tensor, out: Tensor) -> None:
 
 
 class ToyLayer(nn.Module):
-    """Norm, QKV, attention, output projection, fused residual norm and a gated MLP."""
+    """Norm, QKV, attention, output projection, fused residual norm and a gated MLP; with
+    `fp8_mlp` the MLP's activation is quantized to fp8 at a static scale (and dequantized for
+    the down projection), so the activation + quant fusion has a pattern to fuse."""
 
-    def __init__(self, hidden: int) -> None:
+    def __init__(self, hidden: int, fp8_mlp: bool = False) -> None:
         super().__init__()
+        self.fp8_mlp = fp8_mlp
+        if fp8_mlp:
+            self.register_buffer("act_scale", torch.tensor([0.01]))
         self.norm = nn.Parameter(1 + 0.1 * torch.randn(hidden))
         self.post_norm = nn.Parameter(1 + 0.1 * torch.randn(hidden))
         self.qkv = nn.Linear(hidden, 3 * hidden, bias=False)
@@ -44,16 +49,21 @@ class ToyLayer(nn.Module):
         hidden, residual = ops.fused_add_rms_norm.maybe_inplace(
             self.o_proj(out), residual, self.post_norm, 1e-6
         )
-        return self.down(ops.silu_and_mul(self.gate_up(hidden))), residual
+        act = ops.silu_and_mul(self.gate_up(hidden))
+        if self.fp8_mlp:
+            act = ops.static_quant_fp8(act, self.act_scale).to(act.dtype) * self.act_scale
+        return self.down(act), residual
 
 
 class ToyModel(nn.Module):
     """`layers` layers of `ToyLayer`: ``x [tokens, hidden] -> [tokens, hidden]``."""
 
-    def __init__(self, hidden: int = 64, layers: int = 3, *, seed: int = 0) -> None:
+    def __init__(
+        self, hidden: int = 64, layers: int = 3, *, seed: int = 0, fp8_mlp: bool = False
+    ) -> None:
         super().__init__()
         torch.manual_seed(seed)
-        self.layers = nn.ModuleList(ToyLayer(hidden) for _ in range(layers))
+        self.layers = nn.ModuleList(ToyLayer(hidden, fp8_mlp) for _ in range(layers))
         self.final_norm = nn.Parameter(1 + 0.1 * torch.randn(hidden))
 
     def forward(self, x: Tensor) -> Tensor:

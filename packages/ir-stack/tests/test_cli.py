@@ -172,3 +172,45 @@ def test_explain_takes_a_priority_flag_in_two_arguments() -> None:
     rows = explained_rows(done.stdout)
     assert rows["native"][1].startswith("used, unless its supports_args")
     assert rows["triton"][0] == "-"
+
+
+def fusion_rows(stdout: str) -> dict[str, list[str]]:
+    """The rows of explain's fusions table: switch to on, from, max tokens."""
+    rows = {}
+    for line in stdout.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("│").split("│")]
+        if len(cells) == 5 and cells[0] and cells[1] in ("on", "off"):
+            rows[cells[0]] = cells[1:4]
+    return rows
+
+
+def test_explain_shows_the_fusions_of_the_configuration_in_force() -> None:
+    done = run("explain", "rms_norm")
+    assert done.returncode == 0, done.stderr
+    assert "fusions at -O2" in done.stdout
+    rows = fusion_rows(done.stdout)
+    assert rows == {
+        "fuse_residual_add": ["on", "level 2", "no limit"],
+        "fuse_norm_quant": ["on", "level 2", "no limit"],
+        "fuse_act_quant": ["on", "level 2", "no limit"],
+        "fuse_rope_kvcache": ["on", "level 2", "256"],
+        "enable_qk_norm_rope_fusion": ["on", "level 2", "256"],
+    }
+    done = run(
+        "explain", "rms_norm", "-O1", "--pass.enable_qk_norm_rope_fusion=true",
+        "--pass.qk_norm_rope_max_tokens=none", "--pass.fuse_act_quant=off",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "fusions at -O1" in done.stdout
+    rows = fusion_rows(done.stdout)
+    assert rows["fuse_norm_quant"] == ["on", "level 1", "no limit"]
+    assert rows["fuse_act_quant"] == ["off", "set", "no limit"]
+    assert rows["fuse_rope_kvcache"] == ["off", "level 1", "256"]
+    assert rows["enable_qk_norm_rope_fusion"] == ["on", "set", "no limit"]
+
+
+def test_a_bad_pass_flag_is_a_usage_error() -> None:
+    done = run("explain", "--pass.level=x")
+    assert done.returncode == 2
+    assert "passes.level: got 'x', expected an integer" in done.stderr
+    assert "Traceback" not in done.stderr

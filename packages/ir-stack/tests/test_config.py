@@ -1,5 +1,6 @@
 """Config from code, TOML, environment and command line."""
 
+import dataclasses
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -9,7 +10,8 @@ import pytest
 import torch
 
 import ir_dispatch
-from ir_passes import PassConfig
+from ir_passes import FUSION_SWITCHES, PassConfig
+from ir_piecewise import CompilationConfig as Piecewise
 from ir_stack import Config
 
 
@@ -31,7 +33,7 @@ def test_bad_toml_names_the_problem(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown sections \\['priorities'\\]"):
         Config.from_toml(path)
     path.write_text("[passes]\nfuse_everything = true\n")
-    with pytest.raises(ValueError, match="unknown pass switches \\['fuse_everything'\\]"):
+    with pytest.raises(ValueError, match="unknown pass setting 'fuse_everything'"):
         Config.from_toml(path)
     path.write_text("[priority]\nrms_norm = ['tritn']\n")
     with pytest.raises(ValueError, match="unknown provider 'tritn'"):
@@ -90,15 +92,15 @@ def test_piecewise_table(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('fuse = "off"', PassConfig(fuse=False)),
-        ('fuse = "No"', PassConfig(fuse=False)),
-        ("fuse = 0", PassConfig(fuse=False)),
+        ('fuse_norm_quant = "off"', PassConfig(fuse_norm_quant=False)),
+        ('fuse_norm_quant = "No"', PassConfig(fuse_norm_quant=False)),
+        ("fuse_norm_quant = 0", PassConfig(fuse_norm_quant=False)),
         ('force_fusion = "on"', PassConfig(force_fusion=True)),
         ("force_fusion = true", PassConfig(force_fusion=True)),
     ],
 )
 def test_pass_switches_given_as_strings(tmp_path: Path, text: str, expected: PassConfig) -> None:
-    """``fuse = "off"`` had been kept as the string "off", which counts as on."""
+    """A switch given as ``"off"`` had been kept as the string "off", which counts as on."""
     path = tmp_path / "ir.toml"
     path.write_text(f"[passes]\n{text}\n")
     assert Config.from_toml(path).passes == expected
@@ -119,7 +121,10 @@ EXPECTED_PROVIDERS = "expected a list of provider names"
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('[passes]\nfuse = "maybe"', rf"passes\.fuse: got 'maybe', {EXPECTED_SWITCH}"),
+        (
+            '[passes]\nfuse_norm_quant = "maybe"',
+            rf"passes\.fuse_norm_quant: got 'maybe', {EXPECTED_SWITCH}",
+        ),
         ("[passes]\nlower = 2", rf"passes\.lower: got 2, {EXPECTED_SWITCH}"),
         ("[passes]\ndebug_dir = 3", r"passes\.debug_dir: got 3, expected a str or none"),
         (
@@ -151,9 +156,18 @@ def test_toml_values_of_the_wrong_type_are_refused(tmp_path: Path, text: str, me
 
 def test_a_toml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
     path = tmp_path / "ir.toml"
-    path.write_text('[passes]\nfuse = true\nforce_fusion = "on\n')
+    path.write_text('[passes]\nfuse_norm_quant = true\nforce_fusion = "on\n')
     with pytest.raises(ValueError, match=f"^{re.escape(str(path))}: not valid TOML: .*line 3"):
         Config.from_toml(path)
+
+
+def _unchecked_passes(**fields: Any) -> PassConfig:
+    """A PassConfig holding values its own checks would refuse, as code that bypasses them
+    (``object.__setattr__`` on the frozen dataclass) leaves it."""
+    passes = PassConfig()
+    for name, value in fields.items():
+        object.__setattr__(passes, name, value)
+    return passes
 
 
 @pytest.mark.parametrize(
@@ -169,8 +183,11 @@ def test_a_toml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
         ),
         ({"priority": ["rms_norm"]}, r"\.priority: got \['rms_norm'\], expected a mapping"),
         ({"priority": {3: ["native"]}}, r"\.priority: got the key 3, expected an op name"),
-        ({"passes": {"fuse": True}}, r"\.passes: got \{'fuse': True\}, expected an"),
-        ({"passes": PassConfig(fuse="off")}, r"\.passes\.fuse: got 'off', expected a bool"),  # type: ignore[arg-type]
+        ({"passes": {"lower": True}}, r"\.passes: got \{'lower': True\}, expected an"),
+        (
+            {"passes": _unchecked_passes(lower="off")},
+            r"\.passes\.lower: got 'off', expected a bool",
+        ),
         ({"piecewise": "graphs"}, r"\.piecewise: got 'graphs', expected an ir_piecewise\.Compila"),
     ],
 )
@@ -199,7 +216,10 @@ def test_config_takes_ops_as_priority_keys() -> None:
         (lambda p: None, "cannot read the file: .*No such file"),
         (lambda p: p.mkdir(), "cannot read the file: .*Is a directory"),
         (lambda p: p.write_text("[passes\n"), "not valid TOML: .*line 1"),
-        (lambda p: p.write_text('[passes]\nfuse = "perhaps"\n'), r"passes\.fuse: got 'perhaps'"),
+        (
+            lambda p: p.write_text('[passes]\nfuse_norm_quant = "perhaps"\n'),
+            r"passes\.fuse_norm_quant: got 'perhaps'",
+        ),
     ],
     ids=["missing", "a-directory", "syntax", "bad-value"],
 )
@@ -212,3 +232,77 @@ def test_load_names_the_variable_of_a_bad_config_file(
         ValueError, match=f"^IR_STACK_CONFIG={re.escape(repr(str(path)))}: {message}"
     ):
         Config.load([], env={"IR_STACK_CONFIG": str(path)})
+
+
+def test_pass_configuration_from_code_toml_and_flags(tmp_path: Path) -> None:
+    """Every PassConfig field from the ``[passes]`` table (a threshold of "none": no limit),
+    then ``-O<level>`` and ``--pass.<field>=<value>`` flags; code builds the same object."""
+    import ir_stack
+
+    in_code = Config(passes=PassConfig(level=2, enable_qk_norm_rope_fusion=True))
+    assert in_code.passes.fusion_on("enable_qk_norm_rope_fusion")
+    compiled = ir_stack.compile(lambda x: x, dataclasses.replace(in_code, piecewise=Piecewise()))
+    assert compiled.config.passes == in_code.passes  # type: ignore[attr-defined]
+
+    path = tmp_path / "ir.toml"
+    path.write_text(
+        "[passes]\nlevel = 1\nfuse_rope_kvcache = true\nenable_qk_norm_rope_fusion = false\n"
+        'rope_kvcache_max_tokens = "none"\nnorm_quant_max_tokens = 512\nforce_fusion = true\n'
+        'eliminate_clones = false\ndebug_dir = "dumps"\n'
+    )
+    expected = PassConfig(
+        level=1,
+        fuse_rope_kvcache=True,
+        enable_qk_norm_rope_fusion=False,
+        rope_kvcache_max_tokens=None,
+        norm_quant_max_tokens=512,
+        force_fusion=True,
+        eliminate_clones=False,
+        debug_dir="dumps",
+    )
+    assert Config.from_toml(path).passes == expected
+    env = {"IR_STACK_CONFIG": str(path)}
+    flags = ["-O3", "--pass.fuse_act_quant=false", "--pass.norm_quant_max_tokens=none"]
+    passes = Config.load(flags, env=env).passes
+    assert passes == dataclasses.replace(
+        expected, level=3, fuse_act_quant=False, norm_quant_max_tokens=None
+    )
+    assert [s for s in FUSION_SWITCHES if passes.fusion_on(s)] == [
+        "fuse_residual_add", "fuse_norm_quant", "fuse_rope_kvcache",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ("level = 7", "level got 7; expected one of 0, 1, 2, 3"),
+        ('level = "2"', r"passes\.level: got '2', expected an integer$"),
+        ('fuse_norm_quant = "perhaps"', r"passes\.fuse_norm_quant: got 'perhaps', expected one of"),
+        ("rope_kvcache_max_tokens = 0", "rope_kvcache_max_tokens got 0; expected a positive"),
+        ("force_fusion = 2", r"passes\.force_fusion: got 2, expected one of"),
+        ('lower = "none"', r"passes\.lower: got 'none', expected a value \(not none\)"),
+        ("token_range = [1, 8]", "unknown pass setting 'token_range'"),
+    ],
+)
+def test_pass_table_type_checks_name_the_file_and_field(
+    tmp_path: Path, table: str, message: str
+) -> None:
+    path = tmp_path / "ir.toml"
+    path.write_text(f"[passes]\n{table}\n")
+    with pytest.raises(ValueError, match=message) as raised:
+        Config.from_toml(path)
+    assert str(path) in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("flag", "message"),
+    [
+        ("-O4", "level got 4"),
+        ("--pass.fuse_act_quant", "has no value; expected --pass.fuse_act_quant=<value>"),
+        ("--pass.fuse_everything=true", "unknown pass setting 'fuse_everything'"),
+        ("--pass.qk_norm_rope_max_tokens=many", "expected an integer .or none: no limit."),
+    ],
+)
+def test_bad_pass_flags_name_the_problem(flag: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Config.load([flag], env={})

@@ -1,12 +1,15 @@
-"""Fusion passes on the high-level ops, on IR nodes (not on any kernel's graph):
+"""Fusion passes on the high-level ops, on IR nodes (not on any kernel's graph), one pattern a
+fusion, each under its `PassConfig` switch and token threshold (`config.FUSIONS`):
 
-- a residual add followed by ``rms_norm`` becomes ``fused_add_rms_norm``
+- ``fuse_residual_add``: a residual add followed by ``rms_norm`` becomes ``fused_add_rms_norm``
   (`RESIDUAL_ADD_PATTERN`): models written without the fused op, Hugging Face decoder layers
   among them, add the residual with a plain ``+`` and normalize the sum. It runs first, so
-  an add, a norm and a static quantization end as one composite;
-- a norm or activation followed by fp8 quantization becomes one composite op (`PATTERNS`).
+  an add, a norm and a quantization end as one composite;
+- ``fuse_norm_quant`` / ``fuse_act_quant``: a norm or activation followed by fp8 quantization
+  (static, dynamic per token, or per token group) becomes one composite op (`PATTERNS`);
+- ``enable_qk_norm_rope_fusion`` and ``fuse_rope_kvcache``: see `rope_fusion`.
 
-A fusion applies where the composite's selected implementation is a real kernel (Inductor
+A fusion applies where the fused op's selected implementation is a real kernel (Inductor
 fuses a native composition by itself), or everywhere with ``PassConfig.force_fusion``.
 """
 
@@ -23,61 +26,66 @@ from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
 import ir_dispatch
 from ir_spec import IrOp, ops
 
-from .graph_utils import alias_root, bound_args, ir_op_of
+from .config import RESIDUAL_ADD_PATTERN, PassConfig
+from .graph_utils import alias_root, bound_args, fake_of, ir_op_of, static_tokens
 from .report import PassReport
+from .rope_fusion import fuse_qk_norm_rope, fuse_rope_kvcache
 
 logger = logging.getLogger("ir_passes")
 
 
 @dataclass(frozen=True)
 class FusionPattern:
-    """``producer`` -> (``getitem`` index, or None) -> ``quant``  ==>  ``fused``."""
+    """``producer`` -> (``getitem`` index, or None) -> ``quant``  ==>  ``fused``, under the
+    `PassConfig` switch ``switch``.
+
+    The fused op returns the quantizer's results, then (where the producer is
+    ``fused_add_rms_norm``, read through ``getitem`` `output_index`) the residual."""
 
     name: str
     producer: str
     output_index: int | None
     quant: str
     fused: str
+    switch: str = "fuse_norm_quant"
+
+
+def _norm_quant(producer: str, index: int | None, quant: str, fused: str) -> FusionPattern:
+    return FusionPattern(f"{producer}+{quant}", producer, index, quant, fused)
 
 
 PATTERNS = (
-    FusionPattern(
-        "rms_norm+static_quant_fp8",
-        "rms_norm",
-        None,
-        "static_quant_fp8",
-        "rms_norm_static_quant_fp8",
+    _norm_quant("rms_norm", None, "static_quant_fp8", "rms_norm_static_quant_fp8"),
+    _norm_quant("fused_add_rms_norm", 0, "static_quant_fp8", "fused_add_rms_norm_static_quant_fp8"),
+    _norm_quant("rms_norm", None, "dynamic_quant_fp8", "rms_norm_dynamic_quant_fp8"),
+    _norm_quant(
+        "fused_add_rms_norm", 0, "dynamic_quant_fp8", "fused_add_rms_norm_dynamic_quant_fp8"
     ),
-    FusionPattern(
-        "fused_add_rms_norm+static_quant_fp8",
-        "fused_add_rms_norm",
-        0,
-        "static_quant_fp8",
-        "fused_add_rms_norm_static_quant_fp8",
-    ),
-    FusionPattern(
-        "rms_norm+dynamic_quant_fp8",
-        "rms_norm",
-        None,
-        "dynamic_quant_fp8",
-        "rms_norm_dynamic_quant_fp8",
-    ),
+    _norm_quant("rms_norm", None, "group_quant_fp8", "rms_norm_group_quant_fp8"),
+    _norm_quant("fused_add_rms_norm", 0, "group_quant_fp8", "fused_add_rms_norm_group_quant_fp8"),
     FusionPattern(
         "silu_and_mul+static_quant_fp8",
         "silu_and_mul",
         None,
         "static_quant_fp8",
         "silu_and_mul_static_quant_fp8",
+        "fuse_act_quant",
+    ),
+    FusionPattern(
+        "silu_and_mul+group_quant_fp8",
+        "silu_and_mul",
+        None,
+        "group_quant_fp8",
+        "silu_and_mul_group_quant_fp8",
+        "fuse_act_quant",
     ),
 )
-
-
-#: the report's name for ``rms_norm(a + b)`` -> ``fused_add_rms_norm(a, b)``
-RESIDUAL_ADD_PATTERN = "add+rms_norm"
+#: the composite a quantizer forms with a ``fused_add_rms_norm`` before it
+_FUSED_ADD_COMPOSITE = {p.quant: p for p in PATTERNS if p.producer == "fused_add_rms_norm"}
 
 
 def _fake(value: Any) -> Any:
-    return value.meta["val"] if isinstance(value, fx.Node) else value
+    return fake_of(value)
 
 
 def _default_call_of(node: fx.Node) -> IrOp | None:
@@ -87,18 +95,29 @@ def _default_call_of(node: fx.Node) -> IrOp | None:
 
 
 class FusionPass:
-    """Fuse residual adds into ``fused_add_rms_norm``, then apply every pattern of `PATTERNS`
-    (each counted in the report)."""
+    """Apply every fusion `config` turns on: residual adds into ``fused_add_rms_norm``, the
+    patterns of `PATTERNS`, then the rotary fusions of `rope_fusion` (each counted in the
+    report under its pattern's name).
 
-    def __init__(self, report: PassReport, *, force: bool = False) -> None:
+    `force`, where given, overrides the config's ``force_fusion``."""
+
+    def __init__(
+        self, report: PassReport, config: PassConfig | None = None, *, force: bool | None = None
+    ) -> None:
         self.report = report
-        self.force = force
+        self.config = config or PassConfig()
+        self.force = self.config.force_fusion if force is None else force
 
     def worth_it(self, fused: IrOp, args: list[Any]) -> bool:
         if self.force:
             return True
         with ir_dispatch.mode(ir_dispatch.INDUCTOR):
             return ir_dispatch.select(fused, *[_fake(a) for a in args]).provider != "native"
+
+    def applies(self, switch: str, activation: Any) -> bool:
+        """Whether fusion `switch` runs on an op whose activation is `activation` (a node or
+        value): switched on, and within its token threshold for this graph."""
+        return self.config.fusion_applies(switch, static_tokens(_fake(activation)))
 
     def __call__(self, graph: fx.Graph) -> fx.Graph:
         # the order of the graph's nodes; fusing erases and inserts nodes but never reorders
@@ -111,8 +130,15 @@ class FusionPass:
             for node in list(graph.nodes):
                 if _default_call_of(node) is getattr(ops, pattern.quant):
                     self._try(graph, pattern, node)
+        fuse_qk_norm_rope(self, graph)
+        fuse_rope_kvcache(self, graph)
         graph.lint()
         return graph
+
+    def fired(self, name: str, node: fx.Node) -> None:
+        """Count pattern `name`, which made `node`."""
+        self.report.fusions[name] += 1
+        logger.debug("ir_passes: fused %s -> %s", name, node.name)
 
     def _try_residual_add(
         self, graph: fx.Graph, norm: fx.Node, position: dict[fx.Node, int]
@@ -120,7 +146,7 @@ class FusionPass:
         norm_args = bound_args(ops.rms_norm, norm)  # x, weight, epsilon, variance_size
         total = norm_args[0]
         addends = _same_layout_addends(total) if isinstance(total, fx.Node) else None
-        if addends is None:
+        if addends is None or not self.applies("fuse_residual_add", total):
             return
         assert isinstance(total, fx.Node)
         # the fused op replaces the add where the add stands, so the norm's other arguments
@@ -146,29 +172,30 @@ class FusionPass:
         graph.erase_node(norm)
         total.replace_all_uses_with(residual)
         graph.erase_node(total)
-        self.report.fusions[RESIDUAL_ADD_PATTERN] += 1
-        logger.debug("ir_passes: fused %s -> %s", RESIDUAL_ADD_PATTERN, fused.name)
+        self.fired(RESIDUAL_ADD_PATTERN, fused)
 
     def _quant_composite_worth_it(self, norm: fx.Node, fused_args: list[Any]) -> bool:
-        """Whether the norm's only reader is a static quantization that, once the add is fused,
-        joins it in a real ``fused_add_rms_norm_static_quant_fp8`` kernel: where the fused add
-        alone would run natively, the add + norm + quant chain still becomes one kernel."""
+        """Whether the norm's only reader is a quantization that, once the add is fused, joins
+        it in a real ``fused_add_rms_norm_*_quant_fp8`` kernel: where the fused add alone would
+        run natively, the add + norm + quant chain still becomes one kernel."""
         if len(norm.users) != 1 or fused_args[-1] is not None:  # variance_size
             return False
         (quant,) = norm.users
-        if _default_call_of(quant) is not ops.static_quant_fp8:
+        quant_op = _default_call_of(quant)
+        pattern = _FUSED_ADD_COMPOSITE.get(quant_op.name) if quant_op is not None else None
+        if pattern is None or quant_op is None:
             return False
-        quant_args = bound_args(ops.static_quant_fp8, quant)
-        if quant_args[0] is not norm:
+        quant_args = bound_args(quant_op, quant)
+        if quant_args[0] is not norm or not self.applies(pattern.switch, norm):
             return False
-        composite = ops.fused_add_rms_norm_static_quant_fp8
+        composite: IrOp = getattr(ops, pattern.fused)
         return self.worth_it(composite, [*fused_args[:-1], *quant_args[1:]])
 
     def _try(self, graph: fx.Graph, pattern: FusionPattern, quant: fx.Node) -> None:
         quant_op = getattr(ops, pattern.quant)
         quant_args = bound_args(quant_op, quant)
         value = quant_args[0]
-        if not isinstance(value, fx.Node):
+        if not isinstance(value, fx.Node) or not self.applies(pattern.switch, value):
             return
         producer = value
         if pattern.output_index is not None:
@@ -197,23 +224,39 @@ class FusionPass:
         fused.meta["val"] = fused_op.native(*[_fake(a) for a in fused_args])
         if pattern.output_index is None:  # same results as the quantizer: (q) or (q, scale)
             quant.replace_all_uses_with(fused)
-        else:  # (q, residual_out): q replaces the quantizer, residual_out the producer's
+        else:  # (*the quantizer's results, residual_out)
+            results = fused.meta["val"]
             with graph.inserting_after(fused):
-                q = graph.call_function(operator.getitem, (fused, 0))
-                residual = graph.call_function(operator.getitem, (fused, 1))
-            q.meta["val"], residual.meta["val"] = fused.meta["val"]
-            quant.replace_all_uses_with(q)
+                taken = [
+                    graph.call_function(operator.getitem, (fused, i)) for i in range(len(results))
+                ]
+            for node, val in zip(taken, results, strict=True):
+                node.meta["val"] = val
+            *quantized, residual = taken
+            if isinstance(quant.meta.get("val"), tuple):
+                for user in list(quant.users):
+                    index = user.args[1] if user.target is operator.getitem else None
+                    if not isinstance(index, int):
+                        raise NotImplementedError(
+                            f"ir_passes: result of {quant.name} used whole by {user.name}"
+                        )
+                    user.replace_all_uses_with(quantized[index])
+                    graph.erase_node(user)
+            else:
+                quant.replace_all_uses_with(quantized[0])
             for user in list(producer.users):
                 if user.target is operator.getitem and user.args[1] == 1:
                     user.replace_all_uses_with(residual)
                     graph.erase_node(user)
+            for node in taken:  # results nothing reads (a scale the graph drops)
+                if not node.users:
+                    graph.erase_node(node)
         graph.erase_node(quant)
         if pattern.output_index is not None:
             graph.erase_node(value)
         if not producer.users:
             graph.erase_node(producer)
-        self.report.fusions[pattern.name] += 1
-        logger.debug("ir_passes: fused %s -> %s", pattern.name, fused.name)
+        self.fired(pattern.name, fused)
 
 
 def _same_layout_addends(total: fx.Node) -> tuple[fx.Node, fx.Node] | None:

@@ -169,3 +169,20 @@ def nodes_after(graph: fx.Graph, node: fx.Node) -> Iterable[fx.Node]:
             yield n
         elif n is node:
             seen = True
+
+
+def fake_of(value: Any) -> Any:
+    """A node's fake value (``meta["val"]``), or `value` itself when it is not a node."""
+    return value.meta["val"] if isinstance(value, fx.Node) else value
+
+
+def static_tokens(value: Any) -> int | None:
+    """The token count of an activation (every dimension but the last), when static."""
+    if not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return None
+    tokens = 1
+    for size in value.shape[:-1]:
+        if not isinstance(size, int):
+            return None
+        tokens *= size
+    return tokens

@@ -1,10 +1,10 @@
 """Hook-up to Inductor: the passes as custom graph passes, and `compile`.
 
-The pre-grad pass functionalizes ``maybe_inplace`` calls; the post-grad pass fuses, lowers and
-eliminates clones. Both are `CustomGraphPass` objects whose ``uuid`` is `selection_key`: the
-pass configuration, the effective priorities (inductor mode), the registered implementations
-and the code they run, the code of these passes and the package versions, so Inductor's graph
-cache reuses a compilation exactly when none of these changed.
+The pre-grad pass functionalizes ``maybe_inplace`` calls; the post-grad pass fuses (the fusions
+`PassConfig` turns on), lowers and eliminates clones. Both are `CustomGraphPass` objects whose
+``uuid`` is `selection_key`: the pass configuration, the effective priorities (inductor mode),
+the registered implementations and the code they run, the code of these passes and the package
+versions, so Inductor's graph cache reuses a compilation exactly when none of these changed.
 """
 
 import functools
@@ -24,12 +24,13 @@ from ir_spec import ops
 
 from . import fingerprint
 from .clones import CloneEliminationPass
-from .config import PassConfig
+from .config import FUSION_SWITCHES, PassConfig
 from .functionalize import InplaceFunctionalizationPass
 from .fusion import FusionPass
 from .graph_utils import dump
 from .inplace_check import keep_checks
 from .lowering import LoweringPass
+from .mutating import define_lowered_ops
 from .report import claim_report, current_report, new_report
 
 logger = logging.getLogger("ir_passes")
@@ -76,6 +77,8 @@ def _compute_selection_key(config: PassConfig) -> str:
     each implementation's flags; the code of every native function, implementation and
     ``supports_args``, followed into what they call (`ir_passes.fingerprint`); and the
     batch-invariant mode."""
+    # compiled code a cache serves may call the lowered mutating ops: define them first
+    define_lowered_ops()
     h = hashlib.sha256(config.key().encode())
     h.update(repr(fingerprint.package_versions()).encode())
     h.update(_passes_fingerprint().encode())
@@ -122,12 +125,13 @@ class PostGradPass(_ConfiguredPass):
         report = current_report()
         report.passes_ran = True
         keep_checks(graph)
+        fusing = any(self.config.fusion_on(switch) for switch in FUSION_SWITCHES)
         steps: list[tuple[str, bool, Callable[[fx.Graph], fx.Graph]]] = [
-            ("fusion", self.config.fuse, FusionPass(report, force=self.config.force_fusion)),
+            ("fusion", fusing, FusionPass(report, self.config)),
             ("lowering", self.config.lower, LoweringPass(report)),
             (
                 "clone-elimination",
-                self.config.lower and self.config.eliminate_clones,
+                self.config.lower and self.config.clone_elimination_on,
                 CloneEliminationPass(report),
             ),
         ]

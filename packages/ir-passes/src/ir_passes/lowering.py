@@ -5,7 +5,9 @@ tensors in ``inductor`` mode, the same rule as eager dispatch. The implementatio
 (`make_fx`) and spliced in: native implementations become ATen ops Inductor fuses, kernel
 providers' implementations their own torch ops. An in-place implementation gets clones of its
 activations, so the graph stays functional; `CloneEliminationPass` removes the clones it can
-prove unneeded. Every choice is recorded in the report.
+prove unneeded. Every choice is recorded in the report. Ops that store into their arguments
+(a KV cache) keep their place and form in the graph and call the selected implementation through
+a torch op of the same schema (`mutating.lower_mutating`).
 """
 
 import logging
@@ -18,6 +20,7 @@ import ir_dispatch
 from ir_spec import Impl, IrOp
 
 from .graph_utils import bound_args, inline, ir_op_of, replace_results
+from .mutating import lower_mutating
 from .report import PassReport
 
 logger = logging.getLogger("ir_passes")
@@ -44,6 +47,8 @@ class LoweringPass:
 
     def __call__(self, graph: fx.Graph) -> fx.Graph:
         for node in list(graph.nodes):
+            if lower_mutating(node, self.report):  # an op storing into a cache: see `mutating`
+                continue
             found = ir_op_of(node.target) if node.op == "call_function" else None
             if found is None:
                 continue

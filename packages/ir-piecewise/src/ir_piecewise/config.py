@@ -98,7 +98,12 @@ class CompilationConfig:
             it still loads from it.
         check_guards: keep Dynamo's guards and raise `RecompileError` on any call that would
             need a recompile, instead of dropping the guards after the first trace.
-        passes: the ir-passes configuration applied to every compiled piece.
+        passes: the ir-passes configuration applied to every compiled piece, per compile
+            range: a range ``[first, last]`` (a compile size: ``[n, n]``) compiles with
+            ``passes.for_range(first, last)``, so a fusion with a token threshold runs only in
+            the ranges it covers whole (put its threshold among `compile_ranges_endpoints` to
+            give it a range of its own); ``counters.fusions_enabled`` / ``fusions_applied``
+            say which range got which.
     """
 
     splitting_ops: tuple[SplittingOp, ...] = ()

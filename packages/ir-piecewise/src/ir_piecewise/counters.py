@@ -1,7 +1,8 @@
 """`counters`: what piecewise compilation did in this process."""
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -19,6 +20,11 @@ class Counters:
         num_cache_misses: lookups that found no usable entry (absent, corrupt or stale).
         num_artifacts_reused: pieces served by code already compiled or loaded in this
             process for an identical piece (the same layer at another depth).
+        fusions_enabled: compile label (``range-<first>-<last|inf>``, ``size-<n>`` or
+            ``static``) -> the switches of the fusions its pass configuration runs (those
+            whose token threshold covers the whole range).
+        fusions_applied: compile label -> fusion pattern -> times it fired in the pieces the
+            backend compiled for it (pieces served by a cache or reused add nothing).
     """
 
     num_graphs_seen: int = 0
@@ -30,14 +36,17 @@ class Counters:
     num_cache_hits: int = 0
     num_cache_misses: int = 0
     num_artifacts_reused: int = 0
+    fusions_enabled: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    fusions_applied: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def reset(self) -> None:
-        """Set every count to zero."""
+        """Set every count to zero and empty the per-range fusion records."""
+        fresh = Counters()
         for f in dataclasses.fields(self):
-            setattr(self, f.name, 0)
+            setattr(self, f.name, getattr(fresh, f.name))
 
-    def as_dict(self) -> dict[str, int]:
-        """The counts by name."""
+    def as_dict(self) -> dict[str, Any]:
+        """The counts (and per-range fusion records) by name."""
         return dataclasses.asdict(self)
 
 

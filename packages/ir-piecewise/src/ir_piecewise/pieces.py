@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, fx
 
 import ir_passes
+from ir_passes.report import new_report
 
 from .cache import CompileCache
 from .config import CompilationConfig
@@ -24,6 +25,16 @@ logger = logging.getLogger("ir_piecewise")
 SizeLocator = tuple[int, int | None]  # (argument index, dim) ; dim None: the argument is the size
 # whether this torch's standalone_compile can save a graph that records autograd (`aot=True`)
 _AOT_SAVE = "aot" in inspect.signature(torch._inductor.standalone_compile).parameters
+
+
+def passes_for(
+    config: CompilationConfig, tokens: tuple[int, int | None] | None
+) -> ir_passes.PassConfig:
+    """The pass configuration of a piece compiled for the token counts ``tokens = (first,
+    last)`` (a compile size is the range of one size; None: a piece that does not depend on
+    the token count): the configuration's, for that range, so a fusion with a token threshold
+    runs only in the ranges it covers whole."""
+    return config.passes if tokens is None else config.passes.for_range(*tokens)
 
 
 def placeholder_values(gm: fx.GraphModule) -> list[Any]:
@@ -177,12 +188,16 @@ class CompiledPiece:
         self.by_range: list[tuple[int, int | None, Callable[..., Any]]] = []
         # only these use the graph's example values; sizes compiled later use real inputs
         if self.size_at is None:
-            static = self._compile("static", values, "from_graph", cached_only=cached_only)
+            static = self._compile(
+                "static", values, "from_graph", tokens=None, cached_only=cached_only
+            )
             self.by_range.append((1, None, static))
         else:
             for first, last in config.ranges:
                 label = f"range-{first}-{last or 'inf'}"
-                compiled = self._compile(label, values, "from_graph", cached_only=cached_only)
+                compiled = self._compile(
+                    label, values, "from_graph", tokens=(first, last), cached_only=cached_only
+                )
                 self.by_range.append((first, last, compiled))
         self.cudagraphs = (
             CUDAGraphRunner(
@@ -197,10 +212,22 @@ class CompiledPiece:
         )
 
     def _compile(
-        self, label: str, example_inputs: list[Any], dynamic: str, *, cached_only: bool = False
+        self,
+        label: str,
+        example_inputs: list[Any],
+        dynamic: str,
+        *,
+        tokens: tuple[int, int | None] | None,
+        cached_only: bool = False,
     ) -> Callable[..., Any]:
+        """The piece compiled for `label`: the token counts `tokens` (None: a piece that does
+        not depend on them), whose pass configuration is the range's (`passes_for`)."""
         if self.config.backend == "eager":
             return self.gm
+        passes = passes_for(self.config, tokens)
+        counters.fusions_enabled[label] = tuple(
+            switch for switch in ir_passes.FUSION_SWITCHES if passes.fusion_applies(switch)
+        )
         # a piece that records autograd is another artifact than its inference form
         autograd = _records_autograd(example_inputs)
         form = ":autograd" if autograd else ""
@@ -209,7 +236,9 @@ class CompiledPiece:
         if shared is not None:
             counters.num_artifacts_reused += 1
             return shared
-        compiled = self._load_or_compile(key, label, example_inputs, dynamic, cached_only, autograd)
+        compiled = self._load_or_compile(
+            key, label, example_inputs, dynamic, cached_only, autograd, passes
+        )
         self.artifacts[key] = compiled
         return compiled
 
@@ -221,6 +250,7 @@ class CompiledPiece:
         dynamic: str,
         cached_only: bool,
         autograd: bool,
+        passes: ir_passes.PassConfig,
     ) -> Callable[..., Any]:
         if self.cache is not None:
             loaded = self.cache.load(key, _load_artifact)
@@ -235,15 +265,20 @@ class CompiledPiece:
         store_in = self.cache if inductor_graph_cache_on() else None
         if self.cache is not None and store_in is None:
             _warn_pieces_not_stored(self.cache.root)
-        with _unsaveable_expected(store_in is None):
+        with _unsaveable_expected(store_in is None), ir_passes.collect_reports() as reports:
+            new_report()  # this compilation's, whichever of the passes runs first
             artifact = torch._inductor.standalone_compile(
                 self.gm,
                 example_inputs,
                 dynamic_shapes=dynamic,  # type: ignore[arg-type]
-                options={"config_patches": ir_passes.inductor_options(self.config.passes)},
+                options={"config_patches": ir_passes.inductor_options(passes)},
                 **_save_options(autograd),
             )
         counters.num_backend_compilations += 1
+        applied = counters.fusions_applied.setdefault(label, {})
+        for report in reports:
+            for pattern, count in report.fusions.items():
+                applied[pattern] = applied.get(pattern, 0) + count
         if store_in is not None:
             try:
                 store_in.store(key, lambda path: artifact.save(path=str(path), format="binary"))
@@ -274,7 +309,9 @@ class CompiledPiece:
         if size in self.config.compile_sizes:
             compiled = self.by_size.get(size)
             if compiled is None:
-                compiled = self._compile(f"size-{size}", list(args), "from_example_inputs")
+                compiled = self._compile(
+                    f"size-{size}", list(args), "from_example_inputs", tokens=(size, size)
+                )
                 self.by_size[size] = compiled
             return compiled
         for first, last, compiled in self.by_range:

@@ -1,14 +1,21 @@
-"""The ``ir-stack`` command: ``demo`` (the main job), ``explain [OP]`` and ``bench``."""
+"""The ``ir-stack`` command: ``demo`` (the main job), ``explain [OP]`` and ``bench``.
+
+Every command takes ``--ir-op-priority.<op>=<p1>,<p2>`` flags, ``-O0`` .. ``-O3`` (the pass
+optimization level) and ``--pass.<field>=<value>`` flags (any `ir_passes.PassConfig` field:
+``--pass.enable_qk_norm_rope_fusion=true``, ``--pass.rope_kvcache_max_tokens=none``).
+"""
 
 import argparse
 import sys
 from collections.abc import Sequence
 
 from rich.console import Console
+from rich.table import Table
 
 import ir_dispatch
 
 from .config import Config
+from .pass_flags import split_pass_args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -22,7 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="which implementation each op uses, and why",
         description="Each op (or OP alone), then its providers: their place in the op's "
         "effective priority list and their verdict (the one used, or why not: a provider not "
-        "supported here says why).",
+        "supported here says why); then the fusions the pass configuration in force turns on "
+        "(-O<level>, --pass.<field>=<value>), with their token thresholds.",
     )
     explain.add_argument("op", nargs="?", help="one op (default: all)")
     commands.add_parser(
@@ -31,9 +39,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "ir-stack bench -h",
         add_help=False,
     )
-    # --ir-op-priority flags (and the value of one without "=") are read by Config.load
+    # --ir-op-priority flags (and the value of one without "="), -O<level> and --pass.* flags
+    # are read by Config.load
     try:
-        args, rest = parser.parse_known_args(ir_dispatch.split_priority_args(argv)[1])
+        others = split_pass_args(ir_dispatch.split_priority_args(argv)[1])[1]
+        args, rest = parser.parse_known_args(others)
         if args.command != "bench" and rest:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
     except ValueError as error:  # a priority flag naming an unknown op or provider
@@ -62,7 +72,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as error:  # an unknown op, named with the known ones
         parser.error(str(error))
     console.print(table)
+    console.print(fusions_table(config))
     return 0
+
+
+def fusions_table(config: Config) -> Table:
+    """The fusions of `config`'s passes: on or off and why, token threshold, what they fuse."""
+    passes = config.passes
+    table = Table(title=f"fusions at -O{passes.level} (force_fusion={passes.force_fusion})")
+    for column in ("switch", "on", "from", "max tokens", "fuses"):
+        table.add_column(column)
+    for row in passes.describe():
+        limit = row["max_tokens"]
+        table.add_row(
+            row["switch"],
+            "on" if row["on"] else "off",
+            row["source"],
+            "no limit" if limit is None else str(limit),
+            row["fuses"],
+        )
+    return table
 
 
 if __name__ == "__main__":

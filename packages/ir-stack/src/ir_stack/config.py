@@ -26,6 +26,8 @@ from ir_passes import PassConfig
 from ir_piecewise import CompilationConfig
 from ir_spec import IrOp
 
+from .pass_flags import split_pass_args, with_settings
+
 CONFIG_ENV = "IR_STACK_CONFIG"
 _SECTIONS = ("priority", "passes", "piecewise")
 
@@ -36,7 +38,8 @@ class Config:
 
     Attributes:
         priority: op name (or `IrOp`) -> provider list (prepended to the platform defaults).
-        passes: the ir-passes switches.
+        passes: the ir-passes configuration: optimization level, fusion switches and token
+            thresholds (``[passes]`` in TOML; ``-O2``, ``--pass.<field>=<value>`` flags).
         piecewise: piecewise compilation (splitting, sizes, CUDA graphs, cache); None compiles
             the whole model as one graph with ``ir_passes.compile``.
     """
@@ -60,8 +63,9 @@ class Config:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> "Config":
-        """Read ``[priority]`` (op = [providers]), ``[passes]`` (PassConfig fields) and
-        ``[piecewise]`` (CompilationConfig fields; ``cudagraph_mode`` by name).
+        """Read ``[priority]`` (op = [providers]), ``[passes]`` (PassConfig fields, type-checked;
+        a threshold of ``"none"`` for no limit) and ``[piecewise]`` (CompilationConfig fields;
+        ``cudagraph_mode`` by name).
 
         A file that cannot be read raises `OSError`; one that is not TOML, or holds a value
         of the wrong type, `ValueError` naming the file (and the line or the field)."""
@@ -100,29 +104,17 @@ class Config:
                 priority[op] = list(validate_priority(op, providers))
             except ValueError as err:
                 raise ValueError(f"{origin}: {err}") from None
-        hints = typing.get_type_hints(PassConfig)
-        passes_data = dict(data.get("passes", {}))
-        bad = set(passes_data) - set(hints)
-        if bad:
-            raise ValueError(
-                f"{origin}: unknown pass switches {sorted(bad)}; expected {sorted(hints)}"
-            )
-        passes = dataclasses.replace(
-            self.passes,
-            **{
-                name: _from_toml(value, hints[name], f"{origin}: passes.{name}")
-                for name, value in passes_data.items()
-            },
-        )
         piecewise = self.piecewise
         if "piecewise" in data:
             piecewise = _piecewise_from(dict(data["piecewise"]), piecewise, origin)
+        passes = with_settings(self.passes, dict(data.get("passes", {})), origin=origin)
         return Config(priority, passes, piecewise)
 
     @classmethod
     def load(cls, argv: Sequence[str] = (), env: Mapping[str, str] | None = None) -> "Config":
         """TOML file named by ``IR_STACK_CONFIG``, then ``IR_OP_PRIORITY``, then
-        ``--ir-op-priority.<op>=...`` flags in `argv`.
+        ``--ir-op-priority.<op>=...`` flags in `argv`; the passes from the TOML file, then
+        ``-O<level>`` and ``--pass.<field>=<value>`` flags (`pass_flags`).
 
         A missing, unreadable or malformed file raises `ValueError` naming the variable."""
         env = os.environ if env is None else env
@@ -138,7 +130,9 @@ class Config:
         if env.get(PRIORITY_ENV):
             priority.update(ir_dispatch.parse_priority_env(env[PRIORITY_ENV]))
         priority.update(ir_dispatch.parse_priority_args(argv))
-        return Config(priority, config.passes, config.piecewise)
+        flags = split_pass_args(argv)[0]
+        passes = with_settings(config.passes, flags, origin="command line", text=True)
+        return Config(priority, passes, config.piecewise)
 
     def apply(self) -> None:
         """Make this configuration's priorities the process-wide ones."""
