@@ -116,6 +116,24 @@ for dtype, (batch, heads, kv_heads, head_dim, max_pos) in [
     decode_kernel.decode_attention(q, k_cache, v_cache, positions, out)
     tol = 1e-5 if dtype == torch.float32 else 2e-3
     torch.testing.assert_close(out, expected, atol=tol, rtol=tol)
+# batch-invariant mode: a sequence's bits are the same alone and in a batch; short sequences
+# leave most splits empty
+k_cache = torch.randn(4, 300, 2, 32)
+v_cache = torch.randn_like(k_cache)
+q = torch.randn(4, 8 * 32)
+positions = torch.tensor([[299], [2], [0], [140]])
+whole = torch.empty_like(q)
+decode_kernel.decode_attention(q, k_cache, v_cache, positions, whole, batch_invariant=True)
+for b in range(4):
+    alone = torch.empty_like(q[b : b + 1])
+    decode_kernel.decode_attention(
+        q[b : b + 1], k_cache[b : b + 1], v_cache[b : b + 1], positions[b : b + 1], alone,
+        batch_invariant=True,
+    )
+    assert torch.equal(alone[0], whole[b]), b
+expected = torch.empty_like(q)
+_attend(q, k_cache, v_cache, positions, 300, expected)
+torch.testing.assert_close(whole, expected, atol=1e-5, rtol=1e-5)
 print("ok")
 """
 

@@ -12,13 +12,15 @@ skipped and their outputs zeroed.
   length on the host, so it is tagged ``cudagraph_unsafe`` and runs eagerly between captured
   pieces.
 - ``torch.ops.ir_stack.decode_attention``: one token per sequence, no host synchronization, so
-  it can be captured in a CUDA graph (a Triton kernel on CUDA GPUs) and a decode step can replay
-  as one full graph.
+  it can be captured in a CUDA graph (split-K Triton kernels on CUDA GPUs, `decode_kernel`) and
+  a decode step can replay as one full graph.
 """
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+import ir_dispatch
 
 from . import decode_kernel
 
@@ -153,7 +155,9 @@ def _(
     query, key, value, positions, out = _rows_with_slots(query, key, value, k_cache, positions, out)
     _write_cache(key, value, k_cache, v_cache, positions)
     if decode_kernel.supports(query, k_cache, positions, out):
-        decode_kernel.decode_attention(query, k_cache, v_cache, positions, out)
+        decode_kernel.decode_attention(
+            query, k_cache, v_cache, positions, out, batch_invariant=ir_dispatch.batch_invariant()
+        )
     else:
         _attend(query, k_cache, v_cache, positions, k_cache.shape[1], out)
 
