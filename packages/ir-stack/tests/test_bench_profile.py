@@ -81,3 +81,22 @@ def test_the_suite_refuses_to_run_without_a_gpu(capsys: pytest.CaptureFixture[st
         pytest.skip("a GPU is here")
     assert profile.main(["--out", "unused", "--model", "tiny"]) == 2
     assert "no CUDA GPU" in capsys.readouterr().out
+
+
+def test_a_cache_store_counts_only_the_slots_it_writes() -> None:
+    """The kernel grid's minimum traffic of an op that stores into a KV cache: what it reads
+    and returns, and one slot's row a real token, never the whole cache."""
+    from ir_spec import ops
+    from ir_spec.testing import sample_inputs
+
+    from ir_stack.bench.kernels import min_traffic_bytes
+
+    op = ops.write_kv_cache
+    key, value, key_cache, value_cache, slots = sample_inputs(
+        op, hidden_size=64, batch_shape=(9,), options={"padding_slots": True}
+    )
+    real = int((slots >= 0).sum())
+    assert 0 < real < 9
+    moved = min_traffic_bytes(op, (key, value, key_cache, value_cache, slots), ())
+    row = 64 * key.element_size()
+    assert moved == 2 * 9 * row + slots.numel() * slots.element_size() + 2 * real * row
