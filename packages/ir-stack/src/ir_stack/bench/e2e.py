@@ -5,7 +5,9 @@ Modes, in one process with the same weights:
 - ``eager native``: IR ops with their native implementations;
 - ``eager best kernels``: IR ops with the kernels selected for this machine;
 - ``torch.compile``, ``torch.compile reduce-overhead``: stock ``torch.compile`` of the same model
-  written in plain PyTorch (``LlamaModel(plain_torch=True)``);
+  written in plain PyTorch (``LlamaModel(plain_torch=True)``); for ``reduce-overhead`` the KV
+  caches are marked static (``torch._dynamo.mark_static_address``), as a PyTorch user would,
+  so Inductor's CUDA graphs are in use (the row records ``cudagraph_skips``);
 - ``ir_stack piecewise``: ``ir_stack.compile`` split at attention, each piece replayed as a
   CUDA graph (``CUDAGraphMode.PIECEWISE``);
 - ``ir_stack``: ``ir_stack.compile`` with ``FULL_AND_PIECEWISE``: decode steps (capturable
@@ -321,6 +323,13 @@ def make_mode(
     if mode.startswith("torch.compile"):
         assert plain is not None
         torch._dynamo.reset()
+        if "reduce-overhead" in mode:
+            # the KV caches are inputs the step writes; marked static (their addresses never
+            # change), Inductor keeps its CUDA graphs instead of skipping them for the mutation
+            for cache in (setup.decode_cache, setup.prefill_cache):
+                for k_cache, v_cache in cache:
+                    torch._dynamo.mark_static_address(k_cache)
+                    torch._dynamo.mark_static_address(v_cache)
         compiled: Callable[..., Tensor] = (
             torch.compile(plain, mode="reduce-overhead")
             if "reduce-overhead" in mode

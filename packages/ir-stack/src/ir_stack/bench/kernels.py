@@ -66,14 +66,19 @@ def empty_cuda_kernel_us() -> float | None:
 
 
 def min_traffic_bytes(op: Any, args: tuple[Any, ...], outs: tuple[torch.Tensor, ...]) -> int:
-    """Bytes the op must move: every input it reads (only the gathered rows of a rotary cache)
-    and every output it writes."""
+    """Bytes the op must move: every input it reads (only the gathered rows of a rotary cache),
+    every output it writes, and of a KV cache it stores into (`IrOp.mutates`) only the slots
+    its tokens write."""
     names = list(op.signature.parameters)
     total = 0
     for name, value in zip(names, args, strict=True):
         if not isinstance(value, torch.Tensor):
             continue
-        if name == "cos_sin_cache":
+        if name in op.mutates:
+            slots = args[names.index("slot_mapping")]
+            slot_bytes = value[0, 0].numel() * value.element_size()
+            total += int((slots >= 0).sum()) * slot_bytes
+        elif name == "cos_sin_cache":
             positions = args[names.index("positions")]
             total += positions.numel() * value.shape[-1] * value.element_size()
         else:
@@ -182,7 +187,7 @@ def bench_op(
             )
             args = sample_inputs(op, spec)
             outs = op.native(*args)
-            outs = outs if isinstance(outs, tuple) else (outs,)
+            outs = () if outs is None else outs if isinstance(outs, tuple) else (outs,)
             traffic = min_traffic_bytes(op, args, outs)
             candidates: dict[str, Callable[[], Any]] = {}
             for p in providers:

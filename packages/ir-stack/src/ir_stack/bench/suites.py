@@ -71,6 +71,16 @@ SUITES: dict[str, Suite] = {
             needs=("transformers",),
         ),
         Suite(
+            "profile",
+            "Where does a compiled step's GPU time go (matrix products, attention, IR ops, "
+            "cache writes, Inductor's code), and how far is the step from reading its weights "
+            "once?",
+            "ir_stack.bench.profile",
+            "ir_stack.bench.profile",
+            gpu_only=True,
+            takes_model=True,
+        ),
+        Suite(
             "dispatch",
             "What does an eager op call cost beyond calling its implementation directly, and "
             "what do maybe_inplace and selection cost?",

@@ -1,0 +1,102 @@
+"""The profile suite's CPU side: kernel categories, the per-step breakdown, the weight bytes a
+step reads, and its report."""
+
+from pathlib import Path
+
+import pytest
+
+from ir_stack.bench import profile, results
+from ir_stack.models import TINY, LlamaModel
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", "matrix products"),
+        ("nvjet_hsh_128x64_64x4_2x1_v_bz_coopA_TNN", "matrix products"),
+        ("_partial_kernel", "attention"),
+        ("flash_fwd_kernel", "attention"),
+        ("void at::native::index_put_kernel_impl<...>", "cache writes"),
+        ("_write_kv_cache_kernel", "cache writes"),
+        ("void ir_cuda::(anonymous namespace)::row_kernel<__nv_bfloat16>(...)", "IR ops"),
+        ("_norm_kernel", "IR ops"),
+        ("triton_per_fused_add_mul_rsqrt_0", "Inductor fused"),
+        ("void at::native::vectorized_elementwise_kernel<4, ...>", "other"),
+    ],
+)
+def test_kernels_fall_into_their_categories(name: str, expected: str) -> None:
+    assert profile.category(name, {"_norm_kernel"}) == expected
+
+
+def test_breakdown_is_a_steps_worth() -> None:
+    events = [("gemm_a", 10.0), ("gemm_b", 30.0), ("triton_poi_fused_0", 4.0), ("memcpy", 2.0)]
+    parts = profile.breakdown(events * 2, steps=2, ir_names=())
+    assert parts.us == {"matrix products": 40.0, "Inductor fused": 4.0, "other": 2.0}
+    assert parts.kernels == {"matrix products": 2, "Inductor fused": 1, "other": 1}
+    assert parts.total_us == 46.0
+
+
+def test_the_triton_providers_kernels_are_known_by_name() -> None:
+    pytest.importorskip("triton")
+    names = profile.ir_kernel_names()
+    assert names, "the Triton provider's @triton.jit kernels"
+    assert all(profile.category(n, names) in ("IR ops", "cache writes", "attention") for n in names)
+
+
+def test_a_decode_step_reads_every_weight_but_the_embedding_table() -> None:
+    model = LlamaModel(TINY)
+    everything = sum(p.numel() * p.element_size() for p in model.parameters())
+    table = model.embed.weight
+    row = table.shape[1] * table.element_size()
+    assert profile.weight_bytes(model, tokens=3) == everything - table.numel() * 4 + 3 * row
+
+
+def test_the_report_renders_from_a_result(tmp_path: Path) -> None:
+    result = results.new_result(
+        "profile",
+        "profile of a made-up run",
+        results.Device("Made-up GPU", "made-up", "cuda"),
+        {"model": "tiny", "iters": 2},
+        profile.KEY,
+        profile.METRICS,
+    )
+    result.facts = {"copy_bandwidth_gbps": 3000.0, "dense_bf16_tflops": 700.0}
+    result.rows = [
+        {"model": "tiny", "workload": "decode b=1", "category": "step", "us": 50.0,
+         "kernels": 30, "graph_step_ms": 0.06, "floor_ms": 0.04, "step_over_floor": 1.5},
+        {"model": "tiny", "workload": "decode b=1", "category": "matrix products", "us": 40.0,
+         "kernels": 20, "share": 0.8},
+        {"model": "tiny", "workload": "decode b=1", "category": "other", "us": 10.0,
+         "kernels": 10, "share": 0.2},
+    ]  # fmt: skip
+    path = results.save(result, tmp_path)
+    table = path.with_suffix(".md").read_text()
+    assert "| decode b=1 | 0.06 | 50 | 30 | 0.04 | 1.5 | - | - |" in table
+    assert "| matrix products | 40 | 80.0 % | 20 |" in table
+    assert path.with_suffix(".png").stat().st_size > 0
+
+
+def test_the_suite_refuses_to_run_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    if profile.torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    assert profile.main(["--out", "unused", "--model", "tiny"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().out
+
+
+def test_a_cache_store_counts_only_the_slots_it_writes() -> None:
+    """The kernel grid's minimum traffic of an op that stores into a KV cache: what it reads
+    and returns, and one slot's row a real token, never the whole cache."""
+    from ir_spec import ops
+    from ir_spec.testing import sample_inputs
+
+    from ir_stack.bench.kernels import min_traffic_bytes
+
+    op = ops.write_kv_cache
+    key, value, key_cache, value_cache, slots = sample_inputs(
+        op, hidden_size=64, batch_shape=(9,), options={"padding_slots": True}
+    )
+    real = int((slots >= 0).sum())
+    assert 0 < real < 9
+    moved = min_traffic_bytes(op, (key, value, key_cache, value_cache, slots), ())
+    row = 64 * key.element_size()
+    assert moved == 2 * 9 * row + slots.numel() * slots.element_size() + 2 * real * row
