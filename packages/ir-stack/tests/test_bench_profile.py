@@ -88,7 +88,6 @@ def test_a_cache_store_counts_only_the_slots_it_writes() -> None:
     and returns, and one slot's row a real token, never the whole cache."""
     from ir_spec import ops
     from ir_spec.testing import sample_inputs
-
     from ir_stack.bench.kernels import min_traffic_bytes
 
     op = ops.write_kv_cache
