@@ -29,6 +29,7 @@ from ir_spec.testing import (
     clone_args,
     matrix_spec,
     nonfinite_variants,
+    results_of,
     sample_inputs,
 )
 
@@ -259,6 +260,40 @@ def test_qk_norm_heads_a_program_keep_the_bits(is_neox_style: bool) -> None:
         for got, want in zip(outs, runs[0], strict=True):
             assert torch.equal(got, want)
     assert_close(op, runs[0], op.native(*args))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["qk_norm_rotary_embedding", "rotary_embedding_write_kv_cache"])
+@pytest.mark.parametrize("provider", ["triton", "triton_inplace"])
+def test_fused_rotary_on_slices_of_a_packed_qkv(
+    provider: str, name: str, dtype: torch.dtype
+) -> None:
+    """Query, key and value as column slices of one ``qkv`` projection (rows one stride
+    apart), as attention layers give them: the native results, and in place only the query
+    and key columns change."""
+    op = getattr(ops, name)
+    args = list(sample_inputs(op, spec_for(dtype, 512, 7, "contiguous", head_size=64)))
+    names = list(op.signature.parameters)
+    query, key = args[1], args[2]
+    widths = [query.shape[-1], key.shape[-1], key.shape[-1]]
+    qkv = torch.randn(7, sum(widths), device=DEVICE).to(dtype)
+    q, k, v = qkv.split(widths, dim=-1)
+    args[1], args[2] = q, k
+    if "value" in names:
+        args[names.index("value")] = v
+    native_args = clone_args(args)
+    expected = results_of(op, native_args, op.native(*native_args))
+    packed = qkv.clone()
+    args[1], args[2], v_packed = packed.split(widths, dim=-1)
+    if "value" in names:
+        args[names.index("value")] = v_packed
+    assert_close(op, results_of(op, args, op.impls[provider].fn(*args)), expected)
+    assert torch.equal(packed[:, -widths[2] :], qkv[:, -widths[2] :])
+    if provider == "triton":
+        assert torch.equal(packed, qkv)
+    else:
+        in_place = (packed[:, : widths[0]], packed[:, widths[0] : -widths[2]])
+        assert_close(op, in_place, expected[:2])
 
 
 NORM_PROVIDERS = [(op, p) for op, p in PROVIDERS if "weight" in op.signature.parameters]
