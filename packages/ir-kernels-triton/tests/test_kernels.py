@@ -262,6 +262,41 @@ def test_qk_norm_heads_a_program_keep_the_bits(is_neox_style: bool) -> None:
     assert_close(op, runs[0], op.native(*args))
 
 
+HEAD_CASES = [
+    (name, head_size, rotary_dim, neox)
+    for name in (
+        "qk_norm_rotary_embedding",
+        "rotary_embedding_write_kv_cache",
+        "write_kv_cache",
+    )
+    for head_size in (64, 128, 256)
+    for rotary_dim in (head_size, head_size // 2)
+    for neox in (True, False)
+    if name != "write_kv_cache" or (rotary_dim == head_size and neox)
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    ("name", "head_size", "rotary_dim", "is_neox_style"),
+    HEAD_CASES,
+    ids=[f"{n}-{h}-{r}-{'neox' if x else 'pairs'}" for n, h, r, x in HEAD_CASES],
+)
+def test_fused_ops_at_every_head_size(
+    name: str, head_size: int, rotary_dim: int, is_neox_style: bool, dtype: torch.dtype
+) -> None:
+    """The head sizes of the models (64, 128, 256), whole and partial rotary, both styles, odd
+    token counts in strided rows, with padding slots and blocks of 16 slots: each provider of
+    the op matches the native function."""
+    op = getattr(ops, name)
+    options: dict[str, Any] = {"head_size": head_size, "padding_slots": True}
+    if name != "write_kv_cache":
+        options |= {"rotary_dim": rotary_dim, "is_neox_style": is_neox_style}
+    args = sample_inputs(op, spec_for(dtype, 8 * head_size, 5, "strided", **options))
+    for provider in [p for p in op.impls if p.startswith("triton")]:
+        assert_impl_matches_native(op, provider, args)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("name", ["qk_norm_rotary_embedding", "rotary_embedding_write_kv_cache"])
 @pytest.mark.parametrize("provider", ["triton", "triton_inplace"])
