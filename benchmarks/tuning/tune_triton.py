@@ -17,8 +17,9 @@ Usage, on a GPU::
     python benchmarks/tuning/tune_triton.py [--ops norms,gates,...] [--out FILE] [--rep MS]
 
 ``--ops`` picks entry families (default: all of them): rows, norms, clusters, gates,
-static_quant, row_blocks, group_quant, rotary, programmatic, device. ``--out FILE`` writes the
-printed table to FILE and every timing to FILE with a ``.json`` suffix.
+static_quant, row_blocks, group_quant, rotary, qk_norm, kv_cache, programmatic, device.
+``--out FILE`` writes the printed table to FILE and every timing to FILE with a ``.json``
+suffix.
 """
 
 from __future__ import annotations
@@ -258,6 +259,8 @@ def entries() -> list[Entry]:
     silu, gelu, silu_q = "silu_and_mul", "gelu_and_mul", "silu_and_mul_static_quant_fp8"
     squant, dquant, gquant = "static_quant_fp8", "dynamic_quant_fp8", "group_quant_fp8"
     rotary = "rotary_embedding"
+    qk_rotary, rotary_cache = "qk_norm_rotary_embedding", "rotary_embedding_write_kv_cache"
+    cache = "write_kv_cache"
     return [
         e("rows.max_single_pass", (8192, 16384, 32768), f"{norm} 1024x16384", f"{norm} 1024x20000"),
         e("rows.loop_block", (2048, 4096, 8192), f"{norm} 16x32768", f"{norm} 1024x32768"),
@@ -520,9 +523,34 @@ def entries() -> list[Entry]:
         ),
         e("rotary.warps", (2, 4, 8), f"{rotary} 1x4096", f"{rotary} 1024x4096"),
         e("rotary.few_tokens", (32, 64, 128), f"{rotary} 64x4096", f"{rotary} 128x4096"),
-        e("rotary.few_heads", (2, 4, 8), f"{rotary} 1x8192", f"{rotary} 16x4096"),
+        # the fused rotary kernels take the rotary's heads a program too
+        e(
+            "rotary.few_heads",
+            (2, 4, 8),
+            f"{rotary} 1x8192",
+            f"{rotary} 16x4096",
+            f"{qk_rotary} 16x4096",
+            f"{rotary_cache} 16x4096",
+        ),
         e("rotary.mid_tokens", (1024, 2048, 4096), f"{rotary} 2048x4096", f"{rotary} 4096x4096"),
-        e("rotary.mid_heads", (4, 8, 16), f"{rotary} 256x4096", f"{rotary} 1024x8192"),
+        e(
+            "rotary.mid_heads",
+            (4, 8, 16),
+            f"{rotary} 256x4096",
+            f"{rotary} 1024x8192",
+            f"{qk_rotary} 1024x4096",
+            f"{rotary_cache} 1024x4096",
+        ),
+        e(
+            "qk_norm.tile_elements",
+            (256, 512, 1024),
+            f"{qk_rotary} 1x4096",
+            f"{qk_rotary} 1024x4096",
+            f"{qk_rotary} 16384x8192",
+        ),
+        e("qk_norm.warps", (2, 4, 8), f"{qk_rotary} 16x4096", f"{qk_rotary} 16384x4096"),
+        e("kv_cache.block", (512, 1024, 2048), f"{cache} 1x1024", f"{cache} 16384x1024"),
+        e("kv_cache.warps", (2, 4, 8), f"{cache} 16x1024", f"{cache} 16384x1024"),
         e(
             "programmatic.max_threads",
             (64 * 1024, 128 * 1024, 256 * 1024),

@@ -213,7 +213,7 @@ def check_cluster(pool: ProcessPoolExecutor) -> dict[str, Any]:
     table = tuning.COMMON.clusters
     # the variants (residual, quant) `rules.cluster_for` spreads at each width
     spread_at: dict[int, tuple[tuple[bool, int], ...]] = {
-        table.wide_norm_width: ((True, 0), (True, 1), (False, 2), (False, 0))
+        table.wide_norm_width: ((True, 0), (True, 1), (True, 2), (False, 2), (False, 0))
     }
     spread_at.update(
         {width: ((True, 0), (True, 1)) for width in table.norm_widths if width not in spread_at}

@@ -8,7 +8,7 @@ import torch
 from ir_kernels_triton.activations import gated as pk
 from ir_kernels_triton.launch import clusters as cn
 from ir_kernels_triton.launch import tuning
-from ir_kernels_triton.launch.rows import warps_for
+from ir_kernels_triton.launch.rows import next_power_of_2, warps_for
 from ir_kernels_triton.norms import kernel as nk
 from ir_kernels_triton.norms import rules as nr
 from ir_kernels_triton.quant import dynamic as dq
@@ -250,6 +250,7 @@ def test_rows_spread_over_clusters_only_for_the_fused_adds_and_dynamic_norm_at_d
     assert nr.cluster_for(x, w, x, r, r, block, plain, True) == CLUSTERS.norm_blocks  # in place
     assert nr.cluster_for(x, w, out, r, res, block, static, True) == CLUSTERS.norm_blocks
     assert nr.cluster_for(x, w, out, None, None, block, dynamic, True) == CLUSTERS.norm_blocks
+    assert nr.cluster_for(x, w, out, r, res, block, dynamic, True) == CLUSTERS.norm_blocks
     assert (
         nr.cluster_for(rows(1), w, out[:1], None, None, block, dynamic, True)
         == CLUSTERS.norm_blocks
@@ -301,6 +302,7 @@ def test_rows_of_4096_spread_only_where_the_split_cannot_serve_them_well(
     assert nr.cluster_for(x[:n], w, q[:n], r[:n], res[:n], block, static, True) == 1
     assert nr.cluster_for(x, w, q, None, None, block, static, True) == 1
     assert nr.cluster_for(x, w, q, None, None, block, dynamic, True) == 1
+    assert nr.cluster_for(x, w, q, r, res, block, dynamic, True) == 1
     assert nr.cluster_for(x, w, out, None, None, block, plain, True) == 1
 
 
@@ -648,3 +650,48 @@ def test_cluster_launch_asks_only_a_known_kernel_form_for_clusters() -> None:
         before = other.packed_metadata
         assert not cn._ask_for_clusters(other, 4)
         assert other.packed_metadata == before
+
+
+@pytest.mark.parametrize("head_size", [64, 128, 256, 769])
+def test_qk_norm_tiles_follow_the_head_size(head_size: int) -> None:
+    """A QK-norm tile (which orders each head's sum) is a power of two of heads whose pair
+    halves fill about `tuning.QkNorm.tile_elements`, never more than the row's heads need; the
+    batch does not enter it."""
+    from ir_kernels_triton.rotary.kernel import rotary_head_block
+    from ir_kernels_triton.rotary.qk_norm import qk_norm_tile_heads
+
+    half_block = next_power_of_2(head_size // 2)
+    for heads in (1, 3, 8, 32, 64):
+        tile = qk_norm_tile_heads(head_size, head_size - head_size % 2, heads)
+        assert tile & (tile - 1) == 0
+        assert tile <= next_power_of_2(heads)
+        assert tile == 1 or tile * half_block <= tuning.COMMON.qk_norm.tile_elements
+        for tokens in (1, 64, 4096):  # a program takes whole tiles
+            assert max(rotary_head_block(tokens, heads), tile) % tile == 0
+
+
+@pytest.mark.parametrize(
+    ("hidden", "group", "one_pass"),
+    [(256, 64, True), (4096, 128, True), (769, 769, True), (16384, 128, True), (16400, 16, False)],
+)
+def test_group_norm_tiles_hold_whole_groups(hidden: int, group: int, one_pass: bool) -> None:
+    """The group norm's tile: the whole row where it fits `tuning.Rows.max_single_pass`, else
+    chunks of whole groups of about `loop_block` elements; from the width and group alone."""
+    from ir_kernels_triton.norms.group import group_norm_config
+
+    rows = tuning.COMMON.rows
+    groups_block, group_block, single = group_norm_config(hidden, group)
+    assert single == one_pass
+    assert group_block == next_power_of_2(group)
+    assert groups_block & (groups_block - 1) == 0
+    if single:
+        assert groups_block * group <= next_power_of_2(hidden // group) * group_block
+        assert groups_block * group_block <= rows.max_single_pass
+        assert groups_block >= hidden // group
+    else:
+        assert groups_block * group_block == max(rows.loop_block, group_block)
+
+
+def test_cache_write_launch_is_launchable() -> None:
+    table = tuning.COMMON.kv_cache
+    assert_launchable(table.block, table.warps)

@@ -20,6 +20,7 @@ from ir_spec.testing import (
     NONFINITE_CASES,
     OPTION_VARIANT_IDS,
     OPTION_VARIANTS,
+    assert_close,
     assert_gelu_accurate_in_the_negative_tail,
     assert_impl_matches_native,
     assert_matches_native_on_the_second_gpu,
@@ -28,6 +29,7 @@ from ir_spec.testing import (
     clone_args,
     matrix_spec,
     nonfinite_variants,
+    results_of,
     sample_inputs,
 )
 
@@ -51,8 +53,10 @@ def test_provider_registered_everywhere() -> None:
     for op in ops:
         assert "triton" in op.impls, op.name
         assert op.impls["triton"].batch_invariant
-    assert ops.fused_add_rms_norm.impls["triton_inplace"].inplace
-    assert ops.rotary_embedding.impls["triton_inplace"].inplace
+    for op in ops:
+        if op.allow_inplace:
+            assert op.impls["triton_inplace"].inplace, op.name
+            assert op.impls["triton_inplace"].batch_invariant, op.name
 
 
 def test_unsupported_platforms_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -228,7 +232,103 @@ def test_batch_invariant(op: IrOp, provider: str, hidden: int) -> None:
     big = sample_inputs(
         op, spec_for(torch.float16, hidden, LARGEST_BATCH, "contiguous", max_position=5000)
     )
-    assert_row_zero_batch_invariant(op.impls[provider], big)
+    assert_row_zero_batch_invariant(op, op.impls[provider], big)
+
+
+@pytest.mark.parametrize("is_neox_style", [True, False], ids=["neox", "pairs"])
+def test_qk_norm_heads_a_program_keep_the_bits(is_neox_style: bool) -> None:
+    """The heads a QK-norm program takes follow the batch (`rotary_head_block`); they only
+    change how many tiles it loops over, never a tile, so every count gives bitwise the same
+    heads (fp32 heads of 128 beside fp32 weights: the sums' order shows most)."""
+    from ir_kernels_triton.rotary.qk_norm import launch_qk_norm_rotary
+
+    op = ops.qk_norm_rotary_embedding
+    spec = spec_for(
+        torch.float32, 32 * 128, 3, "strided", is_neox_style=is_neox_style, rotary_dim=96
+    )
+    args = sample_inputs(op, spec)
+    positions, query, key, q_weight, k_weight, eps, head_size, table, neox = args
+    runs = []
+    for head_block in (None, 1, 8, 32):
+        q_out, k_out = torch.empty_like(query), torch.empty_like(key)
+        launch_qk_norm_rotary(
+            positions, query, key, q_weight, k_weight, eps, head_size, table, neox, q_out, k_out,
+            head_block=head_block,
+        )  # fmt: skip
+        runs.append((q_out, k_out))
+    for outs in runs[1:]:
+        for got, want in zip(outs, runs[0], strict=True):
+            assert torch.equal(got, want)
+    assert_close(op, runs[0], op.native(*args))
+
+
+HEAD_CASES = [
+    (name, head_size, rotary_dim, neox)
+    for name in (
+        "qk_norm_rotary_embedding",
+        "rotary_embedding_write_kv_cache",
+        "write_kv_cache",
+    )
+    for head_size in (64, 128, 256)
+    for rotary_dim in (head_size, head_size // 2)
+    for neox in (True, False)
+    if name != "write_kv_cache" or (rotary_dim == head_size and neox)
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    ("name", "head_size", "rotary_dim", "is_neox_style"),
+    HEAD_CASES,
+    ids=[f"{n}-{h}-{r}-{'neox' if x else 'pairs'}" for n, h, r, x in HEAD_CASES],
+)
+def test_fused_ops_at_every_head_size(
+    name: str, head_size: int, rotary_dim: int, is_neox_style: bool, dtype: torch.dtype
+) -> None:
+    """The head sizes of the models (64, 128, 256), whole and partial rotary, both styles, odd
+    token counts in strided rows, with padding slots and blocks of 16 slots: each provider of
+    the op matches the native function."""
+    op = getattr(ops, name)
+    options: dict[str, Any] = {"head_size": head_size, "padding_slots": True}
+    if name != "write_kv_cache":
+        options |= {"rotary_dim": rotary_dim, "is_neox_style": is_neox_style}
+    args = sample_inputs(op, spec_for(dtype, 8 * head_size, 5, "strided", **options))
+    for provider in [p for p in op.impls if p.startswith("triton")]:
+        assert_impl_matches_native(op, provider, args)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["qk_norm_rotary_embedding", "rotary_embedding_write_kv_cache"])
+@pytest.mark.parametrize("provider", ["triton", "triton_inplace"])
+def test_fused_rotary_on_slices_of_a_packed_qkv(
+    provider: str, name: str, dtype: torch.dtype
+) -> None:
+    """Query, key and value as column slices of one ``qkv`` projection (rows one stride
+    apart), as attention layers give them: the native results, and in place only the query
+    and key columns change."""
+    op = getattr(ops, name)
+    args = list(sample_inputs(op, spec_for(dtype, 512, 7, "contiguous", head_size=64)))
+    names = list(op.signature.parameters)
+    query, key = args[1], args[2]
+    widths = [query.shape[-1], key.shape[-1], key.shape[-1]]
+    qkv = torch.randn(7, sum(widths), device=DEVICE).to(dtype)
+    q, k, v = qkv.split(widths, dim=-1)
+    args[1], args[2] = q, k
+    if "value" in names:
+        args[names.index("value")] = v
+    native_args = clone_args(args)
+    expected = results_of(op, native_args, op.native(*native_args))
+    packed = qkv.clone()
+    args[1], args[2], v_packed = packed.split(widths, dim=-1)
+    if "value" in names:
+        args[names.index("value")] = v_packed
+    assert_close(op, results_of(op, args, op.impls[provider].fn(*args)), expected)
+    assert torch.equal(packed[:, -widths[2] :], qkv[:, -widths[2] :])
+    if provider == "triton":
+        assert torch.equal(packed, qkv)
+    else:
+        in_place = (packed[:, : widths[0]], packed[:, widths[0] : -widths[2]])
+        assert_close(op, in_place, expected[:2])
 
 
 NORM_PROVIDERS = [(op, p) for op, p in PROVIDERS if "weight" in op.signature.parameters]
@@ -241,7 +341,7 @@ NORM_PROVIDERS = [(op, p) for op, p in PROVIDERS if "weight" in op.signature.par
 def test_batch_invariant_beside_a_float32_weight(op: IrOp, provider: str, hidden: int) -> None:
     """Half rows beside a float32 weight (wider accesses than the rows') too."""
     spec = spec_for(torch.float16, hidden, LARGEST_BATCH, "contiguous", weight_dtype=torch.float32)
-    assert_row_zero_batch_invariant(op.impls[provider], sample_inputs(op, spec))
+    assert_row_zero_batch_invariant(op, op.impls[provider], sample_inputs(op, spec))
 
 
 def _clusters_launch() -> bool:
@@ -277,6 +377,7 @@ CLUSTER_CASES = [
     ("fused_add_rms_norm", "triton"),
     ("fused_add_rms_norm", "triton_inplace"),
     ("fused_add_rms_norm_static_quant_fp8", "triton"),
+    ("fused_add_rms_norm_dynamic_quant_fp8", "triton"),
     ("rms_norm_dynamic_quant_fp8", "triton"),
 ]
 
@@ -451,18 +552,27 @@ def test_dynamic_quant_rows_spread_over_a_cluster_give_the_bits_of_one_program(
     assert len(spread) == before  # not spread past decode sizes
 
 
-def assert_row_zero_batch_invariant(impl: Any, big: tuple[Any, ...]) -> None:
-    """Row 0 of `big`'s batch gives bitwise the same outputs alone, in 7 rows and in all."""
+def assert_row_zero_batch_invariant(op: IrOp, impl: Any, big: tuple[Any, ...]) -> None:
+    """Row 0 of `big`'s batch gives bitwise the same outputs alone, in 7 rows and in all (and,
+    where the op stores into caches, the same rows in its slot)."""
     results = []
+    names = list(op.signature.parameters)
     for tokens in (1, 7, LARGEST_BATCH):
-        args = tuple(
-            a[:tokens]
-            if isinstance(a, torch.Tensor) and a.dim() >= 1 and a.shape[0] == LARGEST_BATCH
-            else a
-            for a in big
+        args = clone_args(
+            tuple(
+                a[:tokens]
+                if isinstance(a, torch.Tensor) and a.dim() >= 1 and a.shape[0] == LARGEST_BATCH
+                else a
+                for a in big
+            )
         )
-        out = impl.fn(*clone_args(args))
-        first = [o[:1] for o in (out if isinstance(out, tuple) else (out,))]
+        out = impl.fn(*args)
+        first = [o[:1] for o in (() if out is None else out if isinstance(out, tuple) else (out,))]
+        if op.mutates:
+            slot = int(args[names.index("slot_mapping")].reshape(-1)[0])
+            for name in op.mutates:
+                cache = args[names.index(name)]
+                first.append(cache.view(-1, *cache.shape[2:])[slot])
         results.append([f.view(torch.uint8) if f.element_size() == 1 else f for f in first])
     for other in results[1:]:
         for a, b in zip(results[0], other, strict=True):
@@ -476,17 +586,59 @@ def test_gelu_is_accurate_in_the_negative_tail(dtype: torch.dtype) -> None:
     assert_gelu_accurate_in_the_negative_tail(ops.gelu_and_mul.impls["triton"].fn, dtype, DEVICE)
 
 
+def _as_rotary(name: str, provider: str) -> Any:
+    """Provider `provider`'s `name` (an op that fuses the rotary embedding) called as
+    `rotary_embedding`: the QK norm without weights, the cache write into fresh caches with a
+    slot a token. Returns its query and key."""
+    fn = getattr(ops, name).impls[provider].fn
+    if name == "rotary_embedding":
+        return fn
+
+    def rotate(
+        positions: torch.Tensor,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        head_size: int,
+        cache: torch.Tensor,
+        is_neox_style: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if name == "qk_norm_rotary_embedding":
+            norm = (None, None, 1e-6)
+            return fn(positions, query, key, *norm, head_size, cache, is_neox_style)  # type: ignore[no-any-return]
+        tokens, heads = positions.numel(), key.shape[-1] // head_size
+        caches = [key.new_zeros(tokens, 1, heads, head_size) for _ in range(2)]
+        slots = torch.arange(tokens, device=key.device)
+        rotary = (head_size, cache, is_neox_style)
+        return fn(positions, query, key, key.clone(), *rotary, *caches, slots)  # type: ignore[no-any-return]
+
+    return rotate
+
+
+#: (op, rotary_dim) of the positions-outside-the-table check: the QK norm changes the elements
+#: past the rotary dimension, which the check compares with its input, so only whole heads.
+ROTARY_TABLE_CASES = [
+    (name, rotary_dim)
+    for name in ("rotary_embedding", "qk_norm_rotary_embedding", "rotary_embedding_write_kv_cache")
+    for rotary_dim in (64, 32)
+    if rotary_dim == 64 or name != "qk_norm_rotary_embedding"
+]
+
+
 @pytest.mark.parametrize("is_neox_style", [True, False], ids=["neox", "pairs"])
-@pytest.mark.parametrize("rotary_dim", [64, 32], ids=["whole-head", "partial"])
+@pytest.mark.parametrize(
+    ("name", "rotary_dim"),
+    ROTARY_TABLE_CASES,
+    ids=[f"{n}-{'whole-head' if d == 64 else 'partial'}" for n, d in ROTARY_TABLE_CASES],
+)
 @pytest.mark.parametrize("positions_dtype", [torch.int64, torch.int32], ids=str)
 @pytest.mark.parametrize("provider", ["triton", "triton_inplace"])
 def test_rotary_positions_outside_the_table_give_nan(
-    provider: str, positions_dtype: torch.dtype, rotary_dim: int, is_neox_style: bool
+    provider: str, positions_dtype: torch.dtype, name: str, rotary_dim: int, is_neox_style: bool
 ) -> None:
     """Negative positions and those past the table read nothing outside it: NaN where they
-    rotate, the other tokens untouched."""
+    rotate, the other tokens untouched, in the ops that fuse the rotary embedding too."""
     assert_rotary_reads_only_the_table(
-        ops.rotary_embedding.impls[provider].fn,
+        _as_rotary(name, provider),
         DTYPES[-1],
         DEVICE,
         positions_dtype=positions_dtype,
@@ -497,15 +649,24 @@ def test_rotary_positions_outside_the_table_give_nan(
 
 #: Row widths of the non-finite checks: one vector, a tail, decode rows spread over a cluster
 #: on Hopper (8192), rows streamed in blocks (past `max_single_pass`; under the interpreter
-#: only for the ops that stream rows: rotary works a head, group quantization a group).
+#: only for the ops that stream rows: the rotary kernels work a head, the cache write copies,
+#: group quantization works a group).
 NONFINITE_HIDDEN = [8, 769, 8192, 20000] if GPU else [8, 769, 16400]
 NONFINITE_TOKENS = [1, 5, 64] if GPU else [1, 5]
 NONFINITE_PROVIDERS = nonfinite_variants("triton")
+UNSTREAMED_OPS = (
+    "rotary_embedding",
+    "qk_norm_rotary_embedding",
+    "rotary_embedding_write_kv_cache",
+    "write_kv_cache",
+    "group_quant_fp8",
+    "silu_and_mul_group_quant_fp8",
+)
 NONFINITE_SHAPES = [
     (op, p, options, hidden)
     for op, p, options in NONFINITE_PROVIDERS
     for hidden in NONFINITE_HIDDEN
-    if GPU or hidden < 16384 or op.name not in ("rotary_embedding", "group_quant_fp8")
+    if GPU or hidden < 16384 or op.name not in UNSTREAMED_OPS
 ]
 
 
@@ -557,6 +718,62 @@ def test_supports_args_rejections() -> None:
     assert not rot.accepts(tuple(_rotary_args(**{"1": q.t().contiguous().t()})))
     if GPU:
         assert not triton_impl.accepts((x.cpu(), w.cpu(), 1e-6, None))
+
+
+def _with(args: list[Any], index: int, value: Any) -> tuple[Any, ...]:
+    """`args` with `value` at `index`."""
+    return tuple(value if i == index else a for i, a in enumerate(args))
+
+
+def _sample(name: str, **options: Any) -> list[Any]:
+    op = getattr(ops, name)
+    return list(sample_inputs(op, spec_for(torch.float16, 256, 7, "contiguous", **options)))
+
+
+def test_supports_args_rejections_of_the_fused_ops() -> None:
+    """The fused ops take what their kernels address: groups up to `MAX_GROUP_SIZE`, QK-norm
+    heads up to `MAX_NORM_HEAD_SIZE` beside contiguous weights, contiguous slot mappings."""
+    from ir_kernels_triton import impls
+
+    group = 2 * impls.MAX_GROUP_SIZE
+    wide, gated = (torch.randn(1, n * group, device=DEVICE) for n in (1, 2))
+    grouped: list[tuple[str, tuple[Any, ...]]] = [
+        ("rms_norm_group_quant_fp8", (wide, None, 1e-6, group, False)),
+        ("fused_add_rms_norm_group_quant_fp8", (wide, wide, None, 1e-6, group, False)),
+        ("silu_and_mul_group_quant_fp8", (gated, group, False)),
+    ]
+    for name, too_large in grouped:
+        impl = getattr(ops, name).impls["triton"]
+        assert not impl.accepts(too_large), name
+        fits = tuple(
+            impls.MAX_GROUP_SIZE if isinstance(a, int) and not isinstance(a, bool) else a
+            for a in too_large
+        )
+        assert impl.accepts(fits), name
+    qk = ops.qk_norm_rotary_embedding.impls["triton"]
+    args = _sample("qk_norm_rotary_embedding")
+    assert qk.accepts(tuple(args))
+    weight: torch.Tensor = args[3]
+    strided_weight = torch.ones(2 * weight.numel(), device=DEVICE, dtype=weight.dtype)[::2]
+    assert not qk.accepts(_with(args, 3, strided_weight))
+    head = impls.MAX_NORM_HEAD_SIZE * 2
+    one_head = torch.randn(1, head, device=DEVICE)
+    table = torch.randn(4, head, device=DEVICE)
+    positions = torch.zeros(1, dtype=torch.int64, device=DEVICE)
+    too_wide = (positions, one_head, one_head, None, None, 1e-6, head, table, True)
+    assert not qk.accepts(too_wide)
+    for name in ("write_kv_cache", "rotary_embedding_write_kv_cache"):
+        impl = getattr(ops, name).impls["triton"]
+        cache_args = _sample(name)
+        assert impl.accepts(tuple(cache_args)), name
+        slots: torch.Tensor = cache_args[-1]
+        strided_slots = torch.empty(2 * slots.numel(), dtype=slots.dtype, device=DEVICE)[::2]
+        last = len(cache_args) - 1
+        assert not impl.accepts(_with(cache_args, last, strided_slots.copy_(slots))), name
+        index = 1 if name == "write_kv_cache" else 3
+        value: torch.Tensor = cache_args[index]
+        columns = value.t().contiguous().t()  # rows not contiguous
+        assert not impl.accepts(_with(cache_args, index, columns)), name
 
 
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])

@@ -14,15 +14,18 @@ import pytest
 import torch
 
 from ir_kernels_triton.activations import gated as pk
+from ir_kernels_triton.kv_cache import kernel as kv
 from ir_kernels_triton.launch import device, plans, tuning
+from ir_kernels_triton.norms import group as gn
 from ir_kernels_triton.norms import kernel as nk
 from ir_kernels_triton.norms import rules as nr
 from ir_kernels_triton.quant import dynamic as dq
 from ir_kernels_triton.quant import group as gq
 from ir_kernels_triton.quant import static as sq
 from ir_kernels_triton.rotary import kernel as rk
+from ir_kernels_triton.rotary import qk_norm as qk
 from ir_spec import IrOp, ops
-from ir_spec.testing import clone_args, matrix_spec, sample_inputs
+from ir_spec.testing import clone_args, matrix_spec, results_of, sample_inputs
 
 Launch = tuple[str, str, tuple[int, int, int], list[Any]]
 
@@ -74,6 +77,10 @@ def launches(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Launch]]:
         (dq, "dynamic_quant_kernel"),
         (gq, "group_quant_kernel"),
         (rk, "rotary_kernel"),
+        (gn, "group_norm_kernel"),
+        (qk, "qk_norm_rotary_kernel"),
+        (kv, "write_kv_cache_kernel"),
+        (kv, "rotary_write_kv_cache_kernel"),
     ):
         monkeypatch.setattr(module, name, FakeKernel(getattr(module, name), recorded))
     runtime = SimpleNamespace(launch_enter_hook=None, launch_exit_hook=None)
@@ -211,10 +218,11 @@ def test_split_plan_is_not_replayed_over_an_overlap(
 
 
 def test_plans_keep_no_tensor(launches: list[Launch]) -> None:
-    for make in (*NORM_CASES.values(), *POINTWISE_CASES.values(), _rotary_case(False)):
+    cases = (*NORM_CASES.values(), *POINTWISE_CASES.values(), *FUSED_CASES.values())
+    for make in (*cases, _rotary_case(False)):
         make()()
     kept = [plan._args for store in plans.ALL_PLANS.values() for plan in store._plans.values()]
-    assert len(kept) == len(NORM_CASES) + len(POINTWISE_CASES) + 1
+    assert len(kept) == len(cases) + 1
     assert not any(isinstance(value, torch.Tensor) for args in kept for value in args)
 
 
@@ -310,6 +318,86 @@ def test_rotary_replay_passes_what_the_usual_path_does(launches: list[Launch], c
     _check_replay(launches, case)
 
 
+def _group_norm_case(hidden: int, group: int, residual: bool, column_major: bool) -> Maker:
+    def make() -> Callable[[], None]:
+        rows_ = 3
+        x = torch.randn(rows_, hidden, dtype=torch.float16)
+        r = torch.randn(rows_, hidden, dtype=torch.float16) if residual else None
+        r_out = torch.empty_like(x) if residual else None
+        w = torch.rand(hidden, dtype=torch.float16)
+        q = torch.empty(rows_, hidden, dtype=torch.float8_e4m3fn)
+        groups = hidden // group
+        s = torch.empty(groups, rows_).t() if column_major else torch.empty(rows_, groups)
+        eps = float(torch.rand(1)) * 1e-5
+        return lambda: gn.launch_group_norm(x, w, eps, group, q, s, residual=r, residual_out=r_out)
+
+    return make
+
+
+def _silu_group_case() -> Maker:
+    def make() -> Callable[[], None]:
+        x = torch.randn(5, 2 * 128, dtype=torch.float16)
+        q = torch.empty(5, 128, dtype=torch.float8_e4m3fn)
+        s = torch.empty(5, 2)
+        return lambda: gq.launch_group_quant(x, 64, q, s, act=pk.ACT_SILU)
+
+    return make
+
+
+def _qk_norm_case(in_place: bool, weights: bool = True, rotary_dim: int = 64) -> Maker:
+    def make() -> Callable[[], None]:
+        tokens, head = 3, 64
+        positions = torch.randint(0, 16, (tokens,))
+        q = torch.randn(tokens, 4 * head, dtype=torch.float16)
+        k = torch.randn(tokens, 2 * head, dtype=torch.float16)
+        w = torch.rand(head, dtype=torch.float16) if weights else None
+        cache = torch.randn(16, rotary_dim)
+        q_out, k_out = (q, k) if in_place else (torch.empty_like(q), torch.empty_like(k))
+        eps = float(torch.rand(1)) * 1e-5
+        return lambda: qk.launch_qk_norm_rotary(
+            positions, q, k, w, w, eps, head, cache, True, q_out, k_out
+        )
+
+    return make
+
+
+def _cache_case(rotary: bool, in_place: bool = False, rotary_dim: int = 64) -> Maker:
+    def make() -> Callable[[], None]:
+        tokens, head = 3, 64
+        positions = torch.randint(0, 16, (tokens,))
+        q = torch.randn(tokens, 4 * head, dtype=torch.float16)
+        k, v = (torch.randn(tokens, 2 * head, dtype=torch.float16) for _ in range(2))
+        k_cache, v_cache = (torch.zeros(4, 8, 2, head, dtype=torch.float16) for _ in range(2))
+        slots = torch.randperm(32)[:tokens]
+        if not rotary:
+            return lambda: kv.launch_write_kv_cache(k, v, k_cache, v_cache, slots)
+        cache = torch.randn(16, rotary_dim)
+        q_out, k_out = (q, k) if in_place else (torch.empty_like(q), torch.empty_like(k))
+        return lambda: kv.launch_rotary_write_kv_cache(
+            positions, q, k, v, head, cache, False, k_cache, v_cache, slots, q_out, k_out
+        )
+
+    return make
+
+
+FUSED_CASES = {
+    "group norm": _group_norm_case(256, 64, residual=False, column_major=False),
+    "fused add group norm column-major": _group_norm_case(256, 64, True, column_major=True),
+    "group norm wider than one pass": _group_norm_case(20000, 16, True, column_major=False),
+    "silu group quant": _silu_group_case(),
+    "qk norm": _qk_norm_case(in_place=False),
+    "qk norm in place, no weights, partial": _qk_norm_case(True, weights=False, rotary_dim=32),
+    "write kv cache": _cache_case(rotary=False),
+    "rotary write kv cache": _cache_case(rotary=True),
+    "rotary write kv cache in place, partial": _cache_case(True, in_place=True, rotary_dim=32),
+}
+
+
+@pytest.mark.parametrize("case", FUSED_CASES)
+def test_fused_op_replay_passes_what_the_usual_path_does(launches: list[Launch], case: str) -> None:
+    _check_replay(launches, FUSED_CASES[case])
+
+
 def test_plan_store_bounds_and_refusals(launches: list[Launch]) -> None:
     store = plans.LaunchPlans("test", capacity=2)
     kernel = FakeKernel(nk.norm_kernel, launches)
@@ -372,9 +460,8 @@ def test_replayed_launches_give_the_usual_bits(
 
     def run() -> list[torch.Tensor]:
         call_args = clone_args(args)
-        result = fn(*call_args)
-        outs = result if isinstance(result, tuple) else (result,)
-        return [t.float() for t in outs]
+        # the results, and the caches an op stores into
+        return [t.float() for t in results_of(op, call_args, fn(*call_args))]
 
     plans.clear_launch_plans()
     with plans.launch_plans(False):

@@ -12,9 +12,9 @@ Two switches change how the kernels launch, never what they compute:
   `set_launch_plans` (or the scoped `launch_plans`, or ``IR_TRITON_LAUNCH_PLANS=0``) turns
   that off, `launch_plans_enabled` tells whether it is on, and `clear_launch_plans` drops them.
 
-The kernels are grouped by family: `norms`, `activations`, `quant`, `rotary`; `launch` holds
-what they share (device queries, row layout, programmatic launch, launch plans, clusters, the
-torch ops) and the launch table, `launch.tuning`.
+The kernels are grouped by family: `norms`, `activations`, `quant`, `rotary`, `kv_cache`;
+`launch` holds what they share (device queries, row layout, programmatic launch, launch plans,
+clusters, the torch ops) and the launch table, `launch.tuning`.
 """
 
 from ._version import __version__

@@ -1,12 +1,14 @@
-"""Provider ``triton`` for every catalog op, and ``triton_inplace`` for the two ops whose
-activations may be overwritten (``fused_add_rms_norm`` and ``rotary_embedding``).
+"""Provider ``triton`` for every catalog op, and ``triton_inplace`` for the ops whose
+activations may be overwritten (``fused_add_rms_norm``, ``rotary_embedding``,
+``qk_norm_rotary_embedding`` and ``rotary_embedding_write_kv_cache``).
 
 Every implementation is a row-wise kernel: a row's result never depends on other rows, and
 every launch choice that changes the order of a row's arithmetic depends on the row width
-only, so all are registered batch-invariant.
+only (a head's, for the QK norm), so all are registered batch-invariant.
 `supports_args` accepts float32/float16/bfloat16 activations on the kernels' device whose rows
 the kernels can address (last dimension contiguous, leading dimensions collapsing into one row
-stride) and contiguous parameters (weight, scale, cache, positions).
+stride), contiguous parameters (weight, scale, cos/sin cache, positions, slot mapping) and KV
+caches as the cache ops' checks shape them.
 """
 
 from collections.abc import Callable
@@ -19,15 +21,19 @@ from ir_spec import IrOp, empty_rows, ops
 from ir_spec.catalog.quant import empty_group_scales
 
 from .activations.gated import ACT_GELU, ACT_GELU_TANH, ACT_SILU, launch_gated
+from .kv_cache.kernel import launch_rotary_write_kv_cache, launch_write_kv_cache
+from .launch import tuning
 from .launch.device import on_kernel_device, unsupported_reason
 from .launch.rows import row_stride
 from .launch.torch_ops import traceable
+from .norms.group import launch_group_norm
 from .norms.kernel import launch_norm
 from .norms.rules import QUANT_DYNAMIC, QUANT_STATIC
 from .quant.dynamic import launch_dynamic_quant
 from .quant.group import launch_group_quant
 from .quant.static import launch_static_quant
 from .rotary.kernel import launch_rotary
+from .rotary.qk_norm import launch_qk_norm_rotary
 
 PROVIDER = "triton"
 INPLACE_PROVIDER = "triton_inplace"
@@ -184,6 +190,101 @@ def rms_norm_dynamic_quant_fp8(
     return q, scale
 
 
+def fused_add_rms_norm_dynamic_quant_fp8_supported(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale_ub: Tensor | None = None,
+) -> bool:
+    return _norm_ok(x, weight, scale_ub) and on_kernel_device(x_residual) and _rowwise(x_residual)
+
+
+@_provides(ops.fused_add_rms_norm_dynamic_quant_fp8, fused_add_rms_norm_dynamic_quant_fp8_supported)
+def fused_add_rms_norm_dynamic_quant_fp8(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale_ub: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    q, residual_out = empty_rows(x, dtype=FP8), empty_rows(x)
+    scale = empty_rows(x, 1, torch.float32)
+    launch_norm(
+        x,
+        weight,
+        epsilon,
+        None,
+        q,
+        residual=x_residual,
+        residual_out=residual_out,
+        quant=QUANT_DYNAMIC,
+        scale_out=scale,
+        scale_ub=scale_ub,
+    )
+    return q, scale, residual_out
+
+
+#: Largest group the group-quant kernels hold in one tile row.
+MAX_GROUP_SIZE = 16384
+
+
+def rms_norm_group_quant_fp8_supported(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_size: int = 128,
+    column_major_scales: bool = False,
+) -> bool:
+    return _norm_ok(x, weight) and group_size <= MAX_GROUP_SIZE
+
+
+@_provides(ops.rms_norm_group_quant_fp8, rms_norm_group_quant_fp8_supported)
+def rms_norm_group_quant_fp8(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_size: int = 128,
+    column_major_scales: bool = False,
+) -> tuple[Tensor, Tensor]:
+    q = empty_rows(x, dtype=FP8)
+    scale = empty_group_scales(x, x.shape[-1] // group_size, column_major=column_major_scales)
+    launch_group_norm(x, weight, epsilon, group_size, q, scale)
+    return q, scale
+
+
+def fused_add_rms_norm_group_quant_fp8_supported(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_size: int = 128,
+    column_major_scales: bool = False,
+) -> bool:
+    return (
+        rms_norm_group_quant_fp8_supported(x, weight, epsilon, group_size)
+        and on_kernel_device(x_residual)
+        and _rowwise(x_residual)
+    )
+
+
+@_provides(ops.fused_add_rms_norm_group_quant_fp8, fused_add_rms_norm_group_quant_fp8_supported)
+def fused_add_rms_norm_group_quant_fp8(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_size: int = 128,
+    column_major_scales: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    q, residual_out = empty_rows(x, dtype=FP8), empty_rows(x)
+    scale = empty_group_scales(x, x.shape[-1] // group_size, column_major=column_major_scales)
+    launch_group_norm(
+        x, weight, epsilon, group_size, q, scale, residual=x_residual, residual_out=residual_out
+    )
+    return q, scale, residual_out
+
+
 # ---------------------------------------------------------------------- activations
 def _gated_ok(x: Tensor, scale: Tensor | None = None) -> bool:
     return on_kernel_device(x, scale) and _rowwise(x) and _param(scale)
@@ -222,6 +323,23 @@ def silu_and_mul_static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
     return q
 
 
+def silu_and_mul_group_quant_fp8_supported(
+    x: Tensor, group_size: int = 128, column_major_scales: bool = False
+) -> bool:
+    return _gated_ok(x) and group_size <= MAX_GROUP_SIZE
+
+
+@_provides(ops.silu_and_mul_group_quant_fp8, silu_and_mul_group_quant_fp8_supported)
+def silu_and_mul_group_quant_fp8(
+    x: Tensor, group_size: int = 128, column_major_scales: bool = False
+) -> tuple[Tensor, Tensor]:
+    d = x.shape[-1] // 2
+    q = empty_rows(x, d, FP8)
+    scale = empty_group_scales(x, d // group_size, column_major=column_major_scales)
+    launch_group_quant(x, group_size, q, scale, act=ACT_SILU)
+    return q, scale
+
+
 # -------------------------------------------------------------------------- quant
 def static_quant_fp8_supported(x: Tensor, scale: Tensor) -> bool:
     return _gated_ok(x, scale)
@@ -244,10 +362,6 @@ def dynamic_quant_fp8(x: Tensor, scale_ub: Tensor | None = None) -> tuple[Tensor
     scale = empty_rows(x, 1, torch.float32)
     launch_dynamic_quant(x, scale_ub, q, scale)
     return q, scale
-
-
-#: Largest group the group-quant kernel holds in one tile row.
-MAX_GROUP_SIZE = 16384
 
 
 def group_quant_fp8_supported(
@@ -310,5 +424,202 @@ def rotary_embedding_inplace(
     """Rotates `x_query` and `x_key` in place and returns them."""
     launch_rotary(
         positions, x_query, x_key, head_size, cos_sin_cache, is_neox_style, x_query, x_key
+    )
+    return x_query, x_key
+
+
+#: Largest head the QK-norm kernel holds in registers.
+MAX_NORM_HEAD_SIZE = tuning.COMMON.rows.max_single_pass
+
+
+def qk_norm_rotary_embedding_supported(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    q_weight: Tensor | None,
+    k_weight: Tensor | None,
+    epsilon: float,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+) -> bool:
+    return (
+        rotary_embedding_supported(
+            positions, x_query, x_key, head_size, cos_sin_cache, is_neox_style
+        )
+        and on_kernel_device(q_weight, k_weight)
+        and _param(q_weight)
+        and _param(k_weight)
+        and head_size <= MAX_NORM_HEAD_SIZE
+    )
+
+
+@_provides(ops.qk_norm_rotary_embedding, qk_norm_rotary_embedding_supported)
+def qk_norm_rotary_embedding(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    q_weight: Tensor | None,
+    k_weight: Tensor | None,
+    epsilon: float,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+) -> tuple[Tensor, Tensor]:
+    query, key = empty_rows(x_query), empty_rows(x_key)
+    launch_qk_norm_rotary(
+        positions,
+        x_query,
+        x_key,
+        q_weight,
+        k_weight,
+        epsilon,
+        head_size,
+        cos_sin_cache,
+        is_neox_style,
+        query,
+        key,
+    )
+    return query, key
+
+
+@_provides(ops.qk_norm_rotary_embedding, qk_norm_rotary_embedding_supported, inplace=True)
+def qk_norm_rotary_embedding_inplace(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    q_weight: Tensor | None,
+    k_weight: Tensor | None,
+    epsilon: float,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+) -> tuple[Tensor, Tensor]:
+    """Normalizes and rotates `x_query` and `x_key` in place and returns them."""
+    launch_qk_norm_rotary(
+        positions,
+        x_query,
+        x_key,
+        q_weight,
+        k_weight,
+        epsilon,
+        head_size,
+        cos_sin_cache,
+        is_neox_style,
+        x_query,
+        x_key,
+    )
+    return x_query, x_key
+
+
+# ----------------------------------------------------------------------- KV cache
+def _caches_ok(key_cache: Tensor, value_cache: Tensor, slot_mapping: Tensor) -> bool:
+    return (
+        on_kernel_device(key_cache, value_cache, slot_mapping)
+        and key_cache.dtype in _DTYPES
+        and slot_mapping.is_contiguous()
+    )
+
+
+def write_kv_cache_supported(
+    key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor, slot_mapping: Tensor
+) -> bool:
+    return (
+        on_kernel_device(key, value)
+        and _rowwise(key, value)
+        and _caches_ok(key_cache, value_cache, slot_mapping)
+    )
+
+
+@_provides(ops.write_kv_cache, write_kv_cache_supported)
+def write_kv_cache(
+    key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor, slot_mapping: Tensor
+) -> None:
+    launch_write_kv_cache(key, value, key_cache, value_cache, slot_mapping)
+
+
+def rotary_embedding_write_kv_cache_supported(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    value: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    slot_mapping: Tensor,
+) -> bool:
+    return (
+        rotary_embedding_supported(
+            positions, x_query, x_key, head_size, cos_sin_cache, is_neox_style
+        )
+        and on_kernel_device(value)
+        and _rowwise(value)
+        and _caches_ok(key_cache, value_cache, slot_mapping)
+    )
+
+
+@_provides(ops.rotary_embedding_write_kv_cache, rotary_embedding_write_kv_cache_supported)
+def rotary_embedding_write_kv_cache(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    value: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    slot_mapping: Tensor,
+) -> tuple[Tensor, Tensor]:
+    query, key = empty_rows(x_query), empty_rows(x_key)
+    launch_rotary_write_kv_cache(
+        positions,
+        x_query,
+        x_key,
+        value,
+        head_size,
+        cos_sin_cache,
+        is_neox_style,
+        key_cache,
+        value_cache,
+        slot_mapping,
+        query,
+        key,
+    )
+    return query, key
+
+
+@_provides(
+    ops.rotary_embedding_write_kv_cache, rotary_embedding_write_kv_cache_supported, inplace=True
+)
+def rotary_embedding_write_kv_cache_inplace(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    value: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    slot_mapping: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """Rotates `x_query` and `x_key` in place, writes the rotated key and `value` into the
+    caches, and returns `x_query` and `x_key`."""
+    launch_rotary_write_kv_cache(
+        positions,
+        x_query,
+        x_key,
+        value,
+        head_size,
+        cos_sin_cache,
+        is_neox_style,
+        key_cache,
+        value_cache,
+        slot_mapping,
+        x_query,
+        x_key,
     )
     return x_query, x_key

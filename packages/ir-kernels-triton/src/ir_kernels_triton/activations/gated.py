@@ -69,7 +69,7 @@ def _normal_cdf(a, INTERPRETED: tl.constexpr):
 
 
 @triton.jit
-def _gate(a, ACT: tl.constexpr, INTERPRETED: tl.constexpr):
+def gate(a, ACT: tl.constexpr, INTERPRETED: tl.constexpr):
     if ACT == 0:
         g = _divide(a, 1.0 + tl.exp(-a), INTERPRETED)
     elif ACT == 1:
@@ -100,7 +100,7 @@ def gated_kernel(
     x_row = x_ptr + row * x_stride
     a = tl.load(x_row + offs, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(x_row + d + offs, mask=mask, other=0.0).to(tl.float32)
-    y = _gate(a, ACT, INTERPRETED) * b
+    y = gate(a, ACT, INTERPRETED) * b
     if QUANT:
         y = round_to_dtype(y, x_ptr.dtype.element_ty, INTERPRETED)
         y = quantize(y, 1.0 / tl.load(scale_ptr), INTERPRETED)
@@ -134,7 +134,7 @@ def flat_gated_kernel(
     else:
         a = tl.load(src, mask=i < total, other=0.0).to(tl.float32)
         b = tl.load(src + D, mask=i < total, other=0.0).to(tl.float32)
-    y = _gate(a, ACT, INTERPRETED) * b
+    y = gate(a, ACT, INTERPRETED) * b
     if QUANT:
         y = round_to_dtype(y, x_ptr.dtype.element_ty, INTERPRETED)
         y = quantize(y, 1.0 / tl.load(scale_ptr), INTERPRETED)

@@ -3,7 +3,8 @@
 Eager calls launch the kernels directly (no dispatcher round trip). Under a torch dispatch
 mode (fake tensors, make_fx, as when ir-passes lowers an IR op to this provider) they go
 through the torch op, which records one opaque node; its fake implementation is the IR op's
-native function (or nothing for the in-place variants, which mutate their activations).
+native function (the IR op's own fake for an op that stores into a cache; nothing for the
+in-place variants, which mutate their activations and return nothing).
 """
 
 import functools
@@ -31,7 +32,8 @@ def traceable(
 
     def decorator(kernel: Callable[..., Any]) -> Callable[..., Any]:
         name = op.name + ("_inplace" if inplace else "")
-        mutates = op.activations if inplace else ()
+        # the arguments every call writes (a cache), and in place the activations
+        mutates = (op.activations if inplace else ()) + op.mutates
         schema = infer_schema(kernel, mutates_args=mutates)
         if inplace:  # the op mutates its activations and returns nothing
             schema = schema.split(" -> ")[0] + " -> ()"
@@ -50,7 +52,13 @@ def traceable(
             return None if inplace else result
 
         def fake(*args: Any) -> Any:
-            return None if inplace else op.native(*args)
+            if inplace:
+                return None
+            if op.mutates:
+                # the IR op's own fake: the native function's store into a cache selects the
+                # stored rows by their slots' values, which fake tensors do not have
+                return op.torch_op.default(*args)
+            return op.native(*args)
 
         _LIB.impl(name, run_kernel, "CompositeExplicitAutograd")
         torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIB)

@@ -1,12 +1,14 @@
 """The launch table of the Triton provider: every launch choice that rests on a measurement.
 
-The launchers and their rules (`norms.rules`, `activations.gated`, `quant.static`,
-`quant.dynamic`, `quant.group`, `rotary.kernel`, `launch.programmatic`) say what each choice
-does and why; this module holds the values, each with one line of rationale. The values come
-from sweeps of the provider's launches on the GPUs named below (CUDA-graph replay, medians),
-except the row sizes of `Rows`, which follow from the registers a program holds;
-`benchmarks/tuning/tune_triton.py` sweeps them again on the card it runs on and prints the table for
-that card's class.
+The launchers and their rules (`norms.rules`, `norms.group`, `activations.gated`,
+`quant.static`, `quant.dynamic`, `quant.group`, `rotary.kernel`, `rotary.qk_norm`,
+`kv_cache.kernel`, `launch.programmatic`) say what each choice does and why; this module holds
+the values, each with one line of rationale. The values come from sweeps of the provider's
+launches on the GPUs named below (CUDA-graph replay, medians), except the row sizes of `Rows`,
+which follow from the registers a program holds, and the entries marked not yet measured (the
+kernels of the fused QK-norm and cache ops), which start from the nearest measured launch;
+`benchmarks/tuning/tune_triton.py` sweeps them again on the card it runs on and prints the table
+for that card's class.
 
 Two kinds of entry:
 
@@ -198,7 +200,8 @@ class GroupQuant:
 
 @dataclass(frozen=True)
 class Rotary:
-    """Rotary embedding (`rotary.kernel`)."""
+    """Rotary embedding (`rotary.kernel`), and the heads a program of the kernels that fuse it
+    (`rotary.qk_norm`, `kv_cache.kernel`)."""
 
     #: Warps a program.
     warps: int
@@ -208,6 +211,29 @@ class Rotary:
     few_heads: int
     mid_tokens: int
     mid_heads: int
+
+
+@dataclass(frozen=True)
+class QkNorm:
+    """The QK-norm + rotary kernel (`rotary.qk_norm`). A head's sum of squares runs in the
+    order of its tile's layout, so both entries follow the head size alone (the heads a
+    program take `Rotary`'s rule: a program loops over its heads a tile at a time)."""
+
+    #: Elements of a tile's pair halves (half the rotated part of each of its heads).
+    tile_elements: int
+    #: Warps a program.
+    warps: int
+
+
+@dataclass(frozen=True)
+class KvCache:
+    """The cache write (`kv_cache.kernel.write_kv_cache_kernel`; the fused rotary cache write
+    takes `Rotary`'s launch)."""
+
+    #: Elements of a key or value row a program copies.
+    block: int
+    #: Warps a program.
+    warps: int
 
 
 @dataclass(frozen=True)
@@ -230,6 +256,8 @@ class Common:
     row_blocks: RowBlocks
     group_quant: GroupQuant
     rotary: Rotary
+    qk_norm: QkNorm
+    kv_cache: KvCache
     programmatic: Programmatic
 
 
@@ -393,6 +421,17 @@ COMMON = Common(
         # H100: 8 heads a program to 2048 tokens, a token's heads a program beyond
         mid_tokens=2048,
         mid_heads=8,
+    ),
+    qk_norm=QkNorm(
+        # not yet measured: heads of 128 in tiles of eight, 8 values a thread over 4 warps
+        tile_elements=512,
+        warps=4,
+    ),
+    kv_cache=KvCache(
+        # not yet measured: a key row of 8 heads of 128 in one program, a 16-byte access a
+        # thread of 16-bit rows over 4 warps
+        block=1024,
+        warps=4,
     ),
     programmatic=Programmatic(
         # one wave of 1024 threads an SM on 128 SMs; larger grids on an H200 lost up to 1.6x

@@ -1,12 +1,17 @@
 """Group fp8 quantization: a scale for every group of a row's elements, several whole groups a
 program. A group's result is exact whatever the configuration (a maximum and one division),
 so the configuration may follow the batch and the card.
+
+The kernel also quantizes a gated activation by groups (`silu_and_mul_group_quant_fp8`): it
+computes the gate (`activations.gated.gate`) of each element of its groups and rounds it to the
+activations' dtype, as `silu_and_mul` returns it, in place of loading the element.
 """
 
 import torch
 import triton
 import triton.language as tl
 
+from ..activations.gated import gate
 from ..launch import tuning
 from ..launch.device import dram_gbps_per_sm
 from ..launch.plans import launch_key, launch_plans_enabled, plans_for
@@ -19,7 +24,7 @@ from ..launch.rows import (
     tensor_bytes,
     warps_for,
 )
-from .fp8 import dynamic_scale, exact_rounding, max_keeping_nan, quantize
+from .fp8 import dynamic_scale, exact_rounding, max_keeping_nan, quantize, round_to_dtype
 
 #: Plans of `launch_group_quant` (`launch.plans`).
 _GROUP_QUANT_PLANS = plans_for("group_quant")
@@ -41,7 +46,11 @@ def group_quant_kernel(
     GROUP_BLOCK: tl.constexpr,
     EXACT_FP8: tl.constexpr,
     PDL: tl.constexpr = False,
+    GATE: tl.constexpr = -1,
 ):
+    """`GATE` (one of `activations.gated`'s ``ACT_*``): quantize ``gate(x[..., :hidden]) *
+    x[..., hidden:]`` rounded to the activations' dtype (the gated op's output) instead of
+    `x`; `hidden` is then the output's width."""
     await_previous_grid(PDL)
     # one flat grid, a row's group blocks on consecutive programs: consecutive programs read
     # consecutive memory (a 2-D grid would run the first block of every row first)
@@ -52,7 +61,13 @@ def group_quant_kernel(
     c = tl.arange(0, GROUP_BLOCK)
     col = g[:, None] * group_size + c[None, :]
     mask = (g[:, None] < groups) & (c[None, :] < group_size)
-    x = tl.load(x_ptr + row * x_stride + col, mask=mask, other=0.0).to(tl.float32)
+    x_row = x_ptr + row * x_stride
+    if GATE >= 0:
+        a = tl.load(x_row + col, mask=mask, other=0.0).to(tl.float32)
+        b = tl.load(x_row + hidden + col, mask=mask, other=0.0).to(tl.float32)
+        x = round_to_dtype(gate(a, GATE, EXACT_FP8) * b, x_ptr.dtype.element_ty, EXACT_FP8)
+    else:
+        x = tl.load(x_row + col, mask=mask, other=0.0).to(tl.float32)
     # a float maximum keeping NaN: `abs_peak`'s integer maximum runs slower on these tiles,
     # and the NaN-dropping `tl.max` would give a finite scale to a row holding a NaN
     scale = dynamic_scale(tl.reduce(tl.abs(x), 1, max_keeping_nan))
@@ -68,19 +83,23 @@ def launch_group_quant(
     scale: torch.Tensor,
     per_program: int | None = None,
     num_warps: int | None = None,
+    *,
+    act: int | None = None,
 ) -> None:
     """Per-(row, group) scales into `scale` (any strides) and `q`. `per_program` (groups per
-    program, a power of two) and `num_warps` override the configuration (for tuning sweeps)."""
-    hidden = x.shape[-1]
+    program, a power of two) and `num_warps` override the configuration (for tuning sweeps).
+    `act` (`activations.gated.ACT_SILU`, ...): quantize the gated activation of `x` (rows of
+    ``2 * q.shape[-1]``) rounded to its dtype, as the gated op returns it, not `x`."""
+    hidden = q.shape[-1]
     n = num_rows(x)
-    if n == 0:
+    if n == 0 or hidden == 0:
         return
     groups = hidden // group_size
     scale2 = scale.reshape(n, groups) if scale.dim() != 2 else scale
     values = (x, q, scale2)
     key = None
     if per_program is None and num_warps is None and launch_plans_enabled():
-        key = launch_key((group_size,), x, q, scale2)
+        key = launch_key((group_size, act), x, q, scale2)
         if _GROUP_QUANT_PLANS.replay(key, values):
             return
     x2, q2 = rows(x), rows(q)
@@ -107,6 +126,8 @@ def launch_group_quant(
         EXACT_FP8=exact_rounding(),
         num_warps=warps,
         **launch_options(x2, grid, warps),
+        # (the interpreter's gate is `EXACT_FP8`'s: both where the kernels are interpreted)
+        **({} if act is None else {"GATE": act}),
     )
     compiled = group_quant_kernel[grid](*args, **kwargs)
     if key is not None:
@@ -122,7 +143,7 @@ def default_group_quant_config(
     streamed = streams_from_dram(x, tensor_bytes(x, q, scale))
     return group_quant_config(
         num_rows(x),
-        x.shape[-1] // group_size,
+        q.shape[-1] // group_size,
         next_power_of_2(group_size),
         streamed,
         # only where the rule reads it (a cached answer still costs a decode-size launch)

@@ -29,7 +29,61 @@ _ROTARY_SLOTS = (0, 1, 3, 5, 7, 9)
 
 
 @triton.jit
-def _rotate_heads(
+def cos_sin(pos_ptr, token, cache_ptr, cache_stride, max_position, half, HALF_BLOCK: tl.constexpr):
+    """The cos and sin of `token`'s position, float32 ``[1, HALF_BLOCK]``, NaN where the
+    position is outside the table (no lane reads then, so its row is never dereferenced)."""
+    pos = tl.load(pos_ptr + token).to(tl.int64)
+    i = tl.arange(0, HALF_BLOCK)[None, :]
+    in_table = (pos >= 0) & (pos < max_position)
+    cache_row = cache_ptr + pos * cache_stride
+    # a bound, not `& in_table`, which the interpreter runs as int32
+    looked_up = i < tl.where(in_table, half, 0)
+    cos = tl.load(cache_row + i, mask=looked_up, other=float("nan")).to(tl.float32)
+    sin = tl.load(cache_row + half + i, mask=looked_up, other=float("nan")).to(tl.float32)
+    return cos, sin
+
+
+@triton.jit
+def head_pairs(
+    heads,
+    head_size,
+    half,
+    IS_NEOX: tl.constexpr,
+    HEAD_BLOCK: tl.constexpr,
+    HALF_BLOCK: tl.constexpr,
+):
+    """The rotated pairs of a block of `heads` heads: each head's offset ``[HEAD_BLOCK, 1]``,
+    the offsets within a head of each pair's two elements ``[1, HALF_BLOCK]`` (the two halves
+    (neox) or the even and odd elements (GPT-J)) and the mask of the pairs in the block."""
+    h = tl.arange(0, HEAD_BLOCK)[:, None]
+    i = tl.arange(0, HALF_BLOCK)[None, :]
+    if IS_NEOX:
+        first = i
+        second = half + i
+    else:
+        first = 2 * i
+        second = 2 * i + 1
+    return h * head_size, first, second, (h < heads) & (i < half)
+
+
+@triton.jit
+def head_tails(heads, head_size, half, HEAD_BLOCK: tl.constexpr, TAIL_BLOCK: tl.constexpr):
+    """The elements past the rotary dimension of a block of `heads` heads (partial rotary):
+    each head's offset ``[HEAD_BLOCK, 1]``, their offsets within a head ``[1, TAIL_BLOCK]``,
+    and their mask."""
+    h = tl.arange(0, HEAD_BLOCK)[:, None]
+    t = 2 * half + tl.arange(0, TAIL_BLOCK)[None, :]
+    return h * head_size, t, (h < heads) & (t < head_size)
+
+
+@triton.jit
+def rotated(x1, x2, cos, sin):
+    """The pair (`x1`, `x2`) rotated by the angle of (`cos`, `sin`), float32."""
+    return x1 * cos - x2 * sin, x2 * cos + x1 * sin
+
+
+@triton.jit
+def rotate_heads(
     src_ptr,
     dst_ptr,
     heads,
@@ -43,27 +97,15 @@ def _rotate_heads(
     HALF_BLOCK: tl.constexpr,
     TAIL_BLOCK: tl.constexpr,
 ):
-    h = tl.arange(0, HEAD_BLOCK)[:, None]
-    i = tl.arange(0, HALF_BLOCK)[None, :]
-    mask = (h < heads) & (i < half)
-    base = h * head_size
-    if IS_NEOX:
-        first = base + i
-        second = base + half + i
-    else:
-        first = base + 2 * i
-        second = base + 2 * i + 1
-    x1 = tl.load(src_ptr + first, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(src_ptr + second, mask=mask, other=0.0).to(tl.float32)
-    o1 = x1 * cos - x2 * sin
-    o2 = x2 * cos + x1 * sin
-    tl.store(dst_ptr + first, o1.to(dst_ptr.dtype.element_ty), mask=mask)
-    tl.store(dst_ptr + second, o2.to(dst_ptr.dtype.element_ty), mask=mask)
+    base, first, second, mask = head_pairs(heads, head_size, half, IS_NEOX, HEAD_BLOCK, HALF_BLOCK)
+    x1 = tl.load(src_ptr + base + first, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(src_ptr + base + second, mask=mask, other=0.0).to(tl.float32)
+    o1, o2 = rotated(x1, x2, cos, sin)
+    tl.store(dst_ptr + base + first, o1.to(dst_ptr.dtype.element_ty), mask=mask)
+    tl.store(dst_ptr + base + second, o2.to(dst_ptr.dtype.element_ty), mask=mask)
     if COPY_TAIL:
-        t = tl.arange(0, TAIL_BLOCK)[None, :]
-        tail_len = head_size - 2 * half
-        tail = base + 2 * half + t
-        tail_mask = (h < heads) & (t < tail_len)
+        base, tail, tail_mask = head_tails(heads, head_size, half, HEAD_BLOCK, TAIL_BLOCK)
+        tail += base
         tl.store(dst_ptr + tail, tl.load(src_ptr + tail, mask=tail_mask), mask=tail_mask)
 
 
@@ -96,17 +138,8 @@ def rotary_kernel(
     token = tl.program_id(0).to(tl.int64)
     first_head = tl.program_id(1) * HEAD_BLOCK
     first = first_head * head_size  # offset of this program's first head
-    pos = tl.load(pos_ptr + token).to(tl.int64)
-    i = tl.arange(0, HALF_BLOCK)[None, :]
-    in_table = (pos >= 0) & (pos < max_position)
-    cache_row = cache_ptr + pos * cache_stride
-    # no lane reads where the position is outside the table, so its row's address is never
-    # dereferenced: cos and sin NaN (`other`), so the rotated elements are (a bound, not
-    # `& in_table`, which the interpreter runs as int32)
-    looked_up = i < tl.where(in_table, half, 0)
-    cos = tl.load(cache_row + i, mask=looked_up, other=float("nan")).to(tl.float32)
-    sin = tl.load(cache_row + half + i, mask=looked_up, other=float("nan")).to(tl.float32)
-    _rotate_heads(
+    cos, sin = cos_sin(pos_ptr, token, cache_ptr, cache_stride, max_position, half, HALF_BLOCK)
+    rotate_heads(
         q_ptr + token * q_stride + first,
         q_out_ptr + token * q_out_stride + first,
         q_heads - first_head,
@@ -120,7 +153,7 @@ def rotary_kernel(
         HALF_BLOCK,
         TAIL_BLOCK,
     )
-    _rotate_heads(
+    rotate_heads(
         k_ptr + token * k_stride + first,
         k_out_ptr + token * k_out_stride + first,
         k_heads - first_head,

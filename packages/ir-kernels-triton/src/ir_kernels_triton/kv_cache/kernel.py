@@ -1,0 +1,369 @@
+"""The cache write (`write_kv_cache`) and the rotary embedding that writes the rotated key and
+the value into the cache (`rotary_embedding_write_kv_cache`).
+
+A cache ``[blocks, block_size, kv_heads, head_size]`` whose heads are contiguous and whose
+blocks merge with their slots (what the ops' checks ask) is a matrix of slot rows, one stride
+apart (`slot_stride`): a token's key or value row is copied whole into the row of its slot. A
+padding token (a negative slot) stores nothing: its copies are masked off, so no lane touches
+the address its slot would give.
+
+`rotary_write_kv_cache_kernel` takes a block of heads of one token, as the rotary kernel does:
+it rotates the query heads, rotates the key heads and writes each rotated key head both to the
+returned key and to the cache, and copies the value heads into the cache, so the key and the
+value are read once and every output written once. Every element is computed alone, so the
+blocking may follow the batch (`rotary.kernel.rotary_head_block`).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from ..launch import tuning
+from ..launch.plans import launch_key, launch_plans_enabled, plans_for
+from ..launch.programmatic import await_previous_grid, launch_options
+from ..launch.rows import next_power_of_2, num_rows, rows
+from ..rotary.kernel import (
+    cos_sin,
+    head_pairs,
+    head_tails,
+    rotary_head_block,
+    rotate_heads,
+    rotated,
+)
+
+#: Plans of `launch_write_kv_cache` and of `launch_rotary_write_kv_cache` (`launch.plans`), and
+#: the positions among their kernels' arguments of the tensors that change between calls.
+_WRITE_PLANS = plans_for("write_kv_cache")
+_WRITE_SLOTS = (0, 2, 4, 6, 8)
+_ROTARY_WRITE_PLANS = plans_for("rotary_write_kv_cache")
+_ROTARY_WRITE_SLOTS = (0, 1, 3, 5, 7, 9, 11, 13, 15, 16)
+
+
+def slot_stride(cache: torch.Tensor) -> int:
+    """The stride between the slots of a ``[blocks, block_size, ...]`` cache, whose first two
+    dimensions merge (the ops' check): that of the slots, or of the blocks where a block holds
+    one slot."""
+    return int(cache.stride(1) if cache.shape[1] > 1 else cache.stride(0))
+
+
+@triton.jit
+def _copy_row(src_row, dst_row, cols, width):
+    """Copy the elements `cols` of a row of `width` elements (0: none)."""
+    mask = cols < width
+    tl.store(dst_row + cols, tl.load(src_row + cols, mask=mask), mask=mask)
+
+
+@triton.jit
+def write_kv_cache_kernel(
+    k_ptr,
+    k_stride,
+    v_ptr,
+    v_stride,
+    k_cache_ptr,
+    k_slot_stride,
+    v_cache_ptr,
+    v_slot_stride,
+    slot_ptr,
+    k_width,
+    v_width,
+    BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
+):
+    await_previous_grid(PDL)
+    token = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    slot = tl.load(slot_ptr + token).to(tl.int64)
+    # a padding token copies a row of no elements (a bound, not a mask `& (slot >= 0)`, which
+    # the interpreter runs as int32)
+    stored = slot >= 0
+    _copy_row(
+        k_ptr + token * k_stride,
+        k_cache_ptr + slot * k_slot_stride,
+        cols,
+        tl.where(stored, k_width, 0),
+    )
+    _copy_row(
+        v_ptr + token * v_stride,
+        v_cache_ptr + slot * v_slot_stride,
+        cols,
+        tl.where(stored, v_width, 0),
+    )
+
+
+def launch_write_kv_cache(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Copy each token's key and value row into its slot's row of the caches (`slot_mapping`
+    contiguous, negative slots skipped); `tuning.KvCache` sets the launch."""
+    tokens = num_rows(key)
+    if tokens == 0:
+        return
+    slots = slot_mapping.reshape(-1)
+    values = (key, value, key_cache, value_cache, slots)
+    plan_key = None
+    if launch_plans_enabled():
+        plan_key = launch_key((), *values)
+        if _WRITE_PLANS.replay(plan_key, values):
+            return
+    k2, v2 = rows(key), rows(value)
+    k_width, v_width = key.shape[-1], value.shape[-1]
+    table = tuning.COMMON.kv_cache
+    block = min(table.block, next_power_of_2(max(k_width, v_width)))
+    grid = (tokens, triton.cdiv(max(k_width, v_width), block))
+    args = (
+        k2,
+        k2.stride(0),
+        v2,
+        v2.stride(0),
+        key_cache,
+        slot_stride(key_cache),
+        value_cache,
+        slot_stride(value_cache),
+        slots,
+        k_width,
+        v_width,
+    )
+    kwargs = dict(BLOCK=block, num_warps=table.warps, **launch_options(k2, grid, table.warps))
+    compiled = write_kv_cache_kernel[grid](*args, **kwargs)
+    if plan_key is not None:
+        _WRITE_PLANS.record(
+            plan_key, write_kv_cache_kernel, compiled, grid, args, kwargs, _WRITE_SLOTS
+        )
+
+
+@triton.jit
+def _rotate_key_heads(
+    src_ptr,
+    dst_ptr,
+    cache_ptr,
+    heads,
+    cached_heads,
+    head_size,
+    cos,
+    sin,
+    half,
+    IS_NEOX: tl.constexpr,
+    COPY_TAIL: tl.constexpr,
+    HAS_TAIL: tl.constexpr,
+    HEAD_BLOCK: tl.constexpr,
+    HALF_BLOCK: tl.constexpr,
+    TAIL_BLOCK: tl.constexpr,
+):
+    """`rotary.kernel.rotate_heads` of the key heads at `src_ptr` into `dst_ptr`, each rotated
+    head written to `cache_ptr` too, the first `cached_heads` of them (0: a padding token's);
+    the elements past the rotary dimension (`HAS_TAIL`) go to the cache, and to `dst_ptr` out of
+    place (`COPY_TAIL`)."""
+    dtype = dst_ptr.dtype.element_ty
+    base, first, second, mask = head_pairs(heads, head_size, half, IS_NEOX, HEAD_BLOCK, HALF_BLOCK)
+    x1 = tl.load(src_ptr + base + first, mask=mask, other=0.0).to(tl.float32)
+    x2 = tl.load(src_ptr + base + second, mask=mask, other=0.0).to(tl.float32)
+    o1, o2 = rotated(x1, x2, cos, sin)
+    o1 = o1.to(dtype)
+    o2 = o2.to(dtype)
+    tl.store(dst_ptr + base + first, o1, mask=mask)
+    tl.store(dst_ptr + base + second, o2, mask=mask)
+    _, _, _, cached = head_pairs(cached_heads, head_size, half, IS_NEOX, HEAD_BLOCK, HALF_BLOCK)
+    tl.store(cache_ptr + base + first, o1, mask=cached)
+    tl.store(cache_ptr + base + second, o2, mask=cached)
+    if HAS_TAIL:
+        _, tail, tail_mask = head_tails(heads, head_size, half, HEAD_BLOCK, TAIL_BLOCK)
+        xt = tl.load(src_ptr + base + tail, mask=tail_mask)
+        if COPY_TAIL:
+            tl.store(dst_ptr + base + tail, xt, mask=tail_mask)
+        _, _, cached_tail = head_tails(cached_heads, head_size, half, HEAD_BLOCK, TAIL_BLOCK)
+        tl.store(cache_ptr + base + tail, xt, mask=cached_tail)
+
+
+@triton.jit
+def rotary_write_kv_cache_kernel(
+    pos_ptr,
+    q_ptr,
+    q_stride,
+    k_ptr,
+    k_stride,
+    v_ptr,
+    v_stride,
+    q_out_ptr,
+    q_out_stride,
+    k_out_ptr,
+    k_out_stride,
+    k_cache_ptr,
+    k_slot_stride,
+    v_cache_ptr,
+    v_slot_stride,
+    slot_ptr,
+    cos_sin_ptr,
+    cos_sin_stride,
+    max_position,
+    q_heads,
+    k_heads,
+    head_size,
+    v_head_size,
+    half,
+    IS_NEOX: tl.constexpr,
+    COPY_TAIL: tl.constexpr,
+    HAS_TAIL: tl.constexpr,
+    HEAD_BLOCK: tl.constexpr,
+    HALF_BLOCK: tl.constexpr,
+    TAIL_BLOCK: tl.constexpr,
+    V_BLOCK: tl.constexpr,
+    PDL: tl.constexpr = False,
+):
+    await_previous_grid(PDL)
+    token = tl.program_id(0).to(tl.int64)
+    first_head = tl.program_id(1) * HEAD_BLOCK
+    cos, sin = cos_sin(pos_ptr, token, cos_sin_ptr, cos_sin_stride, max_position, half, HALF_BLOCK)
+    first = first_head * head_size
+    rotate_heads(
+        q_ptr + token * q_stride + first,
+        q_out_ptr + token * q_out_stride + first,
+        q_heads - first_head,
+        head_size,
+        cos,
+        sin,
+        half,
+        IS_NEOX,
+        COPY_TAIL,
+        HEAD_BLOCK,
+        HALF_BLOCK,
+        TAIL_BLOCK,
+    )
+    slot = tl.load(slot_ptr + token).to(tl.int64)
+    # a padding token caches no head (a bound, not a mask: see `write_kv_cache_kernel`)
+    cached_heads = tl.where(slot >= 0, k_heads - first_head, 0)
+    _rotate_key_heads(
+        k_ptr + token * k_stride + first,
+        k_out_ptr + token * k_out_stride + first,
+        k_cache_ptr + slot * k_slot_stride + first,
+        k_heads - first_head,
+        cached_heads,
+        head_size,
+        cos,
+        sin,
+        half,
+        IS_NEOX,
+        COPY_TAIL,
+        HAS_TAIL,
+        HEAD_BLOCK,
+        HALF_BLOCK,
+        TAIL_BLOCK,
+    )
+    # the value heads of this block, copied to the cache
+    h = tl.arange(0, HEAD_BLOCK)[:, None]
+    j = tl.arange(0, V_BLOCK)[None, :]
+    offs = (first_head + h) * v_head_size + j
+    value_mask = (h < cached_heads) & (j < v_head_size)
+    tl.store(
+        v_cache_ptr + slot * v_slot_stride + offs,
+        tl.load(v_ptr + token * v_stride + offs, mask=value_mask),
+        mask=value_mask,
+    )
+
+
+def launch_rotary_write_kv_cache(
+    positions: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    head_size: int,
+    cos_sin_cache: torch.Tensor,
+    is_neox_style: bool,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    query_out: torch.Tensor,
+    key_out: torch.Tensor,
+    head_block: int | None = None,
+) -> None:
+    """Rotate `query`/`key` into `query_out`/`key_out` (which may be the inputs themselves)
+    and write the rotated key and `value` into the slots' rows of the caches. `head_block`
+    (heads a program, a power of two) overrides `rotary_head_block` (for tuning sweeps); the
+    warps are `tuning.Rotary.warps`."""
+    tokens = num_rows(query)
+    if tokens == 0:
+        return
+    flat_positions = positions.reshape(-1)
+    slots = slot_mapping.reshape(-1)
+    values = (
+        flat_positions,
+        query,
+        key,
+        value,
+        query_out,
+        key_out,
+        key_cache,
+        value_cache,
+        slots,
+        cos_sin_cache,
+    )
+    in_place = query_out.data_ptr() == query.data_ptr()
+    plan_key = None
+    if head_block is None and launch_plans_enabled():
+        # out of place the kernel copies the tail too
+        plan_key = launch_key((head_size, is_neox_style, in_place), *values)
+        if _ROTARY_WRITE_PLANS.replay(plan_key, values):
+            return
+    rotary_dim = cos_sin_cache.shape[-1]
+    half = rotary_dim // 2
+    q_heads = query.shape[-1] // head_size
+    k_heads = key.shape[-1] // head_size
+    v_head_size = value.shape[-1] // k_heads
+    heads = max(q_heads, k_heads)
+    if head_block is None:
+        head_block = rotary_head_block(tokens, heads)
+    warps = tuning.COMMON.rotary.warps
+    q2, k2, v2, qo2, ko2 = rows(query), rows(key), rows(value), rows(query_out), rows(key_out)
+    grid = (tokens, triton.cdiv(heads, head_block))
+    args = (
+        flat_positions,
+        q2,
+        q2.stride(0),
+        k2,
+        k2.stride(0),
+        v2,
+        v2.stride(0),
+        qo2,
+        qo2.stride(0),
+        ko2,
+        ko2.stride(0),
+        key_cache,
+        slot_stride(key_cache),
+        value_cache,
+        slot_stride(value_cache),
+        slots,
+        cos_sin_cache,
+        cos_sin_cache.stride(0),
+        cos_sin_cache.shape[0],
+        q_heads,
+        k_heads,
+        head_size,
+        v_head_size,
+        half,
+    )
+    tail = head_size - rotary_dim
+    kwargs = dict(
+        IS_NEOX=is_neox_style,
+        COPY_TAIL=tail > 0 and not in_place,
+        HAS_TAIL=tail > 0,
+        HEAD_BLOCK=head_block,
+        HALF_BLOCK=next_power_of_2(half),
+        TAIL_BLOCK=next_power_of_2(max(tail, 1)),
+        V_BLOCK=next_power_of_2(v_head_size),
+        num_warps=warps,
+        **launch_options(q2, grid, warps),
+    )
+    compiled = rotary_write_kv_cache_kernel[grid](*args, **kwargs)
+    if plan_key is not None:
+        _ROTARY_WRITE_PLANS.record(
+            plan_key,
+            rotary_write_kv_cache_kernel,
+            compiled,
+            grid,
+            args,
+            kwargs,
+            _ROTARY_WRITE_SLOTS,
+        )
