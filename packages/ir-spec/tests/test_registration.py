@@ -97,7 +97,7 @@ def test_catalog_ops_leave_out_ops_declared_elsewhere() -> None:
     assert declared in list(ops)
     catalog = catalog_ops()
     assert declared not in catalog
-    assert len(catalog) == 12
+    assert len(catalog) == 19
     assert {op.name for op in catalog} <= {op.name for op in ops}
 
 
@@ -242,3 +242,46 @@ def test_impl_attributes_and_unregister() -> None:
         op.unregister_impl("fancy")
     with pytest.raises(ValueError, match="cannot be removed"):
         op.unregister_impl("native")
+
+
+def _store(x: Tensor, cache: Tensor, index: int) -> None:
+    cache[index].copy_(x)
+
+
+def test_mutated_parameters_enter_the_schema() -> None:
+    op = register_op(name=fresh(), mutates=["cache"])(_store)
+    assert op.mutates == ("cache",)
+    (written,) = [a for a in op.torch_op.default._schema.arguments if a.is_write]
+    assert written.name == "cache"
+    x, cache = torch.randn(4), torch.randn(3, 4)
+    version = cache._version
+    assert op(x, cache, 1) is None
+    assert torch.equal(cache[1], x)
+    assert cache._version > version, "a stored argument's version counter moves, as in torch"
+    cache2 = cache.clone()
+    op.torch_op.default(-x, cache2, 2)
+    assert torch.equal(cache2[2], -x)
+
+
+@pytest.mark.parametrize(
+    ("mutates", "error", "match"),
+    [
+        (["nope"], ValueError, "mutated parameter 'nope' is not a parameter"),
+        (["index"], TypeError, "must be annotated Tensor"),
+        (["x"], ValueError, "both an activation and mutated"),
+        (["cache", "cache"], ValueError, "names a parameter twice"),
+        ("cache", TypeError, "expected a list of parameter names"),
+    ],
+)
+def test_bad_mutated_parameters_are_refused(mutates: Any, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        register_op(name=fresh(), mutates=mutates)(_store)
+
+
+def test_ops_that_store_run_without_a_gradient() -> None:
+    """A gradient through a store into a cache has no meaning for inference: the op takes its
+    direct path even when an input requires grad, and stores the value."""
+    op = register_op(name=fresh(), mutates=["cache"])(_store)
+    x, cache = torch.randn(4, requires_grad=True), torch.zeros(3, 4)
+    op(x, cache, 0)
+    assert torch.equal(cache[0], x.detach())

@@ -9,7 +9,8 @@ unless grad mode is on and a tensor argument requires grad: that call takes the 
 carries the gradient (`autograd`). Both entry points first try the op's last choice behind a
 tensor guard (`last_choice`), which spares building the key when the arguments look like the
 previous call's. ``maybe_inplace`` bumps the written arguments' version counters before an
-in-place implementation runs, as torch's in-place ops do, except under inference mode.
+in-place implementation runs, as torch's in-place ops do, except under inference mode; an op
+that declares mutated parameters (a cache it stores into) bumps theirs on every call.
 """
 
 import inspect
@@ -63,7 +64,7 @@ def __call__(self, {params}):
 {choose}
     if grad_args and _grad_enabled():
         return self._default_overload({names})
-    if impl.inplace:
+{bump_mutated}    if impl.inplace:
         return impl.fn({cloned})
     return impl.fn({names})
 
@@ -77,7 +78,7 @@ def maybe_inplace(self, {params}):
         return self._default_overload({names})
     if impl.inplace and not _inference_mode():
         _increment_version(({written}))
-    return impl.fn({names})
+{bump_mutated}    return impl.fn({names})
 """
 
 
@@ -198,7 +199,13 @@ def build(
         key = f"_custom_key({joined})"
     cloned = ", ".join(f"{n}.clone()" if n in op.activations else n for n in names)
     guarded = _guarded_arguments(op.native) if last_choice.available() else None
-    needs_grad = needs_grad_expression(op.native)
+    # an op that stores into arguments (`IrOp.mutates`) has no gradient: always the direct path
+    needs_grad = "False" if op.mutates else needs_grad_expression(op.native)
+    bump_mutated = (
+        f"    if not _inference_mode():\n        _increment_version(({', '.join(op.mutates)},))\n"
+        if op.mutates
+        else ""
+    )
     if guarded is None:
         choose = _CHOOSE_BY_KEY.format(key=key, names=joined)
         choose += f"\n    grad_args = {needs_grad}"
@@ -220,7 +227,10 @@ def build(
         choose=choose,
         written="".join(f"{a}, " for a in op.activations),
         needs_grad=needs_grad,
-        traced_needs_grad=needs_grad_expression(op.native, checked=False),
+        traced_needs_grad="False"
+        if op.mutates
+        else needs_grad_expression(op.native, checked=False),
+        bump_mutated=bump_mutated,
     )
     exec(compile(source, f"<ir_spec fast path for {op.name}>", "exec"), namespace)
     return namespace["key"], namespace["__call__"], namespace["maybe_inplace"]

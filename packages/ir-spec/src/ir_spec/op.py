@@ -64,11 +64,14 @@ class IrOp:
         native: Callable[..., Any],
         activations: tuple[str, ...],
         allow_inplace: bool,
+        mutates: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.native = native
         self.activations = activations
         self.allow_inplace = allow_inplace
+        self.mutates = mutates
+        """Parameters every call writes (a cache the op stores into), declared in the schema."""
         self.signature = inspect.signature(native)
         params = list(self.signature.parameters.values())
         self._n_params = len(params)
@@ -201,14 +204,15 @@ class IrOp:
         return getattr(torch.ops.ir, self.name)
 
     def _define_torch_ops(self) -> None:
-        schema = infer_schema(self.native, mutates_args=())
+        schema = infer_schema(self.native, mutates_args=self.mutates)
         _LIB.define(f"{self.name}{schema}")
         _LIB.impl(self.name, self._torch_default_kernel, "CompositeExplicitAutograd")
         torch.library.register_fake(f"{NAMESPACE}::{self.name}", self._fake_kernel, lib=_LIB)
-        autograd.register(self, _LIB, f"{NAMESPACE}::{self.name}")
+        if not self.mutates:  # an op that stores into its arguments has no gradient
+            autograd.register(self, _LIB, f"{NAMESPACE}::{self.name}")
         self._default_overload = self.torch_op.default
         if self.allow_inplace:
-            schema = infer_schema(self.native, mutates_args=self.activations)
+            schema = infer_schema(self.native, mutates_args=self.activations + self.mutates)
             _LIB.define(f"{self.name}.maybe_inplace{schema}")
             _LIB.impl(
                 f"{self.name}.maybe_inplace",
@@ -404,6 +408,7 @@ def _declare(
     name: str | None,
     activations: tuple[str, ...] | list[str] | None,
     allow_inplace: bool,
+    mutates: tuple[str, ...] | list[str] = (),
 ) -> IrOp:
     op_name = check_identifier("op", native.__name__ if name is None else name)
     if op_name in RESERVED_OP_NAMES:
@@ -432,6 +437,7 @@ def _declare(
                 f"op {op_name!r}: activation {a!r} must be annotated Tensor, "
                 f"got {by_name[a].annotation!r}"
             )
+    written = _check_mutates(op_name, mutates, by_name, acts)
     if allow_inplace:
         n_out = tensor_return_count(native)
         if not acts or n_out != len(acts):
@@ -442,7 +448,7 @@ def _declare(
             )
     # Each op gets its own subclass so that its generated __call__ can live on the type.
     op_type = type(f"IrOp_{op_name}", (IrOp,), {"__module__": IrOp.__module__})
-    op: IrOp = op_type(op_name, native, acts, allow_inplace)
+    op: IrOp = op_type(op_name, native, acts, allow_inplace, written)
     try:
         op._define_torch_ops()
         op._install_fast_path()
@@ -451,6 +457,40 @@ def _declare(
     registry.add(op)
     logger.debug("declared ir op %s%s", op_name, op.signature)
     return op
+
+
+def _check_mutates(
+    op_name: str,
+    mutates: tuple[str, ...] | list[str],
+    by_name: Mapping[str, inspect.Parameter],
+    activations: tuple[str, ...],
+) -> tuple[str, ...]:
+    """The declared mutated parameters, refused unless each is a `Tensor` parameter that is not
+    an activation (an activation is written only by ``maybe_inplace``, on request)."""
+    if isinstance(mutates, str) or not isinstance(mutates, tuple | list):
+        raise TypeError(
+            f"op {op_name!r}: argument 'mutates' got {mutates!r}, expected a list of parameter "
+            "names"
+        )
+    for m in mutates:
+        if m not in by_name:
+            raise ValueError(
+                f"op {op_name!r}: mutated parameter {m!r} is not a parameter; parameters: "
+                f"{', '.join(by_name)}"
+            )
+        if not is_tensor_annotation(by_name[m].annotation):
+            raise TypeError(
+                f"op {op_name!r}: mutated parameter {m!r} must be annotated Tensor, "
+                f"got {by_name[m].annotation!r}"
+            )
+        if m in activations:
+            raise ValueError(
+                f"op {op_name!r}: parameter {m!r} is both an activation and mutated; an op "
+                "writes its activations only through maybe_inplace"
+            )
+    if len(set(mutates)) != len(mutates):
+        raise ValueError(f"op {op_name!r}: argument 'mutates' names a parameter twice: {mutates}")
+    return tuple(mutates)
 
 
 @overload
@@ -463,6 +503,7 @@ def register_op(
     name: str | None = None,
     activations: tuple[str, ...] | list[str] | None = None,
     allow_inplace: bool = False,
+    mutates: tuple[str, ...] | list[str] = (),
 ) -> Callable[[Callable[..., Any]], IrOp]: ...
 
 
@@ -473,6 +514,7 @@ def register_op(
     name: str | None = None,
     activations: tuple[str, ...] | list[str] | None = None,
     allow_inplace: bool = False,
+    mutates: tuple[str, ...] | list[str] = (),
 ) -> IrOp | Callable[[Callable[..., Any]], IrOp]:
     """Declare an op from its native function; usable bare or with keyword arguments.
 
@@ -481,7 +523,10 @@ def register_op(
         activations: parameters an in-place implementation may overwrite (default: those whose
             names start with ``x``).
         allow_inplace: also define the ``maybe_inplace`` overload.
+        mutates: parameters every call writes, such as a KV cache the op stores into. The
+            schema declares them mutated (so compilers keep the writes and their order); they
+            are not activations, and the op has no gradient.
     """
     if fn is not None:
-        return _declare(fn, name, activations, allow_inplace)
-    return lambda f: _declare(f, name, activations, allow_inplace)
+        return _declare(fn, name, activations, allow_inplace, mutates)
+    return lambda f: _declare(f, name, activations, allow_inplace, mutates)

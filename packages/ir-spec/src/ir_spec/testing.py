@@ -39,6 +39,7 @@ __all__ = [
     "matrix_spec",
     "nonfinite_variant_ids",
     "nonfinite_variants",
+    "results_of",
     "sample_inputs",
     "weighted_sum",
 ]
@@ -179,25 +180,53 @@ OPTION_VARIANTS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("rotary_embedding", {"cache_dtype": torch.float16, "head_size": 64}),
     ("rotary_embedding", {"cache_dtype": torch.bfloat16, "is_neox_style": False}),
     ("rotary_embedding", {"head_size": 36, "rotary_dim": 18}),
+    ("qk_norm_rotary_embedding", {"is_neox_style": False}),
+    ("qk_norm_rotary_embedding", {"weight": False}),
+    ("qk_norm_rotary_embedding", {"weight_dtype": torch.float32}),
+    ("qk_norm_rotary_embedding", {"head_size": 64, "rotary_dim": 32}),
+    ("qk_norm_rotary_embedding", {"head_size": 256, "is_neox_style": False}),
+    ("write_kv_cache", {"padding_slots": True}),
+    ("write_kv_cache", {"block_size": 1}),
+    ("rotary_embedding_write_kv_cache", {"padding_slots": True}),
+    ("rotary_embedding_write_kv_cache", {"is_neox_style": False, "rotary_dim": 32}),
+    ("rotary_embedding_write_kv_cache", {"head_size": 64, "block_size": 7}),
+    ("fused_add_rms_norm_dynamic_quant_fp8", {"scale_ub": True}),
+    ("fused_add_rms_norm_dynamic_quant_fp8", {"weight": False}),
+    ("rms_norm_group_quant_fp8", {"column_major_scales": True}),
+    ("rms_norm_group_quant_fp8", {"group_size": 64, "weight": False}),
+    ("fused_add_rms_norm_group_quant_fp8", {"column_major_scales": True}),
+    ("fused_add_rms_norm_group_quant_fp8", {"weight_dtype": torch.float32}),
+    ("silu_and_mul_group_quant_fp8", {"column_major_scales": True}),
+    ("silu_and_mul_group_quant_fp8", {"group_size": 64}),
 )
 #: pytest ids of `OPTION_VARIANTS`.
 OPTION_VARIANT_IDS = [f"{name}-{options}" for name, options in OPTION_VARIANTS]
+
+
+def results_of(op: IrOp, args: Sequence[Any], result: Any) -> tuple[Any, ...]:
+    """What a call of `op` with `args` produced: its results, then the arguments it writes
+    (`IrOp.mutates`, such as a KV cache), so that ops that store are compared like the rest."""
+    outs = () if result is None else result if isinstance(result, tuple) else (result,)
+    names = list(op.signature.parameters)
+    return (*outs, *(args[names.index(m)] for m in op.mutates))
 
 
 def assert_impl_matches_native(
     op: IrOp, provider: str, args: tuple[Any, ...], *, check_accepts: bool = True
 ) -> None:
     """Provider `provider`'s implementation accepts `args` and matches the native function
-    within the op's tolerance; an in-place one returns its activation arguments.
+    within the op's tolerance, in its results and in the arguments it writes; an in-place one
+    returns its activation arguments.
     `check_accepts=False` skips asking `supports_args` (for a build that runs elsewhere than
     the provider's device, such as the CUDA kernels emulated on the CPU)."""
     impl = op.impls[provider]
     if check_accepts:
         assert impl.accepts(args), f"{provider} rejected {op.name} arguments it should take"
     inputs = clone_args(args)
-    expected = op.native(*clone_args(args))
+    native_inputs = clone_args(args)
+    expected = results_of(op, native_inputs, op.native(*native_inputs))
     actual = impl.fn(*inputs)
-    assert_close(op, actual, expected)
+    assert_close(op, results_of(op, inputs, actual), expected)
     if impl.inplace:
         outs = actual if isinstance(actual, tuple) else (actual,)
         for out, i in zip(outs, op.activation_indices, strict=True):
@@ -218,6 +247,7 @@ NONFINITE_CASE_IDS = ["nan-first", "inf-last", "-inf-middle"]
 NONFINITE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("dynamic_quant_fp8", {"scale_ub": True}),
     ("rms_norm_dynamic_quant_fp8", {"scale_ub": True}),
+    ("fused_add_rms_norm_dynamic_quant_fp8", {"scale_ub": True}),
 )
 
 
@@ -258,8 +288,9 @@ def assert_nonfinite_like_native(
         raise ValueError(f"assert_nonfinite_like_native: {op.name}'s activation has no rows")
     index = round(column * (x.shape[-1] - 1))
     x[(*(size - 1 for size in x.shape[:-1]), index)] = value
-    expected = op.native(*clone_args(args))
-    actual = fn(*clone_args(args))
+    native_args, fn_args = clone_args(args), clone_args(args)
+    expected = results_of(op, native_args, op.native(*native_args))
+    actual = results_of(op, fn_args, fn(*fn_args))
     assert_close(op, actual, expected, equal_nan=True, msg=f"({value} at column {index})")
 
 

@@ -83,7 +83,21 @@ def _check_rotary_embedding(
     cos_sin_cache: Any,
     is_neox_style: Any,
 ) -> None:
-    op = "rotary_embedding"
+    check_rotary_arguments(
+        "rotary_embedding", positions, x_query, x_key, head_size, cos_sin_cache, is_neox_style
+    )
+
+
+def check_rotary_arguments(
+    op: str,
+    positions: Any,
+    x_query: Any,
+    x_key: Any,
+    head_size: Any,
+    cos_sin_cache: Any,
+    is_neox_style: Any,
+) -> None:
+    """The rotary arguments of `op` (`rotary_embedding` and the ops that fuse it)."""
     checks.activation(op, "x_query", x_query)
     checks.activation(op, "x_key", x_key)
     if isinstance(head_size, bool) or not isinstance(head_size, int) or head_size <= 0:
