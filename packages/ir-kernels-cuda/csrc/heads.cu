@@ -115,6 +115,35 @@ __global__ void __launch_bounds__(tuning::kHeadThreads) aligned_head_kernel(Head
   const bool in_table = static_cast<unsigned>(pos) == row && high == 0;
   const C* cos = a.cache + static_cast<int64_t>(row) * a.rot;
   const C* sin = cos + a.rot / 2;
+  // Which of the thread's two vectors rotate, and their cos and sin, loaded before the norm's
+  // arithmetic (they wait on the position's load), so that the reduction hides them. Neox: the
+  // rotary width's halves are vectors [0, hv) and [hv, 2 hv); vector `lane` and its partner
+  // share a cos and sin, and where hv is a team's slot (`in_thread`) the thread's second vector
+  // is that partner.
+  const int hv = a.half_vectors;
+  const bool in_thread = NEOX && hv == lanes;  // the same for every thread of the launch
+  bool rotated[2];
+  using Table = VecN<C, NEOX ? V : V / 2>;
+  Table c[NEOX ? 1 : 2] = {}, s[NEOX ? 1 : 2] = {};
+  if constexpr (NEOX) {
+    rotated[0] = active && rotates && lane < 2 * hv;
+    rotated[1] = active && rotates && in_thread;
+    if (rotated[0]) {
+      const int i = (lane & (hv - 1)) * V;
+      c[0] = *reinterpret_cast<const Table*>(cos + i);
+      s[0] = *reinterpret_cast<const Table*>(sin + i);
+    }
+  } else {
+#pragma unroll
+    for (int sl = 0; sl < 2; ++sl) {
+      const int u = lane + sl * lanes;
+      rotated[sl] = active && rotates && u * V < a.rot;
+      if (rotated[sl]) {
+        c[sl] = *reinterpret_cast<const Table*>(cos + u * V / 2);
+        s[sl] = *reinterpret_cast<const Table*>(sin + u * V / 2);
+      }
+    }
+  }
 
   float y[2][V];
   unpack_words<T>(x[0], y[0]);
@@ -143,53 +172,37 @@ __global__ void __launch_bounds__(tuning::kHeadThreads) aligned_head_kernel(Head
     }
   }
 
-  // which of the thread's two vectors rotate, and their rotation (o: the stored words)
+  // the rotation (o: the stored words)
   Words4 o[2] = {x[0], x[1]};
-  bool rotated[2] = {false, false};
   if constexpr (NEOX) {
-    const int hv = a.half_vectors;
-    const bool in_thread = hv == lanes;  // the same for every thread of the launch
     Words4 partner = x[1];
-    if (!in_thread) {
+    if (!in_thread) {  // every thread of the warp shuffles alike
 #pragma unroll
       for (int k = 0; k < 4; ++k) partner.v[k] = __shfl_xor_sync(0xffffffffu, x[0].v[k], hv);
-    }
-    rotated[0] = rotates && lane < 2 * hv;
-    rotated[1] = rotates && in_thread;
-    // the cos and sin of vector `lane` of either half (slot 1 holds the second half's)
-    const int i = (lane & (hv - 1)) * V;
-    VecN<C, V> c{}, s{};
-    if (rotated[0]) {
-      c = *reinterpret_cast<const VecN<C, V>*>(cos + i);
-      s = *reinterpret_cast<const VecN<C, V>*>(sin + i);
     }
     float p[V], r[V];
     unpack_words<T>(partner, p);
     const bool first_half = (lane & hv) == 0;
 #pragma unroll
     for (int e = 0; e < V; ++e) {
-      const float ce = float(c.v[e]), se = float(s.v[e]);
+      const float ce = float(c[0].v[e]), se = float(s[0].v[e]);
       // x1 * c - x2 * s in the first half, x2 * c + x1 * s in the second (`rotate`)
       r[e] = first_half ? y[0][e] * ce - p[e] * se : y[0][e] * ce + p[e] * se;
     }
     if (rotated[0]) o[0] = pack_words<T>(r);
     if (rotated[1]) {
 #pragma unroll
-      for (int e = 0; e < V; ++e) r[e] = y[1][e] * float(c.v[e]) + y[0][e] * float(s.v[e]);
+      for (int e = 0; e < V; ++e) r[e] = y[1][e] * float(c[0].v[e]) + y[0][e] * float(s[0].v[e]);
       o[1] = pack_words<T>(r);
     }
   } else {
 #pragma unroll
     for (int sl = 0; sl < 2; ++sl) {
-      const int u = lane + sl * lanes;
-      rotated[sl] = rotates && u * V < a.rot;
       if (!rotated[sl]) continue;
-      const auto c = *reinterpret_cast<const VecN<C, V / 2>*>(cos + u * V / 2);
-      const auto s = *reinterpret_cast<const VecN<C, V / 2>*>(sin + u * V / 2);
       float r[V];
 #pragma unroll
       for (int e = 0; e < V / 2; ++e) {
-        rotate(y[sl][2 * e], y[sl][2 * e + 1], float(c.v[e]), float(s.v[e]), r[2 * e], r[2 * e + 1]);
+        rotate(y[sl][2 * e], y[sl][2 * e + 1], float(c[sl].v[e]), float(s[sl].v[e]), r[2 * e], r[2 * e + 1]);
       }
       o[sl] = pack_words<T>(r);
     }

@@ -55,10 +55,7 @@ struct RowArgs {
   const T* weight;
   int rows;    // tokens * groups; the host checks both fit 31 bits
   int groups;  // per token (1 except for group quantization)
-  union {
-    int groups_shift;        // log2(groups) where groups is a power of two, else -1
-    int group_vector_shift;  // kGroup: log2 of a group's vectors (`aligned_row_kernel`)
-  };
+  int groups_shift;  // log2(groups) where groups is a power of two, else -1
   int width;   // elements per row (per group)
   int var_size;
   float inv_var_size;  // 1 / var_size: a multiplication where a division would branch
@@ -76,20 +73,21 @@ struct RowArgs {
     const float* scale_ub;  // dynamic: the optional upper bound of the absmax
   };
   int residual_out_stride;
-  union {
-    const float* scale;         // static quantization: the one scale
-    const float* add_scale_ub;  // the fused add's dynamic quantization: `scale_ub`
-  };
-  // The fused add's dynamic or group scales (`scale_out` shares the residual's field): written
-  // at a row's end, in the bank's third line, so that the other kernels' fields keep their
-  // places.
+  const float* scale;  // static quantization: the one scale
+  // The fields of the ops added last, in the bank's third line, so that every other kernel's
+  // fields keep their places (a field moved into a union changed the code of kernels that never
+  // read it): the fused add's dynamic or group scales and the bound of its dynamic absmax
+  // (`scale_out` and `scale_ub` share the residual's fields), read after the row's loads, and
+  // the log2 of a group's vectors (kGroup), read after its reduction.
   float* add_scale_out;
+  const float* add_scale_ub;
+  int group_vector_shift;
   // nvcc (CUDA 13) loads every field of a parameter struct of up to 128 bytes at a kernel's
   // entry, and those of a larger one where they are used; the row kernels are tuned in the
   // second form (in the first the norms take about 45 registers a thread instead of 32, and
   // wide rows run slower). So the struct keeps its 152 bytes (and `row_kernel`'s next
   // parameter, `team`, its offset).
-  char keep_over_128_bytes[32];
+  char keep_over_128_bytes[20];
 };
 static_assert(sizeof(RowArgs<float>) == 152, "RowArgs: fields loaded where used (see above)");
 static_assert(offsetof(RowArgs<float>, scale) + sizeof(float*) <= 112,

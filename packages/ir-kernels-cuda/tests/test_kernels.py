@@ -357,6 +357,28 @@ def test_every_op_replays_from_a_cuda_graph(op: IrOp, provider: str, tokens: int
         assert torch.equal(bits(got), bits(want))
 
 
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
+def test_every_implementation_takes_the_benchmark_samples(op: IrOp, provider: str) -> None:
+    """The kernel benchmark (`ir_stack.bench.kernels`) times an op through its public name on
+    its `sample_inputs`, bf16 rows on the GPU: every implementation's `supports_args` takes
+    them, so none is left out of the grid (checked on fake CUDA tensors, so it runs without a
+    GPU)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    spec = SampleSpec(batch_shape=(16,), hidden_size=4096, dtype=torch.bfloat16, device="cpu")
+    real = sample_inputs(op, spec)
+    supported = op.impls[provider].supports_args
+    assert supported is not None
+    with FakeTensorMode():
+        args = [
+            torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="cuda")
+            if isinstance(a, torch.Tensor)
+            else a
+            for a in real
+        ]
+        assert supported(*args)
+
+
 NORM_OPS = [op for op in ops if "weight" in op.signature.parameters]
 
 
