@@ -532,8 +532,10 @@ void launch_silu_group(at::Tensor& out, at::Tensor& scale_out, const at::Tensor&
                   scale_out.size(0) == rows && scale_out.size(1) == groups,
               "ir_cuda: scale_out must be float32 of sizes [", rows, ", ", groups, "], got ", scale_out.scalar_type(),
               " ", scale_out.sizes());
-  TORCH_CHECK(rows * groups <= std::numeric_limits<int>::max(), "ir_cuda: ", rows, " rows of ", groups,
-              " groups are more groups than the kernels address (2^31 - 1)");
+  // (a block's teams past the last stay within 32 bits)
+  TORCH_CHECK(rows * groups <= std::numeric_limits<int>::max() - tuning::kGroupGateThreads, "ir_cuda: ", rows,
+              " rows of ", groups, " groups are more groups than the kernels address (2^31 - 1 - ",
+              tuning::kGroupGateThreads, ")");
   if (rows == 0 || d == 0) return;
   const DeviceScope scope(x);
   IR_CUDA_DISPATCH_FLOAT(x.scalar_type(), "silu_group", [&] {

@@ -153,22 +153,22 @@ __global__ void __launch_bounds__(tuning::kHeadThreads) aligned_head_kernel(Head
     // first); every thread of the warp shuffles alike
     float chain[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
+    for (int sl = 0; sl < 2; ++sl) {
 #pragma unroll
-      for (int e = 0; e < V; ++e) chain[e % 4] = fmaf(y[s][e], y[s][e], chain[e % 4]);
+      for (int e = 0; e < V; ++e) chain[e % 4] = fmaf(y[sl][e], y[sl][e], chain[e % 4]);
     }
     float sum = tree_reduce<4>(chain, SumOp{});
     for (int offset = 1; offset < lanes; offset <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
     const float inv_rms = rsqrtf(sum * a.inv_head_size + a.eps);
 #pragma unroll
-    for (int s = 0; s < 2; ++s) {
+    for (int sl = 0; sl < 2; ++sl) {
       float ws[V];
-      unpack_words<T>(w[s], ws);
+      unpack_words<T>(w[sl], ws);
 #pragma unroll
-      for (int e = 0; e < V; ++e) y[s][e] = (y[s][e] * inv_rms) * ws[e];
+      for (int e = 0; e < V; ++e) y[sl][e] = (y[sl][e] * inv_rms) * ws[e];
       // rounded to T, as the norm hands the head to the rotary embedding
-      x[s] = pack_words<T>(y[s]);
-      unpack_words<T>(x[s], y[s]);
+      x[sl] = pack_words<T>(y[sl]);
+      unpack_words<T>(x[sl], y[sl]);
     }
   }
 
@@ -420,8 +420,10 @@ void launch_heads_typed(const HeadTensors& t, cudaStream_t stream) {
     a.v_head_size = static_cast<int>(t.v_cache->size(3));
     a.heads += static_cast<int>(t.v_cache->size(2));
   }
-  TORCH_CHECK(tokens * a.heads <= std::numeric_limits<int>::max(), "ir_cuda: ", tokens, " tokens of ", a.heads,
-              " heads are more heads than the kernels address (2^31 - 1)");
+  // (a block's teams past the last stay within 32 bits)
+  TORCH_CHECK(tokens * a.heads <= std::numeric_limits<int>::max() - tuning::kHeadThreads, "ir_cuda: ", tokens,
+              " tokens of ", a.heads, " heads are more heads than the kernels address (2^31 - 1 - ",
+              tuning::kHeadThreads, ")");
   a.items = static_cast<int>(tokens * a.heads);
 
   // the aligned kernel's layout (see `aligned_head_kernel`)
@@ -595,8 +597,10 @@ void launch_cache_write(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_
   const int64_t per_unit = vec ? 16 / bytes : 1;
   a.k_units = static_cast<int>(k.size(1) / per_unit);
   const int64_t units = a.k_units + v.size(1) / per_unit;
-  TORCH_CHECK(tokens * units <= std::numeric_limits<int>::max(), "ir_cuda: ", tokens, " tokens of ", units,
-              " units are more than the cache write addresses (2^31 - 1)");
+  // (the last block's threads past the last unit stay within 32 bits)
+  TORCH_CHECK(tokens * units <= std::numeric_limits<int>::max() - tuning::kCacheWriteThreads, "ir_cuda: ", tokens,
+              " tokens of ", units, " units are more than the cache write addresses (2^31 - 1 - ",
+              tuning::kCacheWriteThreads, ")");
   a.units = static_cast<int>(units);
   a.items = static_cast<int>(tokens * units);
   const DeviceScope scope(k);
