@@ -1,5 +1,6 @@
 // Elementwise kernels: silu_and_mul and gelu_and_mul (out[r, i] = act(x[r, i]) * x[r, d + i]),
-// optionally followed by static fp8 quantization, and static fp8 quantization alone.
+// optionally followed by static fp8 quantization, and static fp8 quantization alone; and
+// silu_and_mul followed by group fp8 quantization, whose kernels give each group a team.
 // Float32 math; a gated result is rounded to the input dtype before it is quantized, as the
 // unfused ops would.
 #include <ATen/ATen.h>
@@ -418,6 +419,157 @@ void launch_elementwise(at::Tensor& out, const at::Tensor& x, const at::Tensor* 
   });
 }
 
+// silu_and_mul followed by group quantization: a group of a row's outputs to a team.
+template <typename T>
+struct GroupGateArgs {
+  const T* x;
+  void* out;  // fp8 bits
+  float* scale_out;
+  int x_stride, out_stride;  // 32-bit (the host checks)
+  int scale_token_stride, scale_group_stride;
+  int d;            // a row's outputs (the gate's width)
+  int groups;       // a row's groups
+  int group_size;   // elements a group
+  int teams;        // rows * groups
+  int lane_shift;   // the aligned kernel's lanes a group (a vector each), log2
+};
+
+// A gated value of silu_and_mul rounded to T, as the unfused op hands it to the quantizer.
+template <typename T>
+__device__ __forceinline__ float silu_gate(float g, float u) {
+  return Words<T>::round(activate<kSilu, sizeof(T) == 2>(g) * u);
+}
+
+// Aligned rows, groups of a power of two of 16-byte vectors up to a warp's lanes (the host
+// checks): a lane a vector of the gate and of the up half. Each lane forms its V outputs and
+// their peak, the group's lanes reduce the peaks by shuffles, and every lane quantizes its own
+// outputs with the group's scale; the group's first lane stores the scale. Grid: a flat run of
+// teams over rows x groups; every thread of a block takes part in the shuffles.
+template <typename T>
+__global__ void __launch_bounds__(tuning::kGroupGateThreads) aligned_silu_group_kernel(GroupGateArgs<T> a) {
+  await_previous_grid();
+  constexpr int V = vec_width<T>();
+  const int lanes = 1 << a.lane_shift;
+  const int lane = static_cast<int>(threadIdx.x) & (lanes - 1);
+  const int team = static_cast<int>(blockIdx.x * (blockDim.x >> a.lane_shift) + (threadIdx.x >> a.lane_shift));
+  const bool active = team < a.teams;
+  const int row = team / a.groups;
+  const int group = team - row * a.groups;
+  const int j = group * lanes + lane;  // the lane's vector of the row's outputs
+  const auto* gate = reinterpret_cast<const Words4*>(a.x + static_cast<int64_t>(row) * a.x_stride);
+  const auto* up = reinterpret_cast<const Words4*>(a.x + static_cast<int64_t>(row) * a.x_stride + a.d);
+  Words4 g = fill4(0u), u = fill4(0u);
+  if (active) {
+    g = load_now(gate + j);
+    u = load_now(up + j);
+  }
+  float y[V], upv[V], m[V];
+  unpack_words<T>(g, y);
+  unpack_words<T>(u, upv);
+#pragma unroll
+  for (int e = 0; e < V; ++e) {
+    y[e] = activate<kSilu, sizeof(T) == 2>(y[e]) * upv[e];
+  }
+  round_pairs<T, V>(y);
+#pragma unroll
+  for (int e = 0; e < V; ++e) m[e] = fabsf(y[e]);
+  float peak = tree_reduce<V>(m, MaxOp{});
+  for (int offset = 1; offset < lanes; offset <<= 1) {
+    peak = max_keeping_nan(peak, __shfl_xor_sync(0xffffffffu, peak, offset));
+  }
+  if (!active) return;  // no shuffles follow
+  const float scale = scale_of_absmax(peak);
+  using Pairs = VecN<uint16_t, V / 2>;
+  Pairs q;
+  to_fp8_pairs<V>(y, fast_reciprocal(scale), q.v);
+  reinterpret_cast<Pairs*>(static_cast<uint8_t*>(a.out) + static_cast<int64_t>(row) * a.out_stride)[j] = q;
+  if (lane == 0) {
+    a.scale_out[static_cast<int64_t>(row) * a.scale_token_stride + static_cast<int64_t>(group) * a.scale_group_stride] =
+        scale;
+  }
+}
+
+// Every other layout and group size: a warp a group, whose lanes stride over its outputs twice
+// (their peak, then their fp8 values). The arithmetic is the aligned kernel's.
+template <typename T>
+__global__ void __launch_bounds__(tuning::kGroupGateGenericThreads) silu_group_kernel(GroupGateArgs<T> a) {
+  await_previous_grid();
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int team = static_cast<int>(blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5));
+  const bool active = team < a.teams;
+  const int row = team / a.groups;
+  const int group = team - row * a.groups;
+  const T* gate = a.x + static_cast<int64_t>(row) * a.x_stride;
+  const T* up = gate + a.d;
+  const int first = group * a.group_size, end = first + a.group_size;
+  float peak = 0.f;
+  if (active) {
+    for (int i = first + lane; i < end; i += 32) peak = max_keeping_nan(peak, fabsf(silu_gate<T>(float(gate[i]), float(up[i]))));
+  }
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) peak = max_keeping_nan(peak, __shfl_xor_sync(0xffffffffu, peak, offset));
+  if (!active) return;  // no shuffles follow
+  const float scale = scale_of_absmax(peak);
+  const float inv_scale = fast_reciprocal(scale);
+  uint8_t* out = static_cast<uint8_t*>(a.out) + static_cast<int64_t>(row) * a.out_stride;
+  for (int i = first + lane; i < end; i += 32) out[i] = to_fp8(silu_gate<T>(float(gate[i]), float(up[i])) * inv_scale);
+  if (lane == 0) {
+    a.scale_out[static_cast<int64_t>(row) * a.scale_token_stride + static_cast<int64_t>(group) * a.scale_group_stride] =
+        scale;
+  }
+}
+
+void launch_silu_group(at::Tensor& out, at::Tensor& scale_out, const at::Tensor& x, int64_t group_size) {
+  check_rows(x, "x");
+  const int64_t rows = x.size(0);
+  TORCH_CHECK(x.size(1) % 2 == 0, "ir_cuda: x must have rows of even width, got ", x.size(1));
+  const int64_t d = x.size(1) / 2;
+  TORCH_CHECK(group_size > 0 && d % group_size == 0 && group_size <= std::numeric_limits<int>::max(),
+              "ir_cuda: group_size must be positive and divide half the row width ", d, ", got ", group_size);
+  const int64_t groups = d / group_size;
+  check_fp8(out, "out", {rows, d});
+  TORCH_CHECK(on_kernel_device(scale_out) && scale_out.scalar_type() == at::kFloat && scale_out.dim() == 2 &&
+                  scale_out.size(0) == rows && scale_out.size(1) == groups,
+              "ir_cuda: scale_out must be float32 of sizes [", rows, ", ", groups, "], got ", scale_out.scalar_type(),
+              " ", scale_out.sizes());
+  // (a block's teams past the last stay within 32 bits)
+  TORCH_CHECK(rows * groups <= std::numeric_limits<int>::max() - tuning::kGroupGateThreads, "ir_cuda: ", rows,
+              " rows of ", groups, " groups are more groups than the kernels address (2^31 - 1 - ",
+              tuning::kGroupGateThreads, ")");
+  if (rows == 0 || d == 0) return;
+  const DeviceScope scope(x);
+  IR_CUDA_DISPATCH_FLOAT(x.scalar_type(), "silu_group", [&] {
+    using T = scalar_t;
+    constexpr int V = vec_width<T>();
+    GroupGateArgs<T> a{};
+    a.x = x.const_data_ptr<T>();
+    a.out = out.data_ptr();
+    a.scale_out = scale_out.data_ptr<float>();
+    a.x_stride = row_stride(x, "x");
+    a.out_stride = row_stride(out, "out");
+    a.scale_token_stride = stride_32(scale_out.stride(0), "scale_out's token stride");
+    a.scale_group_stride = stride_32(scale_out.stride(1), "scale_out's group stride");
+    a.d = static_cast<int>(d);
+    a.groups = static_cast<int>(groups);
+    a.group_size = static_cast<int>(group_size);
+    a.teams = static_cast<int>(rows * groups);
+    const int64_t lanes = group_size / V;
+    const bool aligned = group_size % V == 0 && lanes <= 32 && (lanes & (lanes - 1)) == 0 && rows_aligned(x, 16) &&
+                         rows_aligned(out, V);
+    if (aligned) {
+      a.lane_shift = log2_of(static_cast<int>(lanes));
+      constexpr int kThreads = tuning::kGroupGateThreads;
+      const int64_t teams_a_block = kThreads / lanes;
+      launch(aligned_silu_group_kernel<T>, dim3(static_cast<unsigned>((a.teams + teams_a_block - 1) / teams_a_block)),
+             dim3(kThreads), scope.stream, a);
+      return;
+    }
+    constexpr int kThreads = tuning::kGroupGateGenericThreads;
+    launch(silu_group_kernel<T>, dim3(static_cast<unsigned>((a.teams + kThreads / 32 - 1) / (kThreads / 32))),
+           dim3(kThreads), scope.stream, a);
+  });
+}
+
 // The floor of a decode-size launch: the benchmark replays it to time an empty kernel.
 __global__ void nothing_kernel() { await_previous_grid(); }
 
@@ -449,6 +601,11 @@ void silu_and_mul_static_quant_fp8_out(at::Tensor& out, const at::Tensor& x,
 
 void static_quant_fp8_out(at::Tensor& out, const at::Tensor& x, const at::Tensor& scale) {
   launch_elementwise<kIdentity, true>(out, x, &scale);
+}
+
+void silu_and_mul_group_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Tensor& x,
+                                      int64_t group_size) {
+  launch_silu_group(out, scale_out, x, group_size);
 }
 
 }  // namespace ir_cuda

@@ -7,7 +7,7 @@
 // __shfl_xor_sync are barriers over the block and the warp, where a fiber yields until the
 // last one arrives. The blocks of a thread block cluster run together as one pool of fibers,
 // whose __syncthreads is then a barrier over the cluster (`cluster.cuh`). Only what the kernels
-// use is here: 1-D blocks and clusters, 2-D grids, float shuffles, full-warp masks.
+// use is here: 1-D blocks and clusters, 2-D grids, shuffles of 32-bit values, full-warp masks.
 //
 // Fibers, not host threads: a block's threads then cost no thread creation and no futex wake
 // per barrier (a host thread a CUDA thread makes the emulated tests several times slower), and
@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -192,6 +193,16 @@ inline float __shfl_xor_sync(unsigned /*mask: always the full warp*/, float v, i
   const float other = warp.values[lane ^ static_cast<unsigned>(offset)];
   warp.sync.arrive_and_wait();  // nobody overwrites values[] before every lane has read
   return other;
+}
+
+// The 32 bits of `v` from the lane `offset` away (a packed word of 16-bit elements), through the
+// float shuffle above: a copy, never arithmetic, so every bit pattern arrives as it left.
+inline unsigned __shfl_xor_sync(unsigned mask, unsigned v, int offset) {
+  float bits;
+  std::memcpy(&bits, &v, sizeof(bits));
+  bits = __shfl_xor_sync(mask, bits, offset);
+  std::memcpy(&v, &bits, sizeof(v));
+  return v;
 }
 
 namespace ir_cuda {

@@ -1,5 +1,5 @@
-// The norm and quantization ops (rms_norm and fused_add_rms_norm, alone or followed by static
-// or dynamic fp8 quantization; dynamic per-token and per-token-group fp8 quantization): which
+// The norm and quantization ops (rms_norm and fused_add_rms_norm, alone or followed by static,
+// dynamic or group fp8 quantization; dynamic per-token and per-token-group fp8 quantization): which
 // row kernel of norm_kernels.cuh, team and launch each call takes, and the ops' entry points.
 // The rules depend on a row's width and layout for the arithmetic, so that a row's result never
 // depends on its batch; the batch, the L2 and the card choose only hints and launch shapes
@@ -28,7 +28,8 @@ struct RowTensors {
   const at::Tensor* scale = nullptr;
   const at::Tensor* scale_ub = nullptr;
   at::Tensor* scale_out = nullptr;
-  int64_t groups = 1;
+  int64_t groups = 1;         // the quantizer without a norm: groups a token, each taken as a row
+  int64_t group_size = 0;     // kGroup: elements a group of the normalized row
   int64_t scale_token_stride = 0;
   int64_t scale_group_stride = 0;
   std::optional<int64_t> variance_size;
@@ -56,7 +57,15 @@ constexpr int64_t kSplitRows = tuning::kSplitRows;
 // (their residual) are slower split, and are not.
 template <bool ADD, bool NORM, int QUANT, int TEAM, int VPT>
 constexpr bool split_kernel() {
-  return NORM && !ADD && QUANT != kDynamic && TEAM >= 256 && VPT == 2;
+  return NORM && !ADD && (QUANT == kNone || QUANT == kStatic) && TEAM >= 256 && VPT == 2;
+}
+
+// Whether the ops of quantization QUANT take the load hints (`RowLoads`) measured on them: the
+// weight's late load, evict-first rows, the float32 add, the split rows. Dynamic scales after a
+// fused add and group scales after a norm take the plain and spread forms only, so that the
+// build does not grow by a kernel for each hint until one is measured on them.
+constexpr bool hinted_forms(bool add, int quant) {
+  return quant == kNone || quant == kStatic || (!add && quant == kDynamic);
 }
 
 // Whether the kernel of a team of TEAM, VPT vectors a thread, has a RELOAD form: the plain norms
@@ -119,7 +128,7 @@ void launch_team(const AlignedArgs<ADD, NORM, T>& args, bool spread, const RowLo
       return;
     }
   }
-  if constexpr (ADD) {
+  if constexpr (ADD && hinted_forms(ADD, QUANT)) {
     if (loads.evict_first) {
       kernel = aligned_row_kernel<T, TEAM, VPT, ADD, NORM, QUANT, LATE, 1, true>;
     } else if constexpr (float_add_kernel<T, ADD, TEAM, VPT>()) {
@@ -183,7 +192,7 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
             launched = launch_aligned<T, ADD, NORM, QUANT, 4, false, 128, 256>(params, l.team / 2, false, loads, stream);
           }
         }
-        if constexpr (!ADD && NORM && QUANT != kDynamic) {
+        if constexpr (!ADD && NORM && (QUANT == kNone || QUANT == kStatic)) {
           if (loads.late_weight) {
             launched = launch_aligned<T, ADD, NORM, QUANT, VPT, true, 8, 16, 32, 64, 128, 256, 512>(
                 params, l.team, spread, loads, stream);
@@ -202,6 +211,8 @@ void launch_typed(const RowArgs<T>& args, const RowLaunch& l, bool aligned_rows,
   }
   if constexpr (VPT == 1) {
     TORCH_CHECK(false, "ir_cuda: one vector a thread is for aligned rows only");
+  } else if constexpr (QUANT == kGroup) {
+    TORCH_CHECK(false, "ir_cuda: group scales of rows the aligned kernel does not take go to group_norm_kernel");
   } else {
     const int64_t rows_per_block = l.threads / l.team;
     const dim3 grid(static_cast<unsigned>((args.rows + rows_per_block - 1) / rows_per_block));
@@ -335,13 +346,19 @@ void launch_rows(const RowTensors& t) {
       args.residual_stride = row_stride(*t.residual, "x_residual");
     }
     args.weight = t.weight != nullptr ? t.weight->const_data_ptr<T>() : nullptr;
-    // the dynamic quantizers' fields share the fused add's (the unions in RowArgs)
-    static_assert(!(ADD && QUANT == kDynamic), "RowArgs: no fused add with dynamic scales");
     if constexpr (QUANT == kStatic) {
       args.scale = t.scale->const_data_ptr<float>();
-    } else if constexpr (QUANT == kDynamic) {
-      args.scale_ub = t.scale_ub != nullptr ? t.scale_ub->const_data_ptr<float>() : nullptr;
-      args.scale_out = t.scale_out->data_ptr<float>();
+    } else if constexpr (QUANT == kDynamic || QUANT == kGroup) {
+      const float* scale_ub = t.scale_ub != nullptr ? t.scale_ub->const_data_ptr<float>() : nullptr;
+      // the quantizers without a residual share its fields (the unions in RowArgs); the fused
+      // add's have their own
+      if constexpr (ADD) {
+        args.add_scale_ub = scale_ub;
+        args.add_scale_out = t.scale_out->data_ptr<float>();
+      } else {
+        args.scale_ub = scale_ub;
+        args.scale_out = t.scale_out->data_ptr<float>();
+      }
       args.scale_token_stride = stride_32(t.scale_token_stride, "scale_out's token stride");
       args.scale_group_stride = stride_32(t.scale_group_stride, "scale_out's group stride");
     }
@@ -364,6 +381,19 @@ void launch_rows(const RowTensors& t) {
       aligned = aligned && rows_aligned(*t.residual, 16) && rows_aligned(*t.residual_out, 16);
     }
     const RowLaunch l = row_launch(width, V, ADD && aligned);
+    if constexpr (QUANT == kGroup) {
+      // the aligned kernel's groups: a power of two of vectors, at most a warp's lanes and the
+      // team (`aligned_row_kernel`); other rows take a block each (`group_norm_kernel`)
+      const int64_t group_vectors = t.group_size / V;
+      args.groups = static_cast<int>(width / t.group_size);
+      if (!aligned || l.stream || t.group_size % V != 0 || group_vectors > 32 ||
+          (group_vectors & (group_vectors - 1)) != 0 || group_vectors > l.team) {
+        launch(group_norm_kernel<T, ADD>, dim3(static_cast<unsigned>(tokens)), dim3(tuning::kGroupNormThreads),
+               stream, args, static_cast<int>(t.group_size));
+        return;
+      }
+      args.group_vector_shift = log2_of(static_cast<int>(group_vectors));
+    }
     if constexpr (!ADD && !NORM && QUANT == kDynamic) {
       if (aligned && streamed_groups(l, x)) {
         const QuantArgs<T> params = aligned_args<ADD, NORM>(args);
@@ -396,7 +426,9 @@ void launch_rows(const RowTensors& t) {
     } else if constexpr (!ADD && QUANT == kStatic) {
       loads.late_weight = tokens > tuning::kLateWeightStaticRows;
     }
-    if constexpr (NORM && !ADD && QUANT != kDynamic) loads.split = aligned && split_rows(tokens, l, x, *t.out);
+    if constexpr (NORM && !ADD && (QUANT == kNone || QUANT == kStatic)) {
+      loads.split = aligned && split_rows(tokens, l, x, *t.out);
+    }
     if constexpr (ADD) {
       // (the L2 is asked only past kFewRows: as many rows of one tile, 33 MB at most, fit the
       // L2 of every card the table knows; streamed rows take `row_kernel`, which has no hint)
@@ -407,7 +439,7 @@ void launch_rows(const RowTensors& t) {
     constexpr int kTile = tuning::kRowVectors, kWide = tuning::kWideRowVectors;
     static_assert(kTile == 2 && kWide == 4, "the row kernels' forms (split, reload, halves) take 2 and 4 vectors");
     if (l.stream) {
-      launch_typed<T, ADD, NORM, QUANT, kWide, true>(args, l, aligned, loads, stream);
+      if constexpr (QUANT != kGroup) launch_typed<T, ADD, NORM, QUANT, kWide, true>(args, l, aligned, loads, stream);
     } else if (l.vpt == 1) {
       // one vector a thread: the fused add's aligned rows
       if constexpr (ADD) {
@@ -520,6 +552,69 @@ void dynamic_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Ten
   t.scale_out = &scale_out;
   t.scale_token_stride = scale_out.stride(0);
   launch_rows<false, false, kDynamic>(t);
+}
+
+void fused_add_rms_norm_dynamic_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, at::Tensor& residual_out,
+                                              const at::Tensor& x, const at::Tensor& x_residual,
+                                              const std::optional<at::Tensor>& weight, double epsilon,
+                                              const std::optional<at::Tensor>& scale_ub) {
+  check_scale_out(scale_out, x, 1);
+  RowTensors t;
+  t.out = &out;
+  t.residual_out = &residual_out;
+  t.x = &x;
+  t.residual = &x_residual;
+  t.weight = opt(weight);
+  t.epsilon = epsilon;
+  t.scale_ub = opt(scale_ub);
+  t.scale_out = &scale_out;
+  t.scale_token_stride = scale_out.stride(0);
+  launch_rows<true, true, kDynamic>(t);
+}
+
+namespace {
+// The group arguments of the norms with group scales; their groups a token.
+int64_t check_groups(const at::Tensor& x, int64_t group_size) {
+  TORCH_CHECK(group_size > 0 && x.dim() == 2 && x.size(1) % group_size == 0,
+              "ir_cuda: group_size must be positive and divide the row width ", x.size(-1), ", got ", group_size);
+  TORCH_CHECK(group_size <= std::numeric_limits<int>::max(), "ir_cuda: group_size ", group_size,
+              " is more elements than the kernels address (2^31 - 1)");
+  return x.size(1) / group_size;
+}
+
+template <bool ADD>
+void launch_norm_groups(RowTensors& t, at::Tensor& scale_out, int64_t group_size) {
+  check_scale_out(scale_out, *t.x, check_groups(*t.x, group_size));
+  t.scale_out = &scale_out;
+  t.group_size = group_size;
+  t.scale_token_stride = scale_out.stride(0);
+  t.scale_group_stride = scale_out.stride(1);
+  launch_rows<ADD, true, kGroup>(t);
+}
+}  // namespace
+
+void rms_norm_group_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Tensor& x,
+                                  const std::optional<at::Tensor>& weight, double epsilon, int64_t group_size) {
+  RowTensors t;
+  t.out = &out;
+  t.x = &x;
+  t.weight = opt(weight);
+  t.epsilon = epsilon;
+  launch_norm_groups<false>(t, scale_out, group_size);
+}
+
+void fused_add_rms_norm_group_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, at::Tensor& residual_out,
+                                            const at::Tensor& x, const at::Tensor& x_residual,
+                                            const std::optional<at::Tensor>& weight, double epsilon,
+                                            int64_t group_size) {
+  RowTensors t;
+  t.out = &out;
+  t.residual_out = &residual_out;
+  t.x = &x;
+  t.residual = &x_residual;
+  t.weight = opt(weight);
+  t.epsilon = epsilon;
+  launch_norm_groups<true>(t, scale_out, group_size);
 }
 
 void group_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Tensor& x,

@@ -1,6 +1,6 @@
 // The row kernels of the norm and quantization ops (norm.cu launches them): rms_norm and
-// fused_add_rms_norm, alone or followed by static or dynamic fp8 quantization, and dynamic
-// per-token and per-token-group fp8 quantization.
+// fused_add_rms_norm, alone or followed by static, dynamic (per token) or group (per token
+// group) fp8 quantization, and dynamic per-token and per-token-group fp8 quantization.
 //
 // A team of threads owns one row (for group quantization: one group). Each thread loads its
 // part of the row into registers once (16-byte vectors between a scalar head and tail), the team
@@ -28,7 +28,9 @@
 namespace ir_cuda {
 namespace {
 
-enum Quant : int { kNone = 0, kStatic = 1, kDynamic = 2 };
+// kGroup: the scales of a norm's token groups (the norm reduces the whole row, the groups' peaks
+// their own parts of it); a quantizer without a norm takes its groups as rows (kDynamic).
+enum Quant : int { kNone = 0, kStatic = 1, kDynamic = 2, kGroup = 3 };
 
 // Batches of about a row per SM at most (`tuning::kFewRows`): the static-quant norms prefetch
 // their scale (`RowArgs::prefetch_scale`), and plain rms_norm loads its weight late
@@ -72,16 +74,24 @@ struct RowArgs {
   };
   int residual_out_stride;
   const float* scale;  // static quantization: the one scale
+  // The fields of the ops added last, in the bank's third line, so that every other kernel's
+  // fields keep their places (a field moved into a union changed the code of kernels that never
+  // read it): the fused add's dynamic or group scales and the bound of its dynamic absmax
+  // (`scale_out` and `scale_ub` share the residual's fields), read after the row's loads, and
+  // the log2 of a group's vectors (kGroup), read after its reduction.
+  float* add_scale_out;
+  const float* add_scale_ub;
+  int group_vector_shift;
   // nvcc (CUDA 13) loads every field of a parameter struct of up to 128 bytes at a kernel's
   // entry, and those of a larger one where they are used; the row kernels are tuned in the
   // second form (in the first the norms take about 45 registers a thread instead of 32, and
   // wide rows run slower). So the struct keeps its 152 bytes (and `row_kernel`'s next
   // parameter, `team`, its offset).
-  char keep_over_128_bytes[40];
+  char keep_over_128_bytes[20];
 };
 static_assert(sizeof(RowArgs<float>) == 152, "RowArgs: fields loaded where used (see above)");
 static_assert(offsetof(RowArgs<float>, scale) + sizeof(float*) <= 112,
-              "RowArgs: every field a kernel reads in the first two lines of the bank");
+              "RowArgs: every field a kernel reads before its row's end in the first two lines of the bank");
 
 // The aligned kernel's parameters for the quantizers without a norm (dynamic per-token and
 // group quantization): every field they read in the bank's first line (48 bytes from 0x210),
@@ -101,14 +111,37 @@ struct QuantArgs {
 };
 static_assert(offsetof(QuantArgs<float>, scale_ub) == 48, "QuantArgs: the hot fields in one line");
 
+// Where the rows' dynamic or group scales go, and the dynamic absmax's optional upper bound: the
+// fields the quantizers share with the residual's, or the fused add's own (ADD).
+template <bool ADD, typename T>
+__device__ __forceinline__ float* scale_out_of(const RowArgs<T>& a) {
+  if constexpr (ADD) {
+    return a.add_scale_out;
+  } else {
+    return a.scale_out;
+  }
+}
+template <bool ADD, typename T>
+__device__ __forceinline__ const float* scale_ub_of(const RowArgs<T>& a) {
+  if constexpr (ADD) {
+    return a.add_scale_ub;
+  } else {
+    return a.scale_ub;
+  }
+}
+template <bool ADD, typename T>
+__device__ __forceinline__ const float* scale_ub_of(const QuantArgs<T>& a) {
+  return a.scale_ub;
+}
+
 // Whether the dynamic quantizer was given an upper bound of the absmax.
-template <typename T>
+template <bool ADD, typename T>
 __device__ __forceinline__ bool has_scale_ub(const QuantArgs<T>& a) {
   return a.has_scale_ub;
 }
-template <typename T>
+template <bool ADD, typename T>
 __device__ __forceinline__ bool has_scale_ub(const RowArgs<T>& a) {
-  return a.scale_ub != nullptr;
+  return scale_ub_of<ADD>(a) != nullptr;
 }
 
 template <bool ADD, bool NORM, typename T>
@@ -222,23 +255,23 @@ __device__ __forceinline__ int64_t row_offset(int row, int stride) {
 }
 
 // The dynamic scale of a row from its absmax (reduced over the row).
-template <typename Args>
+template <bool ADD, typename Args>
 __device__ __forceinline__ float dynamic_scale(const Args& a, float amax, float scale_ub) {
-  if (has_scale_ub(a)) amax = min_keeping_nan(amax, scale_ub);
+  if (has_scale_ub<ADD>(a)) amax = min_keeping_nan(amax, scale_ub);
   return scale_of_absmax(amax);
 }
 
 // The team's first lane writes its row's dynamic scale out.
-template <typename T>
+template <bool ADD, typename T>
 __device__ __forceinline__ void write_scale(const RowArgs<T>& a, const RowSlot& r, float scale) {
   if (r.active && r.lane == 0) {
-    a.scale_out[static_cast<int64_t>(r.token) * a.scale_token_stride +
-                static_cast<int64_t>(r.group) * a.scale_group_stride] = scale;
+    scale_out_of<ADD>(a)[static_cast<int64_t>(r.token) * a.scale_token_stride +
+                         static_cast<int64_t>(r.group) * a.scale_group_stride] = scale;
   }
 }
 
 // The same for ungrouped rows (the aligned kernel's).
-template <typename T>
+template <bool ADD, typename T>
 __device__ __forceinline__ void write_scale(const QuantArgs<T>& a, const RowSlot& r, float scale) {
   if (r.active && r.lane == 0) a.scale_out[static_cast<int64_t>(r.token) * a.scale_token_stride] = scale;
 }
@@ -276,7 +309,7 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
   const bool whole_variance = a.var_size == a.width;
   // scalars the end of the row needs, loaded before the row so that their latency overlaps
   const float static_scale = QUANT == kStatic ? *a.scale : 1.f;
-  const float scale_ub = QUANT == kDynamic && a.scale_ub != nullptr ? *a.scale_ub : 0.f;
+  const float scale_ub = QUANT == kDynamic && scale_ub_of<ADD>(a) != nullptr ? *scale_ub_of<ADD>(a) : 0.f;
 
   XTile xs;
   XTile ws;  // the weight; loaded beside x when the row fits one tile, so both loads overlap
@@ -341,8 +374,8 @@ __global__ void __launch_bounds__(kMaxTeam) row_kernel(RowArgs<T> a, int team) {
 
   float scale = static_scale;
   if constexpr (QUANT == kDynamic) {
-    scale = dynamic_scale(a, team_reduce(acc, team, MaxOp{}), scale_ub);
-    write_scale(a, slot, scale);
+    scale = dynamic_scale<ADD>(a, team_reduce(acc, team, MaxOp{}), scale_ub);
+    write_scale<ADD>(a, slot, scale);
   }
   if (!active) return;  // no reductions follow
   // one division per row; the product differs from y / scale by at most an fp32 rounding
@@ -401,7 +434,9 @@ static_assert(cluster_for_team(256) == 1, "halves_kernel: its teams reduce withi
 // is loaded and held as elsewhere); the residual's sum is stored after the second read: the
 // same bits. SPLIT > 1 shares each row among SPLIT blocks (`split_rows`): every one loads and
 // reduces the whole row, as one block would, then normalizes and stores only its slice, the
-// vectors [s, s + 1) * TEAM * VPT / SPLIT of block s; the same bits.
+// vectors [s, s + 1) * TEAM * VPT / SPLIT of block s; the same bits. kGroup quantizes the
+// normalized row in groups of 2^group_vector_shift vectors, at most a warp's lanes and at most
+// the team (the host checks), each group's scale reduced over its lanes by shuffles.
 template <typename T, int TEAM, int VPT, bool ADD, bool NORM, int QUANT, bool LATE, int CLUSTER,
           bool EVICT = false, bool FLOAT_ADD = false, int TOGETHER = 0, bool RELOAD = false, int SPLIT = 1>
 __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTER)
@@ -411,9 +446,11 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
                 "TOGETHER is for the fp8 rows without a norm (`launch_streamed_groups`)");
   static_assert(!RELOAD || (NORM && QUANT == kNone && !LATE && CLUSTER == 1 && !EVICT && !FLOAT_ADD),
                 "RELOAD is for the plain norms' rows (`reload_rows`)");
-  static_assert(SPLIT == 1 || (NORM && !ADD && QUANT != kDynamic && CLUSTER == 1 && !RELOAD &&
+  static_assert(SPLIT == 1 || (NORM && !ADD && (QUANT == kNone || QUANT == kStatic) && CLUSTER == 1 && !RELOAD &&
                                 (TEAM * VPT) % SPLIT == 0),
-                "SPLIT is for the norms without a residual or a dynamic scale (`split_kernel`)");
+                "SPLIT is for the norms without a residual or a dynamic or group scale (`split_kernel`)");
+  static_assert(QUANT != kGroup || (NORM && !LATE && !EVICT && !FLOAT_ADD && TOGETHER == 0),
+                "kGroup rows take the plain and spread forms (`hinted_forms` in norm.cu)");
   constexpr int team = TEAM;
   constexpr int kBlockThreads = aligned_block_threads(TEAM, TOGETHER);
   const RowSlot slot = aligned_row_slot<TEAM, CLUSTER, SPLIT, kBlockThreads>(a);
@@ -549,7 +586,7 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
     }
     if constexpr (QUANT == kStatic) inv_static_scale = fast_reciprocal(load_now(a.scale));
     if constexpr (QUANT == kDynamic) {
-      if (has_scale_ub(a)) scale_ub = load_now(a.scale_ub);
+      if (has_scale_ub<ADD>(a)) scale_ub = load_now(scale_ub_of<ADD>(a));
     }
     // with the loads in flight (every thread is active where the row may be spread)
     exchange.begin();
@@ -689,8 +726,36 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
     float amax = kEarlyMax ? W::round(xw_absmax * inv_rms) : exchange.reduce(acc, MaxOp{}, NORM ? 1 : 0);
     // TOGETHER: the block's rows store only after all of them have their maximum
     if constexpr (TOGETHER > 0) amax = after_block_barrier<kBlockThreads>(amax);
-    scale = dynamic_scale(a, amax, scale_ub);
+    scale = dynamic_scale<ADD>(a, amax, scale_ub);
     inv_scale = fast_reciprocal(scale);
+  }
+  // kGroup: a group's vectors lie in one slot k of neighbouring lanes (vector j = lane + k * team),
+  // so the peaks of every slot's vectors are reduced over a group's lanes by shuffles at once.
+  // The normalized row, rounded to T, replaces x in registers, as for the dynamic scale. Vectors
+  // past the row form whole groups of their own (the row is whole groups), never stored.
+  float group_scale[QUANT == kGroup ? VPT : 1];
+  float group_inv_scale[QUANT == kGroup ? VPT : 1];
+  if constexpr (QUANT == kGroup) {
+    float peak[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      float y[V];
+      normed_raw(k, y);
+      xs[k] = pack_words<T>(y);
+      unpack_words<T>(xs[k], y);
+#pragma unroll
+      for (int e = 0; e < V; ++e) y[e] = fabsf(y[e]);
+      peak[k] = tree_reduce<V>(y, MaxOp{});
+    }
+    for (int offset = 1; offset < (1 << a.group_vector_shift); offset <<= 1) {
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) peak[k] = max_keeping_nan(peak[k], __shfl_xor_sync(0xffffffffu, peak[k], offset));
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      group_scale[k] = scale_of_absmax(peak[k]);
+      group_inv_scale[k] = fast_reciprocal(group_scale[k]);
+    }
   }
   if (!active) return;  // no reductions follow
 
@@ -716,7 +781,7 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
         reinterpret_cast<FP8Pairs*>(out_row)[first + k] = q;
       }
     }
-    if constexpr (QUANT == kDynamic) write_scale(a, slot, scale);
+    if constexpr (QUANT == kDynamic) write_scale<ADD>(a, slot, scale);
     return;
   }
 #pragma unroll
@@ -732,20 +797,89 @@ __global__ void __launch_bounds__(aligned_block_threads(TEAM, TOGETHER) / CLUSTE
       if constexpr (!NORM) {
 #pragma unroll
         for (int e = 0; e < V; ++e) y[e] = xq[k * V + e];
-      } else if constexpr (QUANT == kDynamic) {
+      } else if constexpr (QUANT == kDynamic || QUANT == kGroup) {
         unpack_words<T>(xs[k], y);
       } else {
         normed_raw(k, y);
         round_pairs<T, V>(y);
       }
+      float vector_inv_scale = inv_scale;
+      if constexpr (QUANT == kGroup) vector_inv_scale = group_inv_scale[k];
       FP8Pairs q;
-      to_fp8_pairs<V>(y, inv_scale, q.v);
+      to_fp8_pairs<V>(y, vector_inv_scale, q.v);
       reinterpret_cast<FP8Pairs*>(static_cast<uint8_t*>(a.out) + row_offset(token, a.out_stride))[j] = q;
     }
   }
   // after the row's stores: its address arithmetic then overlaps their flight rather than
   // delaying them
-  if constexpr (QUANT == kDynamic) write_scale(a, slot, scale);
+  if constexpr (QUANT == kDynamic) write_scale<ADD>(a, slot, scale);
+  if constexpr (QUANT == kGroup) {
+    // each group's first lane
+    if ((lane & ((1 << a.group_vector_shift) - 1)) == 0) {
+      float* scales = scale_out_of<ADD>(a) + row_offset(token, a.scale_token_stride);
+#pragma unroll
+      for (int k = 0; k < VPT; ++k) {
+        const int j = vector_at(k);
+        if (j < nvec) scales[row_offset(j >> a.group_vector_shift, a.scale_group_stride)] = group_scale[k];
+      }
+    }
+  }
+}
+
+// The norms followed by group quantization where `aligned_row_kernel` does not take the row
+// (rows not of whole aligned vectors, groups that are not a power of two of vectors within a
+// warp and the team, rows wider than a tile): a block a row. Its threads sum the row's squares
+// (with ADD, after adding the residual and storing the sum), then each warp takes whole groups:
+// their peak, then their fp8 values and scale. Each pass reads the row again (from L1 or L2).
+// The arithmetic is `row_kernel`'s, element by element.
+template <typename T, bool ADD>
+__global__ void __launch_bounds__(tuning::kGroupNormThreads) group_norm_kernel(RowArgs<T> a, int group_size) {
+  await_previous_grid();
+  constexpr int kThreads = tuning::kGroupNormThreads;
+  const int token = static_cast<int>(blockIdx.x);
+  const int tid = static_cast<int>(threadIdx.x);
+  const T* x = a.x + row_offset(token, a.x_stride);
+  const T* src = x;  // the rounded activations the output comes from: x, or x + residual
+  float sum = 0.f;
+  if constexpr (ADD) {
+    const T* res = a.residual + row_offset(token, a.residual_stride);
+    T* res_out = a.residual_out + row_offset(token, a.residual_out_stride);
+    for (int i = tid; i < a.width; i += kThreads) {
+      const T added = static_cast<T>(float(x[i]) + float(res[i]));
+      res_out[i] = added;
+      const float f = float(added);
+      sum = fmaf(f, f, sum);
+    }
+    src = res_out;
+  } else {
+    for (int i = tid; i < a.width; i += kThreads) {
+      const float f = float(x[i]);
+      sum = fmaf(f, f, sum);
+    }
+  }
+  // (its barrier also makes the residual's sum visible to the block's other threads)
+  const float inv_rms = rsqrtf(team_reduce(sum, kThreads, SumOp{}) * a.inv_var_size + a.eps);
+  const T* weight = a.weight;
+  auto normed = [&](int i) -> float {
+    const float y = float(src[i]) * inv_rms;
+    return Words<T>::round(weight != nullptr ? y * float(weight[i]) : y);
+  };
+  uint8_t* out = static_cast<uint8_t*>(a.out) + row_offset(token, a.out_stride);
+  float* scales = scale_out_of<ADD>(a) + row_offset(token, a.scale_token_stride);
+  const int lane = tid & 31;
+  for (int g = tid >> 5; g < a.groups; g += kThreads / 32) {
+    const int first = g * group_size, end = first + group_size;
+    float peak = 0.f;
+    for (int i = first + lane; i < end; i += 32) peak = max_keeping_nan(peak, fabsf(normed(i)));
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      peak = max_keeping_nan(peak, __shfl_xor_sync(0xffffffffu, peak, offset));
+    }
+    const float scale = scale_of_absmax(peak);
+    const float inv_scale = fast_reciprocal(scale);
+    for (int i = first + lane; i < end; i += 32) out[i] = to_fp8(normed(i) * inv_scale);
+    if (lane == 0) scales[row_offset(g, a.scale_group_stride)] = scale;
+  }
 }
 
 }  // namespace

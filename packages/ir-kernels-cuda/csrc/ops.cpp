@@ -1,6 +1,7 @@
 // Schemas of torch.ops.ir_cuda.* and their CUDA implementations. Out-variants write into
-// preallocated outputs (fp8 outputs as float8_e4m3fn); fused_add_rms_norm_ and
-// rotary_embedding_ overwrite their activations. Built with IR_CUDA_HOST_EMULATION, the same
+// preallocated outputs (fp8 outputs as float8_e4m3fn); fused_add_rms_norm_, rotary_embedding_,
+// qk_norm_rotary_embedding_ and rotary_embedding_write_kv_cache_ overwrite their activations;
+// write_kv_cache and the rotary embedding's cache write store into the KV caches they are given. Built with IR_CUDA_HOST_EMULATION, the same
 // ops are torch.ops.ir_cuda_emulated.* on CPU tensors (the kernels run on the CPU); built with
 // IR_CUDA_PROGRAMMATIC, torch.ops.ir_cuda_programmatic.*, launched as programmatic dependent
 // launches (device.cuh).
@@ -57,6 +58,35 @@ void rotary_embedding_out(at::Tensor& query_out, at::Tensor& key_out, const at::
 void rotary_embedding_inplace(at::Tensor& query, at::Tensor& key, const at::Tensor& positions,
                               int64_t head_size, const at::Tensor& cos_sin_cache,
                               bool is_neox_style);
+void fused_add_rms_norm_dynamic_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, at::Tensor& residual_out,
+                                              const at::Tensor& x, const at::Tensor& x_residual,
+                                              const OptTensor& weight, double epsilon, const OptTensor& scale_ub);
+void rms_norm_group_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Tensor& x,
+                                  const OptTensor& weight, double epsilon, int64_t group_size);
+void fused_add_rms_norm_group_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, at::Tensor& residual_out,
+                                            const at::Tensor& x, const at::Tensor& x_residual,
+                                            const OptTensor& weight, double epsilon, int64_t group_size);
+void silu_and_mul_group_quant_fp8_out(at::Tensor& out, at::Tensor& scale_out, const at::Tensor& x,
+                                      int64_t group_size);
+void qk_norm_rotary_embedding_out(at::Tensor& query_out, at::Tensor& key_out, const at::Tensor& positions,
+                                  const at::Tensor& query, const at::Tensor& key, const OptTensor& q_weight,
+                                  const OptTensor& k_weight, double epsilon, int64_t head_size,
+                                  const at::Tensor& cos_sin_cache, bool is_neox_style);
+void qk_norm_rotary_embedding_inplace(at::Tensor& query, at::Tensor& key, const at::Tensor& positions,
+                                      const OptTensor& q_weight, const OptTensor& k_weight, double epsilon,
+                                      int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox_style);
+void rotary_embedding_write_kv_cache_out(at::Tensor& query_out, at::Tensor& key_out, const at::Tensor& positions,
+                                         const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                                         int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox_style,
+                                         at::Tensor& key_cache, at::Tensor& value_cache,
+                                         const at::Tensor& slot_mapping);
+void rotary_embedding_write_kv_cache_inplace(at::Tensor& query, at::Tensor& key, const at::Tensor& positions,
+                                             const at::Tensor& value, int64_t head_size,
+                                             const at::Tensor& cos_sin_cache, bool is_neox_style,
+                                             at::Tensor& key_cache, at::Tensor& value_cache,
+                                             const at::Tensor& slot_mapping);
+void write_kv_cache(const at::Tensor& key, const at::Tensor& value, at::Tensor& key_cache, at::Tensor& value_cache,
+                    const at::Tensor& slot_mapping);
 }  // namespace ir_cuda
 
 IR_CUDA_TORCH_LIBRARY(IR_CUDA_LIBRARY, m) {
@@ -85,6 +115,31 @@ IR_CUDA_TORCH_LIBRARY(IR_CUDA_LIBRARY, m) {
         "Tensor query, Tensor key, int head_size, Tensor cos_sin_cache, bool is_neox_style) -> ()");
   m.def("rotary_embedding_(Tensor(a!) query, Tensor(b!) key, Tensor positions, int head_size, "
         "Tensor cos_sin_cache, bool is_neox_style) -> ()");
+  m.def("fused_add_rms_norm_dynamic_quant_fp8_out(Tensor(a!) out, Tensor(b!) scale_out, "
+        "Tensor(c!) residual_out, Tensor x, Tensor x_residual, Tensor? weight, float epsilon, "
+        "Tensor? scale_ub) -> ()");
+  m.def("rms_norm_group_quant_fp8_out(Tensor(a!) out, Tensor(b!) scale_out, Tensor x, Tensor? weight, "
+        "float epsilon, int group_size) -> ()");
+  m.def("fused_add_rms_norm_group_quant_fp8_out(Tensor(a!) out, Tensor(b!) scale_out, "
+        "Tensor(c!) residual_out, Tensor x, Tensor x_residual, Tensor? weight, float epsilon, "
+        "int group_size) -> ()");
+  m.def("silu_and_mul_group_quant_fp8_out(Tensor(a!) out, Tensor(b!) scale_out, Tensor x, "
+        "int group_size) -> ()");
+  m.def("qk_norm_rotary_embedding_out(Tensor(a!) query_out, Tensor(b!) key_out, Tensor positions, "
+        "Tensor query, Tensor key, Tensor? q_weight, Tensor? k_weight, float epsilon, int head_size, "
+        "Tensor cos_sin_cache, bool is_neox_style) -> ()");
+  m.def("qk_norm_rotary_embedding_(Tensor(a!) query, Tensor(b!) key, Tensor positions, "
+        "Tensor? q_weight, Tensor? k_weight, float epsilon, int head_size, Tensor cos_sin_cache, "
+        "bool is_neox_style) -> ()");
+  m.def("rotary_embedding_write_kv_cache_out(Tensor(a!) query_out, Tensor(b!) key_out, "
+        "Tensor positions, Tensor query, Tensor key, Tensor value, int head_size, "
+        "Tensor cos_sin_cache, bool is_neox_style, Tensor(c!) key_cache, Tensor(d!) value_cache, "
+        "Tensor slot_mapping) -> ()");
+  m.def("rotary_embedding_write_kv_cache_(Tensor(a!) query, Tensor(b!) key, Tensor positions, "
+        "Tensor value, int head_size, Tensor cos_sin_cache, bool is_neox_style, "
+        "Tensor(c!) key_cache, Tensor(d!) value_cache, Tensor slot_mapping) -> ()");
+  m.def("write_kv_cache(Tensor key, Tensor value, Tensor(a!) key_cache, Tensor(b!) value_cache, "
+        "Tensor slot_mapping) -> ()");
 }
 
 IR_CUDA_TORCH_LIBRARY_IMPL(IR_CUDA_LIBRARY, IR_CUDA_DISPATCH_KEY, m) {
@@ -104,4 +159,13 @@ IR_CUDA_TORCH_LIBRARY_IMPL(IR_CUDA_LIBRARY, IR_CUDA_DISPATCH_KEY, m) {
   m.impl("silu_and_mul_static_quant_fp8_out", &ir_cuda::silu_and_mul_static_quant_fp8_out);
   m.impl("rotary_embedding_out", &ir_cuda::rotary_embedding_out);
   m.impl("rotary_embedding_", &ir_cuda::rotary_embedding_inplace);
+  m.impl("fused_add_rms_norm_dynamic_quant_fp8_out", &ir_cuda::fused_add_rms_norm_dynamic_quant_fp8_out);
+  m.impl("rms_norm_group_quant_fp8_out", &ir_cuda::rms_norm_group_quant_fp8_out);
+  m.impl("fused_add_rms_norm_group_quant_fp8_out", &ir_cuda::fused_add_rms_norm_group_quant_fp8_out);
+  m.impl("silu_and_mul_group_quant_fp8_out", &ir_cuda::silu_and_mul_group_quant_fp8_out);
+  m.impl("qk_norm_rotary_embedding_out", &ir_cuda::qk_norm_rotary_embedding_out);
+  m.impl("qk_norm_rotary_embedding_", &ir_cuda::qk_norm_rotary_embedding_inplace);
+  m.impl("rotary_embedding_write_kv_cache_out", &ir_cuda::rotary_embedding_write_kv_cache_out);
+  m.impl("rotary_embedding_write_kv_cache_", &ir_cuda::rotary_embedding_write_kv_cache_inplace);
+  m.impl("write_kv_cache", &ir_cuda::write_kv_cache);
 }

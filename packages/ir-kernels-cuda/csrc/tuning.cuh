@@ -133,6 +133,26 @@ constexpr int kRotaryGenericThreads = 128;
 // The generic kernel's blocks a token at most, so that a decode step spreads over the chip.
 constexpr int kRotaryGenericBlocksPerToken = 8;
 
+// Kernels over a token's heads (qk norm + rotary, rotary + KV cache write) and the cache write.
+// Up to this many tokens a head kernel's batch is a decode step, as the rotary kernel's.
+constexpr int64_t kHeadDecodeTokens = 64;
+// The aligned head kernel's threads a block in a decode step: the rotary kernel's, not yet tuned.
+constexpr int kHeadDecodeThreads = 128;
+// ... and past it (its launch bounds): the rotary kernel's, not yet tuned.
+constexpr int kHeadThreads = 256;
+// The generic head kernel's threads a block, a warp a head: the rotary generic kernel's.
+constexpr int kHeadGenericThreads = 128;
+// The cache write's threads a block, a 16-byte vector each: as the elementwise kernels' blocks.
+constexpr int kCacheWriteThreads = 256;
+
+// Group quantization after a norm or a gate, where the row kernels do not take it.
+// The norm's generic group kernel: a block a row, a warp a group; 8 warps keep a row's groups busy.
+constexpr int kGroupNormThreads = 256;
+// silu + group quant, a group a team of vectors: as the elementwise kernels' blocks, not yet tuned.
+constexpr int kGroupGateThreads = 256;
+// ... its generic kernel, a warp a group: as the rotary generic kernel's blocks.
+constexpr int kGroupGateGenericThreads = 128;
+
 // -------------------------------------------------------------------------- per device class
 // Columns: {shallow loads (an H100 SXM), deep loads (an H200)}.
 // Plain norms' wide 16-bit rows far over the L2 read again from L2 after their sum, not held.

@@ -18,10 +18,14 @@ from ir_kernels_cuda.build import BuildUnavailable, build_emulated
 from ir_kernels_cuda.testing import (
     assert_dynamic_norm_sums_as_one_team,
     assert_fused_add_sums_as_one_team,
+    assert_matches_native_in_layout,
+    assert_rotary_heads_read_only_the_table,
     assert_same_bits,
     bits,
+    first_rows,
     opcheck_arguments,
     opcheck_utils,
+    packed_qkv_arguments,
 )
 from ir_spec import IrOp, SampleSpec, ops
 from ir_spec.testing import (
@@ -29,6 +33,7 @@ from ir_spec.testing import (
     NONFINITE_CASES,
     OPTION_VARIANT_IDS,
     OPTION_VARIANTS,
+    assert_close,
     assert_gelu_accurate_in_the_negative_tail,
     assert_impl_matches_native,
     assert_nonfinite_like_native,
@@ -37,6 +42,7 @@ from ir_spec.testing import (
     matrix_spec,
     nonfinite_variant_ids,
     nonfinite_variants,
+    results_of,
     sample_inputs,
 )
 
@@ -82,6 +88,112 @@ def test_matches_native(
     op: IrOp, provider: str, dtype: torch.dtype, hidden: int, tokens: int, layout: str
 ) -> None:
     check(op, provider, sample_inputs(op, spec(dtype, hidden, tokens, layout)))
+
+
+@pytest.mark.parametrize("padding", [13, 64])
+@pytest.mark.parametrize("hidden", [769, 4096])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=IDS)
+def test_strided_rows_reach_the_kernels(
+    op: IrOp, provider: str, dtype: torch.dtype, hidden: int, padding: int
+) -> None:
+    """Rows `padding` elements longer than their width, given to the implementation as they are
+    (the matrix's copies are contiguous): 13 leaves the rows unaligned, 64 keeps every row
+    aligned at a stride that is not its width (the aligned kernels' row strides)."""
+    spec = SampleSpec(
+        batch_shape=(5,), hidden_size=hidden, dtype=dtype, seed=hidden, row_padding=padding
+    )
+    assert_matches_native_in_layout(op, provider, sample_inputs(op, spec))
+
+
+ROTARY_HEADS = [
+    (op, p)
+    for op in (ops.qk_norm_rotary_embedding, ops.rotary_embedding_write_kv_cache)
+    for p in op.impls
+    if p.startswith("cuda")
+]
+ROTARY_HEAD_IDS = [f"{o.name}-{p}" for o, p in ROTARY_HEADS]
+
+
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "unaligned"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("op", "provider"), ROTARY_HEADS, ids=ROTARY_HEAD_IDS)
+def test_heads_of_one_packed_qkv(op: IrOp, provider: str, dtype: torch.dtype, offset: int) -> None:
+    """Query, key (and value) as slices of one packed qkv projection's rows. In place, the
+    heads are normalized and rotated inside the packed rows, and their other columns (the
+    value, the rows' ends) are left as they were."""
+    args, packed = packed_qkv_arguments(op, dtype, "cpu", offset=offset)
+    assert_matches_native_in_layout(op, provider, args)
+    if op.impls[provider].inplace:
+        before = packed.clone()
+        expected = results_of(op, native := clone_args(args), op.native(*native))
+        got = results_of(op, args, op.impls[provider].fn(*args))
+        assert_close(op, got, expected)
+        written = args[1].shape[-1] + args[2].shape[-1]  # the query's and the key's columns
+        assert torch.equal(packed[:, written:], before[:, written:])
+        assert torch.equal(packed[:, :written], torch.cat(got[:2], dim=-1))
+
+
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "unaligned"])
+@pytest.mark.parametrize("is_neox_style", [True, False], ids=["neox", "pairs"])
+@pytest.mark.parametrize("rotary_dim", [64, 32], ids=["whole-head", "partial"])
+@pytest.mark.parametrize("positions_dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize(("op", "provider"), ROTARY_HEADS, ids=ROTARY_HEAD_IDS)
+def test_rotary_heads_outside_the_table_give_nan(
+    op: IrOp,
+    provider: str,
+    positions_dtype: torch.dtype,
+    rotary_dim: int,
+    is_neox_style: bool,
+    offset: int,
+) -> None:
+    """Positions outside the table (an int64 one by its high word too) read nothing outside
+    it: NaN where their tokens rotate, in the results and the key's cache slot. Aligned heads
+    take the aligned kernel (partial neox rotation: partners exchanged by shuffles), unaligned
+    ones the generic kernel."""
+    assert_rotary_heads_read_only_the_table(
+        op,
+        provider,
+        "cpu",
+        positions_dtype=positions_dtype,
+        rotary_dim=rotary_dim,
+        is_neox_style=is_neox_style,
+        offset=offset,
+    )
+
+
+CACHE_WRITERS = [
+    (op, p)
+    for op in (ops.write_kv_cache, ops.rotary_embedding_write_kv_cache)
+    for p in op.impls
+    if p.startswith("cuda")
+]
+
+
+@pytest.mark.parametrize("slot_dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("hidden", [769, 4096])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    ("op", "provider"), CACHE_WRITERS, ids=[f"{o.name}-{p}" for o, p in CACHE_WRITERS]
+)
+def test_slots_past_the_cache_store_nothing(
+    op: IrOp, provider: str, dtype: torch.dtype, hidden: int, slot_dtype: torch.dtype
+) -> None:
+    """A slot past the cache's last stores nothing (the native function fails in torch's
+    indexing there), as a padding slot: the call gives what the native function gives with
+    those tokens' slots -1. int32 slots as int64 ones."""
+    args = list(sample_inputs(op, spec(dtype, hidden, 5, "contiguous")))
+    names = list(op.signature.parameters)
+    cache = args[names.index("key_cache")]
+    slots = args[names.index("slot_mapping")].to(slot_dtype)
+    padded = slots.clone()
+    slots[1], slots[3] = cache.shape[0] * cache.shape[1], 2**31 - 1
+    padded[1], padded[3] = -1, -1
+    args[names.index("slot_mapping")] = slots
+    got = results_of(op, call := clone_args(args), op.impls[provider].fn(*call))
+    args[names.index("slot_mapping")] = padded
+    expected = results_of(op, native := clone_args(args), op.native(*native))
+    assert_close(op, got, expected)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "strided"])
@@ -266,22 +378,27 @@ def test_wide_rows_read_again_over_the_l2(
 @pytest.mark.parametrize(("dtype", "width"), [(torch.bfloat16, 4096), (torch.float32, 2048)])
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=IDS)
 def test_rows_are_batch_invariant(op: IrOp, provider: str, dtype: torch.dtype, width: int) -> None:
-    """The first rows give bitwise the same result alone as inside a larger batch. At these
-    widths (512 vectors), 1 and 4 rows are spread over clusters of blocks and 40 are not
-    (`cluster.cuh`), and the fused add's 40 rows take two vectors a thread where the spread rows
-    take one (`kHalves`); float32 outputs show a sum's last bit, which bf16 rounds away."""
+    """The first rows give bitwise the same results (and cache slots) alone as inside a larger
+    batch. At these widths (512 vectors), 1 and 4 rows are spread over clusters of blocks and 40
+    are not (`cluster.cuh`), and the fused add's 40 rows take two vectors a thread where the
+    spread rows take one (`kHalves`); float32 outputs show a sum's last bit, which bf16 rounds
+    away."""
     rows = 40
-    big = sample_inputs(op, spec(dtype, width, rows, "contiguous", max_position=64))
-    full = op.impls[provider].fn(*clone_args(big))
-    full = full[0] if isinstance(full, tuple) else full
+    inputs = sample_inputs(op, spec(dtype, width, rows, "contiguous", max_position=64))
+    big = clone_args(inputs)
+    full = op.impls[provider].fn(*big)
     for batch in (1, 4):
-        part = tuple(
-            a[:batch] if isinstance(a, torch.Tensor) and a.dim() >= 1 and a.shape[0] == rows else a
-            for a in big
+        part = clone_args(
+            [
+                a[:batch] if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == rows else a
+                for a in inputs
+            ]
         )
-        out = op.impls[provider].fn(*clone_args(part))
-        out = out[0] if isinstance(out, tuple) else out
-        assert torch.equal(bits(out), bits(full)[:batch])
+        out = op.impls[provider].fn(*part)
+        for got, expected in zip(
+            first_rows(op, part, out, batch), first_rows(op, big, full, batch), strict=True
+        ):
+            assert torch.equal(got, expected)
 
 
 # each pair emulates 1200 rows of 256-512 threads (about 40 s): one dtype per provider

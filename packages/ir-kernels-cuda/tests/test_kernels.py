@@ -26,10 +26,14 @@ from ir_kernels_cuda.testing import (
     assert_bad_arguments_are_named,
     assert_dynamic_norm_sums_as_one_team,
     assert_fused_add_sums_as_one_team,
+    assert_matches_native_in_layout,
+    assert_rotary_heads_read_only_the_table,
     assert_same_bits,
     bits,
+    first_rows,
     opcheck_arguments,
     opcheck_utils,
+    packed_qkv_arguments,
     programmatic_chains,
 )
 from ir_spec import IrOp, SampleSpec, ops
@@ -38,6 +42,7 @@ from ir_spec.testing import (
     NONFINITE_CASES,
     OPTION_VARIANT_IDS,
     OPTION_VARIANTS,
+    assert_close,
     assert_gelu_accurate_in_the_negative_tail,
     assert_impl_matches_native,
     assert_matches_native_on_the_second_gpu,
@@ -48,6 +53,7 @@ from ir_spec.testing import (
     matrix_spec,
     nonfinite_variant_ids,
     nonfinite_variants,
+    results_of,
     sample_inputs,
 )
 
@@ -59,7 +65,12 @@ on_gpu = pytest.mark.skipif(not GPU, reason=f"provider cuda unsupported here: {i
 def test_registered_for_every_catalog_op() -> None:
     assert {op.name for op, _ in PROVIDERS} == {op.name for op in catalog_ops()}
     inplace = {op.name for op, p in PROVIDERS if p == "cuda_inplace"}
-    assert inplace == {"fused_add_rms_norm", "rotary_embedding"}
+    assert inplace == {
+        "fused_add_rms_norm",
+        "rotary_embedding",
+        "qk_norm_rotary_embedding",
+        "rotary_embedding_write_kv_cache",
+    }
     assert all(op.impls[p].inplace == (p == "cuda_inplace") for op, p in PROVIDERS)
     assert all(op.impls[p].batch_invariant for op, p in PROVIDERS)
 
@@ -207,6 +218,167 @@ def test_gated_rows_just_past_decode_sizes(name: str, tokens: int, width: int, l
     assert_impl_matches_native(op, "cuda", args)
 
 
+@on_gpu
+@pytest.mark.parametrize("padding", [13, 64])
+@pytest.mark.parametrize("hidden", [769, 4096, 8192])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
+def test_strided_rows_reach_the_kernels(
+    op: IrOp, provider: str, dtype: torch.dtype, hidden: int, padding: int
+) -> None:
+    """Rows `padding` elements longer than their width, given to the implementation as they are
+    (the matrix's copies are contiguous): 13 leaves the rows unaligned, 64 keeps every row
+    aligned at a stride that is not its width (the aligned kernels' row strides)."""
+    spec = SampleSpec(
+        batch_shape=(7,),
+        hidden_size=hidden,
+        dtype=dtype,
+        device="cuda",
+        seed=hidden,
+        row_padding=padding,
+    )
+    assert_matches_native_in_layout(op, provider, sample_inputs(op, spec))
+
+
+ROTARY_HEADS = [
+    (op, p)
+    for op in (ops.qk_norm_rotary_embedding, ops.rotary_embedding_write_kv_cache)
+    for p in op.impls
+    if p.startswith("cuda")
+]
+ROTARY_HEAD_IDS = [f"{o.name}-{p}" for o, p in ROTARY_HEADS]
+
+
+@on_gpu
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "unaligned"])
+@pytest.mark.parametrize("tokens", [1, 16, 4096])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(("op", "provider"), ROTARY_HEADS, ids=ROTARY_HEAD_IDS)
+def test_heads_of_one_packed_qkv(
+    op: IrOp, provider: str, dtype: torch.dtype, tokens: int, offset: int
+) -> None:
+    """Query, key (and value) as slices of one packed qkv projection's rows, in a decode step
+    and past it. In place, the heads are normalized and rotated inside the packed rows, and
+    their other columns (the value, the rows' ends) are left as they were."""
+    args, packed = packed_qkv_arguments(op, dtype, "cuda", tokens=tokens, offset=offset)
+    assert_matches_native_in_layout(op, provider, args)
+    if op.impls[provider].inplace:
+        before = packed.clone()
+        expected = results_of(op, native := clone_args(args), op.native(*native))
+        got = results_of(op, args, op.impls[provider].fn(*args))
+        assert_close(op, got, expected)
+        written = args[1].shape[-1] + args[2].shape[-1]  # the query's and the key's columns
+        assert torch.equal(packed[:, written:], before[:, written:])
+        assert torch.equal(packed[:, :written], torch.cat(got[:2], dim=-1))
+
+
+@on_gpu
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "unaligned"])
+@pytest.mark.parametrize("is_neox_style", [True, False], ids=["neox", "pairs"])
+@pytest.mark.parametrize("rotary_dim", [64, 32], ids=["whole-head", "partial"])
+@pytest.mark.parametrize("positions_dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize(("op", "provider"), ROTARY_HEADS, ids=ROTARY_HEAD_IDS)
+def test_rotary_heads_outside_the_table_give_nan(
+    op: IrOp,
+    provider: str,
+    positions_dtype: torch.dtype,
+    rotary_dim: int,
+    is_neox_style: bool,
+    offset: int,
+) -> None:
+    """Positions outside the table read nothing outside it: NaN where their tokens rotate, in
+    the results and the key's cache slot; every other element as with positions in it."""
+    assert_rotary_heads_read_only_the_table(
+        op,
+        provider,
+        "cuda",
+        positions_dtype=positions_dtype,
+        rotary_dim=rotary_dim,
+        is_neox_style=is_neox_style,
+        offset=offset,
+    )
+
+
+CACHE_WRITERS = [
+    (op, p)
+    for op in (ops.write_kv_cache, ops.rotary_embedding_write_kv_cache)
+    for p in op.impls
+    if p.startswith("cuda")
+]
+
+
+@on_gpu
+@pytest.mark.parametrize("slot_dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("hidden", [769, 4096])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    ("op", "provider"), CACHE_WRITERS, ids=[f"{o.name}-{p}" for o, p in CACHE_WRITERS]
+)
+def test_slots_past_the_cache_store_nothing(
+    op: IrOp, provider: str, dtype: torch.dtype, hidden: int, slot_dtype: torch.dtype
+) -> None:
+    """A slot past the cache's last stores nothing, as a padding slot: the call gives what the
+    native function gives with those tokens' slots -1."""
+    args = list(sample_inputs(op, spec_for(dtype, hidden, 7, "contiguous")))
+    names = list(op.signature.parameters)
+    cache = args[names.index("key_cache")]
+    slots = args[names.index("slot_mapping")].to(slot_dtype)
+    padded = slots.clone()
+    slots[1], slots[3] = cache.shape[0] * cache.shape[1], 2**31 - 1
+    padded[1], padded[3] = -1, -1
+    args[names.index("slot_mapping")] = slots
+    got = results_of(op, call := clone_args(args), op.impls[provider].fn(*call))
+    args[names.index("slot_mapping")] = padded
+    expected = results_of(op, native := clone_args(args), op.native(*native))
+    assert_close(op, got, expected)
+
+
+@on_gpu
+@pytest.mark.parametrize("tokens", [1, 16])
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
+def test_every_op_replays_from_a_cuda_graph(op: IrOp, provider: str, tokens: int) -> None:
+    """Every implementation replays from a CUDA graph at decode sizes (bf16 rows of 4096, the
+    benchmark's graph replays), with the results and cache slots of a plain call."""
+    args = sample_inputs(op, spec_for(torch.bfloat16, 4096, tokens, "contiguous", seed=9))
+    fn = op.impls[provider].fn
+    expected = results_of(op, plain := clone_args(args), fn(*plain))
+    captured_args = clone_args(args)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn(*clone_args(captured_args))
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        result = fn(*captured_args)
+    graph.replay()  # (capturing ran nothing: the captured arguments are as they were)
+    torch.cuda.synchronize()
+    for got, want in zip(results_of(op, captured_args, result), expected, strict=True):
+        assert torch.equal(bits(got), bits(want))
+
+
+@pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
+def test_every_implementation_takes_the_benchmark_samples(op: IrOp, provider: str) -> None:
+    """The kernel benchmark (`ir_stack.bench.kernels`) times an op through its public name on
+    its `sample_inputs`, bf16 rows on the GPU: every implementation's `supports_args` takes
+    them, so none is left out of the grid (checked on fake CUDA tensors, so it runs without a
+    GPU)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    spec = SampleSpec(batch_shape=(16,), hidden_size=4096, dtype=torch.bfloat16, device="cpu")
+    real = sample_inputs(op, spec)
+    supported = op.impls[provider].supports_args
+    assert supported is not None
+    with FakeTensorMode():
+        args = [
+            torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="cuda")
+            if isinstance(a, torch.Tensor)
+            else a
+            for a in real
+        ]
+        assert supported(*args)
+
+
 NORM_OPS = [op for op in ops if "weight" in op.signature.parameters]
 
 
@@ -317,23 +489,28 @@ def test_rotary_takes_int32_positions(dtype: torch.dtype, hidden: int) -> None:
 @pytest.mark.parametrize("hidden", [2048, 8192])
 @pytest.mark.parametrize(("op", "provider"), PROVIDERS, ids=[f"{o.name}-{p}" for o, p in PROVIDERS])
 def test_rows_are_batch_invariant(op: IrOp, provider: str, hidden: int) -> None:
-    """The first rows give bitwise the same result inside batches of 1, 7 and 4096 (on Hopper,
+    """The first rows give bitwise the same results (and cache slots) inside batches of 1, 7 and
+    4096 (on Hopper,
     wide rows of the small batches are spread over thread block clusters, `cluster.cuh`, and
     the fused adds' 4096 x 2048, 56-64 MB, load their rows evict-first, `just_over_l2`)."""
     # a rotary cache of 5000 positions, so that only batch-shaped tensors have 4096 rows
-    big = sample_inputs(
+    inputs = sample_inputs(
         op, spec_for(torch.bfloat16, hidden, 4096, "contiguous", seed=3, max_position=5000)
     )
-    full = op.impls[provider].fn(*clone_args(big))
-    full = full[0] if isinstance(full, tuple) else full
+    big = clone_args(inputs)
+    full = op.impls[provider].fn(*big)
     for batch in (1, 7):
-        part = tuple(
-            a[:batch] if isinstance(a, torch.Tensor) and a.dim() >= 1 and a.shape[0] == 4096 else a
-            for a in big
+        part = clone_args(
+            [
+                a[:batch] if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == 4096 else a
+                for a in inputs
+            ]
         )
-        out = op.impls[provider].fn(*clone_args(part))
-        out = out[0] if isinstance(out, tuple) else out
-        assert torch.equal(bits(out), bits(full)[:batch])
+        out = op.impls[provider].fn(*part)
+        for got, expected in zip(
+            first_rows(op, part, out, batch), first_rows(op, big, full, batch), strict=True
+        ):
+            assert torch.equal(got, expected)
 
 
 SPLIT_OPS = [ops.rms_norm, ops.rms_norm_static_quant_fp8]

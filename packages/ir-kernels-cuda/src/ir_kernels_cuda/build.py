@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 logger = logging.getLogger("ir_kernels_cuda")
-SOURCES = ("ops.cpp", "norm.cu", "activation.cu", "rotary.cu")
+SOURCES = ("ops.cpp", "norm.cu", "activation.cu", "rotary.cu", "heads.cu")
 #: Suffixes of the headers the sources include (`headers`).
 HEADER_SUFFIXES = (".cuh", ".h")
 CACHE_ENV = "IR_KERNELS_CUDA_CACHE"

@@ -1,13 +1,16 @@
-"""Provider ``cuda`` for every catalog op, and ``cuda_inplace`` for the two ops whose
-activations may be overwritten (``fused_add_rms_norm`` and ``rotary_embedding``): hand-written
-CUDA kernels registered as ``torch.ops.ir_cuda.*``.
+"""Provider ``cuda`` for every catalog op, and ``cuda_inplace`` for the ops whose activations
+may be overwritten (``fused_add_rms_norm``, ``rotary_embedding``, ``qk_norm_rotary_embedding``
+and ``rotary_embedding_write_kv_cache``): hand-written CUDA kernels registered as
+``torch.ops.ir_cuda.*``.
 
 Importing this module (the ``ir.providers`` entry point) builds the kernels on first use; where
 that cannot happen (no GPU, no toolkit, a failed build) the implementations are registered with
 ``supported=False`` and the reason, which ``ir_dispatch.explain`` shows. Every kernel is
 row-wise with a launch that depends on the row width only, so all are batch-invariant.
 `supports_args` accepts float32/float16/bfloat16 CUDA tensors whose rows a kernel can address
-(`ir_spec.row_view`), and contiguous parameters (weights, scales, positions, rotary caches).
+(`ir_spec.row_view`), contiguous parameters (weights, scales, positions, rotary caches, slot
+mappings) and KV caches of those dtypes on the GPU (the op's checker has made sure of their
+layout).
 """
 
 import logging
@@ -55,6 +58,10 @@ def _rowwise(*tensors: Tensor) -> bool:
 
 def _params_ok(*params: Tensor | None) -> bool:
     return all(p is None or (p.is_cuda and p.is_contiguous()) for p in params)
+
+
+def _caches_ok(*caches: Tensor) -> bool:
+    return all(c.is_cuda and c.dtype in _DTYPES for c in caches)
 
 
 def _norm_weight_ok(weight: Tensor | None, x: Tensor) -> bool:
@@ -199,6 +206,111 @@ def rms_norm_dynamic_quant_fp8(
     return q, scale
 
 
+def fused_add_rms_norm_dynamic_quant_fp8_supported(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale_ub: Tensor | None = None,
+) -> bool:
+    return _rowwise(x, x_residual) and _params_ok(weight, scale_ub) and _norm_weight_ok(weight, x)
+
+
+@_provides(ops.fused_add_rms_norm_dynamic_quant_fp8, fused_add_rms_norm_dynamic_quant_fp8_supported)
+def fused_add_rms_norm_dynamic_quant_fp8(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale_ub: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    q, scale = empty_rows(x, dtype=FP8), empty_rows(x, 1, torch.float32)
+    residual_out = empty_rows(x)
+    KERNELS.fused_add_rms_norm_dynamic_quant_fp8_out(
+        _as_rows(q),
+        _as_rows(scale),
+        _as_rows(residual_out),
+        _as_rows(x),
+        _as_rows(x_residual),
+        weight,
+        epsilon,
+        scale_ub,
+    )
+    return q, scale, residual_out
+
+
+def _group_scales(x: Tensor, width: int, group_size: int, column_major: bool) -> Tensor:
+    """Float32 scales of `x`'s rows of `width` outputs in groups of `group_size`, in the op's
+    layout (`ir_spec.catalog.quant.empty_group_scales`)."""
+    return empty_group_scales(x, width // group_size, column_major=column_major)
+
+
+def _scale_rows(scale: Tensor) -> Tensor:
+    # the kernels address the scales by (token, group) strides: a [tokens, groups] view
+    return scale.view(-1, scale.shape[-1])
+
+
+def rms_norm_group_quant_fp8_supported(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_size: int = 128,
+    column_major_scales: bool = False,
+) -> bool:
+    return _rowwise(x) and _params_ok(weight) and _norm_weight_ok(weight, x)
+
+
+@_provides(ops.rms_norm_group_quant_fp8, rms_norm_group_quant_fp8_supported)
+def rms_norm_group_quant_fp8(
+    x: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_size: int = 128,
+    column_major_scales: bool = False,
+) -> tuple[Tensor, Tensor]:
+    q = empty_rows(x, dtype=FP8)
+    scale = _group_scales(x, x.shape[-1], group_size, column_major_scales)
+    KERNELS.rms_norm_group_quant_fp8_out(
+        _as_rows(q), _scale_rows(scale), _as_rows(x), weight, epsilon, group_size
+    )
+    return q, scale
+
+
+def fused_add_rms_norm_group_quant_fp8_supported(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_size: int = 128,
+    column_major_scales: bool = False,
+) -> bool:
+    return _rowwise(x, x_residual) and _params_ok(weight) and _norm_weight_ok(weight, x)
+
+
+@_provides(ops.fused_add_rms_norm_group_quant_fp8, fused_add_rms_norm_group_quant_fp8_supported)
+def fused_add_rms_norm_group_quant_fp8(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    group_size: int = 128,
+    column_major_scales: bool = False,
+) -> tuple[Tensor, Tensor, Tensor]:
+    q, residual_out = empty_rows(x, dtype=FP8), empty_rows(x)
+    scale = _group_scales(x, x.shape[-1], group_size, column_major_scales)
+    KERNELS.fused_add_rms_norm_group_quant_fp8_out(
+        _as_rows(q),
+        _scale_rows(scale),
+        _as_rows(residual_out),
+        _as_rows(x),
+        _as_rows(x_residual),
+        weight,
+        epsilon,
+        group_size,
+    )
+    return q, scale, residual_out
+
+
 # ---------------------------------------------------------------- gated activations
 def _gated_supported(x: Tensor, scale: Tensor | None = None) -> bool:
     return _rowwise(x) and x.shape[-1] % 2 == 0 and _params_ok(scale)
@@ -235,6 +347,25 @@ def silu_and_mul_static_quant_fp8(x: Tensor, scale: Tensor) -> Tensor:
     q = empty_rows(x, x.shape[-1] // 2, FP8)
     KERNELS.silu_and_mul_static_quant_fp8_out(_as_rows(q), _as_rows(x), scale)
     return q
+
+
+def silu_and_mul_group_quant_fp8_supported(
+    x: Tensor, group_size: int = 128, column_major_scales: bool = False
+) -> bool:
+    return _gated_supported(x)
+
+
+@_provides(ops.silu_and_mul_group_quant_fp8, silu_and_mul_group_quant_fp8_supported)
+def silu_and_mul_group_quant_fp8(
+    x: Tensor, group_size: int = 128, column_major_scales: bool = False
+) -> tuple[Tensor, Tensor]:
+    d = x.shape[-1] // 2
+    q = empty_rows(x, d, FP8)
+    scale = _group_scales(x, d, group_size, column_major_scales)
+    KERNELS.silu_and_mul_group_quant_fp8_out(
+        _as_rows(q), _scale_rows(scale), _as_rows(x), group_size
+    )
+    return q, scale
 
 
 # ----------------------------------------------------------------------------- quant
@@ -335,6 +466,181 @@ def rotary_embedding_inplace(
     return x_query, x_key
 
 
+# ------------------------------------------------------------ qk norm + rotary
+def qk_norm_rotary_embedding_supported(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    q_weight: Tensor | None,
+    k_weight: Tensor | None,
+    epsilon: float,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+) -> bool:
+    return (
+        _rowwise(x_query, x_key)
+        and _params_ok(positions, cos_sin_cache, q_weight, k_weight)
+        and _norm_weight_ok(q_weight, x_query)
+        and _norm_weight_ok(k_weight, x_query)
+    )
+
+
+@_provides(ops.qk_norm_rotary_embedding, qk_norm_rotary_embedding_supported)
+def qk_norm_rotary_embedding(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    q_weight: Tensor | None,
+    k_weight: Tensor | None,
+    epsilon: float,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+) -> tuple[Tensor, Tensor]:
+    query, key = empty_rows(x_query), empty_rows(x_key)
+    KERNELS.qk_norm_rotary_embedding_out(
+        _as_rows(query),
+        _as_rows(key),
+        positions.reshape(-1),
+        _as_rows(x_query),
+        _as_rows(x_key),
+        q_weight,
+        k_weight,
+        epsilon,
+        head_size,
+        cos_sin_cache,
+        is_neox_style,
+    )
+    return query, key
+
+
+@_provides(ops.qk_norm_rotary_embedding, qk_norm_rotary_embedding_supported, inplace=True)
+def qk_norm_rotary_embedding_inplace(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    q_weight: Tensor | None,
+    k_weight: Tensor | None,
+    epsilon: float,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+) -> tuple[Tensor, Tensor]:
+    """Normalizes and rotates `x_query` and `x_key` in place (strided slices of one packed
+    ``qkv`` tensor included) and returns them."""
+    KERNELS.qk_norm_rotary_embedding_(
+        _as_rows(x_query),
+        _as_rows(x_key),
+        positions.reshape(-1),
+        q_weight,
+        k_weight,
+        epsilon,
+        head_size,
+        cos_sin_cache,
+        is_neox_style,
+    )
+    return x_query, x_key
+
+
+# ---------------------------------------------------------------------- KV cache
+def write_kv_cache_supported(
+    key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor, slot_mapping: Tensor
+) -> bool:
+    return _rowwise(key, value) and _params_ok(slot_mapping) and _caches_ok(key_cache, value_cache)
+
+
+@_provides(ops.write_kv_cache, write_kv_cache_supported)
+def write_kv_cache(
+    key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor, slot_mapping: Tensor
+) -> None:
+    KERNELS.write_kv_cache(
+        _as_rows(key), _as_rows(value), key_cache, value_cache, slot_mapping.reshape(-1)
+    )
+
+
+def rotary_embedding_write_kv_cache_supported(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    value: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    slot_mapping: Tensor,
+) -> bool:
+    return (
+        _rowwise(x_query, x_key, value)
+        and _params_ok(positions, cos_sin_cache, slot_mapping)
+        and _caches_ok(key_cache, value_cache)
+    )
+
+
+@_provides(ops.rotary_embedding_write_kv_cache, rotary_embedding_write_kv_cache_supported)
+def rotary_embedding_write_kv_cache(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    value: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    slot_mapping: Tensor,
+) -> tuple[Tensor, Tensor]:
+    query, key = empty_rows(x_query), empty_rows(x_key)
+    KERNELS.rotary_embedding_write_kv_cache_out(
+        _as_rows(query),
+        _as_rows(key),
+        positions.reshape(-1),
+        _as_rows(x_query),
+        _as_rows(x_key),
+        _as_rows(value),
+        head_size,
+        cos_sin_cache,
+        is_neox_style,
+        key_cache,
+        value_cache,
+        slot_mapping.reshape(-1),
+    )
+    return query, key
+
+
+@_provides(
+    ops.rotary_embedding_write_kv_cache, rotary_embedding_write_kv_cache_supported, inplace=True
+)
+def rotary_embedding_write_kv_cache_inplace(
+    positions: Tensor,
+    x_query: Tensor,
+    x_key: Tensor,
+    value: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox_style: bool,
+    key_cache: Tensor,
+    value_cache: Tensor,
+    slot_mapping: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """Rotates `x_query` and `x_key` in place, stores the rotated key and the value in their
+    slots, and returns the rotated query and key."""
+    KERNELS.rotary_embedding_write_kv_cache_(
+        _as_rows(x_query),
+        _as_rows(x_key),
+        positions.reshape(-1),
+        _as_rows(value),
+        head_size,
+        cos_sin_cache,
+        is_neox_style,
+        key_cache,
+        value_cache,
+        slot_mapping.reshape(-1),
+    )
+    return x_query, x_key
+
+
 #: Every ``torch.ops.ir_cuda`` op; each writes into its arguments and returns nothing.
 IR_CUDA_OPS = (
     "rms_norm_out",
@@ -351,6 +657,15 @@ IR_CUDA_OPS = (
     "silu_and_mul_static_quant_fp8_out",
     "rotary_embedding_out",
     "rotary_embedding_",
+    "fused_add_rms_norm_dynamic_quant_fp8_out",
+    "rms_norm_group_quant_fp8_out",
+    "fused_add_rms_norm_group_quant_fp8_out",
+    "silu_and_mul_group_quant_fp8_out",
+    "qk_norm_rotary_embedding_out",
+    "qk_norm_rotary_embedding_",
+    "rotary_embedding_write_kv_cache_out",
+    "rotary_embedding_write_kv_cache_",
+    "write_kv_cache",
     "empty_kernel",  # the benchmark's decode floor
 )
 

@@ -7,6 +7,9 @@ from typing import Any
 
 import torch
 
+from ir_spec import IrOp, SampleSpec
+from ir_spec.testing import assert_close, clone_args, results_of, sample_inputs
+
 FP8 = torch.float8_e4m3fn
 
 
@@ -32,6 +35,155 @@ def assert_same_bits(first: Any, second: Any) -> None:
     pairs = zip(first, second, strict=True) if isinstance(first, tuple) else [(first, second)]
     for a, b in pairs:
         assert torch.equal(bits(a), bits(b))
+
+
+def _copy_in_layout(t: torch.Tensor) -> torch.Tensor:
+    storage = torch.empty(
+        t.untyped_storage().nbytes() // t.element_size(), dtype=t.dtype, device=t.device
+    )
+    return storage.as_strided(t.shape, t.stride(), t.storage_offset()).copy_(t)
+
+
+def clone_keeping_layout(args: Sequence[Any]) -> tuple[Any, ...]:
+    """Copies of the tensor arguments with their sizes, strides and offsets into a buffer of
+    their storage's size (so also their alignment), other arguments as they are:
+    `ir_spec.testing.clone_args` gives rows that are not dense (strided rows, slices of a packed
+    tensor) as fresh contiguous ones, so a kernel would never see their row stride."""
+    return tuple(_copy_in_layout(a) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def assert_matches_native_in_layout(op: IrOp, provider: str, args: Sequence[Any]) -> None:
+    """`ir_spec.testing.assert_impl_matches_native` (without asking `accepts`), the
+    implementation given copies of `args` in their own layout (`clone_keeping_layout`): its
+    results and the caches it stores into match the native function's, and an in-place one
+    returns its activation arguments."""
+    impl = op.impls[provider]
+    inputs = clone_keeping_layout(args)
+    native_inputs = clone_args(args)
+    expected = results_of(op, native_inputs, op.native(*native_inputs))
+    actual = impl.fn(*inputs)
+    assert_close(op, results_of(op, inputs, actual), expected)
+    if impl.inplace:
+        outs = actual if isinstance(actual, tuple) else (actual,)
+        for out, i in zip(outs, op.activation_indices, strict=True):
+            assert out is inputs[i], "an in-place implementation returns its activations"
+
+
+def packed_qkv_arguments(
+    op: IrOp, dtype: torch.dtype, device: str, *, tokens: int = 5, offset: int = 0
+) -> tuple[tuple[Any, ...], torch.Tensor]:
+    """Arguments of a rotary head op (``qk_norm_rotary_embedding`` or
+    ``rotary_embedding_write_kv_cache``) whose query, key (and value) are slices of the rows of
+    one packed ``qkv`` projection, 4 query and 1 KV head of 128, each row 8 elements longer
+    than the slices and the first starting `offset` elements into its buffer (1: no row
+    aligned); returns them and the packed rows (random values past the slices)."""
+    spec = SampleSpec(batch_shape=(tokens,), hidden_size=512, dtype=dtype, device=device, seed=7)
+    args = list(sample_inputs(op, spec))
+    names = list(op.signature.parameters)
+    parts = ["x_query", "x_key", *(["value"] if "value" in names else [])]
+    widths = [args[names.index(n)].shape[-1] for n in parts]
+    flat = torch.randn(tokens * (sum(widths) + 8) + offset, device=device).to(dtype)
+    packed = flat[offset:].view(tokens, -1)
+    start = 0
+    for name, width in zip(parts, widths, strict=True):
+        packed[:, start : start + width] = args[names.index(name)]
+        args[names.index(name)] = packed[:, start : start + width]
+        start += width
+    return tuple(args), packed
+
+
+def assert_rotary_heads_read_only_the_table(
+    op: IrOp,
+    provider: str,
+    device: str,
+    *,
+    positions_dtype: torch.dtype,
+    rotary_dim: int,
+    is_neox_style: bool,
+    offset: int = 0,
+) -> None:
+    """What the fused rotary ops (``qk_norm_rotary_embedding``, and
+    ``rotary_embedding_write_kv_cache`` with the key's cache slot) do with positions outside
+    the table, where the native function fails in torch's indexing: those tokens' rotated
+    elements are NaN, and every other element is bitwise what the same call gives with those
+    tokens at position 0. bf16 heads of 64 (``rotary_dim`` of them rotating), a table of 16
+    positions; the activations start `offset` elements past an aligned address (1: the
+    kernels' unaligned path)."""
+    max_position, head_size = 16, 64
+    outside = [-1, max_position, max_position + 1000, 2**31 - 1]
+    if positions_dtype == torch.int64:
+        outside += [2**32 + 2, -(2**32) + 2]  # a 32-bit read of the low word would find row 2
+    inside = [0, 5, max_position - 1, 3, 7, 1]
+    positions = torch.tensor(inside[:3] + outside + inside[3:], dtype=positions_dtype)
+    bad = (positions < 0) | (positions >= max_position)
+    options = {
+        "head_size": head_size,
+        "rotary_dim": rotary_dim,
+        "is_neox_style": is_neox_style,
+        "max_position": max_position,
+    }
+    spec = SampleSpec(
+        batch_shape=(positions.numel(),),
+        hidden_size=4 * head_size,
+        dtype=torch.bfloat16,
+        device=device,
+        seed=11,
+        options=options,
+    )
+    args = list(sample_inputs(op, spec))
+    names = list(op.signature.parameters)
+
+    def shifted(t: torch.Tensor) -> torch.Tensor:
+        flat = torch.empty(t.numel() + offset, dtype=t.dtype, device=t.device)
+        return flat[offset:].view(t.shape).copy_(t)
+
+    for name in ("x_query", "x_key"):
+        args[names.index(name)] = shifted(args[names.index(name)])
+
+    def run(pos: torch.Tensor) -> tuple[Any, ...]:
+        call = (pos.to(device), *clone_keeping_layout(args[1:]))  # positions come first
+        return results_of(op, call, op.impls[provider].fn(*call))
+
+    got = run(positions)
+    clean = run(torch.where(bad, 0, positions))
+    rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = [
+        (got[0].cpu(), clean[0].cpu(), bad),
+        (got[1].cpu(), clean[1].cpu(), bad),
+    ]
+    if op.mutates:  # the key cache's slots, then the value cache's (no rotation: bitwise equal)
+        slots = args[names.index("slot_mapping")].cpu()
+        for cached, cached_clean, rotated in zip(got[2:], clean[2:], (True, False), strict=True):
+            by_slot, clean_by_slot = cached.flatten(0, 1).cpu(), cached_clean.flatten(0, 1).cpu()
+            if not rotated:
+                assert torch.equal(by_slot, clean_by_slot), "the value cache changed"
+                continue
+            taken = torch.zeros(by_slot.shape[0], dtype=torch.bool)
+            taken[slots[bad]] = True
+            rows.append((by_slot.flatten(1), clean_by_slot.flatten(1), taken))
+    for out, in_table, outside_rows in rows:
+        assert torch.equal(out[~outside_rows], in_table[~outside_rows]), (
+            "tokens in the table changed"
+        )
+        heads = out[outside_rows].unflatten(-1, (-1, head_size))
+        clean_heads = in_table[outside_rows].unflatten(-1, (-1, head_size))
+        assert heads[..., :rotary_dim].isnan().all(), "positions outside the table not NaN"
+        assert torch.equal(heads[..., rotary_dim:], clean_heads[..., rotary_dim:]), (
+            "elements past rotary_dim changed"
+        )
+
+
+def first_rows(op: IrOp, args: Sequence[Any], result: Any, batch: int) -> list[torch.Tensor]:
+    """What a call of `op` with `args` gave its first `batch` tokens, for an exact comparison
+    (`bits`): the first `batch` rows of each result, then, of each cache it stores into
+    (`IrOp.mutates`), the slots ``slot_mapping`` gives those tokens (padding slots left out)."""
+    outs = () if result is None else result if isinstance(result, tuple) else (result,)
+    rows = [bits(t)[:batch] for t in outs]
+    names = list(op.signature.parameters)
+    if op.mutates:
+        slots = args[names.index("slot_mapping")].reshape(-1)[:batch]
+        slots = slots[slots >= 0]
+        rows += [bits(args[names.index(m)].flatten(0, 1)[slots]) for m in op.mutates]
+    return rows
 
 
 def decade_rows(rows: int, width: int, generator: torch.Generator) -> torch.Tensor:
@@ -129,7 +281,8 @@ def opcheck_utils(args: tuple[Any, ...]) -> tuple[str, ...]:
 
 def opcheck_arguments(device: str) -> dict[str, tuple[Any, ...]]:
     """Arguments per op name of `ir_kernels_cuda.impls.IR_CUDA_OPS`, on `device`, outputs
-    preallocated (bfloat16 activations of 7 rows x 256)."""
+    preallocated (bfloat16 activations of 7 rows x 256; heads of 64, two key heads and a KV
+    cache of 2 blocks of 8 slots)."""
     x = torch.randn(7, 256, device=device, dtype=torch.bfloat16)
     r = torch.randn_like(x)
     w = torch.randn(256, device=device, dtype=torch.bfloat16)
@@ -138,6 +291,9 @@ def opcheck_arguments(device: str) -> dict[str, tuple[Any, ...]]:
     ub = torch.tensor([2.0], device=device)
     positions = torch.randint(0, 64, (7,), device=device)
     cache = torch.randn(64, 64, device=device)
+    head_weight = torch.randn(64, device=device, dtype=torch.bfloat16)
+    kv_cache = torch.randn(2, 8, 2, 64, device=device, dtype=torch.bfloat16)
+    slots = torch.randperm(16, device=device)[:7]
 
     def like(t: torch.Tensor, width: int | None = None, dtype: torch.dtype | None = None) -> Any:
         return torch.empty(t.shape[0], width or t.shape[1], device=device, dtype=dtype or t.dtype)
@@ -158,6 +314,79 @@ def opcheck_arguments(device: str) -> dict[str, tuple[Any, ...]]:
         "silu_and_mul_static_quant_fp8_out": (like(x, 128, FP8), x, scale),
         "rotary_embedding_out": (like(x), like(k), positions, x, k, 64, cache, True),
         "rotary_embedding_": (x.clone(), k.clone(), positions, 64, cache, False),
+        "fused_add_rms_norm_dynamic_quant_fp8_out": (
+            q.clone(),
+            row_scale.clone(),
+            like(x),
+            x,
+            r,
+            w,
+            1e-6,
+            ub,
+        ),
+        "rms_norm_group_quant_fp8_out": (q.clone(), like(x, 2, torch.float32), x, w, 1e-6, 128),
+        "fused_add_rms_norm_group_quant_fp8_out": (
+            q.clone(),
+            like(x, 2, torch.float32),
+            like(x),
+            x,
+            r,
+            w,
+            1e-6,
+            128,
+        ),
+        "silu_and_mul_group_quant_fp8_out": (like(x, 128, FP8), like(x, 1, torch.float32), x, 128),
+        "qk_norm_rotary_embedding_out": (
+            like(x),
+            like(k),
+            positions,
+            x,
+            k,
+            head_weight,
+            head_weight,
+            1e-6,
+            64,
+            cache,
+            True,
+        ),
+        "qk_norm_rotary_embedding_": (
+            x.clone(),
+            k.clone(),
+            positions,
+            head_weight,
+            None,
+            1e-6,
+            64,
+            cache,
+            False,
+        ),
+        "rotary_embedding_write_kv_cache_out": (
+            like(x),
+            like(k),
+            positions,
+            x,
+            k,
+            k.clone(),
+            64,
+            cache,
+            True,
+            kv_cache.clone(),
+            kv_cache.clone(),
+            slots,
+        ),
+        "rotary_embedding_write_kv_cache_": (
+            x.clone(),
+            k.clone(),
+            positions,
+            k.clone(),
+            64,
+            cache,
+            False,
+            kv_cache.clone(),
+            kv_cache.clone(),
+            slots,
+        ),
+        "write_kv_cache": (k, k.clone(), kv_cache.clone(), kv_cache.clone(), slots),
         "empty_kernel": (x,),
     }
 
