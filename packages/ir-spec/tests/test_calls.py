@@ -355,3 +355,14 @@ def test_row_view_addresses_rows_by_one_stride() -> None:
     assert row_view(torch.randn(3, 2, 40).transpose(0, 1)) is None  # needs a copy
     assert row_view(torch.randn(40, 6).t()) is None  # last dimension not contiguous
     assert row_view(torch.tensor(1.0)) is None
+
+
+def test_clone_args_keeps_padded_rows_apart() -> None:
+    """A "strided" test cell hands its copies to the implementation: their rows must stay
+    padded apart, or no provider test ever sees a row stride other than the width."""
+    rows = torch.randn(5, 77)[:, :64]
+    (copy,) = clone_args((rows,))
+    assert copy.stride() == rows.stride()
+    assert not copy.is_contiguous()
+    assert torch.equal(copy, rows)
+    assert copy.data_ptr() != rows.data_ptr()

@@ -89,11 +89,19 @@ def sample_inputs(op: IrOp, spec: SampleSpec | None = None, **fields: Any) -> tu
 
 
 def clone_args(args: Sequence[Any]) -> tuple[Any, ...]:
-    """Copies of the tensor arguments (same strides), other arguments as they are."""
-    return tuple(
-        a.clone(memory_format=torch.preserve_format) if isinstance(a, torch.Tensor) else a
-        for a in args
-    )
+    """Copies of the tensor arguments with the same sizes and strides (rows padded apart stay
+    padded apart, so a "strided" test gives the implementation strided rows), other arguments
+    as they are."""
+    return tuple(_same_layout_copy(a) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def _same_layout_copy(t: torch.Tensor) -> torch.Tensor:
+    # clone(preserve_format) keeps the strides of a dense tensor only: padded rows would come
+    # back contiguous. An expanded (stride-0) tensor keeps its one stored element per row.
+    if t.is_contiguous() or any(stride == 0 for stride in t.stride()):
+        return t.clone(memory_format=torch.preserve_format)
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    return out.copy_(t)
 
 
 def assert_close(
