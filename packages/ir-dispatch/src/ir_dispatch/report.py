@@ -90,10 +90,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     else:
         console.print("no ir.providers entry points installed")
-    for load in platform_loads():
-        if load.status != "loaded":
+    for plugin in platform_loads():
+        if plugin.status != "loaded":
             console.print(
-                f"platform entry point {load.name!r} ({load.value}): {load.status} - {load.error}"
+                f"platform entry point {plugin.name!r} ({plugin.value}): {plugin.status} - "
+                f"{plugin.error}"
             )
     console.print(f"platform: {platform_origin()}")
     with priority(flags):
