@@ -26,7 +26,8 @@ def block(x: torch.Tensor, r: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return ops.silu_and_mul(torch.cat([h, 2 * h], dim=-1))
 
 
-assert "ir_passes" not in sys.modules and "ir_stack" not in sys.modules
+assert "ir_passes" not in sys.modules
+assert "ir_stack" not in sys.modules
 w = torch.randn(64)
 
 # 1. the IR passes on Inductor; options: PassConfig fields and Inductor options alike
