@@ -12,7 +12,8 @@ names. ``IR_DISABLE_PROVIDERS=a,b`` skips the entry points named ``a`` and ``b``
 providers of those names ineligible); a name there that no entry point, registration or
 platform default knows is warned about.
 
-Plugins are isolated from each other and from the process:
+Plugins are isolated from each other and from the process (by `ir_dispatch.plugins`, the loader
+of every entry point group; providers add the ownership of their names):
 
 * A provider name belongs to the entry point of that name, and so do the names that extend it
   with ``_`` (``triton`` owns ``triton_inplace``); a name already registered belongs, the same
