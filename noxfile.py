@@ -39,6 +39,8 @@ TEST_EXTRAS: dict[str, list[str]] = {
     "ir-dispatch": [
         "packages/ir-dispatch/tests/providers/good",
         "packages/ir-dispatch/tests/providers/broken",
+        # an out-of-tree platform (ir.platforms) with its own kernels (ir.providers)
+        "packages/ir-dispatch/tests/platforms/npu",
     ],
     # Triton's interpreter (kernels on CPU) needs numpy, which triton does not declare
     "ir-kernels-triton": ["numpy"],
@@ -58,6 +60,7 @@ TEST_ARGS: dict[str, list[str]] = {
 nox.options.sessions = [
     "tests",
     "integration",
+    "downstream",
     "layouts",
     "lint",
     "typecheck",
@@ -178,14 +181,41 @@ def run_package_tests(session: nox.Session, package: str) -> None:
     )
 
 
+#: A model library that depends on ir-spec alone (`downstream` and `integration` sessions).
+DOWNSTREAM = "tests-integration/downstream_model"
+
+
 @nox.session(tags=["tests"])
 @frees_its_environment
 def integration(session: nox.Session) -> None:
-    """End-to-end tests with every layer installed, plus the out-of-tree provider example."""
+    """End-to-end tests with every layer installed, plus the out-of-tree provider example and
+    the downstream model library (its own tests run here too, beside the whole stack)."""
     install_packages(session, PACKAGES)
     # the transformers tutorial converts a randomly initialised transformers model
-    session.install(*TEST_TOOLS, "numpy", "transformers>=4.56", "tests-integration/oot_provider")
+    session.install(
+        *TEST_TOOLS, "numpy", "transformers>=4.56", "tests-integration/oot_provider", DOWNSTREAM
+    )
     session.run("pytest", "tests-integration", *session.posargs, env={"TRITON_INTERPRET": "1"})
+
+
+@nox.session(tags=["tests"])
+@frees_its_environment
+def downstream(session: nox.Session) -> None:
+    """The downstream model library with ir-spec and nothing else of the stack: its native
+    path, gradients and stock ``torch.compile`` (the promise that a model library may depend
+    on ir-spec alone)."""
+    install_packages(session, ["ir-spec"])
+    session.install("pytest>=8", DOWNSTREAM)
+    session.run("python", "-m", "pip", "list", "--format=freeze")
+    others = [p.replace("-", "_") for p in PACKAGES if p != "ir-spec"]
+    session.run(
+        "python",
+        "-c",
+        "import importlib.util, sys; "
+        f"found = [m for m in {others!r} if importlib.util.find_spec(m)]; "
+        "sys.exit(f'installed beside ir-spec: {found}' if found else 0)",
+    )
+    session.run("pytest", f"{DOWNSTREAM}/tests", *session.posargs)
 
 
 @nox.session(tags=["checks"])
@@ -284,7 +314,9 @@ def gpu(session: nox.Session) -> None:
     one). Spread it over processes with ``nox -s gpu -- -n 8``."""
     install_packages(session, PACKAGES)
     # the transformers tutorial converts a randomly initialised transformers model
-    session.install(*TEST_TOOLS, "numpy", "transformers>=4.56", "tests-integration/oot_provider")
+    session.install(
+        *TEST_TOOLS, "numpy", "transformers>=4.56", "tests-integration/oot_provider", DOWNSTREAM
+    )
     session.run(
         "pytest",
         # ir-spec's and ir-dispatch's own tests too: the GPU machine's torch is the oldest we

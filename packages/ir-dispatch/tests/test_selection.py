@@ -143,7 +143,7 @@ def test_defaults_merge_after_user_list(monkeypatch: pytest.MonkeyPatch) -> None
 def test_bad_platform_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("IR_PLATFORM", "tpu")
     ir_dispatch.detect_platform.cache_clear()
-    with pytest.raises(ValueError, match=r"IR_PLATFORM='tpu'.*cuda, rocm, xpu, cpu"):
+    with pytest.raises(ValueError, match=r"IR_PLATFORM=.tpu.*cpu, cuda, rocm, (\w+, )*xpu"):
         ir_dispatch.detect_platform()
 
 

@@ -118,3 +118,24 @@ def test_full_refuses_uncapturable_splitting_ops_and_full_and_piecewise_falls_ba
     for n in (3, 8):
         torch.testing.assert_close(fallback(x[:n]), unsafe_model(x[:n]))
     assert counters.num_cudagraph_captured == 2 * 2  # two pieces around the op, two sizes
+
+
+@pytest.mark.parametrize("mode", [CUDAGraphMode.PIECEWISE, CUDAGraphMode.FULL])
+def test_dynamo_backend_pads_to_capture_sizes_and_matches_eager(
+    model: ToyModel, mode: CUDAGraphMode, tmp_path: Path
+) -> None:
+    """`DynamoPiecewiseBackend` (what ``backend="ir_stack"`` runs): the graph Dynamo hands it,
+    replayed as CUDA graphs at the capture size each call is padded to."""
+    from ir_piecewise.dynamo import DynamoPiecewiseBackend
+
+    torch._dynamo.reset()
+    config = toy_config(tmp_path, cudagraph_mode=mode, cudagraph_capture_sizes=CAPTURE)
+    compiled = torch.compile(model, backend=DynamoPiecewiseBackend(config), dynamic=True)
+    with torch.no_grad():
+        for n in (3, 4, 9, 3, 70):  # 70: above the largest capture size, no graph
+            x = inputs(n)
+            torch.testing.assert_close(compiled(x).clone(), model(x), **TOL)
+    # sizes 4, 16 (for 9) and 4 again (for 3): two sizes captured, per piece or whole
+    captured = 2 if mode is CUDAGraphMode.FULL else 2 * 4
+    assert counters.num_cudagraph_captured == captured
+    torch._dynamo.reset()

@@ -81,6 +81,21 @@ def test_explain_one_op_and_all() -> None:
     assert "silu_and_mul" in explained_rows(done.stdout)
 
 
+def test_explain_names_the_platform_and_where_its_defaults_come_from() -> None:
+    done = run("explain", "rms_norm", gpus=False, IR_PLATFORM="rocm")
+    assert done.returncode == 0, done.stderr
+    assert "platform: rocm (set by IR_PLATFORM; built into ir-dispatch)" in done.stdout
+    rows = explained_rows(done.stdout)
+    assert rows["triton"][0] == "1"  # ROCm's default list: triton, native
+    done = run("explain", "rms_norm", gpus=False, IR_PLATFORM="")
+    assert "platform: cpu (detected; built into ir-dispatch)" in done.stdout
+    done = run("explain", "rms_norm", gpus=False, IR_PLATFORM="tpu")
+    assert done.returncode == 2
+    assert "IR_PLATFORM='tpu': unknown platform 'tpu'; installed platforms: cpu, cuda" in (
+        done.stderr
+    )
+
+
 def test_explain_says_why_a_provider_cannot_run_here() -> None:
     """Without a GPU the kernel providers are left out of the list, each with its reason
     (the one-op form had printed the effective list alone, which named neither)."""

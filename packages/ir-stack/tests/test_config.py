@@ -134,7 +134,20 @@ EXPECTED_PROVIDERS = "expected a list of provider names"
         ('[piecewise]\ncompile_sizes = "8"', r"piecewise\.compile_sizes: got '8', expected a list"),
         ('[piecewise]\ncompile_sizes = [1, "8"]', r"piecewise\.compile_sizes: got \[1, '8'\]"),
         ('[piecewise]\nmax_capture_size = "256"', r"piecewise\.max_capture_size: got '256'"),
-        ("[piecewise]\nbackend = 3", r"piecewise\.backend: got 3, expected 'inductor' or 'eager'"),
+        ("[piecewise]\nbackend = 3", r"piecewise\.backend: got 3, expected a str"),
+        (
+            '[piecewise]\nbackend = "tvm"',
+            r"piecewise\.backend: unknown piece compiler 'tvm'; installed piece compilers: eager, "
+            r"inductor",
+        ),
+        (
+            "[piecewise]\ninductor_compile_config = 3",
+            r"piecewise\.inductor_compile_config: got 3, expected a table of names to values",
+        ),
+        (
+            "[piecewise.inductor_compile_config]\nmax_autotuen = true",
+            r"piecewise\.inductor_compile_config: unknown Inductor option 'max_autotuen'",
+        ),
         ("[piecewise]\ncache_dir = 5", r"piecewise\.cache_dir: got 5, expected a path"),
         ("[piecewise]\nsplitting_ops = 5", r"piecewise\.splitting_ops: got 5, expected a list"),
         (

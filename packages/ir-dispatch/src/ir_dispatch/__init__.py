@@ -7,7 +7,9 @@ validated against the ``ir.providers`` entry points, loaded then), ``IR_BATCH_IN
 ``IR_DISPATCH_STATS`` apply before the first selection or change of the selection state
 (`read_environment`; a malformed value raises there, naming the variable); boolean variables
 take ``1/0, true/false, yes/no, on/off`` (`parse_switch`). ``IR_DISABLE_PROVIDERS`` and
-``IR_PLATFORM`` are read on first use.
+``IR_PLATFORM`` are read on first use. Plugins come through entry points, loaded by one
+isolating loader (`ir_dispatch.plugins`): kernel providers (``ir.providers``) and platforms
+(``ir.platforms``: name, detection, default priorities per mode, extra passes).
 
 Rule for `supports_args` authors: decide on dtypes, layouts and static sizes (hidden size, head
 size, group size), never on the number of tokens. Eager calls cache the choice per op under a key
@@ -17,9 +19,11 @@ first call's.
 The contract (``__all__``): `set_priority`, `priority`, `effective_priority`, `select`,
 `explain` (an `Explanation`: a `ProviderVerdict` a provider, each with its `Verdict`),
 `parse_priority_args` and `split_priority_args`; `install`; `mode`; `set_batch_invariant`;
-`collect_stats` and `stats`; `detect_platform` (a `Platform`) and `provider_loads` (each a
-`ProviderLoad`). Names imported ``as`` themselves below stay importable here for existing
-callers but are outside it: import them from their modules.
+`collect_stats` and `stats`; `detect_platform` (a `Platform`), `platform_origin`,
+`installed_platforms` and `platform_loads` (each a `PluginLoad`: the ``ir.platforms`` entry
+points, `ir_dispatch.platforms`), and `provider_loads` (each a `ProviderLoad`). Names
+imported ``as`` themselves below stay importable here for existing callers but are outside
+it: import them from their modules.
 """
 
 import logging
@@ -38,7 +42,14 @@ from .discovery import GROUP as GROUP
 from .discovery import ProviderLoad, provider_loads
 from .discovery import reset_discovery as reset_discovery
 from .installation import _Installed
-from .platforms import Platform, detect_platform
+from .platforms import (
+    Platform,
+    detect_platform,
+    installed_platforms,
+    platform_loads,
+    platform_origin,
+)
+from .plugins import PluginLoad
 from .selection import (
     Explanation,
     PriorityDispatcher,
@@ -88,6 +99,7 @@ install()
 __all__ = [
     "Explanation",
     "Platform",
+    "PluginLoad",
     "ProviderLoad",
     "ProviderVerdict",
     "Verdict",
@@ -97,9 +109,12 @@ __all__ = [
     "effective_priority",
     "explain",
     "install",
+    "installed_platforms",
     "mode",
     "parse_priority_args",
     "parse_switch",
+    "platform_loads",
+    "platform_origin",
     "priority",
     "provider_loads",
     "select",

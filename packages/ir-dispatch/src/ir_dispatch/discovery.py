@@ -12,7 +12,8 @@ names. ``IR_DISABLE_PROVIDERS=a,b`` skips the entry points named ``a`` and ``b``
 providers of those names ineligible); a name there that no entry point, registration or
 platform default knows is warned about.
 
-Plugins are isolated from each other and from the process:
+Plugins are isolated from each other and from the process (by `ir_dispatch.plugins`, the loader
+of every entry point group; providers add the ownership of their names):
 
 * A provider name belongs to the entry point of that name, and so do the names that extend it
   with ``_`` (``triton`` owns ``triton_inplace``); a name already registered belongs, the same
@@ -26,7 +27,6 @@ Plugins are isolated from each other and from the process:
 
 import logging
 import os
-import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,7 +35,8 @@ from typing import Any
 
 from ir_spec import Impl, ops
 
-from .defaults import _TABLE
+from .defaults import default_provider_names
+from .plugins import called, describe_error, isolated, log_failure
 
 logger = logging.getLogger("ir_dispatch")
 
@@ -82,9 +83,7 @@ def _known_names(points: Iterable[EntryPoint]) -> set[str]:
     names = {"native", *(ep.name for ep in points)}
     for op in ops:
         names.update(op.impls)
-    for table in _TABLE.values():
-        for providers in table.values():
-            names.update(providers)
+    names.update(default_provider_names())
     return names
 
 
@@ -175,33 +174,13 @@ def _sort_out(
     return own, refusal
 
 
-def _detach(error: BaseException, handled: BaseException | None) -> None:
-    """Cut `handled` (the exception the caller was handling when the plugin loaded) out of
-    `error`'s chain: the plugin's failure has nothing to do with it."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if handled is not None and current.__context__ is handled:
-            current.__context__ = None
-            return
-        current = current.__context__
-
-
 def _load(ep: EntryPoint, owners: list[_Owner]) -> ProviderLoad:
-    handled = sys.exception()
     before = _registrations()
-    error: BaseException | None = None
     try:
-        obj = ep.load()
-        if callable(obj):
-            obj()
+        _, error = isolated(ep, lambda: called(ep.load()), "provider", log=False)
     except KeyboardInterrupt:
         _remove(ep, before, owners)
         raise
-    except BaseException as err:
-        error = err
-    own = _remove(ep, before, owners) if error is not None else []
     if error is None:
         new = {k: v for k, v in _registrations().items() if k not in before}
         own, refusal = _sort_out(ep, new, owners)
@@ -213,15 +192,9 @@ def _load(ep: EntryPoint, owners: list[_Owner]) -> ProviderLoad:
             )
         logger.debug("ir_dispatch: loaded provider %r from %s", ep.name, ep.value)
         return ProviderLoad(ep.name, ep.value, "loaded")
-    _detach(error, handled)
-    logger.error(
-        "ir_dispatch: provider %r (%s) failed to load; skipped%s",
-        ep.name,
-        ep.value,
-        f" (its {len(own)} registrations removed)" if own else "",
-        exc_info=(type(error), error, error.__traceback__),
-    )
-    return ProviderLoad(ep.name, ep.value, "failed", f"{type(error).__name__}: {error}")
+    own = _remove(ep, before, owners)
+    log_failure(ep, "provider", error, f" (its {len(own)} registrations removed)" if own else "")
+    return ProviderLoad(ep.name, ep.value, "failed", describe_error(error))
 
 
 def _remove(

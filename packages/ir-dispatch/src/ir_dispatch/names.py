@@ -4,7 +4,7 @@ from collections.abc import Iterable
 
 from ir_spec import IrOp, ops
 
-from .defaults import _TABLE
+from .defaults import default_provider_names
 from .discovery import ensure_providers_loaded
 from .installation import require_installed
 
@@ -26,9 +26,7 @@ def known_providers() -> set[str]:
     names = {"native"}
     for op in ops:
         names.update(op.impls)
-    for table in _TABLE.values():
-        for providers in table.values():
-            names.update(providers)
+    names.update(default_provider_names())
     return names
 
 

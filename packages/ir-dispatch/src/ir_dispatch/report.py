@@ -13,7 +13,7 @@ from ir_spec import ops
 from .cli import FLAG, split_priority_args
 from .discovery import provider_loads
 from .names import resolve_op
-from .platforms import detect_platform
+from .platforms import detect_platform, platform_loads, platform_origin
 from .selection import Verdict, explain, why_unsupported
 from .state import current_mode, priority, read_environment
 
@@ -90,6 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     else:
         console.print("no ir.providers entry points installed")
+    for plugin in platform_loads():
+        if plugin.status != "loaded":
+            console.print(
+                f"platform entry point {plugin.name!r} ({plugin.value}): {plugin.status} - "
+                f"{plugin.error}"
+            )
+    console.print(f"platform: {platform_origin()}")
     with priority(flags):
         console.print(providers_table(args.ops or None))
     return 0

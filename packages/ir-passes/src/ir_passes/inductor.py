@@ -31,7 +31,7 @@ from .graph_utils import dump
 from .inplace_check import keep_checks
 from .lowering import LoweringPass
 from .mutating import define_lowered_ops
-from .report import claim_report, current_report, new_report
+from .report import PassReport, claim_report, current_report, new_report
 
 logger = logging.getLogger("ir_passes")
 #: the modules of this package, whose code (the passes and this hook-up) every key covers
@@ -64,7 +64,12 @@ def selection_key(config: PassConfig) -> str:
     ``ir_dispatch.selection_state()`` (which changes with every priority, registration or mode
     change) and recomputed only then.
     """
-    state = (config.key(), ir_dispatch.selection_state(), ir_dispatch.batch_invariant())
+    state = (
+        config.key(),
+        ir_dispatch.selection_state(),
+        ir_dispatch.batch_invariant(),
+        ir_dispatch.detect_platform(),
+    )
     key = _selection_keys.get(state)
     if key is None:
         key = _selection_keys[state] = _compute_selection_key(config)
@@ -73,17 +78,19 @@ def selection_key(config: PassConfig) -> str:
 
 def _compute_selection_key(config: PassConfig) -> str:
     """The pass configuration; the versions of Python, torch, triton and the ``ir-*``
-    distributions; the code of these passes; per op the effective priority (inductor mode) and
-    each implementation's flags; the code of every native function, implementation and
-    ``supports_args``, followed into what they call (`ir_passes.fingerprint`); and the
-    batch-invariant mode."""
+    distributions; the code of these passes; the platform in force and the code of its extra
+    passes; per op the effective priority (inductor mode) and each implementation's flags; the
+    code of every native function, implementation and ``supports_args``, followed into what
+    they call (`ir_passes.fingerprint`); and the batch-invariant mode."""
     # compiled code a cache serves may call the lowered mutating ops: define them first
     define_lowered_ops()
     h = hashlib.sha256(config.key().encode())
     h.update(repr(fingerprint.package_versions()).encode())
     h.update(_passes_fingerprint().encode())
-    roots: list[Any] = []
-    modules: set[str] = set()
+    platform = ir_dispatch.detect_platform()
+    h.update(f"platform={platform.name}:{len(platform.passes)}".encode())
+    roots: list[Any] = list(platform.passes)
+    modules: set[str] = {getattr(p, "__module__", None) or "" for p in platform.passes} - {""}
     with ir_dispatch.mode(ir_dispatch.INDUCTOR):
         for op in sorted(ops, key=lambda o: o.name):
             h.update(f"{op.name}:{ir_dispatch.effective_priority(op)}".encode())
@@ -119,7 +126,8 @@ class PreGradPass(_ConfiguredPass):
 
 
 class PostGradPass(_ConfiguredPass):
-    """Inductor post-grad hook: fusion, lowering and clone elimination."""
+    """Inductor post-grad hook: fusion, the platform's extra passes (`ir_dispatch.Platform`:
+    they see the IR ops, fused or not), lowering and clone elimination."""
 
     def __call__(self, graph: fx.Graph) -> None:
         report = current_report()
@@ -128,6 +136,7 @@ class PostGradPass(_ConfiguredPass):
         fusing = any(self.config.fusion_on(switch) for switch in FUSION_SWITCHES)
         steps: list[tuple[str, bool, Callable[[fx.Graph], fx.Graph]]] = [
             ("fusion", fusing, FusionPass(report, self.config)),
+            ("platform", True, PlatformPasses(report)),
             ("lowering", self.config.lower, LoweringPass(report)),
             (
                 "clone-elimination",
@@ -140,6 +149,21 @@ class PostGradPass(_ConfiguredPass):
             if enabled:
                 run(graph)
                 dump(self.config.debug_dir, f"post-grad-after-{name}", graph)
+
+
+class PlatformPasses:
+    """The extra passes of the platform in force, in order; each is named in the report."""
+
+    def __init__(self, report: PassReport) -> None:
+        self.report = report
+
+    def __call__(self, graph: fx.Graph) -> fx.Graph:
+        platform = ir_dispatch.detect_platform()
+        for run in platform.passes:
+            name = getattr(run, "__qualname__", None) or type(run).__qualname__
+            self.report.platform_passes.append(f"{platform.name}:{name}")
+            run(graph)
+        return graph
 
 
 def inductor_options(config: PassConfig | None = None) -> dict[str, Any]:

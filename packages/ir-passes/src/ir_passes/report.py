@@ -22,6 +22,8 @@ class PassReport:
         clones_inserted: clones lowering added for in-place implementations.
         clones_removed: of those, clones proven unneeded and removed.
         fusions: fusion pattern -> number of times it fired.
+        platform_passes: the extra passes of the platform in force that ran, as
+            ``<platform>:<pass>`` (`ir_dispatch.Platform.passes`).
         passes_ran: True when the post-grad passes (fusion, lowering, clone elimination) ran.
             False when Inductor's caches served the compiled code: the passes did not run
             again and their effect is in the cached code. The pre-grad functionalization runs
@@ -35,6 +37,7 @@ class PassReport:
     clones_inserted: int = 0
     clones_removed: int = 0
     fusions: Counter[str] = field(default_factory=Counter)
+    platform_passes: list[str] = field(default_factory=list)
     passes_ran: bool = False
 
 

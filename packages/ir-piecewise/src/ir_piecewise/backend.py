@@ -29,14 +29,19 @@ class UnexpectedRetrace(RuntimeError):
     not marked for this trace, so `PiecewiseCompiled` traces once more with them marked."""
 
 
-def token_symbol(gm: fx.GraphModule) -> sympy.Symbol | None:
-    """The one symbol of the graph's dynamic dimension, or None for a static graph."""
-    symbols: set[sympy.Symbol] = set()
+def token_symbol(gm: fx.GraphModule, *, first: bool = False) -> sympy.Symbol | None:
+    """The one symbol of the graph's dynamic dimension, or None for a static graph. With
+    `first`, a graph of several takes the first in input order (the token count of a graph
+    Dynamo made dynamic by itself is the leading dimension of its first dynamic input);
+    otherwise several raise `ValueError`."""
+    symbols: dict[sympy.Symbol, None] = {}
     for value in placeholder_values(gm):
         sizes = list(value.shape) if isinstance(value, Tensor) else [value]
         for size in sizes:
             if isinstance(size, torch.SymInt):
-                symbols |= size.node.expr.free_symbols
+                symbols.update(dict.fromkeys(sorted(size.node.expr.free_symbols, key=str)))
+    if len(symbols) > 1 and first:
+        return next(iter(symbols))
     if len(symbols) > 1:
         raise ValueError(
             "dynamic_arg_dims: the traced graph has several dynamic sizes "
@@ -84,10 +89,13 @@ class PiecewiseBackend:
             raise UnexpectedRetrace("traced again after the first call")
         return PiecewiseGraph(gm, self.split_and_compile(gm))
 
-    def split_and_compile(self, gm: fx.GraphModule, *, cached_only: bool = False) -> fx.GraphModule:
+    def split_and_compile(
+        self, gm: fx.GraphModule, *, cached_only: bool = False, first_symbol: bool = False
+    ) -> fx.GraphModule:
         """`gm` split at the splitting ops, each compiled piece replaced by a `CompiledPiece`
         (loaded from the compile cache where it holds the piece; with `cached_only`, a piece
-        the cache lacks raises `NotCached` instead of compiling)."""
+        the cache lacks raises `NotCached` instead of compiling). `first_symbol`: see
+        `token_symbol`."""
         config = self.config
         counters.num_graphs_seen += 1
         split, pieces = split_graph(gm, config.splitting_op_names)
@@ -111,7 +119,7 @@ class PiecewiseBackend:
         piecewise_graphs = mode is CUDAGraphMode.PIECEWISE or (
             mode is CUDAGraphMode.FULL_AND_PIECEWISE and not self.full_graph_capturable
         )
-        symbol = token_symbol(gm)
+        symbol = token_symbol(gm, first=first_symbol)
         key = global_key(config)
         cache = config.compile_cache() if config.cache else None
         logger.info(

@@ -18,7 +18,7 @@ from .cache import CompileCache
 from .config import CompilationConfig, CUDAGraphMode
 from .counters import counters
 from .cudagraphs import CUDAGraphRunner
-from .pieces import NotCached, inductor_graph_cache_on
+from .pieces import NotCached
 from .serialized import PiecewiseGraph
 
 logger = logging.getLogger("ir_piecewise")
@@ -160,9 +160,10 @@ class PiecewiseCompiled:
             compiled = self._trace_ahead_of_time(bound, dynamic)
             if compiled is None:
                 return self._trace_with_dynamo(bound, dynamic)
-            # without Inductor's graph cache no piece is stored, and a trace whose pieces are
-            # missing is loaded only to be traced again
-            if inductor_graph_cache_on():
+            # where the piece compiler cannot save its pieces (Inductor without its graph
+            # cache), a trace whose pieces are missing is loaded only to be traced again
+            compiler = self.config.compiler()
+            if not compiler.compiles or compiler.saveable(self.trace_cache.root):
                 traces.save_trace(self.trace_cache, key, compiled)
         compiled.disable_guard_check()
         self._forward = functools.partial(compiled, self.fn)

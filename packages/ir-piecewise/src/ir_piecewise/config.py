@@ -3,16 +3,19 @@
 import enum
 import hashlib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from types import MappingProxyType
+from typing import Any
 
 import torch
 
 from ir_passes import PassConfig
+from ir_passes.dynamo import checked_inductor_options
 
 from .cache import DEFAULT_LOCK_TIMEOUT, CompileCache
+from .compilers import PieceCompiler, installed_compilers, piece_compiler
 
 SplittingOp = str | torch._ops.OpOverload | torch._ops.OpOverloadPacket
 DEFAULT_MAX_CAPTURE_SIZE = 256
@@ -83,7 +86,17 @@ class CompilationConfig:
         compile_ranges_endpoints: ``e1 < e2 < ...`` cut the token counts into the ranges
             ``[1, e1], [e1 + 1, e2], ..., [ek + 1, inf)``, each compiled once with symbolic
             shapes.
-        backend: ``"inductor"`` (with the IR passes) or ``"eager"`` (pieces run as traced).
+        backend: the piece compiler, by name: ``"inductor"`` (with the IR passes),
+            ``"eager"`` (pieces run as traced) or one an ``ir.piece_compilers`` entry point
+            installs (`ir_piecewise.compilers`); its identity and version enter every compile
+            cache key. An unknown name raises `ValueError` listing the installed ones.
+        inductor_compile_config: Inductor options (``torch._inductor.config`` names, as
+            ``torch.compile(options=...)`` takes them) for the pieces the ``inductor``
+            compiler compiles; an unknown name raises `ValueError`. The IR passes' own hooks
+            cannot be set here.
+        max_autotune_compile_sizes: compile the `compile_sizes` with Inductor's max-autotune
+            and coordinate-descent tuning (longer compilations, kernels tuned for exactly that
+            token count), as the seeds do for the sizes they specialize.
         cudagraph_mode: see `CUDAGraphMode`; CUDA graphs are used only for CUDA tensors.
         cudagraph_capture_sizes: token counts captured; a call is padded up to the next one.
             Default: 1, 2, 4, 8 and multiples of 16 up to `max_capture_size`.
@@ -109,7 +122,9 @@ class CompilationConfig:
     splitting_ops: tuple[SplittingOp, ...] = ()
     compile_sizes: tuple[int, ...] = ()
     compile_ranges_endpoints: tuple[int, ...] = ()
-    backend: Literal["inductor", "eager"] = "inductor"
+    backend: str = "inductor"
+    inductor_compile_config: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    max_autotune_compile_sizes: bool = False
     cudagraph_mode: CUDAGraphMode = CUDAGraphMode.NONE
     cudagraph_capture_sizes: tuple[int, ...] | None = None
     max_capture_size: int | None = None
@@ -132,8 +147,29 @@ class CompilationConfig:
                 f"compile_ranges_endpoints: got {endpoints!r}; expected strictly increasing sizes"
             )
         set_(self, "compile_ranges_endpoints", endpoints)
-        if self.backend not in ("inductor", "eager"):
-            raise ValueError(f"backend: got {self.backend!r}; expected 'inductor' or 'eager'")
+        if not isinstance(self.backend, str):
+            raise ValueError(
+                f"backend: got {self.backend!r}; expected the name of a piece compiler "
+                f"({', '.join(installed_compilers())})"
+            )
+        piece_compiler(self.backend, origin="backend")
+        if not isinstance(self.inductor_compile_config, Mapping):
+            raise ValueError(
+                f"inductor_compile_config: got {self.inductor_compile_config!r}; expected a "
+                "mapping of Inductor option names to values"
+            )
+        set_(
+            self,
+            "inductor_compile_config",
+            MappingProxyType(
+                checked_inductor_options(self.inductor_compile_config, "inductor_compile_config")
+            ),
+        )
+        if not isinstance(self.max_autotune_compile_sizes, bool):
+            raise ValueError(
+                f"max_autotune_compile_sizes: got {self.max_autotune_compile_sizes!r}; expected "
+                "a bool"
+            )
         if not isinstance(self.cudagraph_mode, CUDAGraphMode):
             raise ValueError(
                 f"cudagraph_mode: got {self.cudagraph_mode!r}; expected one of "
@@ -184,6 +220,10 @@ class CompilationConfig:
         assert self.cudagraph_capture_sizes is not None
         return next((s for s in self.cudagraph_capture_sizes if s >= size), None)
 
+    def compiler(self) -> PieceCompiler:
+        """The piece compiler `backend` names."""
+        return piece_compiler(self.backend, origin="backend")
+
     def compile_cache(self) -> CompileCache:
         """The compile cache this configuration names (whether or not `cache` is on)."""
         return CompileCache(self.resolved_cache_dir(), lock_timeout=self.cache_lock_timeout)
@@ -197,13 +237,17 @@ class CompilationConfig:
         return Path(user_cache_dir("ir-piecewise")) / f"torch-{torch.__version__}"
 
     def key(self) -> str:
-        """A stable digest of everything that changes the compiled code."""
+        """A stable digest of everything that changes the compiled code: the splitting, the
+        sizes and ranges, the piece compiler (name, identity and version, its options) and the
+        passes."""
         text = repr(
             (
                 sorted(self.splitting_op_names),
                 self.compile_sizes,
                 self.compile_ranges_endpoints,
                 self.backend,
+                self.compiler().identity(),
+                self.compiler().options_key(self),
                 self.passes.key(),
             )
         )

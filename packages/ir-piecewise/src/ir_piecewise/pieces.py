@@ -1,12 +1,9 @@
 """`CompiledPiece`: one piece between splitting ops, compiled per range and per size."""
 
-import contextlib
-import functools
+import dataclasses
 import hashlib
-import inspect
 import logging
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import sympy
@@ -17,14 +14,13 @@ import ir_passes
 from ir_passes.report import new_report
 
 from .cache import CompileCache
+from .compilers import PieceRequest
 from .config import CompilationConfig
 from .counters import counters
 from .cudagraphs import CUDAGraphRunner, GraphPool
 
 logger = logging.getLogger("ir_piecewise")
 SizeLocator = tuple[int, int | None]  # (argument index, dim) ; dim None: the argument is the size
-# whether this torch's standalone_compile can save a graph that records autograd (`aot=True`)
-_AOT_SAVE = "aot" in inspect.signature(torch._inductor.standalone_compile).parameters
 
 
 def passes_for(
@@ -176,6 +172,7 @@ class CompiledPiece:
         self.name = name
         self.config = config
         self.cache = cache
+        self.compiler = config.compiler()
         # compiled code by key, shared by the pieces of one graph: identical layers compile once
         self.artifacts = artifacts if artifacts is not None else {}
         values = placeholder_values(gm)
@@ -220,40 +217,37 @@ class CompiledPiece:
         tokens: tuple[int, int | None] | None,
         cached_only: bool = False,
     ) -> Callable[..., Any]:
-        """The piece compiled for `label`: the token counts `tokens` (None: a piece that does
-        not depend on them), whose pass configuration is the range's (`passes_for`)."""
-        if self.config.backend == "eager":
-            return self.gm
+        """The piece compiled for `label` by the configuration's piece compiler: the token
+        counts `tokens` (None: a piece that does not depend on them), whose pass
+        configuration is the range's (`passes_for`)."""
+        compiler = self.compiler
         passes = passes_for(self.config, tokens)
+        autograd = _records_autograd(example_inputs)
+        request = PieceRequest(
+            self.gm, example_inputs, dynamic, tokens, passes, self.config, autograd, False
+        )
+        if not compiler.compiles:
+            return compiler.compile(request)
         counters.fusions_enabled[label] = tuple(
             switch for switch in ir_passes.FUSION_SWITCHES if passes.fusion_applies(switch)
         )
         # a piece that records autograd is another artifact than its inference form
-        autograd = _records_autograd(example_inputs)
         form = ":autograd" if autograd else ""
         key = hashlib.sha256(f"{self.digest}:{label}{form}".encode()).hexdigest()
         shared = self.artifacts.get(key)
         if shared is not None:
             counters.num_artifacts_reused += 1
             return shared
-        compiled = self._load_or_compile(
-            key, label, example_inputs, dynamic, cached_only, autograd, passes
-        )
+        compiled = self._load_or_compile(key, label, request, cached_only)
         self.artifacts[key] = compiled
         return compiled
 
     def _load_or_compile(
-        self,
-        key: str,
-        label: str,
-        example_inputs: list[Any],
-        dynamic: str,
-        cached_only: bool,
-        autograd: bool,
-        passes: ir_passes.PassConfig,
+        self, key: str, label: str, request: PieceRequest, cached_only: bool
     ) -> Callable[..., Any]:
+        compiler = self.compiler
         if self.cache is not None:
-            loaded = self.cache.load(key, _load_artifact)
+            loaded = self.cache.load(key, compiler.load)
             if loaded is not None:
                 counters.num_cache_hits += 1
                 logger.debug("ir_piecewise: %s %s loaded from the cache", self.name, label)
@@ -261,19 +255,12 @@ class CompiledPiece:
             counters.num_cache_misses += 1
         if cached_only:
             raise NotCached(f"{self.name} {label}")
-        logger.info("ir_piecewise: compiling %s for %s", self.name, label)
-        store_in = self.cache if inductor_graph_cache_on() else None
-        if self.cache is not None and store_in is None:
-            _warn_pieces_not_stored(self.cache.root)
-        with _unsaveable_expected(store_in is None), ir_passes.collect_reports() as reports:
+        logger.info("ir_piecewise: compiling %s for %s with %s", self.name, label, compiler.name)
+        store_in = self.cache if self.cache and compiler.saveable(self.cache.root) else None
+        request = dataclasses.replace(request, will_save=store_in is not None)
+        with ir_passes.collect_reports() as reports:
             new_report()  # this compilation's, whichever of the passes runs first
-            artifact = torch._inductor.standalone_compile(
-                self.gm,
-                example_inputs,
-                dynamic_shapes=dynamic,  # type: ignore[arg-type]
-                options={"config_patches": ir_passes.inductor_options(passes)},
-                **_save_options(autograd),
-            )
+            compiled = compiler.compile(request)
         counters.num_backend_compilations += 1
         applied = counters.fusions_applied.setdefault(label, {})
         for report in reports:
@@ -281,10 +268,10 @@ class CompiledPiece:
                 applied[pattern] = applied.get(pattern, 0) + count
         if store_in is not None:
             try:
-                store_in.store(key, lambda path: artifact.save(path=str(path), format="binary"))
+                store_in.store(key, lambda path: compiler.save(compiled, path))
             except Exception as exc:  # an unsaveable graph still runs; it is just not cached
                 logger.warning("ir_piecewise: could not cache %s %s: %s", self.name, label, exc)
-        return artifact
+        return compiled
 
     def size_of(self, args: tuple[Any, ...]) -> int | None:
         """The token count of a call, or None if this piece does not depend on it."""
@@ -338,51 +325,3 @@ def _records_autograd(example_inputs: list[Any]) -> bool:
     return torch.is_grad_enabled() and any(
         isinstance(value, Tensor) and value.requires_grad for value in example_inputs
     )
-
-
-def inductor_graph_cache_on() -> bool:
-    """Whether Inductor's FX graph cache is on: ``standalone_compile`` makes the artifact a
-    piece is saved as from what that cache records, and has none without it."""
-    config = torch._inductor.config
-    return bool(config.fx_graph_cache) and not bool(getattr(config, "force_disable_caches", False))
-
-
-@functools.cache
-def _warn_pieces_not_stored(root: Path) -> None:
-    """Once per cache directory: the pieces compiled while Inductor's graph cache is off are
-    not stored."""
-    logger.warning(
-        "ir_piecewise: Inductor's FX graph cache is off (TORCHINDUCTOR_FX_GRAPH_CACHE=0 or "
-        "force_disable_caches), and standalone_compile saves a piece only through it: pieces "
-        "compiled now are not stored in the compile cache %s",
-        root,
-    )
-
-
-@contextlib.contextmanager
-def _unsaveable_expected(expected: bool) -> Iterator[None]:
-    """Where no piece will be saved (`expected`), hold back ``standalone_compile``'s warning
-    that it could not make an artifact to save (one a piece, with the graph cache off)."""
-    if not expected:
-        yield
-        return
-    standalone = logging.getLogger("torch._inductor.standalone_compile")
-    level = standalone.level
-    standalone.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        standalone.setLevel(level)
-
-
-def _save_options(autograd: bool) -> dict[str, Any]:
-    """Where a piece records autograd, the bundled form (``aot=True``): the default one cannot
-    save such a graph, and the piece would be compiled again in every process."""
-    return {"aot": True} if autograd and _AOT_SAVE else {}
-
-
-def _load_artifact(path: Path) -> Callable[..., Any]:
-    from torch._inductor.standalone_compile import CompiledArtifact
-
-    artifact: Callable[..., Any] = CompiledArtifact.load(path=str(path), format="binary")
-    return artifact

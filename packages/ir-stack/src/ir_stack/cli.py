@@ -27,7 +27,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     explain = commands.add_parser(
         "explain",
         help="which implementation each op uses, and why",
-        description="Each op (or OP alone), then its providers: their place in the op's "
+        description="The platform in force (set by IR_PLATFORM or detected) and where its "
+        "default priorities come from (ir-dispatch, or the entry point and distribution of an "
+        "out-of-tree platform); then each op (or OP alone), then its providers: their place in "
+        "the op's "
         "effective priority list and their verdict (the one used, or why not: a provider not "
         "supported here says why); then the fusions the pass configuration in force turns on "
         "(-O<level>, --pass.<field>=<value>), with their token thresholds.",
@@ -71,6 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         table = providers_table([args.op] if args.op else None)
     except ValueError as error:  # an unknown op, named with the known ones
         parser.error(str(error))
+    for plugin in ir_dispatch.platform_loads():
+        if plugin.status == "failed":
+            console.print(f"platform entry point {plugin.name!r} skipped: {plugin.error}")
+    console.print(f"platform: {ir_dispatch.platform_origin()}")
     console.print(table)
     console.print(fusions_table(config))
     return 0

@@ -63,9 +63,15 @@ def compile(model: Callable[..., Any], config: Config | None = None) -> Callable
         config.apply()
     if config.piecewise is None:
         return ir_passes.compile(model, config=config.passes)
-    piecewise = dataclasses.replace(
+    return PiecewisePerLength(model, piecewise_config(config))
+
+
+def piecewise_config(config: Config) -> ir_piecewise.CompilationConfig:
+    """`config.piecewise` with `config.passes` and, where it names no splitting ops, the
+    reference models' attention ops."""
+    assert config.piecewise is not None
+    return dataclasses.replace(
         config.piecewise,
         passes=config.passes,
         splitting_ops=config.piecewise.splitting_ops or ATTENTION_OPS,
     )
-    return PiecewisePerLength(model, piecewise)

@@ -179,6 +179,8 @@ def _accepts(value: Any, hint: Any) -> bool:
         elif origin is tuple:
             item = typing.get_args(option)[0]
             ok = isinstance(value, tuple) and all(_accepts(v, item) for v in value)
+        elif origin is Mapping:
+            ok = isinstance(value, Mapping) and all(isinstance(k, str) for k in value)
         elif origin is Literal:
             ok = any(value == a and type(value) is type(a) for a in typing.get_args(option))
         else:
@@ -210,6 +212,8 @@ def _describe(hint: Any) -> str:
         elif origin is tuple:
             item = typing.get_args(option)[0]
             words.append("a list of ints" if item is int else "a list of names")
+        elif origin is Mapping:
+            words.append("a table of names to values")
         elif origin is Literal:
             words.append(" or ".join(repr(a) for a in typing.get_args(option)))
         elif isinstance(option, type) and issubclass(option, enum.Enum):
@@ -236,6 +240,8 @@ def _from_toml(value: Any, hint: Any, where: str) -> Any:
     if bool in options:
         return ir_dispatch.parse_switch(value, where)
     enums = [o for o in options if isinstance(o, type) and issubclass(o, enum.Enum)]
+    if enums and isinstance(value, enums[0]):  # a mapping given in code may hold the member
+        return value
     if enums:
         name = str(value).upper()
         if name not in enums[0].__members__:
