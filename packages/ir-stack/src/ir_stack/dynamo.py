@@ -14,8 +14,9 @@ takes them or as the fields do); without options, from ``IR_STACK_CONFIG`` and
 it in its ``BackendCompilerFailed``).
 
 A configuration that names priorities makes them the process-wide ones, as
-`ir_stack.compile` does. A configuration without ``piecewise`` compiles each graph with Inductor and the IR passes (as
-the ``ir_passes`` backend does); with it, each graph is split at the splitting ops (the
+`ir_stack.compile` does. A configuration without ``piecewise`` compiles each graph with
+Inductor and the IR passes (as the ``ir_passes`` backend does); with it, each graph is split
+at the splitting ops (the
 reference models' attention unless others are configured), its pieces compiled per compile
 range and size by the configured piece compiler, and replayed as CUDA graphs as configured
 (`ir_piecewise.dynamo`). Dynamo hands the backend one graph per guard set: the other shapes
