@@ -64,7 +64,7 @@ class Plugins:
     def cleanup(self) -> None:
         for op in ops:
             for provider in list(op.impls):
-                if provider.startswith(("plug_", "triton_turbo")):
+                if provider.startswith("plug_"):
                     op.unregister_impl(provider)
         for module in self.modules:
             sys.modules.pop(module, None)
@@ -147,15 +147,18 @@ def test_a_plugin_cannot_take_another_distributions_provider_name(
     assert any(taken in r.getMessage() and r.levelno == logging.ERROR for r in caplog.records)
 
 
-def test_a_plugin_cannot_register_under_the_triton_providers_names(plugins: Plugins) -> None:
-    """``triton`` belongs to ir-kernels-triton's entry point, and so do ``triton_*`` names."""
-    plugins.points.append(EntryPoint("triton", "ir_kernels_triton", ir_dispatch.GROUP))
-    plugins.add("plug_turbo", 'ops.silu_and_mul.register_impl("triton_turbo")(silu_and_mul)\n')
+def test_a_plugin_cannot_register_under_another_providers_prefixed_names(
+    plugins: Plugins,
+) -> None:
+    """An entry point's name owns the names it prefixes (``triton`` owns ``triton_inplace``):
+    another plugin registering ``plug_fast_turbo`` beside entry point ``plug_fast`` fails."""
+    plugins.add("plug_fast", 'ops.silu_and_mul.register_impl("plug_fast")(silu_and_mul)\n')
+    plugins.add("plug_turbo", 'ops.silu_and_mul.register_impl("plug_fast_turbo")(silu_and_mul)\n')
     loads = plugins.loads()
     assert loads["plug_turbo"].status == "failed"
-    assert "'triton_turbo' belongs to entry point 'triton'" in loads["plug_turbo"].error
-    assert "triton_turbo" not in ops.silu_and_mul.impls
-    assert loads["triton"].status == "loaded"
+    assert "'plug_fast_turbo' belongs to entry point 'plug_fast'" in loads["plug_turbo"].error
+    assert "plug_fast_turbo" not in ops.silu_and_mul.impls
+    assert loads["plug_fast"].status == "loaded"
 
 
 def test_a_plugin_keeps_its_entry_point_name_against_earlier_code(plugins: Plugins) -> None:
