@@ -127,9 +127,12 @@ class PassConfig:
         enable_qk_norm_rope_fusion: the per-head ``rms_norm`` of query and key feeding
             ``rotary_embedding`` becomes ``qk_norm_rotary_embedding``. None: from the level
             (O2+).
-        residual_add_max_tokens, norm_quant_max_tokens, act_quant_max_tokens,
-        rope_kvcache_max_tokens, qk_norm_rope_max_tokens: the largest token count at which
-            the fusion runs (None: no limit; the two rotary fusions default to 256).
+        residual_add_max_tokens: the largest token count at which the residual add fusion
+            runs (None: no limit).
+        norm_quant_max_tokens: the same for the norm + quant fusion.
+        act_quant_max_tokens: the same for the activation + quant fusion.
+        rope_kvcache_max_tokens: the same for the rotary + KV-cache fusion (default 256).
+        qk_norm_rope_max_tokens: the same for the QK-norm + rotary fusion (default 256).
         force_fusion: fuse even where the fused op would run natively (Inductor fuses native
             compositions by itself, so by default only real kernels are worth it).
         lower: replace IR ops by their selected implementations (post-grad).
