@@ -90,6 +90,7 @@ def test_the_report_picks_each_columns_fastest_and_compares_the_fused_op() -> No
         "fusions", "t", results.current_device("cpu"), {}, fusions.KEY, fusions.METRICS
     )
     base = {"table": "qk_norm_rope", "heads": 32, "kv_heads": 8, "tokens": 64, "head_size": 128}
+    base |= {"copy_gbps": 3000.0}
     result.rows = [
         {**base, "column": "fused", "provider": "triton", "us": 4.0, "fraction_of_copy": 0.5},
         {**base, "column": "fused", "provider": "cuda", "us": 2.0, "fraction_of_copy": 0.9},
@@ -101,6 +102,24 @@ def test_the_report_picks_each_columns_fastest_and_compares_the_fused_op() -> No
     assert "| 64 | 2.00 (0.90) | cuda | 5.00 (0.30) | a | 1.00 | 0.400 | 2.000 |" in text
     assert "faster than the best unfused path at 1 of 1 token counts" in text
     assert "than Inductor's code at 0 of 1" in text
+    assert "measured in the same run: **3000 GB/s**." in text
+
+
+def test_append_keeps_the_rows_of_the_shapes_not_run_again(tmp_path: Path) -> None:
+    device = results.current_device("cpu")
+    old = results.new_result("fusions", "t", device, {}, fusions.KEY, fusions.METRICS)
+    row = {"table": "qk_norm_rope", "heads": 32, "kv_heads": 8, "column": "fused", "us": 1.0}
+    old.rows = [{**row, "tokens": 1}, {**row, "tokens": 2}, {**row, "table": "rope_kvcache"}]
+    old.rows[2]["tokens"] = 1
+    path = results.save(old, tmp_path, render_too=False)
+    new = results.new_result("fusions", "t", device, {}, fusions.KEY, fusions.METRICS)
+    again = [Shape("qk_norm_rope", 32, 8, 2)]
+    assert fusions.kept_rows(path, new, again) == [old.rows[0], old.rows[2]]
+    assert fusions.kept_rows(tmp_path / "absent.json", new, again) == []
+    elsewhere = results.Device("NVIDIA H100", "h100", "cuda")
+    other = results.new_result("fusions", "t", elsewhere, {}, fusions.KEY, fusions.METRICS)
+    with pytest.raises(ValueError, match=r"--append: .* holds a run on CPU"):
+        fusions.kept_rows(path, other, again)
 
 
 QWEN3 = {

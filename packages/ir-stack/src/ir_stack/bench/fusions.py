@@ -24,6 +24,10 @@ on one provider, from which the unfused path takes the fastest).
     ir-stack bench --only fusions [--quick]
     python -m ir_stack.bench.fusions --out DIR [--tables qk_norm_rope] [--heads 32/8] [--tokens ...]
 
+``--append`` keeps the rows of the existing result (same device) for the shapes not run now,
+so the grid can run in parts (a table or a head count a run); each row keeps the copy
+bandwidth of its own run (``copy_gbps``).
+
 Writes ``DIR/fusions-<device>.json``, ``.md`` and ``.png`` (`ir_stack.bench.fusions_report`).
 """
 
@@ -33,6 +37,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -349,6 +354,7 @@ def gpu_time_fn(copy_gbps: float, quick: bool) -> TimeFn:
             "us_plain": plain.median_us,
             "gbps": gbps,
             "fraction_of_copy": gbps / copy_gbps,
+            "copy_gbps": copy_gbps,
         }
 
     return measure
@@ -382,6 +388,22 @@ def parse_heads(text: str) -> list[tuple[int, int]]:
     return pairs
 
 
+def kept_rows(path: Path, result: results.Result, shapes: list[Shape]) -> list[dict[str, Any]]:
+    """The rows of the result at `path` (none if there is no file) whose shapes are not among
+    `shapes`; ValueError where it was measured on another device."""
+    if not path.exists():
+        return []
+    previous = results.load(path)
+    if previous.device != result.device:
+        raise ValueError(
+            f"--append: {path} holds a run on {previous.device.name}; expected {result.device.name}"
+        )
+    ran = {(s.table, s.heads, s.kv_heads, s.tokens) for s in shapes}
+    return [
+        r for r in previous.rows if (r["table"], r["heads"], r["kv_heads"], r["tokens"]) not in ran
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the tables; exit status 0 when every timing is finite, 2 without a GPU."""
     parser = common.parser("fusions", (__doc__ or "").split("\n")[0])
@@ -390,6 +412,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--heads", default="32/8,64/8", help="query/key heads (default %(default)s)"
     )
     parser.add_argument("--tokens", help=f"default: {TOKENS} ({QUICK_TOKENS} with --quick)")
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the existing result's rows (same device) of the shapes not run now",
+    )
     a = parser.parse_args(argv)
     tables = a.tables.split(",")
     unknown = [t for t in tables if t not in TABLES]
@@ -423,6 +450,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         KEY,
         METRICS,
     )
+    try:
+        result.rows = (
+            kept_rows(a.out / f"{result.file_stem}.json", result, shapes) if a.append else []
+        )
+    except ValueError as error:
+        print(error)
+        return common.CANNOT_RUN
     copy_gbps = timing.copy_bandwidth_gbps()
     result.facts = {"copy_gbps": copy_gbps, "head_size": HEAD_SIZE, "max_position": MAX_POSITION}
     print(f"{device.name}: copy {copy_gbps:.0f} GB/s")

@@ -123,8 +123,13 @@ def group_table(result: Result, group: Group) -> list[str]:
 
 
 def method(result: Result) -> str:
-    copy = result.facts.get("copy_gbps")
-    measured = f"**{copy:.0f} GB/s**" if isinstance(copy, int | float) else "not measured here"
+    copies = sorted({float(r["copy_gbps"]) for r in result.rows if r.get("copy_gbps")})
+    measured = (
+        " / ".join(f"**{c:.0f} GB/s**" for c in copies)
+        + (" (the result joins runs; each row holds its own)" if len(copies) > 1 else "")
+        if copies
+        else "not measured here"
+    )
     timed_by = sorted({str(r.get("timed_by")) for r in result.rows if r["column"] in COLUMNS})
     how = {
         "cuda graph replay": "CUDA-graph replays (`do_bench_cudagraph`)",
