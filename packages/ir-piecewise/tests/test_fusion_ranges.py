@@ -1,6 +1,8 @@
-"""Fusions per compile range: a range gets the fusions whose token threshold covers it whole
-(a compile size is a range of one size), and the counters say which range got which."""
+"""Fusions per compile range: the thresholds of the fusions that are on end compile ranges, a
+range gets the fusions whose token threshold covers it whole (a compile size is a range of one
+size), and the counters say which range got which."""
 
+import dataclasses
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,10 +41,33 @@ def test_each_range_gets_the_pass_configuration_of_its_token_counts() -> None:
     assert not passes_for(config, (1, 16)).fusion_applies("fuse_norm_quant")  # not whole
 
 
+def test_the_thresholds_of_the_fusions_that_are_on_end_compile_ranges() -> None:
+    """By default (O2) the rotary fusions are on with a threshold of 256 tokens: the single
+    range [1, inf) becomes [1, 256] and [257, inf). Thresholds join the configured endpoints
+    (once each); a fusion that is off, or without a threshold, adds none."""
+    assert CompilationConfig().ranges == ((1, 256), (257, None))
+    both = CompilationConfig(
+        compile_ranges_endpoints=(16, 256),
+        passes=PassConfig(rope_kvcache_max_tokens=64, norm_quant_max_tokens=16),
+    )
+    assert both.fusion_endpoints == (16, 64, 256)
+    assert both.range_endpoints == (16, 64, 256)
+    assert both.compile_ranges_endpoints == (16, 256)  # as configured
+    assert CompilationConfig(passes=PassConfig(level=1)).ranges == ((1, None),)
+    off = PassConfig(fuse_rope_kvcache=False, qk_norm_rope_max_tokens=None)
+    assert CompilationConfig(passes=off).ranges == ((1, None),)
+    one = PassConfig(enable_qk_norm_rope_fusion=False, rope_kvcache_max_tokens=32)
+    assert CompilationConfig(passes=one).ranges == ((1, 32), (33, None))
+    # a changed pass configuration changes the ranges (and the key), nothing stays behind
+    replaced = dataclasses.replace(both, passes=PassConfig(level=0))
+    assert replaced.ranges == ((1, 16), (17, 256), (257, None))
+    assert replaced.key() != both.key()
+
+
 def test_the_toy_model_fuses_below_the_threshold_only(tmp_path: Path) -> None:
     """``fuse_act_quant`` up to 8 tokens: the range [1, 8] and the size 4 fuse the MLP's
-    activation and quantization, the range [9, inf) keeps them apart; every call agrees
-    with the eager model."""
+    activation and quantization, the ranges [9, 256] (ended by the rotary fusions' threshold)
+    and [257, inf) keep them apart; every call agrees with the eager model."""
     model = ToyModel(fp8_mlp=True).eval()
     passes = PassConfig(force_fusion=True, act_quant_max_tokens=8)
     config = toy_config(
@@ -57,13 +82,15 @@ def test_the_toy_model_fuses_below_the_threshold_only(tmp_path: Path) -> None:
     rotary = {"fuse_rope_kvcache", "enable_qk_norm_rope_fusion"}
     assert counters.fusions_enabled == {
         "range-1-8": tuple(s for s in FUSION_SWITCHES),
-        "range-9-inf": tuple(s for s in everything_but_act if s not in rotary),
+        "range-9-256": everything_but_act,
+        "range-257-inf": tuple(s for s in everything_but_act if s not in rotary),
         "size-4": tuple(s for s in FUSION_SWITCHES),
     }
     applied = counters.fusions_applied
     assert applied["range-1-8"][ACT_QUANT] >= 1
     assert applied["size-4"][ACT_QUANT] >= 1
-    assert ACT_QUANT not in applied["range-9-inf"]
+    assert ACT_QUANT not in applied["range-9-256"]
+    assert ACT_QUANT not in applied["range-257-inf"]
     counters.reset()
     assert counters.fusions_enabled == {}
     assert counters.fusions_applied == {}
@@ -137,41 +164,66 @@ def rope_inputs(tokens: int, gen: torch.Generator) -> list[Tensor]:
 
 
 def test_the_rotary_fusions_follow_their_thresholds(tmp_path: Path) -> None:
-    """The rotary + KV-cache fusion up to 8 tokens, the QK-norm + rotary one up to 4: the
-    size 4 gets the QK-norm fusion (it runs first, and the cache write stays apart), the range
-    [1, 8] the cache one, the range [9, inf) neither; the residual add fuses everywhere. Each
-    call gives the eager model's results and stores what it stores into the caller's
-    caches."""
+    """The rotary + KV-cache fusion up to 8 tokens, the QK-norm + rotary one up to 4, no
+    endpoint configured: the thresholds cut the ranges [1, 4], [5, 8] and [9, inf). The range
+    [1, 4] and the size 4 get the QK-norm fusion (it runs first, and the cache write stays
+    apart), the range [5, 8] the cache one, the range [9, inf) neither; the residual add fuses
+    everywhere. Each call gives the eager model's results and stores what it stores into the
+    caller's caches."""
     model = RopeModel().eval()
     passes = PassConfig(force_fusion=True, rope_kvcache_max_tokens=8, qk_norm_rope_max_tokens=4)
     config = CompilationConfig(
-        splitting_ops=SPLITTING_OPS,
-        compile_ranges_endpoints=(8,),
-        compile_sizes=(4,),
-        passes=passes,
-        cache=False,
+        splitting_ops=SPLITTING_OPS, compile_sizes=(4,), passes=passes, cache=False
     )
+    assert config.ranges == ((1, 4), (5, 8), (9, None))
     compiled = ir_piecewise.compile(
         model, config, dynamic_arg_dims={"x": 0, "positions": 0, "slots": 0}
     )
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad(), ir_dispatch.priority({op.name: ["native"] for op in ops}):
-        for n in (5, 4, 12):
+        for n in (5, 3, 4, 12):
             args = rope_inputs(n, gen)
             copies = [a.clone() for a in args]
             out = compiled(*args)
             torch.testing.assert_close(out, model(*copies), atol=2e-5, rtol=2e-5)
             torch.testing.assert_close(args[2], copies[2])  # key caches
             torch.testing.assert_close(args[3], copies[3])  # value caches
+    rotary = {"fuse_rope_kvcache", "enable_qk_norm_rope_fusion"}
     enabled = counters.fusions_enabled
-    assert "fuse_rope_kvcache" in enabled["range-1-8"]
-    assert "enable_qk_norm_rope_fusion" not in enabled["range-1-8"]
-    assert {"fuse_rope_kvcache", "enable_qk_norm_rope_fusion"} <= set(enabled["size-4"])
-    assert not {"fuse_rope_kvcache", "enable_qk_norm_rope_fusion"} & set(enabled["range-9-inf"])
+    assert set(enabled) == {"range-1-4", "range-5-8", "range-9-inf", "size-4"}
+    assert rotary <= set(enabled["range-1-4"])
+    assert rotary <= set(enabled["size-4"])
+    assert "fuse_rope_kvcache" in enabled["range-5-8"]
+    assert "enable_qk_norm_rope_fusion" not in enabled["range-5-8"]
+    assert not rotary & set(enabled["range-9-inf"])
     applied = counters.fusions_applied
-    assert applied["size-4"][QK_NORM_ROPE_PATTERN] == 2
-    assert ROPE_KVCACHE_PATTERN not in applied["size-4"]
-    assert applied["range-1-8"][ROPE_KVCACHE_PATTERN] == 2
-    assert QK_NORM_ROPE_PATTERN not in applied["range-1-8"]
+    for label in ("range-1-4", "size-4"):
+        assert applied[label][QK_NORM_ROPE_PATTERN] == 2
+        assert ROPE_KVCACHE_PATTERN not in applied[label]
+    assert applied["range-5-8"][ROPE_KVCACHE_PATTERN] == 2
+    assert QK_NORM_ROPE_PATTERN not in applied["range-5-8"]
     assert not {QK_NORM_ROPE_PATTERN, ROPE_KVCACHE_PATTERN} & set(applied["range-9-inf"])
     assert all(applied[label][RESIDUAL_ADD] >= 1 for label in applied)
+
+
+def test_the_default_configuration_runs_the_rotary_fusions_below_256_tokens() -> None:
+    """No range configured: the rotary fusions' default threshold splits [1, inf) at 256, and
+    the lower range fuses (the QK-norm fusion first), the upper does not; both agree with the
+    eager model."""
+    model = RopeModel().eval()
+    config = CompilationConfig(
+        splitting_ops=SPLITTING_OPS, passes=PassConfig(force_fusion=True), cache=False
+    )
+    compiled = ir_piecewise.compile(
+        model, config, dynamic_arg_dims={"x": 0, "positions": 0, "slots": 0}
+    )
+    gen = torch.Generator().manual_seed(2)
+    with torch.no_grad(), ir_dispatch.priority({op.name: ["native"] for op in ops}):
+        for n in (3, 20):
+            args = rope_inputs(n, gen)
+            copies = [a.clone() for a in args]
+            torch.testing.assert_close(compiled(*args), model(*copies), atol=2e-5, rtol=2e-5)
+    assert set(counters.fusions_enabled) == {"range-1-256", "range-257-inf"}
+    applied = counters.fusions_applied
+    assert applied["range-1-256"][QK_NORM_ROPE_PATTERN] == 2
+    assert not {QK_NORM_ROPE_PATTERN, ROPE_KVCACHE_PATTERN} & set(applied["range-257-inf"])

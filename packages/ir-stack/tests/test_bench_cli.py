@@ -30,7 +30,7 @@ def run(*args: str, module: str = "ir_stack.cli") -> subprocess.CompletedProcess
     )
 
 
-@pytest.mark.parametrize("suite", ["kernels", "memory", "hf"])
+@pytest.mark.parametrize("suite", ["kernels", "fusions", "memory", "hf"])
 def test_a_gpu_suite_named_on_the_cpu_is_refused(suite: str, tmp_path: Path) -> None:
     """Asked for by name, a suite that cannot run here fails rather than skips."""
     done = run("bench", "--only", suite, "--out", str(tmp_path / "unused"))
@@ -53,24 +53,33 @@ def test_bad_suite_names_and_stray_options_are_usage_errors() -> None:
 
 
 def test_e2e_writes_json_markdown_and_plot(tmp_path: Path) -> None:
-    """On the CPU, where the tiny model's modes agree within 1e-4; the suite's own options
+    """On the CPU, where the tiny model's modes agree within 1e-4, and so do the Qwen3-style
+    tiny model's rotary-fusion modes, each firing its fusion alone; the suite's own options
     pass through after ``--``."""
     modes = "eager native,eager best kernels,torch.compile,ir_stack"
     done = run(
         "bench", "--only", "e2e", "--out", str(tmp_path), "--model", "tiny", "--",
         "--batches", "1,3", "--prefill", "8", "--context", "8", "--iters", "1", "--modes", modes,
+        "--fusion-batches", "2", "--fusion-prefill", "6",
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     result = results.load(tmp_path / "e2e-cpu.json")
     assert result.suite == "e2e"
     assert result.device.slug == "cpu"
-    cells = {(r["mode"], r["workload"]) for r in result.rows}
+    cells = {(r["model"], r["mode"], r["workload"]) for r in result.rows}
     assert cells == {
-        (m, w) for m in modes.split(",") for w in ("decode b=1", "decode b=3", "prefill 8")
-    }
+        ("tiny", m, w) for m in modes.split(",") for w in ("decode b=1", "decode b=3", "prefill 8")
+    } | {("qwen3 tiny", m, w) for m in e2e.FUSION_MODES for w in ("decode b=2", "prefill 6")}
     assert all(r["max_abs_error"] < 1e-4 for r in result.rows)
     assert all(r["ms"] > 0 for r in result.rows)
-    assert "| ir_stack |" in (tmp_path / "e2e-cpu.md").read_text()
+    fired = {r["mode"]: r["fusions_fired"] for r in result.rows if r["model"] == "qwen3 tiny"}
+    assert fired["ir_stack, rotary fusions off"] == {}
+    assert set(fired["ir_stack, qk_norm+rope fused"]) == {"qk_norm+rotary_embedding"}
+    assert set(fired["ir_stack, rope+kvcache fused"]) == {"rotary_embedding+write_kv_cache"}
+    text = (tmp_path / "e2e-cpu.md").read_text()
+    assert "| ir_stack |" in text
+    assert "## qwen3 tiny" in text
+    assert "- ir_stack, qk_norm+rope fused: fired `qk_norm+rotary_embedding` x" in text
     assert (tmp_path / "e2e-cpu.png").stat().st_size > 0
 
 
@@ -81,6 +90,9 @@ def test_e2e_refuses_bad_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         e2e.main(["--out", "x", "--batches", "1,0"])
     assert "--batches '1,0': expected positive batch sizes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        e2e.main(["--out", "x", "--fusion-batches", "1,x"])
+    assert "--fusion-batches '1,x': expected sizes such as 1,32" in capsys.readouterr().err
 
 
 def test_startup_times_a_cold_and_a_warm_start(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ compiled (ir_stack.compile) on CPU."""
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import torch
@@ -11,8 +12,10 @@ import torch
 import ir_dispatch
 import ir_passes
 import ir_stack
+from ir_piecewise import CompilationConfig, counters
 from ir_spec import ops
-from ir_stack.models import TINY, LlamaConfig, LlamaModel
+from ir_stack.compiler import passes_per_length
+from ir_stack.models import QWEN3_TINY, TINY, LlamaConfig, LlamaModel, slot_mapping
 from ir_stack.models.quant import Fp8Linear
 
 
@@ -49,29 +52,34 @@ def test_eager_native_dispatched_and_compiled_agree() -> None:
 
 
 def test_decode_attention_matches_attention_with_spare_slots() -> None:
+    """Keys and values stored through `write_kv_cache` at the model's slots; both attention
+    ops read them and agree, and neither writes the caches."""
     torch.manual_seed(0)
     batch, slots, heads, kv_heads, head_dim, max_pos = 3, 5, 4, 2, 16, 40
     qkv = torch.randn(batch, (heads + 2 * kv_heads) * head_dim)
     q, k, v = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
     positions = torch.tensor([[0], [17], [39]])
     k_cache, v_cache = (torch.randn(slots, max_pos, kv_heads, head_dim) for _ in range(2))
-    caches = [k_cache, v_cache, k_cache.clone(), v_cache.clone()]
+    ops.write_kv_cache(k, v, k_cache, v_cache, slot_mapping(positions, slots, max_pos))
+    for b, p in enumerate(positions[:, 0].tolist()):
+        torch.testing.assert_close(k_cache[b, p], k[b].view(kv_heads, head_dim), atol=0, rtol=0)
+    stored = (k_cache.clone(), v_cache.clone())
     out_a, out_b = torch.empty_like(q), torch.empty_like(q)
-    v = v.contiguous()
-    torch.ops.ir_stack.attention(q, k, v, caches[0], caches[1], positions, out_a)
-    torch.ops.ir_stack.decode_attention(q, k, v, caches[2], caches[3], positions, out_b)
+    torch.ops.ir_stack.attention(q, k, v, k_cache, v_cache, positions, out_a)
+    torch.ops.ir_stack.decode_attention(q, k_cache, v_cache, positions, out_b)
     torch.testing.assert_close(out_b, out_a, atol=1e-5, rtol=1e-5)
-    for before, after in ((caches[0], caches[2]), (caches[1], caches[3])):
-        torch.testing.assert_close(before, after, atol=0, rtol=0)
+    assert torch.equal(k_cache, stored[0])
+    assert torch.equal(v_cache, stored[1])
 
 
 def test_attention_ops_pass_opcheck() -> None:
     torch.manual_seed(0)
     q, k, v = torch.randn(2, 64), torch.randn(2, 32), torch.randn(2, 32)
     positions = torch.tensor([[3], [9]])
-    for op in (torch.ops.ir_stack.attention, torch.ops.ir_stack.decode_attention):
-        args = (q, k, v, torch.randn(3, 16, 2, 16), torch.randn(3, 16, 2, 16), positions)
-        torch.library.opcheck(op, (*args, torch.empty_like(q)))
+    caches = (torch.randn(3, 16, 2, 16), torch.randn(3, 16, 2, 16))
+    out = torch.empty_like(q)
+    torch.library.opcheck(torch.ops.ir_stack.attention, (q, k, v, *caches, positions, out))
+    torch.library.opcheck(torch.ops.ir_stack.decode_attention, (q, *caches, positions, out))
 
 
 KERNEL_CHECK = """
@@ -170,7 +178,9 @@ def test_fp8_model_is_close_to_full_precision_and_fuses_when_compiled() -> None:
     # fp8 (3 mantissa bits) on every linear input: a few percent of the logits' range
     assert (eager - reference).abs().max() < 0.2 * reference.abs().max()
     torch.testing.assert_close(compiled, eager, atol=1e-4, rtol=1e-4)
-    fusions = ir_passes.last_report().fusions
+    report = ir_passes.last_report()
+    assert report is not None
+    fusions = report.fusions
     # the first layer's input norm is rms_norm (no residual yet), every other norm fused_add
     assert fusions["rms_norm+static_quant_fp8"] == 1
     assert fusions["fused_add_rms_norm+static_quant_fp8"] == 2 * TINY.num_layers - 1
@@ -214,38 +224,195 @@ def test_plain_torch_model_is_the_same_model_without_ir_ops() -> None:
     assert not any(t.startswith("ir.") for t in targets)
 
 
-@pytest.mark.parametrize("op_name", ["attention", "decode_attention"])
-def test_rows_with_negative_positions_write_nothing(op_name: str) -> None:
-    torch.manual_seed(0)
-    q, k, v = torch.randn(3, 64), torch.randn(3, 32), torch.randn(3, 32)
-    k_cache, v_cache = torch.randn(4, 16, 2, 16), torch.randn(4, 16, 2, 16)
+def random_caches(
+    model: LlamaModel, slots: int, generator: torch.Generator
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Caches of `slots` slots for `model`, filled with random numbers (as live sequences')."""
+    caches = model.new_kv_cache(slots)
+    for k, v in caches:
+        k.normal_(generator=generator)
+        v.normal_(generator=generator)
+    return caches
+
+
+def test_slot_mapping_skips_padding_and_rows_without_a_slot() -> None:
+    """Sequence b's position p is row b * max_positions + p of the flattened cache; padding
+    rows (negative positions), positions past the cache and sequences past the last slot store
+    nothing (-1)."""
+    positions = torch.tensor([[5, 6], [-1, -1], [7, 16], [0, 1]])
+    got = slot_mapping(positions, slots=3, max_positions=16)
+    assert got.tolist() == [5, 6, -1, -1, 39, -1, -1, -1]
+    assert slot_mapping(positions.int(), 3, 16).dtype == torch.int64
+
+
+def test_rows_with_negative_positions_store_nothing() -> None:
+    """The model's cache write: `slot_mapping` then `write_kv_cache`; a padding row (position
+    -1, its slot in use by a live sequence) leaves that slot as it was."""
+    gen = torch.Generator().manual_seed(4)
+    k, v = torch.randn(3, 32, generator=gen), torch.randn(3, 32, generator=gen)
+    k_cache, v_cache = torch.randn(4, 16, 2, 16, generator=gen), torch.randn(4, 16, 2, 16)
     before = (k_cache.clone(), v_cache.clone())
-    out = torch.empty_like(q)
     positions = torch.tensor([[5], [-1], [7]])  # row 1 is padding
-    getattr(torch.ops.ir_stack, op_name)(q, k, v, k_cache, v_cache, positions, out)
+    ops.write_kv_cache(k, v, k_cache, v_cache, slot_mapping(positions, 4, 16))
     for cache, old, new in ((k_cache, before[0], k), (v_cache, before[1], v)):
-        torch.testing.assert_close(cache[1], old[1], atol=0, rtol=0)
         torch.testing.assert_close(cache[0, 5], new[0].view(2, 16), atol=0, rtol=0)
         torch.testing.assert_close(cache[2, 7], new[2].view(2, 16), atol=0, rtol=0)
         changed = (cache != old).any(dim=(2, 3)).nonzero().tolist()
         assert changed == [[0, 5], [2, 7]]
-    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("config", [TINY, QWEN3_TINY], ids=["llama", "qwen3"])
+def test_a_sequence_past_the_last_slot_stores_nothing_in_the_model(config: LlamaConfig) -> None:
+    """A decode step of 4 sequences over caches of 3 slots (a batch of 3 replaying the graph of
+    4): the first three get the logits of the step of three, the caches are those of the step
+    of three, changed at the live sequences' positions only."""
+    model = LlamaModel(config).eval()
+    gen = torch.Generator().manual_seed(5)
+    caches = random_caches(model, 3, gen)
+    padded_caches = [(k.clone(), v.clone()) for k, v in caches]
+    ids = torch.randint(0, config.vocab_size, (4, 1), generator=gen)
+    positions = torch.tensor([[9], [0], [30], [4]])
+    before = [(k.clone(), v.clone()) for k, v in caches]
+    with torch.no_grad():
+        padded = model(ids, positions, padded_caches)
+        alone = model(ids[:3], positions[:3], caches)
+    torch.testing.assert_close(padded[:3], alone, atol=1e-5, rtol=1e-5)
+    for old, new, padded_pair in zip(before, caches, padded_caches, strict=True):
+        for a, b, c in zip(old, new, padded_pair, strict=True):
+            torch.testing.assert_close(c, b, atol=1e-5, rtol=1e-5)  # matmuls of 4 rows, not 3
+            assert (a != b).any(dim=(2, 3)).nonzero().tolist() == [[0, 9], [1, 0], [2, 30]]
 
 
 @pytest.mark.parametrize("op_name", ["attention", "decode_attention"])
 def test_padding_rows_past_the_last_slot_are_skipped(op_name: str) -> None:
     """A batch of 3 padded to a CUDA graph of 4 (position -1) over caches of 3 slots: the three
-    sequences get what they get unpadded, the padding row zeros; the caches the same."""
+    sequences get what they get unpadded, the padding row zeros; the caches are only read."""
     torch.manual_seed(0)
     q, k, v = torch.randn(4, 64), torch.randn(4, 32), torch.randn(4, 32)
     positions = torch.tensor([[5], [0], [7], [-1]])
     caches = [torch.randn(3, 16, 2, 16) for _ in range(2)]
-    padded_caches = [c.clone() for c in caches]
-    op = getattr(torch.ops.ir_stack, op_name)
+    before = [c.clone() for c in caches]
     expected, out = torch.empty(3, 64), torch.full((4, 64), float("nan"))
-    op(q[:3], k[:3], v[:3], *caches, positions[:3], expected)
-    op(q, k, v, *padded_caches, positions, out)
+    if op_name == "attention":
+        torch.ops.ir_stack.attention(q[:3], k[:3], v[:3], *caches, positions[:3], expected)
+        torch.ops.ir_stack.attention(q, k, v, *caches, positions, out)
+    else:
+        torch.ops.ir_stack.decode_attention(q[:3], *caches, positions[:3], expected)
+        torch.ops.ir_stack.decode_attention(q, *caches, positions, out)
     torch.testing.assert_close(out[:3], expected, atol=0, rtol=0)
     assert torch.equal(out[3], torch.zeros(64))
-    for cache, padded in zip(caches, padded_caches, strict=True):
-        assert torch.equal(cache, padded)
+    for cache, old in zip(caches, before, strict=True):
+        assert torch.equal(cache, old)
+
+
+# ------------------------------------------------------------------ the rotary fusions
+QK = ir_passes.QK_NORM_ROPE_PATTERN
+KV = ir_passes.ROPE_KVCACHE_PATTERN
+UNFUSED = ir_passes.PassConfig(
+    force_fusion=True, fuse_rope_kvcache=False, enable_qk_norm_rope_fusion=False
+)
+
+
+def compiled_logits(
+    model: LlamaModel, passes: ir_passes.PassConfig, ids: torch.Tensor, positions: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, int]]:
+    """The logits of `model` compiled whole with `passes`, and the fusions that fired."""
+    torch._dynamo.reset()
+    # the passes must run here, not be served from an earlier run's Inductor cache
+    with (
+        torch._inductor.config.patch(fx_graph_cache=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
+        logits = ir_stack.compile(model, ir_stack.Config(passes=passes))(
+            ids, positions, model.new_kv_cache(ids.shape[0])
+        )
+    report = ir_passes.last_report()
+    assert report is not None
+    return logits, dict(report.fusions)
+
+
+@pytest.mark.parametrize(
+    ("config", "passes", "fired"),
+    [
+        (TINY, ir_passes.PassConfig(force_fusion=True), {KV: TINY.num_layers}),
+        (QWEN3_TINY, ir_passes.PassConfig(force_fusion=True), {QK: TINY.num_layers}),
+        (
+            QWEN3_TINY,
+            ir_passes.PassConfig(force_fusion=True, enable_qk_norm_rope_fusion=False),
+            {KV: TINY.num_layers},
+        ),
+    ],
+    ids=["llama", "qwen3", "qwen3-no-qk-norm-fusion"],
+)
+def test_the_rotary_fusions_fire_on_the_reference_models_and_keep_the_logits(
+    config: LlamaConfig, passes: ir_passes.PassConfig, fired: dict[str, int]
+) -> None:
+    """Forced on this CPU (every op runs natively): each layer's rotary embedding fuses with
+    its cache write (Llama), or with the per-head norms before it (Qwen3-style: that fusion
+    runs first, the cache write stays apart); the logits are the unfused graph's, and the
+    eager model's."""
+    model = LlamaModel(config, seed=2).eval()
+    gen = torch.Generator().manual_seed(6)
+    ids = torch.randint(0, config.vocab_size, (2, 5), generator=gen)
+    positions = torch.arange(5).repeat(2, 1)
+    with torch.no_grad():
+        eager = model(ids, positions, model.new_kv_cache(2))
+        fused, fusions = compiled_logits(model, passes, ids, positions)
+        unfused, plain = compiled_logits(model, UNFUSED, ids, positions)
+    assert {p: n for p, n in fusions.items() if p in (QK, KV)} == fired
+    assert not {QK, KV} & set(plain)
+    torch.testing.assert_close(fused, unfused, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fused, eager, atol=1e-4, rtol=1e-4)
+
+
+def test_fusion_thresholds_count_the_tokens_of_a_sequence_trace() -> None:
+    """Piecewise compilation of the reference models counts sequences: a threshold of 256
+    tokens is 256 one-token sequences, 42 six-token ones, none of 300 tokens each."""
+    passes = ir_passes.PassConfig(qk_norm_rope_max_tokens=64)
+    assert passes_per_length(passes, 1) is passes
+    six = passes_per_length(passes, 6)
+    assert (six.rope_kvcache_max_tokens, six.qk_norm_rope_max_tokens) == (42, 10)
+    assert six.fusion_on("fuse_rope_kvcache")
+    assert six.fusion_on("enable_qk_norm_rope_fusion")
+    long = passes_per_length(passes, 100)
+    assert long.rope_kvcache_max_tokens == 2
+    assert not long.fusion_on("enable_qk_norm_rope_fusion")
+    assert not passes_per_length(passes, 300).fusion_on("fuse_rope_kvcache")
+    off = ir_passes.PassConfig(level=1)
+    assert passes_per_length(off, 6) is off  # no fusion with a threshold is on
+
+
+def test_piecewise_ranges_split_at_the_rotary_thresholds_and_fuse_below(tmp_path: Any) -> None:
+    """The Qwen3-style model compiled piecewise with the default single range: the rotary
+    fusions' threshold (256 tokens) splits it, so a prefill of 6 tokens a sequence runs them
+    in the range [1, 42] of sequences and leaves them out of [43, inf), and decode in [1, 256];
+    the logits stay the eager model's."""
+    model = LlamaModel(QWEN3_TINY, seed=3).eval()
+    passes = ir_passes.PassConfig(force_fusion=True)
+    config = ir_stack.Config(
+        passes=passes, piecewise=CompilationConfig(cache_dir=tmp_path, cache=False)
+    )
+    gen = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, QWEN3_TINY.vocab_size, (2, 6), generator=gen)
+    step = torch.randint(0, QWEN3_TINY.vocab_size, (2, 1), generator=gen)
+    counters.reset()
+    with torch.no_grad(), torch._inductor.config.patch(fx_graph_cache=False):
+        compiled = ir_stack.compile(model, config)
+        cache, eager_cache = model.new_kv_cache(2), model.new_kv_cache(2)
+        got = [compiled(ids, torch.arange(6).repeat(2, 1), cache).clone()]
+        got.append(compiled(step, torch.full((2, 1), 6), cache).clone())
+        expected = [model(ids, torch.arange(6).repeat(2, 1), eager_cache)]
+        expected.append(model(step, torch.full((2, 1), 6), eager_cache))
+    for a, b in zip(got, expected, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    rotary = {"fuse_rope_kvcache", "enable_qk_norm_rope_fusion"}
+    enabled = counters.fusions_enabled
+    assert rotary <= set(enabled["range-1-42"])
+    assert rotary <= set(enabled["range-1-256"])
+    assert not rotary & set(enabled["range-43-inf"])
+    assert not rotary & set(enabled["range-257-inf"])
+    applied = counters.fusions_applied
+    # the two layers' pieces differ (the first starts at the embedding), so each compiles
+    assert applied["range-1-42"][QK] == applied["range-1-256"][QK] == QWEN3_TINY.num_layers
+    assert QK not in applied["range-43-inf"]
+    assert QK not in applied["range-257-inf"]

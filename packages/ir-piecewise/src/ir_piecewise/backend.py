@@ -123,10 +123,13 @@ class PiecewiseBackend:
         key = global_key(config)
         cache = config.compile_cache() if config.cache else None
         logger.info(
-            "ir_piecewise: graph split into %d pieces (%d compiled) with token size %s",
+            "ir_piecewise: graph split into %d pieces (%d compiled) with token size %s, "
+            "compile ranges %s (fusion thresholds among their ends: %s)",
             len(pieces),
             len(compiled),
             symbol,
+            config.ranges,
+            config.fusion_endpoints,
         )
         last = compiled[-1].name if compiled else None
         artifacts: dict[str, Any] = {}

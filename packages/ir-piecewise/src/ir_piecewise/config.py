@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from ir_passes import PassConfig
+from ir_passes import FUSIONS, PassConfig
 from ir_passes.dynamo import checked_inductor_options
 
 from .cache import DEFAULT_LOCK_TIMEOUT, CompileCache
@@ -85,7 +85,8 @@ class CompilationConfig:
         compile_sizes: token counts compiled with static shapes, used for exactly that size.
         compile_ranges_endpoints: ``e1 < e2 < ...`` cut the token counts into the ranges
             ``[1, e1], [e1 + 1, e2], ..., [ek + 1, inf)``, each compiled once with symbolic
-            shapes.
+            shapes. The token thresholds of the fusions that are on join them
+            (`range_endpoints`), so each such fusion has a lower range it runs in.
         backend: the piece compiler, by name: ``"inductor"`` (with the IR passes),
             ``"eager"`` (pieces run as traced) or one an ``ir.piece_compilers`` entry point
             installs (`ir_piecewise.compilers`); its identity and version enter every compile
@@ -114,9 +115,9 @@ class CompilationConfig:
         passes: the ir-passes configuration applied to every compiled piece, per compile
             range: a range ``[first, last]`` (a compile size: ``[n, n]``) compiles with
             ``passes.for_range(first, last)``, so a fusion with a token threshold runs only in
-            the ranges it covers whole (put its threshold among `compile_ranges_endpoints` to
-            give it a range of its own); ``counters.fusions_enabled`` / ``fusions_applied``
-            say which range got which.
+            the ranges it covers whole: the ranges up to its threshold, which is an endpoint
+            (`range_endpoints`); ``counters.fusions_enabled`` / ``fusions_applied`` say which
+            range got which.
     """
 
     splitting_ops: tuple[SplittingOp, ...] = ()
@@ -205,11 +206,29 @@ class CompilationConfig:
         return frozenset(op_name(op) for op in self.splitting_ops)
 
     @property
+    def fusion_endpoints(self) -> tuple[int, ...]:
+        """The token thresholds of the fusions that `passes` turns on (those with one), in
+        increasing order: endpoints of the compile ranges, as the seeds split the ranges so
+        that a fusion profitable only for few tokens runs in the lower compiled range (without
+        them the default single range ``[1, inf)`` would never run a fusion of threshold
+        256)."""
+        passes = self.passes
+        limits = {passes.max_tokens(f.switch) for f in FUSIONS if passes.fusion_on(f.switch)}
+        return tuple(sorted(limit for limit in limits if limit is not None))
+
+    @property
+    def range_endpoints(self) -> tuple[int, ...]:
+        """The endpoints of the compile ranges: `compile_ranges_endpoints` and
+        `fusion_endpoints` together, in increasing order."""
+        return tuple(sorted({*self.compile_ranges_endpoints, *self.fusion_endpoints}))
+
+    @property
     def ranges(self) -> tuple[tuple[int, int | None], ...]:
-        """The compile ranges as ``(first, last)`` pairs; ``last`` None means unbounded."""
+        """The compile ranges as ``(first, last)`` pairs; ``last`` None means unbounded. They
+        end at `range_endpoints`: the configured endpoints and the fusions' thresholds."""
         bounds: list[tuple[int, int | None]] = []
         first = 1
-        for end in self.compile_ranges_endpoints:
+        for end in self.range_endpoints:
             bounds.append((first, end))
             first = end + 1
         bounds.append((first, None))

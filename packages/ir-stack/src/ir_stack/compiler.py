@@ -16,12 +16,34 @@ from .config import Config
 ATTENTION_OPS = ("ir_stack::attention", "ir_stack::decode_attention")
 
 
+def passes_per_length(passes: ir_passes.PassConfig, tokens: int) -> ir_passes.PassConfig:
+    """`passes` for a trace of `tokens` tokens a sequence, whose dynamic dimension (the one
+    ir-piecewise's compile ranges count) is the number of sequences: a fusion's threshold of
+    N tokens becomes ``N // tokens`` sequences, and a fusion whose threshold is below one
+    sequence is off (a 2048-token prompt is past a threshold of 256 at any batch)."""
+    if tokens == 1:
+        return passes
+    changes: dict[str, Any] = {}
+    for fusion in ir_passes.FUSIONS:
+        limit = passes.max_tokens(fusion.switch)
+        if limit is None or not passes.fusion_on(fusion.switch):
+            continue
+        if limit < tokens:
+            changes[fusion.switch] = False
+        else:
+            changes[fusion.max_tokens_field] = limit // tokens
+    return dataclasses.replace(passes, **changes) if changes else passes
+
+
 class PiecewisePerLength:
     """Piecewise compilation of a reference model, whose inputs are ``[batch, tokens]``.
 
     The batch is the dynamic dimension; each distinct number of tokens per sequence (the
     prefill length, 1 for decode) gets its own trace, because ir-piecewise drops guards after
-    tracing and a trace holds for one token count only.
+    tracing and a trace holds for one token count only. The compile ranges, sizes and
+    capture sizes count sequences; each trace's fusion thresholds are converted from tokens
+    to sequences (`passes_per_length`), so a fusion runs where the tokens of a call are
+    within its threshold.
     """
 
     def __init__(self, model: Callable[..., Any], config: ir_piecewise.CompilationConfig) -> None:
@@ -33,9 +55,12 @@ class PiecewisePerLength:
         tokens = int(input_ids.shape[1])
         compiled = self.by_length.get(tokens)
         if compiled is None:
+            config = dataclasses.replace(
+                self.config, passes=passes_per_length(self.config.passes, tokens)
+            )
             compiled = ir_piecewise.compile(
                 self.model,
-                self.config,
+                config,
                 dynamic_arg_dims={"input_ids": 0, "positions": 0},
                 # padding rows write nothing into the KV cache (their slots may be in use)
                 pad_values={"positions": -1},

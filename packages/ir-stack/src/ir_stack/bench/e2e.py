@@ -15,6 +15,21 @@ Modes, in one process with the same weights:
 - ``full CUDA graph``: the eager best-kernel model captured whole per decode batch size, the
   ceiling (prefill attention reads its length on the host, so there is no prefill ceiling).
 
+Then the rotary fusions on the Qwen3-style reference model (per-head query and key norms:
+`QWEN3_4B`'s sizes with `--fusion-layers` layers on a GPU, `QWEN3_TINY` on the CPU), each
+``ir_stack`` with ``FULL_AND_PIECEWISE`` CUDA graphs:
+
+- ``ir_stack, rotary fusions off``: neither fusion;
+- ``ir_stack, qk_norm+rope fused``: ``enable_qk_norm_rope_fusion`` alone;
+- ``ir_stack, rope+kvcache fused``: ``fuse_rope_kvcache`` alone (with the other on, the
+  QK-norm fusion takes the rotary and the cache write stays apart);
+
+each fusion at every token count (its threshold lifted, so the prefill shows it too), forced
+on the CPU (where every op runs natively) and with ``--force-fusion``; the rows say how often
+each fired (``fusions_fired``, in the pieces compiled: identical layers compile once). Decode
+batches ``--fusion-batches`` (1 and 32 on a GPU) and a ``--fusion-prefill`` prompt (2048
+tokens); ``--no-fusion-rows`` leaves them out.
+
 Decode steps attend over `context` cached positions (random keys and values); prefill is one
 sequence of `prefill` tokens. Each time is the mean of `iters` back-to-back calls after warm-up
 calls (`ir_stack.bench.timing.mean_ms`). On the CPU (float32, the tiny model by default) the
@@ -43,12 +58,13 @@ import torch
 from torch import Tensor
 
 import ir_dispatch
-from ir_piecewise import CompilationConfig, CUDAGraphMode
+from ir_passes import QK_NORM_ROPE_PATTERN, ROPE_KVCACHE_PATTERN, PassConfig
+from ir_piecewise import CompilationConfig, CUDAGraphMode, counters
 from ir_spec import ops
 
 from ..compiler import compile as ir_stack_compile
 from ..config import Config
-from ..models import ONE_B, TINY, LlamaConfig, LlamaModel
+from ..models import ONE_B, QWEN3_4B, QWEN3_TINY, TINY, LlamaConfig, LlamaModel
 from . import common, results, timing
 
 MODELS = {"tiny": TINY, "1b": ONE_B}
@@ -61,6 +77,28 @@ MODES = (
     "ir_stack",
     "full CUDA graph",
 )
+#: the Qwen3-style model's modes: the switches of the rotary fusions in each (the one on
+#: without a token threshold)
+FUSION_MODES: dict[str, dict[str, Any]] = {
+    "ir_stack, rotary fusions off": {
+        "fuse_rope_kvcache": False,
+        "enable_qk_norm_rope_fusion": False,
+    },
+    "ir_stack, qk_norm+rope fused": {
+        "enable_qk_norm_rope_fusion": True,
+        "qk_norm_rope_max_tokens": None,
+        "fuse_rope_kvcache": False,
+    },
+    "ir_stack, rope+kvcache fused": {
+        "fuse_rope_kvcache": True,
+        "rope_kvcache_max_tokens": None,
+        "enable_qk_norm_rope_fusion": False,
+    },
+}
+#: every mode, in the order of the result's rows
+ALL_MODES = (*MODES, *FUSION_MODES)
+#: the fusion rows' defaults on a GPU and on the CPU: model, decode batches, prefill tokens
+FUSION_SIZES = {"cuda": (QWEN3_4B, "1,32", 2048), "cpu": (QWEN3_TINY, "1,2", 16)}
 KEY = ["model", "mode", "workload"]
 METRICS = [results.Metric("ms", "ms")]
 KVCache = list[tuple[Tensor, Tensor]]
@@ -153,11 +191,42 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     # start-up is the startup suite's; accepted for the command lines that left it out here
     parser.add_argument("--skip-startup", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--fusion-rows",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the rotary fusions on the Qwen3-style model (default: on)",
+    )
+    parser.add_argument(
+        "--fusion-layers", type=int, default=8, help="its layers on a GPU (default %(default)s)"
+    )
+    parser.add_argument("--fusion-batches", help="its decode batches (default: 1,32; 1,2 on CPU)")
+    parser.add_argument("--fusion-prefill", type=int, help="its prompt (default: 2048; 16 on CPU)")
+    parser.add_argument(
+        "--force-fusion",
+        action="store_true",
+        help="fuse where the fused op would run natively too (always on the CPU)",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.modes.split(",")) - set(MODES)
     if unknown:
         parser.error(f"--modes: unknown {sorted(unknown)}; expected some of {list(MODES)}")
     resolve_sizes(parser, args)
+    kind = "cuda" if torch.cuda.is_available() else "cpu"
+    _, batches, prefill = FUSION_SIZES[kind]
+    args.fusion_batches = args.fusion_batches or batches
+    args.fusion_prefill = prefill if args.fusion_prefill is None else args.fusion_prefill
+    try:
+        fusion_batches = [int(b) for b in args.fusion_batches.split(",")]
+    except ValueError:
+        parser.error(f"--fusion-batches {args.fusion_batches!r}: expected sizes such as 1,32")
+    if not fusion_batches or min(fusion_batches) < 1 or args.fusion_prefill < 0:
+        parser.error(
+            f"--fusion-batches {args.fusion_batches!r} / --fusion-prefill "
+            f"{args.fusion_prefill}: expected positive batches and a prompt of 0 or more tokens"
+        )
+    if args.fusion_layers < 1:
+        parser.error(f"--fusion-layers {args.fusion_layers}: expected a positive number")
     return args
 
 
@@ -167,13 +236,32 @@ def model_config(args: argparse.Namespace) -> LlamaConfig:
     return config.with_fp8() if args.fp8 else config
 
 
-def build_setup(args: argparse.Namespace, device: torch.device) -> Setup:
+def fusion_config(args: argparse.Namespace, device: torch.device) -> tuple[str, LlamaConfig]:
+    """The fusion rows' model: its name in the rows, and its configuration."""
+    base = FUSION_SIZES["cuda" if device.type == "cuda" else "cpu"][0]
+    positions = max(args.fusion_prefill, args.context + 1)
+    if device.type != "cuda":
+        return "qwen3 tiny", dataclasses.replace(base, max_positions=positions)
+    name = f"qwen3-4b, {args.fusion_layers} layers"
+    return name, dataclasses.replace(base, num_layers=args.fusion_layers, max_positions=positions)
+
+
+def build_setup(
+    args: argparse.Namespace,
+    device: torch.device,
+    config: LlamaConfig | None = None,
+    batches_text: str | None = None,
+    prefill: int | None = None,
+) -> Setup:
+    """The inputs and caches of every workload: of the main model (`model_config`), or of
+    `config` with its own decode batches and prompt."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = [int(b) for b in (batches_text or args.batches).split(",")]
+    prefill = args.prefill if prefill is None else prefill
     workloads = [Workload(f"decode b={b}", b, 1) for b in batches]
-    if args.prefill:
-        workloads.append(Workload(f"prefill {args.prefill}", 1, args.prefill))
-    setup = Setup(model_config(args), device, dtype, args.context, workloads)
+    if prefill:
+        workloads.append(Workload(f"prefill {prefill}", 1, prefill))
+    setup = Setup(config or model_config(args), device, dtype, args.context, workloads)
     generator = torch.Generator(device=device).manual_seed(7)
     c = setup.config
     for w in workloads:
@@ -193,8 +281,8 @@ def build_setup(args: argparse.Namespace, device: torch.device) -> Setup:
         )
         for _ in range(c.num_layers)
     ]
-    if args.prefill:
-        prefill_shape = (1, args.prefill, c.num_kv_heads, c.head_dim)
+    if prefill:
+        prefill_shape = (1, prefill, c.num_kv_heads, c.head_dim)
         setup.prefill_cache = [
             (
                 torch.zeros(prefill_shape, device=device, dtype=dtype),
@@ -253,11 +341,17 @@ def run_modes(
     args: argparse.Namespace,
     setup: Setup,
     mode_done: Callable[[list[dict[str, Any]]], None] = lambda rows: None,
+    *,
+    modes: Sequence[str] | None = None,
+    model_name: str | None = None,
 ) -> list[dict[str, Any]]:
-    """Time every mode on every workload (errors are against eager native); `mode_done` gets
-    the rows so far after each mode."""
+    """Time every mode (``--modes``, or `modes`) on every workload (errors are against eager
+    native); `mode_done` gets the rows so far after each mode. Rows name the model
+    `model_name` (default: ``--model``)."""
     on_cuda = setup.device.type == "cuda"
-    modes = [m for m in args.modes.split(",") if on_cuda or "CUDA graph" not in m]
+    asked = args.modes.split(",") if modes is None else list(modes)
+    modes = [m for m in asked if on_cuda or "CUDA graph" not in m]
+    name = model_name or args.model + (" fp8" if args.fp8 else "")
     model = build_model(setup)
     plain = (
         build_model(setup, plain_torch=True) if any("torch.compile" in m for m in modes) else None
@@ -271,6 +365,7 @@ def run_modes(
                 reference[w.name] = model(ids, positions, setup.cache_for(w)).float()
         for mode in modes:
             started = time.perf_counter()
+            counters.reset()
             call = make_mode(mode, model, plain, setup, args)
             for w in setup.workloads:
                 ids, positions = setup.inputs[w.name]
@@ -288,7 +383,7 @@ def run_modes(
                     error = float((out.float() - reference[w.name]).abs().max())
                     ms = timing.mean_ms(step, setup.device, args.iters)
                 row: dict[str, Any] = {
-                    "model": args.model + (" fp8" if args.fp8 else ""),
+                    "model": name,
                     "mode": mode,
                     "workload": w.name,
                     "batch": w.batch,
@@ -305,9 +400,25 @@ def run_modes(
                 for row in rows:
                     if row["mode"] == mode:
                         row["cudagraph_skips"] = skips
+            if mode in FUSION_MODES:
+                fired = rotary_fusions_fired()
+                for row in rows:
+                    if row["mode"] == mode:
+                        row["fusions_fired"] = fired
             print(f"{mode}: {time.perf_counter() - started:.0f} s", flush=True)
             mode_done(rows)
     return rows
+
+
+def rotary_fusions_fired() -> dict[str, int]:
+    """How often each rotary fusion fired in the pieces ir-piecewise compiled since the
+    counters were reset (identical layers compile once, so once for all of them)."""
+    fired: dict[str, int] = {}
+    for applied in counters.fusions_applied.values():
+        for pattern in (QK_NORM_ROPE_PATTERN, ROPE_KVCACHE_PATTERN):
+            if applied.get(pattern):
+                fired[pattern] = fired.get(pattern, 0) + applied[pattern]
+    return fired
 
 
 def make_mode(
@@ -345,7 +456,25 @@ def make_mode(
     if mode == "full CUDA graph":
         ceiling = FullGraphCeiling(model, setup)
         return lambda w, ids, pos, cache: ceiling.call(w)
-    graphs = IR_STACK_GRAPHS[mode] if setup.device.type == "cuda" else CUDAGraphMode.NONE
+    on_cuda = setup.device.type == "cuda"
+    if mode in FUSION_MODES:
+        force = args.force_fusion or not on_cuda  # on the CPU every op runs natively
+        passes = PassConfig(force_fusion=force, **FUSION_MODES[mode])
+        graphs = CUDAGraphMode.FULL_AND_PIECEWISE if on_cuda else CUDAGraphMode.NONE
+        config = dataclasses.replace(piecewise_config(graphs, args.cache), passes=passes)
+        fused = ir_stack_compile(model, config)
+
+        def fusing(w: Workload, ids: Tensor, pos: Tensor, cache: KVCache) -> Tensor:
+            # Inductor's graph cache would skip the passes whose fusions the rows count
+            with (
+                torch._inductor.config.patch(fx_graph_cache=False),
+                torch._functorch.config.patch(enable_autograd_cache=False),
+            ):
+                out: Tensor = fused(ids, pos, cache)
+            return out
+
+        return fusing
+    graphs = IR_STACK_GRAPHS[mode] if on_cuda else CUDAGraphMode.NONE
     forward = ir_stack_compile(model, piecewise_config(graphs, args.cache))
     return lambda w, ids, pos, cache: forward(ids, pos, cache)
 
@@ -361,7 +490,7 @@ def merge_previous(result: results.Result, path: Path) -> list[dict[str, Any]]:
             f"--append: {path} holds a run of another device, model or size ({previous.params}); "
             f"expected {result.params}"
         )
-    return [r for r in previous.rows if r["mode"] in MODES]
+    return [r for r in previous.rows if r["mode"] in ALL_MODES]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -372,18 +501,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         common.load_providers()
     where = results.current_device(device.type)
     model = args.model + (" fp8" if args.fp8 else "")
+    fusion_name, qwen3 = fusion_config(args, device)
     result = results.new_result(
         "e2e",
         f"End to end: the {model} reference model, "
         f"{'bfloat16' if device.type == 'cuda' else 'float32'}",
         where,
         {"model": model, "batches": args.batches, "prefill": args.prefill}
-        | {"context": args.context, "iters": args.iters},
+        | {"context": args.context, "iters": args.iters}
+        | (
+            {"fusion_model": fusion_name, "fusion_batches": args.fusion_batches}
+            | {"fusion_prefill": args.fusion_prefill, "force_fusion": args.force_fusion}
+            if args.fusion_rows
+            else {}
+        ),
         KEY,
         METRICS,
     )
     result.facts = {
         "config": dataclasses.asdict(model_config(args)),
+        **({"fusion_config": dataclasses.asdict(qwen3)} if args.fusion_rows else {}),
         "dtype": "bfloat16" if device.type == "cuda" else "float32",
         "timed_with": "CUDA events" if device.type == "cuda" else "perf_counter",
     }
@@ -394,15 +531,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(error)
         return 2
 
+    done_rows: list[dict[str, Any]] = []
+
     def write(rows: list[dict[str, Any]]) -> None:  # after each mode: a killed run keeps some
-        done = {r["mode"] for r in rows}
-        merged = [r for r in kept if r["mode"] not in done] + rows
-        result.rows = sorted(merged, key=lambda r: MODES.index(r["mode"]))
+        rows = done_rows + rows
+        done = {(r["model"], r["mode"]) for r in rows}
+        merged = [r for r in kept if (r["model"], r["mode"]) not in done] + rows
+        result.rows = sorted(merged, key=lambda r: ALL_MODES.index(r["mode"]))
         results.save(result, args.out, render_too=False)
 
     with tempfile.TemporaryDirectory(prefix="ir-stack-e2e-") as cache:
         args.cache = Path(cache)  # ir-piecewise's compile cache, fresh for this run
-        write(run_modes(args, build_setup(args, device), write))
+        done_rows += run_modes(args, build_setup(args, device), write)
+        write([])
+        if args.fusion_rows:
+            setup = build_setup(args, device, qwen3, args.fusion_batches, args.fusion_prefill)
+            modes = list(FUSION_MODES)
+            write(run_modes(args, setup, write, modes=modes, model_name=fusion_name))
     print(results.render(result, path).read_text())
     return 0
 

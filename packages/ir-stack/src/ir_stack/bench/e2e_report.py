@@ -1,6 +1,7 @@
 """The markdown and plot of an ``e2e`` result: milliseconds a call and the logits' error per
-mode and workload, for each model the result holds, and ``ir_stack`` against stock
-``torch.compile`` reduce-overhead and the full-graph ceiling.
+mode and workload, for each model the result holds, ``ir_stack`` against stock
+``torch.compile`` reduce-overhead and the full-graph ceiling, and for the rotary fusions' rows
+each fused mode against the mode with both off, with how often each fusion fired.
 
     python -m ir_stack.bench.e2e_report RESULT.json
 
@@ -53,7 +54,37 @@ def model_table(result: Result, model: str) -> list[str]:
             "",
         ]
     lines += target_lines(cells, workloads)
+    lines += fusion_lines(rows, cells, workloads)
     return lines
+
+
+#: the mode the rotary fusions' modes are held against
+FUSIONS_OFF = "ir_stack, rotary fusions off"
+
+
+def fusion_lines(
+    rows: list[dict[str, Any]], cells: dict[tuple[str, str], dict[str, Any]], workloads: list[str]
+) -> list[str]:
+    """For each mode that counted the rotary fusions it fired (``fusions_fired``): which fired
+    and how often, and its time per workload over the mode with both off."""
+    fired = {r["mode"]: r["fusions_fired"] for r in rows if "fusions_fired" in r}
+    lines = []
+    for mode, counts in fired.items():
+        text = ", ".join(f"`{pattern}` x{n}" for pattern, n in counts.items()) or "none"
+        line = f"- {mode}: fired {text}"
+        off = [(w, cells.get((FUSIONS_OFF, w)), cells.get((mode, w))) for w in workloads]
+        ratios = [f"{w} {r['ms'] / o['ms']:.3f}x" for w, o, r in off if o and r]
+        if mode != FUSIONS_OFF and ratios:
+            line += f"; time over {FUSIONS_OFF}: " + ", ".join(ratios)
+        lines.append(line + ".")
+    if not lines:
+        return []
+    return [
+        "Rotary fusions fired, in the pieces compiled (identical layers compile once):",
+        "",
+        *lines,
+        "",
+    ]
 
 
 def target_lines(cells: dict[tuple[str, str], dict[str, Any]], workloads: list[str]) -> list[str]:

@@ -22,6 +22,15 @@ Forward times are ``triton.testing.do_bench`` medians (µs). Then transformers' 
 (`ir_stack.bench.hf_generate`): greedy tokens with a static KV cache, the decoding forward
 compiled with CUDA graphs, original against converted, µs a token.
 
+Then the QK-norm + RoPE fusion on a converted transformers Qwen3 (Qwen3 4B's shape, random
+weights, ``--fusion-layers`` layers, 8 by default; family ``qwen3 (rotary fusions)`` in the
+result), forward without a KV cache as above, for decode batches of 1 and 32 one-token
+sequences and a 2048-token prompt: ``hf eager``, then ``ir_passes.compile`` with the op kernels
+first and Inductor's CUDA graphs, ``enable_qk_norm_rope_fusion`` off and on (at every token
+count); the rows say how often it fired. The rotary + KV-cache fusion has no row here: a
+converted model keeps transformers' cache, which no ``write_kv_cache`` writes (the ``e2e``
+suite's Qwen3-style reference model has it). ``--no-fusion-rows`` leaves them out.
+
     ir-stack bench --only hf [--quick]
     python -m ir_stack.bench.hf --out DIR [--families llama,gemma3] [--layers N] [--skip WAY]
 
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import importlib.metadata
 import time
 from collections.abc import Callable, Sequence
@@ -44,7 +54,7 @@ import ir_passes
 from ir_kernels_triton import launch_plans
 from ir_spec import ops
 
-from . import common, results
+from . import common, results, timing
 
 KEY = ["family", "way", "workload"]
 METRICS = [results.Metric("us", "µs")]
@@ -71,11 +81,21 @@ SKIPPABLE = (
 )
 
 
-def kernels_first() -> dict[str, list[str]]:
-    """The priority putting the registered kernel providers ahead of native for `KERNEL_OPS`."""
+#: the fusion rows' family name, workloads ((batch, tokens), forward without a KV cache) and
+#: ways (name -> whether ``enable_qk_norm_rope_fusion`` is on)
+FUSION_FAMILY = "qwen3 (rotary fusions)"
+FUSION_SHAPES = {"decode b=1": (1, 1), "decode b=32": (32, 1), "prefill 2048": (1, 2048)}
+FUSION_WAYS = {
+    "ir compile, kernels, qk_norm fusion off": False,
+    "ir compile, kernels, qk_norm fusion on": True,
+}
+
+
+def kernels_first(names: Sequence[str] = KERNEL_OPS) -> dict[str, list[str]]:
+    """The priority putting the registered kernel providers ahead of native for `names`."""
     return {
         name: [p for p in ("triton", "cuda") if p in getattr(ops, name).impls] + ["native"]
-        for name in KERNEL_OPS
+        for name in names
     }
 
 
@@ -110,20 +130,29 @@ def forward_of(model: Any) -> Callable[[torch.Tensor], torch.Tensor]:
 def measure(
     name: str, fn: Callable[[torch.Tensor], torch.Tensor], inputs: dict[str, torch.Tensor]
 ) -> dict[str, Any]:
-    """Warm `fn` up on every shape (compiling, where it compiles), then time each shape."""
-    from triton.testing import do_bench
-
+    """Warm `fn` up on every shape (compiling, where it compiles), then time each shape
+    (``do_bench`` on a GPU; on the CPU, where tests run the fusion rows, `timing.cpu_us`)."""
+    on_cuda = next(iter(inputs.values())).is_cuda
     start = time.perf_counter()
     logits = {shape: fn(ids).clone() for shape, ids in inputs.items()}
     for ids in inputs.values():  # reduce-overhead records its graphs on the later calls
         for _ in range(3):
             fn(ids)
-    torch.cuda.synchronize()
+    if on_cuda:
+        torch.cuda.synchronize()
     warm_s = time.perf_counter() - start
-    times = {
-        shape: 1e3 * float(do_bench(lambda ids=ids: fn(ids), warmup=50, rep=300))
-        for shape, ids in inputs.items()
-    }
+    if on_cuda:
+        from triton.testing import do_bench
+
+        times = {
+            shape: 1e3 * float(do_bench(lambda ids=ids: fn(ids), warmup=50, rep=300))
+            for shape, ids in inputs.items()
+        }
+    else:
+        times = {
+            shape: timing.cpu_us(functools.partial(fn, ids), budget_s=0.05).median_us
+            for shape, ids in inputs.items()
+        }
     print(f"{name}: warm-up {warm_s:.0f} s, {times}", flush=True)
     return {"name": name, "warmup_s": warm_s, "us": times, "logits": logits}
 
@@ -216,6 +245,88 @@ def forward_ways(
     return rows, facts
 
 
+def fusion_rows(
+    model: Any,
+    converter: Callable[[Any], dict[str, int]],
+    shapes: dict[str, tuple[int, int]],
+    *,
+    force: bool = False,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The fusion rows of a transformers Qwen3 `model` (on a GPU or, for tests, the CPU):
+    ``hf eager``, then converted by `converter` and compiled with the QK-norm + RoPE fusion
+    off and on (`FUSION_WAYS`), per workload of `shapes`; and the facts (conversion, the
+    fusions each way fired). `force` fuses where the fused op would run natively."""
+    device = next(model.parameters()).device
+    on_cuda = device.type == "cuda"
+    gen = torch.Generator(device).manual_seed(2)
+    vocab = model.config.vocab_size
+    inputs = {
+        shape: torch.randint(0, vocab, size, device=device, generator=gen)
+        for shape, size in shapes.items()
+    }
+    runs = []
+    reports: dict[str, Any] = {}
+    priority = kernels_first((*KERNEL_OPS, "qk_norm_rotary_embedding"))
+    with (
+        torch.no_grad(),
+        torch._inductor.config.patch(fx_graph_cache=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+    ):
+        runs.append(measure("hf eager", forward_of(model), inputs))
+        converted = converter(model)
+        for name, on in FUSION_WAYS.items():
+            torch._dynamo.reset()
+            passes = ir_passes.PassConfig(
+                enable_qk_norm_rope_fusion=on, qk_norm_rope_max_tokens=None, force_fusion=force
+            )
+            with ir_dispatch.priority(**priority), ir_passes.collect_reports() as collected:
+                compiled = ir_passes.compile(
+                    forward_of(model),
+                    config=passes,
+                    options=GRAPHS if on_cuda else {},
+                    dynamic=False,
+                )
+                runs.append(measure(name, compiled, inputs))
+            fired: dict[str, int] = {}
+            for report in collected:
+                for pattern, count in report.fusions.items():
+                    fired[pattern] = fired.get(pattern, 0) + count
+            selected: dict[str, set[str]] = {}
+            for report in collected:
+                for op, providers in report.selected_impls.items():
+                    selected.setdefault(op, set()).update(providers.values())
+            reports[name] = {
+                "fusions": fired,
+                "selected": {op: sorted(p) for op, p in sorted(selected.items())},
+            }
+    reference = runs[0]["logits"]
+    pattern = ir_passes.QK_NORM_ROPE_PATTERN
+    fired_qk = {name: report["fusions"].get(pattern, 0) for name, report in reports.items()}
+    rows = [
+        {
+            "family": FUSION_FAMILY,
+            "way": run["name"],
+            "workload": shape,
+            "us": run["us"][shape],
+            "max_abs_diff": float(
+                (run["logits"][shape].float() - reference[shape].float()).abs().max()
+            ),
+            "warmup_s": run["warmup_s"],
+        }
+        | ({"qk_norm_fusions_fired": fired_qk[run["name"]]} if run["name"] in fired_qk else {})
+        for run in runs
+        for shape in shapes
+    ]
+    layers = model.config.num_hidden_layers
+    facts = {
+        "layers": layers,
+        "converted": converted,
+        "liger": "not run for the fusion rows",
+        "passes": reports,
+    }
+    return rows, facts
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     from .hf_families import FAMILIES
 
@@ -246,6 +357,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--rounds", type=int, help="generate: timed rounds (default 5, 2 with --quick)"
     )
+    parser.add_argument(
+        "--fusion-rows",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the QK-norm + RoPE fusion on a converted Qwen3 (default: on)",
+    )
+    parser.add_argument(
+        "--fusion-layers", type=int, default=8, help="its layers (default %(default)s)"
+    )
+    parser.add_argument(
+        "--force-fusion",
+        action="store_true",
+        help="fuse where the fused op would run natively too",
+    )
     args = parser.parse_args(argv)
     args.families = args.families.split(",")
     unknown = sorted(set(args.families) - set(FAMILIES))
@@ -259,7 +384,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         parser.error(f"--generate-batches {args.generate_batches!r}: expected sizes such as 1,16")
     args.new = args.new or (32 if args.quick else 128)
     args.rounds = args.rounds or (2 if args.quick else 5)
-    for name in ("layers", "prompt", "new", "rounds"):
+    for name in ("layers", "prompt", "new", "rounds", "fusion_layers"):
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} {value}: expected a positive number")
@@ -289,7 +414,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         device,
         {"families": args.families, "layers": args.layers, "quick": args.quick}
         | {"skip": sorted(args.skip), "eager_only": args.eager_only}
-        | {"generate_batches": args.generate_batches, "prompt": args.prompt, "new": args.new},
+        | {"generate_batches": args.generate_batches, "prompt": args.prompt, "new": args.new}
+        | {"fusion_rows": args.fusion_rows, "fusion_layers": args.fusion_layers},
         KEY,
         METRICS,
     )
@@ -300,6 +426,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         result.rows += rows
         result.facts = {"families": families}
         results.save(result, args.out, render_too=False)  # a run cut short keeps each family
+    if args.fusion_rows:
+        from .hf_families import build, convert
+
+        rows, families[FUSION_FAMILY] = fusion_rows(
+            build("qwen3", args.fusion_layers),
+            lambda model: convert("qwen3", model),
+            FUSION_SHAPES,
+            force=args.force_fusion,
+        )
+        result.rows += rows
+        result.facts = {"families": families}
+        results.save(result, args.out, render_too=False)
     family = args.families[0]
     for batch in args.generate_batches:
         layers = args.layers or (4 if args.quick else default_layers(family))

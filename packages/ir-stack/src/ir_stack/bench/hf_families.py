@@ -87,6 +87,20 @@ QWEN3_30B_A3B = {
     "max_position_embeddings": 4096,
     "rope_theta": 1000000.0,
 }
+#: Qwen3 4B's shape (32 query and 8 key-value heads of 128, wider than the hidden size / 32;
+#: per-head query and key norms before the rotation); vocabulary cut as for Llama
+QWEN3_4B = {
+    "hidden_size": 2560,
+    "intermediate_size": 9728,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": True,
+}
 #: gpt-oss-20b's shape (sliding-window and full layers in turn, attention sinks; its yarn rope
 #: and 128K positions the config's defaults); vocabulary cut as for Llama
 GPT_OSS_20B = {
@@ -164,6 +178,7 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], str]] = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", LLAMA_1B, "Llama, 1B shape"),
     "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM", GEMMA3_1B, "Gemma 3, 1B shape"),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", PHI3_MINI, "Phi-3 mini shape"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", QWEN3_4B, "Qwen3, 4B shape"),
     "qwen3_moe": (
         "Qwen3MoeConfig",
         "Qwen3MoeForCausalLM",

@@ -37,6 +37,15 @@ SUITES: dict[str, Suite] = {
             gpu_only=True,
         ),
         Suite(
+            "fusions",
+            "Is each rotary fusion (QK-norm + RoPE, RoPE + KV-cache write) faster than the "
+            "best unfused ops and than Inductor's code of the composition, at every token "
+            "count?",
+            "ir_stack.bench.fusions",
+            "ir_stack.bench.fusions_report",
+            gpu_only=True,
+        ),
+        Suite(
             "e2e",
             "How fast does the reference model decode and prefill in each mode, against stock "
             "torch.compile and a whole-model CUDA graph?",

@@ -1,16 +1,17 @@
 """Attention over a KV cache as opaque custom ops, the ops piecewise compilation splits at.
 
-Both write the new keys and values into the caches and the attention output into `out` (all
-three mutated, nothing returned). Caches are ``[slots, max_positions, kv_heads, head_dim]``;
-a call of ``batch <= slots`` sequences uses slots ``0..batch-1``. Rows with negative positions
-are padding (``ir_stack.compile`` pads calls to CUDA graph sizes with position -1): they write
-nothing into the caches, so the slots they stand on may belong to live sequences. Rows past the
-last slot must be padding (a batch of 3 replays the graph of 4 with caches of 3 slots): they are
-skipped and their outputs zeroed.
+Both read the caches, which the model writes before them (``ir_spec.ops.write_kv_cache``, so
+that the rotary embedding and the cache write can fuse), and write the attention output into
+`out` (the one argument mutated, nothing returned). Caches are ``[slots, max_positions,
+kv_heads, head_dim]``; a call of ``batch <= slots`` sequences uses slots ``0..batch-1``. Rows
+with negative positions are padding (``ir_stack.compile`` pads calls to CUDA graph sizes with
+position -1): they attend to position 0 and their outputs are ignored. Rows past the last slot
+must be padding (a batch of 3 replays the graph of 4 with caches of 3 slots): they are skipped
+and their outputs zeroed.
 
 - ``torch.ops.ir_stack.attention``: any number of tokens per sequence; reads the attended
   length on the host, so it is tagged ``cudagraph_unsafe`` and runs eagerly between captured
-  pieces.
+  pieces. Whole prompts (positions ``0..tokens-1``) attend over their own keys and values.
 - ``torch.ops.ir_stack.decode_attention``: one token per sequence, no host synchronization, so
   it can be captured in a CUDA graph (split-K Triton kernels on CUDA GPUs, `decode_kernel`) and
   a decode step can replay as one full graph.
@@ -26,33 +27,18 @@ from . import decode_kernel
 
 
 def _rows_with_slots(
-    query: Tensor, key: Tensor, value: Tensor, k_cache: Tensor, positions: Tensor, out: Tensor
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """`query`, `key`, `value`, `positions` and `out` cut to the sequences that have a cache
-    slot. The rest are padding past the last slot: their outputs are zeroed (shapes are static,
-    so this stays capturable in a CUDA graph)."""
+    rows: tuple[Tensor, ...], k_cache: Tensor, positions: Tensor, out: Tensor
+) -> tuple[tuple[Tensor, ...], Tensor, Tensor]:
+    """`rows` (``[batch * tokens, ...]`` tensors), `positions` and `out` cut to the sequences
+    that have a cache slot. The rest are padding past the last slot: their outputs are zeroed
+    (shapes are static, so this stays capturable in a CUDA graph)."""
     batch, tokens = positions.shape
-    rows = min(batch, k_cache.shape[0])
-    if rows == batch:
-        return query, key, value, positions, out
-    cut = rows * tokens
+    kept = min(batch, k_cache.shape[0])
+    if kept == batch:
+        return rows, positions, out
+    cut = kept * tokens
     out[cut:].zero_()
-    return query[:cut], key[:cut], value[:cut], positions[:rows], out[:cut]
-
-
-def _write_cache(
-    key: Tensor, value: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor
-) -> None:
-    """Store each token's key and value at its position in its sequence's slot; rows with a
-    negative position (padding) store nothing: they write back what their target holds, which
-    keeps the op free of host synchronization (no masked indexing)."""
-    batch, tokens = positions.shape
-    kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
-    valid = (positions >= 0).reshape(batch, tokens, 1, 1)
-    index = positions.clamp(min=0).reshape(batch, tokens, 1, 1).expand(-1, -1, kv_heads, head_dim)
-    for new, cache in ((key, k_cache), (value, v_cache)):
-        new = new.reshape(batch, tokens, kv_heads, head_dim)
-        cache.scatter_(1, index, torch.where(valid, new, cache.gather(1, index)))
+    return tuple(r[:cut] for r in rows), positions[:kept], out[:cut]
 
 
 def _attend(
@@ -78,9 +64,7 @@ def _attend(
 # cudagraph_unsafe: the attended length is read on the host (.item()), which a CUDA graph
 # cannot capture; piecewise compilation runs it eagerly between captured pieces.
 @torch.library.custom_op(
-    "ir_stack::attention",
-    mutates_args=("k_cache", "v_cache", "out"),
-    tags=(torch.Tag.cudagraph_unsafe,),
+    "ir_stack::attention", mutates_args=("out",), tags=(torch.Tag.cudagraph_unsafe,)
 )
 def attention(
     query: Tensor,
@@ -93,12 +77,15 @@ def attention(
 ) -> None:
     """Causal attention of ``[batch * tokens, heads * head_dim]`` queries over the cache.
 
-    `positions` is ``[batch, tokens]``: token ``t`` of sequence ``b`` is stored at cache
-    position ``positions[b, t]`` of slot ``b`` and attends to positions ``0..positions[b, t]``.
-    Rows with negative positions are padding: they write nothing to the caches.
+    `positions` is ``[batch, tokens]``: token ``t`` of sequence ``b`` attends to positions
+    ``0..positions[b, t]`` of slot ``b``, its own key and value already stored at
+    ``positions[b, t]``. `key` and `value` are the tokens' own (``[batch * tokens, kv_heads *
+    head_dim]``): whole prompts attend over them alone. Rows with negative positions are
+    padding.
     """
-    query, key, value, positions, out = _rows_with_slots(query, key, value, k_cache, positions, out)
-    _write_cache(key, value, k_cache, v_cache, positions)
+    (query, key, value), positions, out = _rows_with_slots(
+        (query, key, value), k_cache, positions, out
+    )
     batch, tokens = positions.shape
     expected = torch.arange(tokens, device=positions.device)
     # one host synchronization for both: the attended length, and whether every sequence is a
@@ -124,36 +111,20 @@ def _attend_prompts(
     out.copy_(result.transpose(1, 2).reshape(out.shape))
 
 
-@torch.library.custom_op("ir_stack::decode_attention", mutates_args=("k_cache", "v_cache", "out"))
+@torch.library.custom_op("ir_stack::decode_attention", mutates_args=("out",))
 def decode_attention(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    positions: Tensor,
-    out: Tensor,
+    query: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor, out: Tensor
 ) -> None:
     """`attention` for one token per sequence (``positions`` is ``[batch, 1]``), without host
     synchronization: it attends over every cache position under a mask (reference
     implementation; CUDA GPUs run a Triton kernel that stops at each sequence's length)."""
-    query, key, value, positions, out = _rows_with_slots(query, key, value, k_cache, positions, out)
-    _write_cache(key, value, k_cache, v_cache, positions)
+    (query,), positions, out = _rows_with_slots((query,), k_cache, positions, out)
     _attend(query, k_cache, v_cache, positions, k_cache.shape[1], out)
 
 
 @decode_attention.register_kernel("cuda")
-def _(
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    positions: Tensor,
-    out: Tensor,
-) -> None:
-    query, key, value, positions, out = _rows_with_slots(query, key, value, k_cache, positions, out)
-    _write_cache(key, value, k_cache, v_cache, positions)
+def _(query: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor, out: Tensor) -> None:
+    (query,), positions, out = _rows_with_slots((query,), k_cache, positions, out)
     if decode_kernel.supports(query, k_cache, positions, out):
         decode_kernel.decode_attention(
             query, k_cache, v_cache, positions, out, batch_invariant=ir_dispatch.batch_invariant()
@@ -162,7 +133,8 @@ def _(
         _attend(query, k_cache, v_cache, positions, k_cache.shape[1], out)
 
 
-def _writes_only(
+@attention.register_fake
+def _attention_fake(
     query: Tensor,
     key: Tensor,
     value: Tensor,
@@ -171,9 +143,11 @@ def _writes_only(
     positions: Tensor,
     out: Tensor,
 ) -> None:
-    """The fake of both ops: they only write into their arguments."""
-    return None
+    return None  # it only writes into `out`
 
 
-attention.register_fake(_writes_only)
-decode_attention.register_fake(_writes_only)
+@decode_attention.register_fake
+def _decode_attention_fake(
+    query: Tensor, k_cache: Tensor, v_cache: Tensor, positions: Tensor, out: Tensor
+) -> None:
+    return None  # it only writes into `out`

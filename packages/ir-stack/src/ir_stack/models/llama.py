@@ -1,10 +1,15 @@
 """A Llama-style decoder written with IR ops, with random weights from a seed.
 
 Norms are `rms_norm` and, on the residual stream, `fused_add_rms_norm.maybe_inplace`; the MLP
-uses `silu_and_mul`; positions go through `rotary_embedding`; attention is a splitting op over
-a KV cache: ``torch.ops.ir_stack.decode_attention`` (capturable) for one token per sequence,
-``torch.ops.ir_stack.attention`` otherwise. With ``quantization="fp8"`` the linear layers of the
-decoder take fp8 inputs quantized with a static scale (`Fp8Linear`), calibrated at construction.
+uses `silu_and_mul`; positions go through `rotary_embedding`; the rotated keys and the values
+go into the KV cache through `write_kv_cache` (which the compiler fuses with the rotary
+embedding: ``fuse_rope_kvcache``); attention is a splitting op over the cache:
+``torch.ops.ir_stack.decode_attention`` (capturable) for one token per sequence,
+``torch.ops.ir_stack.attention`` otherwise. With ``qk_norm=True`` (`QWEN3_TINY`, `QWEN3_4B`)
+each query and key head is normalized by an `rms_norm` of its own weight before the rotation,
+as Qwen3 does (which the compiler fuses with the rotation: ``enable_qk_norm_rope_fusion``).
+With ``quantization="fp8"`` the linear layers of the decoder take fp8 inputs quantized with a
+static scale (`Fp8Linear`), calibrated at construction.
 """
 
 import types
@@ -36,20 +41,44 @@ class LlamaConfig:
     rms_norm_eps: float = 1e-6
     #: "fp8": the decoder's linear layers use fp8 weights and statically quantized inputs
     quantization: Literal["fp8"] | None = None
+    #: per-head RMSNorm of the queries and keys (weights of ``head_dim``) before the rotation,
+    #: as Qwen3 has
+    qk_norm: bool = False
+    #: the width of a head where it is not ``hidden_size // num_heads`` (Qwen3's 128)
+    head_size: int | None = None
+    #: the base of the rotary embedding's frequencies
+    rope_theta: float = 10000.0
 
     def __post_init__(self) -> None:
         if self.quantization not in (None, "fp8"):
             raise ValueError(
                 f"LlamaConfig.quantization: got {self.quantization!r}; expected None or 'fp8'"
             )
+        if not isinstance(self.qk_norm, bool):
+            raise ValueError(f"LlamaConfig.qk_norm: got {self.qk_norm!r}; expected a bool")
+        head = self.head_size
+        if head is not None and (isinstance(head, bool) or not isinstance(head, int) or head < 2):
+            raise ValueError(
+                f"LlamaConfig.head_size: got {head!r}; expected None (hidden_size // num_heads) "
+                "or an int >= 2"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(
+                f"LlamaConfig.num_kv_heads: got {self.num_kv_heads}; expected a divisor of "
+                f"num_heads={self.num_heads}"
+            )
 
     def with_fp8(self) -> "LlamaConfig":
         """This configuration with fp8 linear layers."""
         return replace(self, quantization="fp8")
 
+    def with_qk_norm(self) -> "LlamaConfig":
+        """This configuration with per-head query and key norms (Qwen3-style)."""
+        return replace(self, qk_norm=True)
+
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+        return self.head_size or self.hidden_size // self.num_heads
 
 
 TINY = LlamaConfig()
@@ -64,6 +93,36 @@ ONE_B = LlamaConfig(
     max_positions=4096,
     rms_norm_eps=1e-5,
 )
+#: `TINY` with Qwen3's per-head query and key norms.
+QWEN3_TINY = TINY.with_qk_norm()
+#: Qwen3 4B-like sizes (32 query and 8 key-value heads of 128, wider than the hidden size / 32;
+#: per-head query and key norms), its vocabulary cut to 32000 to keep the logits small beside
+#: the layers, for GPU benchmarks.
+QWEN3_4B = LlamaConfig(
+    vocab_size=32000,
+    hidden_size=2560,
+    intermediate_size=9728,
+    num_layers=36,
+    num_heads=32,
+    num_kv_heads=8,
+    max_positions=4096,
+    rms_norm_eps=1e-6,
+    qk_norm=True,
+    head_size=128,
+    rope_theta=1000000.0,
+)
+
+
+def slot_mapping(positions: Tensor, slots: int, max_positions: int) -> Tensor:
+    """Where `write_kv_cache` stores each token of a call (``[batch * tokens]``): sequence
+    ``b``'s token at position ``p`` in row ``b * max_positions + p`` of a cache ``[slots,
+    max_positions, kv_heads, head_dim]`` (one block per sequence), and -1 (nothing stored) for
+    padding rows (negative positions), positions past the cache and sequences past the last
+    slot. Computed on the device: no host synchronization."""
+    sequence = torch.arange(positions.shape[0], device=positions.device).unsqueeze(1)
+    stored = (positions >= 0) & (positions < max_positions) & (sequence < slots)
+    rows = torch.where(stored, sequence * max_positions + positions, -1)
+    return rows.reshape(-1)
 
 
 class NativeCall:
@@ -97,6 +156,9 @@ class DecoderLayer(nn.Module):
         self.o_proj = nn.Linear(config.num_heads * hd, h, bias=False)
         self.gate_up = nn.Linear(h, 2 * config.intermediate_size, bias=False)
         self.down = nn.Linear(config.intermediate_size, h, bias=False)
+        if config.qk_norm:
+            self.q_norm = nn.Parameter(torch.ones(hd))
+            self.k_norm = nn.Parameter(torch.ones(hd))
 
     def forward(
         self,
@@ -106,6 +168,7 @@ class DecoderLayer(nn.Module):
         cos_sin_cache: Tensor,
         k_cache: Tensor,
         v_cache: Tensor,
+        slots: Tensor,
     ) -> tuple[Tensor, Tensor]:
         c = self.config
         if residual is None:  # the first layer: the embeddings start the residual stream
@@ -117,16 +180,23 @@ class DecoderLayer(nn.Module):
             )
         q_size, kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
         q, k, v = self.qkv(hidden).split([q_size, kv_size, kv_size], dim=-1)
+        if c.qk_norm:  # each head normalized: views of [tokens, heads, head_dim], as Qwen3 does
+            tokens = q.shape[0]
+            q = self.ops.rms_norm(
+                q.view(tokens, c.num_heads, c.head_dim), self.q_norm, c.rms_norm_eps
+            ).view(tokens, q_size)
+            k = self.ops.rms_norm(
+                k.view(tokens, c.num_kv_heads, c.head_dim), self.k_norm, c.rms_norm_eps
+            ).view(tokens, kv_size)
         q, k = self.ops.rotary_embedding(
             positions.reshape(-1), q, k, c.head_dim, cos_sin_cache, True
         )
+        self.ops.write_kv_cache(k, v, k_cache, v_cache, slots)
         out = torch.empty_like(q)
-        attend = (
-            torch.ops.ir_stack.decode_attention
-            if positions.shape[1] == 1
-            else torch.ops.ir_stack.attention
-        )
-        attend(q, k, v.contiguous(), k_cache, v_cache, positions, out)
+        if positions.shape[1] == 1:
+            torch.ops.ir_stack.decode_attention(q, k_cache, v_cache, positions, out)
+        else:
+            torch.ops.ir_stack.attention(q, k, v, k_cache, v_cache, positions, out)
         hidden, residual = self.ops.fused_add_rms_norm.maybe_inplace(
             self.o_proj(out), residual, self.post_attention_norm, c.rms_norm_eps
         )
@@ -175,7 +245,7 @@ class LlamaModel(nn.Module):
                     p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=generator))
         self.register_buffer(
             "cos_sin_cache",
-            make_cos_sin_cache(config.max_positions, config.head_dim),
+            make_cos_sin_cache(config.max_positions, config.head_dim, config.rope_theta),
             persistent=False,
         )
 
@@ -216,11 +286,17 @@ class LlamaModel(nn.Module):
     def forward(
         self, input_ids: Tensor, positions: Tensor, kv_cache: list[tuple[Tensor, Tensor]]
     ) -> Tensor:
+        """Logits of the tokens `input_ids` ``[batch, tokens]`` at `positions` (same shape;
+        negative: a padding row), whose keys and values go into `kv_cache` (`new_kv_cache`: a
+        ``[slots, max_positions, kv_heads, head_dim]`` pair a layer, sequence ``b`` in slot
+        ``b``) before they attend over it."""
         hidden = self.embed(input_ids.reshape(-1))
         residual: Tensor | None = None
         cache = self.cos_sin_cache.to(hidden.dtype)
+        first = kv_cache[0][0]
+        slots = slot_mapping(positions, first.shape[0], first.shape[1])
         for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
-            hidden, residual = layer(hidden, residual, positions, cache, k_cache, v_cache)
+            hidden, residual = layer(hidden, residual, positions, cache, k_cache, v_cache, slots)
         hidden, _ = self.ops.fused_add_rms_norm.maybe_inplace(
             hidden, residual, self.final_norm, self.config.rms_norm_eps
         )

@@ -1,0 +1,173 @@
+"""The rotary fusions' benchmark rows, on their CPU paths: the ``fusions`` suite's candidates
+(fused op, best unfused path, Inductor) agree with the native composition and render as its
+tables; the ``hf`` suite's converted Qwen3 fires the QK-norm fusion only where it is on."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import ir_passes
+from ir_stack.bench import fusions, fusions_report, hf, hf_report, results
+from ir_stack.bench.fusions import Shape
+
+
+def test_traffic_counts_each_tensor_once_and_only_the_tokens_cache_rows() -> None:
+    shape = Shape("rope_kvcache", heads=4, kv_heads=2, tokens=8, head_size=32)
+    x = fusions.make_inputs(shape, torch.device("cpu"), torch.bfloat16, seed=0)
+    q, kv = 8 * 4 * 32 * 2, 8 * 2 * 32 * 2  # bytes of the query, of the key (and value)
+    rotary = 8 * 8 + 8 * 32 * 2 + 2 * (q + kv)  # positions, table rows, q and k in and out
+    assert fusions.traffic_bytes(shape, x) == rotary + kv + 8 * 8 + 2 * kv
+    qk = Shape("qk_norm_rope", heads=4, kv_heads=2, tokens=8, head_size=32)
+    assert fusions.traffic_bytes(qk, x) == rotary + 2 * 32 * 2
+    # the inputs are slices of one packed projection, the slots distinct
+    assert x.query.stride(0) == x.key.stride(0) == (4 + 2 * 2) * 32
+    assert x.slot_mapping.unique().numel() == 8
+
+
+def test_bad_shapes_and_heads_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match=r"Shape\.table: got 'rope'"):
+        Shape("rope", 32, 8, 1)
+    with pytest.raises(ValueError, match=r"Shape\.tokens: got 0"):
+        Shape("qk_norm_rope", 32, 8, 0)
+    assert fusions.parse_heads("32/8,64/8") == [(32, 8), (64, 8)]
+    with pytest.raises(ValueError, match="--heads '32'"):
+        fusions.parse_heads("32")
+
+
+@pytest.mark.parametrize("table", fusions.TABLES)
+def test_every_candidate_matches_the_native_composition_and_renders(
+    table: str, tmp_path: Path
+) -> None:
+    """Two token counts of one table on the CPU: each column (fused op per provider, the
+    unfused chain of each step's fastest provider, Inductor's code) matches the native
+    composition, each unfused step is timed per provider, and the result renders as the
+    table with one line per token count."""
+    rows = []
+    for tokens in (3, 16):
+        shape = Shape(table, heads=4, kv_heads=2, tokens=tokens, head_size=32)
+        rows += fusions.bench_shape(
+            shape, torch.device("cpu"), torch.float32, fusions.cpu_time_fn(0.01), seed=tokens
+        )
+    columns = {r["column"] for r in rows}
+    assert set(fusions.COLUMNS) <= columns
+    steps = {c for c in columns if c.startswith("step: ")}
+    expected_steps = (
+        {"step: rms_norm query", "step: rms_norm key", "step: rotary_embedding"}
+        if table == "qk_norm_rope"
+        else {"step: rotary_embedding", "step: write_kv_cache"}
+    )
+    assert steps == expected_steps
+    for row in rows:
+        assert row["us"] > 0
+        assert row["bytes"] > 0
+        if row["column"] in fusions.COLUMNS:
+            assert row["max_abs_error"] < 1e-5, row
+    # the unfused path names each step's provider: the fastest of that step's rows
+    unfused = next(r for r in rows if r["column"] == "unfused" and r["tokens"] == 16)
+    for step in expected_steps:
+        timed = [r for r in rows if r["column"] == step and r["tokens"] == 16]
+        fastest = min(timed, key=lambda r: r["us"])
+        assert f"{step.removeprefix('step: ')}={fastest['provider']}" in unfused["provider"]
+    result = results.new_result(
+        "fusions", "test", results.current_device("cpu"), {}, fusions.KEY, fusions.METRICS
+    )
+    result.rows = rows
+    path = results.save(result, tmp_path)
+    text = path.with_suffix(".md").read_text()
+    assert fusions_report.TITLES[table] in text
+    assert "| tokens | fused µs (frac) | fused provider | unfused µs (frac) |" in text
+    assert "host times (`timeit`, the CPU path)" in text
+    lines = [line for line in text.splitlines() if line.startswith(("| 3 |", "| 16 |"))]
+    assert len(lines) == 2
+    assert "token counts and than Inductor's code at" in text
+    assert path.with_suffix(".png").stat().st_size > 0
+    assert results.load(path).rows == results.Result.from_json(result.to_json()).rows
+
+
+def test_the_report_picks_each_columns_fastest_and_compares_the_fused_op() -> None:
+    result = results.new_result(
+        "fusions", "t", results.current_device("cpu"), {}, fusions.KEY, fusions.METRICS
+    )
+    base = {"table": "qk_norm_rope", "heads": 32, "kv_heads": 8, "tokens": 64, "head_size": 128}
+    base |= {"copy_gbps": 3000.0}
+    result.rows = [
+        {**base, "column": "fused", "provider": "triton", "us": 4.0, "fraction_of_copy": 0.5},
+        {**base, "column": "fused", "provider": "cuda", "us": 2.0, "fraction_of_copy": 0.9},
+        {**base, "column": "unfused", "provider": "a", "us": 5.0, "fraction_of_copy": 0.3},
+        {**base, "column": "inductor", "provider": "inductor", "us": 1.0},
+        {**base, "column": "step: rotary_embedding", "provider": "triton", "us": 0.5},
+    ]
+    text = fusions_report.markdown(result)
+    assert "| 64 | 2.00 (0.90) | cuda | 5.00 (0.30) | a | 1.00 | 0.400 | 2.000 |" in text
+    assert "faster than the best unfused path at 1 of 1 token counts" in text
+    assert "than Inductor's code at 0 of 1" in text
+    assert "measured in the same run: **3000 GB/s**." in text
+
+
+def test_append_keeps_the_rows_of_the_shapes_not_run_again(tmp_path: Path) -> None:
+    device = results.current_device("cpu")
+    old = results.new_result("fusions", "t", device, {}, fusions.KEY, fusions.METRICS)
+    row = {"table": "qk_norm_rope", "heads": 32, "kv_heads": 8, "column": "fused", "us": 1.0}
+    old.rows = [{**row, "tokens": 1}, {**row, "tokens": 2}, {**row, "table": "rope_kvcache"}]
+    old.rows[2]["tokens"] = 1
+    path = results.save(old, tmp_path, render_too=False)
+    new = results.new_result("fusions", "t", device, {}, fusions.KEY, fusions.METRICS)
+    again = [Shape("qk_norm_rope", 32, 8, 2)]
+    assert fusions.kept_rows(path, new, again) == [old.rows[0], old.rows[2]]
+    assert fusions.kept_rows(tmp_path / "absent.json", new, again) == []
+    elsewhere = results.Device("NVIDIA H100", "h100", "cuda")
+    other = results.new_result("fusions", "t", elsewhere, {}, fusions.KEY, fusions.METRICS)
+    with pytest.raises(ValueError, match=r"--append: .* holds a run on CPU"):
+        fusions.kept_rows(path, other, again)
+
+
+QWEN3 = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 128,
+    "max_position_embeddings": 64,
+}
+
+
+def test_the_hf_suites_qwen3_rows_fire_the_qk_norm_fusion_where_it_is_on() -> None:
+    """A tiny transformers Qwen3 on the CPU (forced, every op native here): the fusion fires
+    once per attention layer and compilation where it is on, never where it is off, and the
+    logits stay those of the original model."""
+    transformers = pytest.importorskip("transformers")
+    from ir_stack.bench.hf_families import convert
+
+    torch.manual_seed(0)
+    model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**QWEN3)).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(0.5, 1.5)  # a norm applied wrongly shows
+    shapes = {"decode b=1": (1, 1), "decode b=2": (2, 1), "prefill 8": (1, 8)}
+    rows, facts = hf.fusion_rows(model, lambda m: convert("qwen3", m), shapes, force=True)
+    ways = {r["way"] for r in rows}
+    assert ways == {"hf eager", *hf.FUSION_WAYS}
+    assert {r["workload"] for r in rows} == set(shapes)
+    fired = {r["way"]: r.get("qk_norm_fusions_fired") for r in rows}
+    # one compilation a workload (static shapes), each fusing both layers
+    assert fired == {
+        "hf eager": None,
+        "ir compile, kernels, qk_norm fusion off": 0,
+        "ir compile, kernels, qk_norm fusion on": len(shapes) * QWEN3["num_hidden_layers"],
+    }
+    assert all(r["max_abs_diff"] < 1e-4 for r in rows), rows
+    assert facts["converted"]["attentions"] == QWEN3["num_hidden_layers"]
+    on = facts["passes"]["ir compile, kernels, qk_norm fusion on"]
+    assert (
+        on["fusions"][ir_passes.QK_NORM_ROPE_PATTERN]
+        == fired["ir compile, kernels, qk_norm fusion on"]
+    )
+    result = results.new_result("hf", "t", results.current_device("cpu"), {}, hf.KEY, hf.METRICS)
+    result.rows, result.facts = rows, {"families": {hf.FUSION_FAMILY: facts}}
+    text = hf_report.markdown(result)
+    assert f"## {hf.FUSION_FAMILY}" in text
+    assert "| ir compile, kernels, qk_norm fusion on |" in text
