@@ -105,9 +105,14 @@ def test_an_entry_point_compiler_compiles_the_pieces(plugin: ModuleType, tmp_pat
         for n in (5, 12, 3):
             x = torch.randn(n, 64)
             torch.testing.assert_close(compiled(x), model(x), **TOL)
-    # 3 distinct pieces x 2 ranges; nothing saved: the compiler cannot
-    assert sorted(set(plugin.COMPILED)) == [((1, 8), "from_graph"), ((9, None), "from_graph")]
-    assert counters.num_backend_compilations == 6
+    # 3 distinct pieces x 3 ranges (the rotary fusions' threshold 256 ends the second);
+    # nothing saved: the compiler cannot
+    assert sorted(set(plugin.COMPILED)) == [
+        ((1, 8), "from_graph"),
+        ((9, 256), "from_graph"),
+        ((257, None), "from_graph"),
+    ]
+    assert counters.num_backend_compilations == 9
     assert "entry point 'traced_python'" in COMPILERS.source("traced_python")
 
 

@@ -26,9 +26,9 @@ def test_dynamic_graph_compiles_per_range_and_size(tmp_path: Path) -> None:
             torch.testing.assert_close(compiled(x), model(x), **TOL)
     assert counters.num_graphs_seen == 1  # one dynamic graph serves every size
     assert counters.num_piecewise_graphs_seen == 7
-    # 3 distinct pieces x (2 ranges + the size 4)
-    assert counters.num_backend_compilations + counters.num_cache_hits == 9
-    assert set(counters.fusions_enabled) == {"range-1-8", "range-9-inf", "size-4"}
+    # 3 distinct pieces x (3 ranges, the rotary fusions' threshold 256 ending one, + the size 4)
+    assert counters.num_backend_compilations + counters.num_cache_hits == 12
+    assert set(counters.fusions_enabled) == {"range-1-8", "range-9-256", "range-257-inf", "size-4"}
 
 
 def test_static_graphs_come_from_dynamos_recompilations(tmp_path: Path) -> None:
