@@ -59,9 +59,11 @@ class ToyParallelBlock(nn.Module):
         torch.ops.ir_piecewise_toy.attention(mlp, mlp, mlp, out)  # the splitting op
         y = F.linear(out[:, self.rank * self.width : (self.rank + 1) * self.width], self.proj)
         if self.world == 1:
-            return ops.rms_norm(y, self.norm, 1e-6)
+            normed: Tensor = ops.rms_norm(y, self.norm, 1e-6)
+            return normed
         rows = ops.reduce_scatter(y, self.group_name)
-        return ops.all_gather(ops.rms_norm(rows, self.norm, 1e-6), self.group_name)
+        gathered: Tensor = ops.all_gather(ops.rms_norm(rows, self.norm, 1e-6), self.group_name)
+        return gathered
 
 
 def inputs() -> list[Tensor]:
