@@ -3,6 +3,9 @@ processes: eager (native and selected kernels), ``ir_stack.compile`` and piecewi
 single-device model's logits, prefill and decode; the sharding and its errors."""
 
 import dataclasses
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -124,3 +127,42 @@ def test_two_ranks_eager_compiled_piecewise_and_fp8(tmp_path: Path) -> None:
 
 def test_four_ranks_with_replicated_kv_heads(tmp_path: Path) -> None:
     run_in_world(world_four, 4, tmp_path)
+
+
+TORCHRUN_SCRIPT = """
+import torch, torch.distributed as dist
+import ir_stack
+from ir_stack.models import LlamaModel, ParallelLlamaModel
+
+dist.init_process_group("gloo")
+single, model = LlamaModel().eval(), ParallelLlamaModel().eval()
+ids = torch.randint(0, 256, (2, 5), generator=torch.Generator().manual_seed(0))
+positions = torch.arange(5).repeat(2, 1)
+with torch.no_grad():
+    expected = single(ids, positions, single.new_kv_cache(2))
+    got = ir_stack.compile(model)(ids, positions, model.new_kv_cache(2))
+torch.testing.assert_close(got, expected, atol=2e-5, rtol=2e-5)
+print(f"rank {dist.get_rank()} of {dist.get_world_size()}: ok")
+dist.destroy_process_group()
+"""
+
+
+def test_started_by_torchrun_and_compiled(tmp_path: Path) -> None:
+    """Under ``torchrun --nproc-per-node 2`` the model takes the default group, and
+    ``ir_stack.compile`` of it gives the single-device logits."""
+    script = tmp_path / "tp.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2"]
+    done = subprocess.run(
+        [*command, "--standalone", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rank 0 of 2: ok" in done.stdout
+    assert "rank 1 of 2: ok" in done.stdout
