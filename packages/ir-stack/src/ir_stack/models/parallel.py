@@ -73,6 +73,14 @@ def shard_sizes(config: LlamaConfig, world: int) -> tuple[int, int]:
     return heads // world, max(1, kv // world)
 
 
+def kv_heads_of(config: LlamaConfig, world: int, rank: int) -> tuple[int, int]:
+    """(first, count): the key/value heads rank `rank` of `world` holds, those its query heads
+    read (several ranks hold the same head where there are fewer heads than ranks)."""
+    _, count = shard_sizes(config, world)
+    kv = config.num_kv_heads
+    return (rank * count if kv >= world else rank * kv // world), count
+
+
 def _take(linear: nn.Module, dim: int, pieces: list[slice], what: str) -> nn.Module:
     """A copy of `linear` (`nn.Linear` without bias, or `Fp8Linear`) keeping the `pieces` of its
     weight along `dim` (0: output rows, 1: input columns), concatenated. An `Fp8Linear` keeps
@@ -171,10 +179,9 @@ class ParallelLlamaModel(LlamaModel):
 
     def _shard(self, group_name: str) -> None:
         c, world, rank = self.config, self.world_size, self.rank
-        heads, kv_heads = shard_sizes(c, world)
+        heads, _ = shard_sizes(c, world)
+        first_kv, kv_heads = kv_heads_of(c, world, rank)
         hd = c.head_dim
-        # the key/value heads of this rank's query heads (several ranks share one if fewer)
-        first_kv = rank * kv_heads if c.num_kv_heads >= world else rank * c.num_kv_heads // world
         q_rows = slice(rank * heads * hd, (rank + 1) * heads * hd)
         q_size, kv_size = c.num_heads * hd, c.num_kv_heads * hd
         k_rows = slice(q_size + first_kv * hd, q_size + (first_kv + kv_heads) * hd)
