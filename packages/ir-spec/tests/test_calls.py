@@ -16,6 +16,7 @@ from ir_spec.testing import (
     fused_add_rms_norm_inplace,
     results_of,
     sample_inputs,
+    single_process_ops,
 )
 
 
@@ -119,7 +120,7 @@ def test_torch_maybe_inplace_results_never_alias(inplace_provider: None) -> None
     assert_close(ops.fused_add_rms_norm, (x, r), expected)  # the activations were overwritten
 
 
-@pytest.mark.parametrize("op", list(ops), ids=lambda op: op.name)
+@pytest.mark.parametrize("op", single_process_ops(), ids=lambda op: op.name)
 def test_opcheck(op: Any) -> None:
     for spec in ({"hidden_size": 64}, {"hidden_size": 40, "row_padding": 3, "batch_shape": (2, 3)}):
         args = sample_inputs(op, **spec)
@@ -128,7 +129,7 @@ def test_opcheck(op: Any) -> None:
             torch.library.opcheck(op.torch_op.maybe_inplace, clone_args(args))
 
 
-@pytest.mark.parametrize("op", list(ops), ids=lambda op: op.name)
+@pytest.mark.parametrize("op", single_process_ops(), ids=lambda op: op.name)
 def test_one_fx_node_under_dynamo(op: Any) -> None:
     torch._dynamo.reset()
     graphs: list[torch.fx.GraphModule] = []
@@ -301,7 +302,7 @@ def test_keyword_arguments_and_defaults() -> None:
 
 
 def test_zero_tokens() -> None:
-    for op in ops:
+    for op in single_process_ops():
         args = sample_inputs(op, hidden_size=64, batch_shape=(0,))
         before = clone_args(args)
         out = op(*args)

@@ -14,7 +14,13 @@ from torch import Tensor
 
 from ir_spec import IrOp, ops
 from ir_spec.autograd import DIFFERENTIABLE_DTYPES
-from ir_spec.testing import fused_add_rms_norm_inplace, grad_leaves, sample_inputs, weighted_sum
+from ir_spec.testing import (
+    fused_add_rms_norm_inplace,
+    grad_leaves,
+    sample_inputs,
+    single_process_ops,
+    weighted_sum,
+)
 
 PROVIDER = "detached"
 
@@ -31,7 +37,7 @@ def _detached(op: IrOp) -> Callable[..., Any]:
 @pytest.fixture
 def kernels(prefer: Callable[[str], None], temporary_impls: list[Any]) -> None:
     """Every op runs the `detached` provider."""
-    for op in ops:
+    for op in single_process_ops():
         op.register_impl(PROVIDER)(_detached(op))
         temporary_impls.append((op, PROVIDER))
     prefer(PROVIDER)
@@ -63,7 +69,9 @@ def _assert_same_gradients(got: list[Tensor | None], want: list[Tensor | None]) 
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("op", [op for op in ops if not op.mutates], ids=lambda op: op.name)
+@pytest.mark.parametrize(
+    "op", [op for op in single_process_ops() if not op.mutates], ids=lambda op: op.name
+)
 @pytest.mark.parametrize("layout", ["contiguous", "strided"])
 def test_eager_gradients_are_the_native_ones(kernels: None, op: IrOp, layout: str) -> None:
     strided = layout == "strided"

@@ -18,6 +18,7 @@ from ir_spec.testing import (
     clone_args,
     results_of,
     sample_inputs,
+    single_process_ops,
 )
 
 F64 = torch.float64
@@ -254,7 +255,7 @@ def test_composites_bitwise_equal_compositions(
         )
 
 
-@pytest.mark.parametrize("op", list(ops), ids=lambda op: op.name)
+@pytest.mark.parametrize("op", single_process_ops(), ids=lambda op: op.name)
 def test_results_are_fresh_and_close_to_torch_op(op: Any) -> None:
     args = sample_inputs(op, hidden_size=64, dtype=torch.float32)
     eager_args, torch_args = clone_args(args), clone_args(args)
@@ -318,7 +319,7 @@ def _dynamic_quant_dropping_nan(
 
 
 @pytest.mark.parametrize(("value", "column"), NONFINITE_CASES, ids=NONFINITE_CASE_IDS)
-@pytest.mark.parametrize("op", list(ops), ids=lambda op: op.name)
+@pytest.mark.parametrize("op", single_process_ops(), ids=lambda op: op.name)
 def test_nonfinite_check_passes_the_native_functions(op: Any, value: float, column: float) -> None:
     """`assert_nonfinite_like_native`, which the kernels' tests run, passes every native
     function against itself, NaN and infinities included."""

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ir_stack.bench import dispatch, e2e, results
+from ir_stack.bench import dispatch, e2e, results, tp
 from ir_stack.bench.results import Device, Metric
 
 
@@ -186,3 +186,34 @@ def test_render_and_list(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "kernels (GPU; cannot run here: no CUDA GPU here" in done.stdout
     assert "dispatch (CPU or GPU; runs here)" in done.stdout
+
+
+def test_tp_starts_two_gloo_ranks_and_writes_its_result(tmp_path: Path) -> None:
+    """On the CPU: two gloo ranks of the tiny model; every mode, the ir_stack one compiled
+    with a pass variant, gives the single-device logits."""
+    modes = "eager native,torch.compile,ir_stack"
+    done = run(
+        "bench", "--only", "tp", "--out", str(tmp_path), "--model", "tiny", "--",
+        "--batches", "2", "--prefill", "8", "--context", "8", "--iters", "1", "--modes", modes,
+        "--pass-variants=-O0",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    result = results.load(tmp_path / "tp-cpu.json")
+    assert result.params["tp"] == 2
+    assert result.facts["backend"] == "gloo"
+    cells = {(r["mode"], r["workload"]) for r in result.rows}
+    assert cells == {
+        (m, w)
+        for m in ("eager native", "torch.compile", "ir_stack [-O0]")
+        for w in ("decode b=2", "prefill 8")
+    }
+    assert all(r["max_abs_error"] < 1e-4 for r in result.rows)
+    assert "against the single-device model's eager native" in (tmp_path / "tp-cpu.md").read_text()
+
+
+def test_tp_refuses_a_world_the_model_does_not_divide_into(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        tp.main(["--out", "x", "--model", "tiny", "--tp", "3"])
+    assert "num_heads=4 does not divide among them" in capsys.readouterr().err

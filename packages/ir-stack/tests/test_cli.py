@@ -229,3 +229,19 @@ def test_a_bad_pass_flag_is_a_usage_error() -> None:
     assert done.returncode == 2
     assert "passes.level: got 'x', expected an integer" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_demo_over_two_ranks_agrees_with_the_single_device_model() -> None:
+    """``demo --tp 2`` starts two gloo processes on the CPU; every mode of the tensor-parallel
+    model agrees with the single-device model, and the all-reduces ran."""
+    done = run("demo", "--tp", "2", gpus=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "tiny Llama over 2 ranks (gloo, cpu)" in done.stdout
+    assert "all modes agree" in done.stdout
+    assert "│ all_reduce " in done.stdout
+
+
+def test_demo_refuses_a_world_the_model_does_not_divide_into() -> None:
+    done = run("demo", "--tp", "3", gpus=False)
+    assert done.returncode == 2
+    assert "num_heads=4 does not divide among them" in done.stdout

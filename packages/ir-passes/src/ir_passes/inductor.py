@@ -3,8 +3,10 @@
 The pre-grad pass functionalizes ``maybe_inplace`` calls; the post-grad pass fuses (the fusions
 `PassConfig` turns on), lowers and eliminates clones. Both are `CustomGraphPass` objects whose
 ``uuid`` is `selection_key`: the pass configuration, the effective priorities (inductor mode),
-the registered implementations and the code they run, the code of these passes and the package
-versions, so Inductor's graph cache reuses a compilation exactly when none of these changed.
+the registered implementations and the code they run, the code of these passes, the package
+versions and the process's world size and rank, so Inductor's graph cache reuses a compilation
+exactly when none of these changed, and the ranks of a tensor-parallel model never load each
+other's compiled code.
 """
 
 import functools
@@ -20,7 +22,7 @@ from torch import fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 import ir_dispatch
-from ir_spec import ops
+from ir_spec import ops, process_groups
 
 from . import fingerprint
 from .clones import CloneEliminationPass
@@ -69,6 +71,7 @@ def selection_key(config: PassConfig) -> str:
         ir_dispatch.selection_state(),
         ir_dispatch.batch_invariant(),
         ir_dispatch.detect_platform(),
+        process_groups.world_key(),
     )
     key = _selection_keys.get(state)
     if key is None:
@@ -81,7 +84,8 @@ def _compute_selection_key(config: PassConfig) -> str:
     distributions; the code of these passes; the platform in force and the code of its extra
     passes; per op the effective priority (inductor mode) and each implementation's flags; the
     code of every native function, implementation and ``supports_args``, followed into what
-    they call (`ir_passes.fingerprint`); and the batch-invariant mode."""
+    they call (`ir_passes.fingerprint`); the batch-invariant mode; and the world size and rank
+    (`ir_spec.process_groups.world_key`)."""
     # compiled code a cache serves may call the lowered mutating ops: define them first
     define_lowered_ops()
     h = hashlib.sha256(config.key().encode())
@@ -101,6 +105,7 @@ def _compute_selection_key(config: PassConfig) -> str:
             modules.add(op.native.__module__)
     h.update(_code_fingerprint(tuple(roots), frozenset(modules)).encode())
     h.update(f"batch_invariant={ir_dispatch.batch_invariant()}".encode())
+    h.update(process_groups.world_key().encode())
     return h.hexdigest()
 
 

@@ -66,8 +66,9 @@ def _own_fingerprint() -> str:
 
 def global_key(config: CompilationConfig) -> str:
     """What every cache key shares: the configuration, the code of this package and
-    `ir_passes.selection_key` (package versions, the IR selection state and the code of the
-    passes, ops and implementations)."""
+    `ir_passes.selection_key` (package versions, the IR selection state, the code of the
+    passes, ops and implementations, and the world size and rank: each rank of a distributed
+    model keeps its own entries in a shared cache directory)."""
     text = ":".join((config.key(), _own_fingerprint(), ir_passes.selection_key(config.passes)))
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -8,12 +8,14 @@ Layout under the cache directory::
 
 ``<key>`` is a SHA-256 over the piece's graph code and input metadata, the shape it was
 compiled for (a range or a size) and the global key (`ir_piecewise.backend.global_key`: the
-configuration, the code of ir-piecewise, the package versions, the IR selection state and the
-code of the passes, ops and implementations). A file is ``MAGIC``, the key, a newline, the
-SHA-256 of the key line and the payload, a newline, then the payload: the bytes Inductor's
-``CompiledArtifact.save(format="binary")`` writes. Files are written to a temporary name and
-renamed into place under the lock, so readers see whole files or none; a file whose checksum or
-load fails, or that holds another key's entry, is logged, removed and recompiled.
+configuration, the code of ir-piecewise, the package versions, the IR selection state, the
+code of the passes, ops and implementations, and the process's world size and rank, so the
+ranks of a distributed model share a directory without loading each other's pieces). A file
+is ``MAGIC``, the key, a newline, the SHA-256 of the key line and the payload, a newline, then
+the payload: the bytes Inductor's ``CompiledArtifact.save(format="binary")`` writes. Files are
+written to a temporary name and renamed into place under the lock, so readers see whole files
+or none; a file whose checksum or load fails, or that holds another key's entry, is logged,
+removed and recompiled.
 
 File-system faults never fail a compilation: it goes on without the cache, and one warning per
 path and reason says so. A cache directory that cannot be written (read-only, another user's)

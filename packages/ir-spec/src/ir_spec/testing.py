@@ -16,6 +16,7 @@ from .autograd import DIFFERENTIABLE_DTYPES
 from .catalog.norm import rms_norm
 from .catalog.rotary import make_cos_sin_cache
 from .op import IrOp
+from .process_groups import GROUP_ARGUMENT, run_in_world
 from .registry import ops
 from .sampling import SampleSpec
 
@@ -37,11 +38,14 @@ __all__ = [
     "fused_add_rms_norm_inplace",
     "grad_leaves",
     "matrix_spec",
+    "needs_process_group",
     "nonfinite_variant_ids",
     "nonfinite_variants",
     "results_of",
     "rotary_embedding_inplace",
+    "run_in_world",
     "sample_inputs",
+    "single_process_ops",
     "weighted_sum",
 ]
 
@@ -53,6 +57,19 @@ ACTIVATION_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 def catalog_ops() -> list[IrOp]:
     """The ops of ir-spec's catalog, without any op a program or a test declared since."""
     return [op for op in ops if op.native.__module__.startswith(f"{__package__}.catalog.")]
+
+
+def needs_process_group(op: IrOp) -> bool:
+    """Whether `op` is a collective: it takes a process group's name (a parameter called
+    ``group_name``), so it runs, and its input generator works, only where torch.distributed
+    is initialised. ir-spec's generic single-process tests leave these ops out
+    (`single_process_ops`); their tests run in several processes (`run_in_world`)."""
+    return GROUP_ARGUMENT in op.parameter_names
+
+
+def single_process_ops() -> list[IrOp]:
+    """Every declared op that runs without a process group (see `needs_process_group`)."""
+    return [op for op in ops if not needs_process_group(op)]
 
 
 def grad_leaves(args: Sequence[Any]) -> tuple[tuple[Any, ...], list[torch.Tensor]]:

@@ -1,4 +1,4 @@
-"""The ``ir-stack`` command: ``demo`` (the main job), ``explain [OP]`` and ``bench``.
+"""The ``ir-stack`` command: ``demo [--tp N]`` (the main job), ``explain [OP]`` and ``bench``.
 
 Every command takes ``--ir-op-priority.<op>=<p1>,<p2>`` flags, ``-O0`` .. ``-O3`` (the pass
 optimization level) and ``--pass.<field>=<value>`` flags (any `ir_passes.PassConfig` field:
@@ -23,7 +23,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="ir-stack", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="run the tiny model in every mode and compare them")
+    demo_command = commands.add_parser(
+        "demo",
+        help="run the tiny model in every mode and compare them",
+        description="Run the tiny model in every mode (eager native, eager with the selected "
+        "kernels, ir_stack.compile, piecewise) and compare them. With --tp N, the "
+        "tensor-parallel model over N ranks against the single-device model: N processes "
+        "started here (gloo on the CPU, NCCL with one GPU each), or the processes of "
+        "torchrun --nproc-per-node N -m ir_stack.cli demo --tp N.",
+    )
+    demo_command.add_argument(
+        "--tp", type=int, default=1, metavar="N", help="tensor-parallel ranks (default: 1)"
+    )
     explain = commands.add_parser(
         "explain",
         help="which implementation each op uses, and why",
@@ -63,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "demo":
         from .demo import main as demo
 
-        return demo(console, config)
+        return demo(console, config, tp=args.tp)
     if args.command == "bench":
         from .bench import main as bench
 

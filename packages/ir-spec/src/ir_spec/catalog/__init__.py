@@ -4,6 +4,6 @@ Importing this package declares the ops; `ir_spec` imports it, so ``ir_spec.ops.
 the others always exist.
 """
 
-from . import activation, fused, kv_cache, norm, qk_norm, quant, rotary
+from . import activation, collective, fused, kv_cache, norm, qk_norm, quant, rotary
 
-__all__ = ["activation", "fused", "kv_cache", "norm", "qk_norm", "quant", "rotary"]
+__all__ = ["activation", "collective", "fused", "kv_cache", "norm", "qk_norm", "quant", "rotary"]

@@ -101,6 +101,9 @@ def cannot_run(name: str) -> str:
     suite = SUITES[name]
     if suite.gpu_only and not torch.cuda.is_available():
         return "no CUDA GPU here; this suite runs on one only"
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if 0 < gpus < suite.ranks:
+        return f"needs {suite.ranks} GPUs (one a rank); {gpus} visible"
     missing = [module for module in suite.needs if importlib.util.find_spec(module) is None]
     if missing:
         return f"needs {', '.join(missing)}, which is not installed"

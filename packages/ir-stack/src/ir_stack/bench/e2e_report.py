@@ -114,7 +114,7 @@ def markdown(result: Result) -> str:
         f"Milliseconds a call (mean of {p.get('iters')} back-to-back calls, timed with "
         f"{result.facts.get('timed_with', 'CUDA events')}); decode steps attend over "
         f"{p.get('context')} cached positions. In parentheses: max |error| of the logits "
-        "against eager native."
+        f"against {result.facts.get('errors_against', 'eager native')}."
     )
     lines = results.header(result, method)
     for model in models(result):

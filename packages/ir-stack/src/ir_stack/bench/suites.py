@@ -23,6 +23,8 @@ class Suite:
     needs: tuple[str, ...] = ()
     #: whether the suite takes ``--model tiny|1b`` (the reference models)
     takes_model: bool = False
+    #: processes it runs, one GPU each where it runs on GPUs (gloo ranks on the CPU)
+    ranks: int = 1
 
 
 SUITES: dict[str, Suite] = {
@@ -53,6 +55,17 @@ SUITES: dict[str, Suite] = {
             "ir_stack.bench.e2e_report",
             gpu_only=False,
             takes_model=True,
+        ),
+        Suite(
+            "tp",
+            "How fast does the tensor-parallel reference model decode and prefill over two "
+            "ranks in each mode, against stock torch.compile of the same model and a "
+            "whole-model CUDA graph?",
+            "ir_stack.bench.tp",
+            "ir_stack.bench.e2e_report",
+            gpu_only=False,
+            takes_model=True,
+            ranks=2,
         ),
         Suite(
             "startup",

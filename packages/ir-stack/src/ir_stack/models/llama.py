@@ -15,7 +15,7 @@ static scale (`Fp8Linear`), calibrated at construction.
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from torch import Tensor, nn
@@ -149,6 +149,9 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.config = config
         self.ops = op_namespace
+        #: the attention heads and KV heads this layer computes: all of them here, a rank's
+        #: share in a tensor-parallel model (`ir_stack.models.parallel`)
+        self.num_heads, self.num_kv_heads = config.num_heads, config.num_kv_heads
         h, hd = config.hidden_size, config.head_dim
         self.input_norm = nn.Parameter(torch.ones(h))
         self.post_attention_norm = nn.Parameter(torch.ones(h))
@@ -178,7 +181,7 @@ class DecoderLayer(nn.Module):
             hidden, residual = self.ops.fused_add_rms_norm.maybe_inplace(
                 hidden, residual, self.input_norm, c.rms_norm_eps
             )
-        q_size, kv_size = c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim
+        q_size, kv_size = self.num_heads * c.head_dim, self.num_kv_heads * c.head_dim
         q, k, v = self.qkv(hidden).split([q_size, kv_size, kv_size], dim=-1)
         if c.qk_norm:  # each head normalized: views of [tokens, heads, head_dim], as Qwen3 does
             tokens = q.shape[0]
@@ -273,7 +276,8 @@ class LlamaModel(nn.Module):
         (default: ``max_positions``), one pair per layer; a call of ``n <= batch`` sequences
         uses slots ``0..n-1``."""
         c = self.config
-        shape = (batch, positions or c.max_positions, c.num_kv_heads, c.head_dim)
+        kv_heads = cast(DecoderLayer, self.layers[0]).num_kv_heads  # every layer's, a rank's share
+        shape = (batch, positions or c.max_positions, kv_heads, c.head_dim)
         param = self.final_norm
         return [
             (
