@@ -282,28 +282,27 @@ def rope_kvcache_candidates(
 
 def check(shape: Shape, inputs: Inputs, candidate: Candidate) -> float:
     """The largest difference of `candidate`'s rotated query and key (and for
-    ``rope_kvcache`` the cache rows it wrote) from the native composition's."""
+    ``rope_kvcache`` the cache rows it wrote) from the native composition's. The expected
+    values are computed first: an in-place candidate rotates the query and key it is given."""
     x = inputs
-    if shape.table == "rope_kvcache":
-        for cache in (x.key_cache, x.value_cache):
-            cache.view(-1, cache.shape[2], cache.shape[3])[x.slot_mapping] = 0
-    query, key = candidate.call()
     if shape.table == "qk_norm_rope":
         expected = ops.qk_norm_rotary_embedding.native(
             x.positions, x.query, x.key, x.q_weight, x.k_weight, EPSILON, shape.head_size,
             x.cos_sin_cache, True,
         )  # fmt: skip
-        got = [query, key]
     else:
         expected_q, expected_k = ops.rotary_embedding.native(
             x.positions, x.query, x.key, shape.head_size, x.cos_sin_cache, True
         )
         rows = (shape.tokens, shape.kv_heads, shape.head_size)
-        expected = (expected_q, expected_k, expected_k.reshape(rows), x.value.reshape(rows))
-        stored = [
+        expected = (expected_q, expected_k, expected_k.reshape(rows), x.value.reshape(rows).clone())
+        for cache in (x.key_cache, x.value_cache):
+            cache.view(-1, cache.shape[2], cache.shape[3])[x.slot_mapping] = 0
+    got = list(candidate.call())
+    if shape.table == "rope_kvcache":
+        got += [
             c.view(-1, c.shape[2], c.shape[3])[x.slot_mapping] for c in (x.key_cache, x.value_cache)
         ]
-        got = [query, key, *stored]
     return max(
         float((a.float() - b.float()).abs().max()) if a.numel() else 0.0
         for a, b in zip(got, expected, strict=True)
