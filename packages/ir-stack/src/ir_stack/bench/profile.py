@@ -62,11 +62,12 @@ _CACHE = ("kv_cache", "cache_write", "index_put", "scatter", "gather_kernel")
 
 @functools.cache
 def ir_kernel_names() -> frozenset[str]:
-    """The names of the Triton provider's kernels (its ``@triton.jit`` functions); the CUDA
-    provider's kernels are known by their namespace (``ir_cuda::``)."""
+    """The names of the Triton provider's kernels (its ``@triton.jit`` functions, autotuned
+    or not, compiled or run by the interpreter); the CUDA provider's kernels are known by
+    their namespace (``ir_cuda::``)."""
     names: set[str] = set()
     try:
-        from triton.runtime.jit import JITFunction
+        from triton.runtime.jit import KernelInterface
 
         import ir_kernels_triton
     except ImportError:
@@ -76,9 +77,11 @@ def ir_kernel_names() -> frozenset[str]:
             module = importlib.import_module(info.name)
         except ImportError:
             continue
-        names.update(
-            value.fn.__name__ for value in vars(module).values() if isinstance(value, JITFunction)
-        )
+        for value in vars(module).values():
+            if isinstance(value, KernelInterface):
+                while isinstance(value, KernelInterface):  # an autotuner wraps the jit function
+                    value = value.fn
+                names.add(value.__name__)
     return frozenset(names)
 
 
