@@ -3,10 +3,11 @@ real shapes and keep the fastest.
 
 For one IR op node of a graph compiled for a compile range, `autotune` takes the node's fake
 arguments and materialises them (`concrete_arguments`) as fresh random tensors of the same
-shape, dtype, device and strides. A symbolic size (the token count) becomes the range's
-representative size (`representative_size`): its upper bound where the range has one, else
-`UNBOUNDED_FACTOR` times its lower bound; where the graph's range is unknown, the size the
-graph was traced with (the symbol's hint).
+shape, dtype, device and strides. The token count (the first dimension of the op's first
+activation), where symbolic, becomes the range's representative size (`representative_size`):
+its upper bound where the range has one, else `UNBOUNDED_FACTOR` times its lower bound; where
+the graph's range is unknown, the size the graph was traced with (the symbol's hint), as for
+every other symbolic size.
 
 The candidates are every implementation the selection rule could pick on these arguments
 (`candidates`: supported, not disabled, accepted by ``supports_args``, in the effective
@@ -169,30 +170,55 @@ def representative_size(token_range: tuple[int, int | None] | None, hint: int | 
     return hint if hint is not None else UNBOUNDED_FACTOR
 
 
-def _concrete_int(value: Any, token_range: tuple[int, int | None] | None) -> int:
-    """A size, stride or offset: itself if static, else its expression with each symbol at the
-    representative size."""
-    if not isinstance(value, torch.SymInt):
-        return int(value)
-    node = value.node
-    expr = node.expr
-    if not expr.free_symbols:
-        return int(expr)
-    env = node.shape_env
-    # torch 2.13 renamed the table of hints (the old name warns)
-    hints = getattr(env, "backed_var_to_val", None) or getattr(env, "var_to_val", {})
-    values: dict[sympy.Symbol, int] = {}
-    for symbol in expr.free_symbols:
-        hint = hints.get(symbol)
-        values[symbol] = representative_size(token_range, None if hint is None else int(hint))
-    return int(expr.xreplace(values))
+def _token_symbol(op: IrOp, fakes: Sequence[Any]) -> sympy.Symbol | None:
+    """The symbol of the token count: the first dimension of the op's first activation, where
+    that is a symbol of its own."""
+    for i in op.activation_indices:
+        fake = fakes[i]
+        if isinstance(fake, torch.Tensor) and fake.dim() > 0:
+            size = fake.shape[0]
+            if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                return size.node.expr
+            return None
+    return None
 
 
-def _random_tensor(
-    fake: torch.Tensor, token_range: tuple[int, int | None] | None, index_bound: int
-) -> torch.Tensor:
-    shape = [_concrete_int(s, token_range) for s in fake.shape]
-    stride = [_concrete_int(s, token_range) for s in fake.stride()]
+class _Sizes:
+    """Concrete values of sizes and strides: the token symbol at the range's representative
+    size, any other symbol at its hint (the traced size)."""
+
+    def __init__(
+        self, token: sympy.Symbol | None, token_range: tuple[int, int | None] | None
+    ) -> None:
+        self.token = token
+        self.token_range = token_range
+
+    def __call__(self, value: Any) -> int:
+        if not isinstance(value, torch.SymInt):
+            return int(value)
+        node = value.node
+        expr = node.expr
+        if not expr.free_symbols:
+            return int(expr)
+        env = node.shape_env
+        # torch 2.13 renamed the table of hints (the old name warns)
+        hints = getattr(env, "backed_var_to_val", None) or getattr(env, "var_to_val", {})
+        values: dict[sympy.Symbol, int] = {}
+        for symbol in expr.free_symbols:
+            hint = hints.get(symbol)
+            hint = None if hint is None else int(hint)
+            if symbol == self.token or hint is None:
+                values[symbol] = representative_size(
+                    self.token_range if symbol == self.token else None, hint
+                )
+            else:
+                values[symbol] = hint
+        return int(expr.xreplace(values))
+
+
+def _random_tensor(fake: torch.Tensor, sizes: _Sizes, index_bound: int) -> torch.Tensor:
+    shape = [sizes(s) for s in fake.shape]
+    stride = [sizes(s) for s in fake.stride()]
     dtype, device = fake.dtype, fake.device
     extent = 1 + sum((n - 1) * s for n, s in zip(shape, stride, strict=True) if n > 0)
     extent = extent if all(n > 0 for n in shape) else 0
@@ -210,21 +236,22 @@ def concrete_arguments(
     op: IrOp, fakes: Sequence[Any], token_range: tuple[int, int | None] | None
 ) -> list[Any]:
     """`fakes` (an op's arguments, fake tensors among them) as fresh random tensors of the same
-    shapes, dtypes, devices and strides, symbolic sizes at the representative size
-    (`representative_size`); other values unchanged.
+    shapes, dtypes, devices and strides; other values unchanged.
 
-    Floating tensors are standard normal. Integer tensors are indices in every catalog op
-    (positions, cache slots): they are drawn in ``[0, n)``, with ``n`` the smallest leading
-    dimension of the op's floating tensors, so they index every table in bounds."""
+    The token count (the first dimension of the op's first activation, where symbolic) takes
+    the range's representative size (`representative_size`); any other symbolic size takes
+    the size the graph was traced with. Floating tensors are standard normal. Integer tensors
+    are indices in every catalog op (positions, cache slots): they are drawn in ``[0, n)``,
+    with ``n`` the smallest leading dimension of the op's floating tensors, so they index
+    every table in bounds."""
+    sizes = _Sizes(_token_symbol(op, fakes), token_range)
     leading = [
-        _concrete_int(f.shape[0], token_range)
+        sizes(f.shape[0])
         for f in fakes
         if isinstance(f, torch.Tensor) and f.dim() > 0 and f.dtype.is_floating_point
     ]
     bound = min(leading, default=1)
-    return [
-        _random_tensor(f, token_range, bound) if isinstance(f, torch.Tensor) else f for f in fakes
-    ]
+    return [_random_tensor(f, sizes, bound) if isinstance(f, torch.Tensor) else f for f in fakes]
 
 
 def describe(args: Sequence[Any]) -> str:
