@@ -56,11 +56,19 @@ NATIVE = "native"
 #: sample until it lasts that long)
 CPU_SAMPLES = 15
 CPU_SAMPLE_S = 1e-3
-#: Inductor options of the native function's compilation: none of the IR passes' hooks
-_NO_PASSES: dict[str, Any] = {
+#: Inductor options of the native function's compilation: none of the IR passes' hooks, no
+#: caches
+_NESTED: dict[str, Any] = {
     "pre_grad_custom_pass": None,
     "post_grad_custom_pre_pass": None,
     "post_grad_custom_post_pass": None,
+    "fx_graph_cache": False,
+    "fx_graph_remote_cache": False,
+}
+_NESTED_AOT: dict[str, Any] = {
+    name: False
+    for name in ("enable_autograd_cache", "bundled_autograd_cache")
+    if hasattr(torch._functorch.config, name)
 }
 #: CPU timing: calls before the samples (compilation, caches)
 CPU_WARMUP = 3
@@ -329,10 +337,15 @@ def inductor_native(op: IrOp, args: Sequence[Any]) -> Callable[[], Any]:
 
     tensors = [own[i] for i in positions]
     graph = make_fx(native)(*tensors)
-    # compiled inside the outer compilation, whose options install the IR passes: without
-    # them (the native function has no IR op left to lower, and its compilation is no
-    # compilation of the reports)
-    with torch._inductor.config.patch(_NO_PASSES):
+    # compiled inside the outer compilation: without the IR passes its options install (the
+    # native function has no IR op left to lower, and its compilation is none of the
+    # reports'), without a tracing context, and past the caches, whose bookkeeping (the
+    # Triton kernel bundle) is the outer compilation's and admits one compilation at a time
+    with (
+        torch._inductor.config.patch(_NESTED),
+        torch._functorch.config.patch(_NESTED_AOT),
+        torch._guards.tracing(None),
+    ):
         compiled = torch._inductor.compile(graph, tensors)
     return lambda: compiled(*tensors)
 
