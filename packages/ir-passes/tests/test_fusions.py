@@ -376,7 +376,8 @@ def test_key_covers_every_field() -> None:
         "fuse_act_quant": False, "fuse_rope_kvcache": False, "enable_qk_norm_rope_fusion": True,
         "residual_add_max_tokens": 7, "norm_quant_max_tokens": 7, "act_quant_max_tokens": 7,
         "rope_kvcache_max_tokens": 7, "qk_norm_rope_max_tokens": 7, "force_fusion": True,
-        "lower": False, "eliminate_clones": False, "token_range": (1, 8), "debug_dir": "d",
+        "lower": False, "autotune": True, "eliminate_clones": False, "token_range": (1, 8),
+        "debug_dir": "d",
     }  # fmt: skip
     fields = {f.name for f in dataclasses.fields(PassConfig)} - {"fuse"}
     assert set(changed) == fields

@@ -136,6 +136,11 @@ class PassConfig:
         force_fusion: fuse even where the fused op would run natively (Inductor fuses native
             compositions by itself, so by default only real kernels are worth it).
         lower: replace IR ops by their selected implementations (post-grad).
+        autotune: select by measurement (`ir_passes.autotune`): lowering times each IR op
+            node's candidates (the eligible implementations and Inductor's code of the native
+            function) on the node's shapes at the compile range's representative size and
+            keeps the fastest, ties going to the priority's choice. Off by default: timings
+            vary between runs, so builds with it may differ.
         eliminate_clones: remove clones that lowering added and that are provably unneeded.
             None: from the level (O1+).
         token_range: ``(first, last)`` token counts the compiled graph serves (``last`` None:
@@ -160,6 +165,7 @@ class PassConfig:
     qk_norm_rope_max_tokens: int | None = 256
     force_fusion: bool = False
     lower: bool = True
+    autotune: bool = False
     eliminate_clones: bool | None = None
     token_range: tuple[int, int | None] | None = None
     debug_dir: str | None = None
@@ -168,7 +174,7 @@ class PassConfig:
     def __post_init__(self) -> None:
         if isinstance(self.level, bool) or self.level not in LEVELS:
             raise ValueError(f"PassConfig: level got {self.level!r}; expected one of 0, 1, 2, 3")
-        for name in ("functionalize", "force_fusion", "lower"):
+        for name in ("functionalize", "force_fusion", "lower", "autotune"):
             _check_bool(name, getattr(self, name), optional=False)
         for name in (*FUSION_BY_SWITCH, "eliminate_clones", "fuse"):
             _check_bool(name, getattr(self, name), optional=True)

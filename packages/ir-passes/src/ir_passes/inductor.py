@@ -142,7 +142,7 @@ class PostGradPass(_ConfiguredPass):
         steps: list[tuple[str, bool, Callable[[fx.Graph], fx.Graph]]] = [
             ("fusion", fusing, FusionPass(report, self.config)),
             ("platform", True, PlatformPasses(report)),
-            ("lowering", self.config.lower, LoweringPass(report)),
+            ("lowering", self.config.lower, LoweringPass(report, self.config)),
             (
                 "clone-elimination",
                 self.config.lower and self.config.clone_elimination_on,

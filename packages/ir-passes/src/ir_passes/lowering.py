@@ -8,6 +8,12 @@ activations, so the graph stays functional; `CloneEliminationPass` removes the c
 prove unneeded. Every choice is recorded in the report. Ops that store into their arguments
 (a KV cache) keep their place and form in the graph and call the selected implementation through
 a torch op of the same schema (`mutating.lower_mutating`).
+
+With ``PassConfig.autotune`` the choice is made by measurement instead (`ir_passes.autotune`):
+the candidates are timed on the node's arguments at the compile range's representative size
+and the fastest replaces the priority's choice (``native``: the op is left for Inductor to
+fuse, as the priority's ``native`` is). Each decision is recorded in the report
+(``PassReport.autotune``), with every candidate's time and whether it changed the choice.
 """
 
 import logging
@@ -19,6 +25,8 @@ from torch import fx
 import ir_dispatch
 from ir_spec import Impl, IrOp
 
+from . import autotune
+from .config import PassConfig
 from .graph_utils import bound_args, inline, ir_op_of, replace_results
 from .mutating import lower_mutating
 from .report import PassReport
@@ -40,14 +48,26 @@ def _with_clones(op: IrOp, impl: Impl) -> Any:
 
 
 class LoweringPass:
-    """Replace every ``torch.ops.ir.*.default`` node by its selected implementation."""
+    """Replace every ``torch.ops.ir.*.default`` node by its selected implementation (the
+    fastest measured one where `config` turns ``autotune`` on)."""
 
-    def __init__(self, report: PassReport) -> None:
+    def __init__(self, report: PassReport, config: PassConfig | None = None) -> None:
         self.report = report
+        self.config = config or PassConfig()
+
+    def choose(self, node: fx.Node, op: IrOp, fakes: list[Any]) -> Impl:
+        """The implementation `node` (a call of `op` on `fakes`) is lowered to."""
+        if self.config.autotune:
+            decision = autotune.autotune(op, fakes, self.config.token_range)
+            if decision is not None:
+                self.report.autotune[node.name] = decision
+                return op.impls[decision.choice]
+        with ir_dispatch.mode(ir_dispatch.INDUCTOR):
+            return ir_dispatch.select(op, *fakes)
 
     def __call__(self, graph: fx.Graph) -> fx.Graph:
         for node in list(graph.nodes):
-            if lower_mutating(node, self.report):  # an op storing into a cache: see `mutating`
+            if lower_mutating(node, self.report, self.choose):  # stores into a cache: `mutating`
                 continue
             found = ir_op_of(node.target) if node.op == "call_function" else None
             if found is None:
@@ -60,8 +80,7 @@ class LoweringPass:
                 )
             args = bound_args(op, node)
             fakes = [a.meta["val"] if isinstance(a, fx.Node) else a for a in args]
-            with ir_dispatch.mode(ir_dispatch.INDUCTOR):
-                impl = ir_dispatch.select(op, *fakes)
+            impl = self.choose(node, op, fakes)
             fn = _with_clones(op, impl) if impl.inplace else impl.fn
             before = set(graph.nodes)
             outputs = inline(graph, node, fn, args)
@@ -80,5 +99,7 @@ class LoweringPass:
             replace_results(node, outputs, multiple=isinstance(node.meta.get("val"), tuple))
             self.report.selected_impls.setdefault(op.name, {})[node.name] = impl.provider
             logger.debug("ir_passes: lowered %s (%s) to %s", node.name, op.name, impl.provider)
+        if self.config.autotune:
+            autotune.log_summary(list(self.report.autotune.values()))
         graph.lint()
         return graph

@@ -18,7 +18,7 @@ ir-piecewise loads compiled code that calls them from a cache.
 
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -32,7 +32,7 @@ from torch.library import infer_schema
 
 import ir_dispatch
 import ir_spec
-from ir_spec import IrOp
+from ir_spec import Impl, IrOp
 
 from .graph_utils import bound_args, fake_of, ir_op_of
 from .report import PassReport
@@ -152,16 +152,24 @@ def output_count(overload: torch._ops.OpOverload) -> int:
     return max(1, len(overload._schema.returns))
 
 
-def lower_mutating(node: fx.Node, report: PassReport) -> bool:
+def lower_mutating(
+    node: fx.Node,
+    report: PassReport,
+    choose: Callable[[fx.Node, IrOp, list[Any]], Impl] | None = None,
+) -> bool:
     """If `node` calls a mutating IR op (directly or auto-functionalized), make it call the
     lowered op of the implementation ir-dispatch selects on its fake arguments (inductor
-    mode), record the choice, and return True."""
+    mode; `choose`, given the node, op and fake arguments, where given), record the choice,
+    and return True."""
     found = fake_arguments(node)
     if found is None:
         return False
     op, fakes = found
-    with ir_dispatch.mode(ir_dispatch.INDUCTOR):
-        impl = ir_dispatch.select(op, *fakes)
+    if choose is not None:
+        impl = choose(node, op, fakes)
+    else:
+        with ir_dispatch.mode(ir_dispatch.INDUCTOR):
+            impl = ir_dispatch.select(op, *fakes)
     target = lowered_op(op, impl.provider)
     if node.target in (AUTO_FUNCTIONALIZED, AUTO_FUNCTIONALIZED_V2):
         node.args = (target, *node.args[1:])

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from .autotune import Decision
+
 
 @dataclass
 class PassReport:
@@ -28,6 +30,10 @@ class PassReport:
             False when Inductor's caches served the compiled code: the passes did not run
             again and their effect is in the cached code. The pre-grad functionalization runs
             before Inductor's cache lookups, so ``functionalized`` may be set either way.
+        autotune: graph node name -> the measured decision lowering made for it
+            (``PassConfig.autotune``: every candidate's time, the choice, the priority's
+            choice); empty with autotuning off. A piece ir-piecewise loads from its compile
+            cache gets the decisions stored with it.
     """
 
     selected_impls: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -39,6 +45,12 @@ class PassReport:
     fusions: Counter[str] = field(default_factory=Counter)
     platform_passes: list[str] = field(default_factory=list)
     passes_ran: bool = False
+    autotune: dict[str, Decision] = field(default_factory=dict)
+
+    @property
+    def autotune_changed(self) -> dict[str, Decision]:
+        """The decisions of `autotune` that chose otherwise than the priority."""
+        return {name: d for name, d in self.autotune.items() if d.changed}
 
 
 _local = threading.local()

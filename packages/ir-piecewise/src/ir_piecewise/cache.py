@@ -11,8 +11,10 @@ compiled for (a range or a size) and the global key (`ir_piecewise.backend.globa
 configuration, the code of ir-piecewise, the package versions, the IR selection state, the
 code of the passes, ops and implementations, and the process's world size and rank, so the
 ranks of a distributed model share a directory without loading each other's pieces). A file
-is ``MAGIC``, the key, a newline, the SHA-256 of the key line and the payload, a newline, then
-the payload: the bytes Inductor's ``CompiledArtifact.save(format="binary")`` writes. Files are
+is ``MAGIC``, the key, a newline, the SHA-256 of the key line, the metadata line and the
+payload, a newline, the metadata (one line of JSON: what the compilation decided beside the
+code, such as the autotuned choices, `ir_piecewise.autotuned`), a newline, then the payload:
+the bytes Inductor's ``CompiledArtifact.save(format="binary")`` writes. Files are
 written to a temporary name and renamed into place under the lock, so readers see whole files
 or none; a file whose checksum or load fails, or that holds another key's entry, is logged,
 removed and recompiled.
@@ -25,17 +27,18 @@ another process holds it longer, this process stores nothing more in that direct
 """
 
 import hashlib
+import json
 import logging
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock, Timeout
 
 logger = logging.getLogger("ir_piecewise")
-MAGIC = b"IRPW2\n"
+MAGIC = b"IRPW3\n"
 #: seconds a write waits for the cache lock (`CompilationConfig.cache_lock_timeout`)
 DEFAULT_LOCK_TIMEOUT = 10.0
 
@@ -56,20 +59,30 @@ def _reason(exc: OSError) -> str:
     return f"{type(exc).__name__}: {exc.strerror or exc}"
 
 
-def _entry_bytes(key: str, payload: bytes) -> bytes:
+def _entry_bytes(key: str, payload: bytes, metadata: Mapping[str, Any] | None = None) -> bytes:
     head = key.encode() + b"\n"
-    return MAGIC + head + hashlib.sha256(head + payload).hexdigest().encode() + b"\n" + payload
+    meta = json.dumps(dict(metadata or {}), sort_keys=True).encode() + b"\n"
+    digest = hashlib.sha256(head + meta + payload).hexdigest().encode()
+    return MAGIC + head + digest + b"\n" + meta + payload
 
 
-def _parse(data: bytes) -> tuple[str, bytes] | None:
-    """The key and payload of an entry's bytes, or None if they are not a whole entry."""
+def _parse(data: bytes) -> tuple[str, dict[str, Any], bytes] | None:
+    """The key, metadata and payload of an entry's bytes, or None if they are not a whole
+    entry."""
     if not data.startswith(MAGIC):
         return None
     key, _, rest = data[len(MAGIC) :].partition(b"\n")
-    digest, _, payload = rest.partition(b"\n")
-    if hashlib.sha256(key + b"\n" + payload).hexdigest().encode() != digest:
+    digest, _, rest = rest.partition(b"\n")
+    meta, _, payload = rest.partition(b"\n")
+    if hashlib.sha256(key + b"\n" + meta + b"\n" + payload).hexdigest().encode() != digest:
         return None
-    return key.decode(errors="replace"), payload
+    try:
+        metadata = json.loads(meta)
+    except ValueError:
+        return None
+    if not isinstance(metadata, dict):
+        return None
+    return key.decode(errors="replace"), metadata, payload
 
 
 class CompileCache:
@@ -116,6 +129,13 @@ class CompileCache:
         """The entry for `key` loaded by `load_payload` (given a file holding the payload), or
         None if absent, unreadable, corrupt, another key's or unloadable (a bad file is
         removed)."""
+        found = self.load_with_metadata(key, load_payload)
+        return None if found is None else found[0]
+
+    def load_with_metadata(
+        self, key: str, load_payload: Callable[[Path], Any]
+    ) -> tuple[Any, dict[str, Any]] | None:
+        """As `load`, with the metadata stored beside the payload (`store`)."""
         if not self._usable():
             return None
         path = self.path(key)
@@ -131,7 +151,7 @@ class CompileCache:
             logger.warning("ir_piecewise: corrupt cache entry %s (bad checksum); recompiling", path)
             self._remove(path)
             return None
-        stored_key, payload = entry
+        stored_key, metadata, payload = entry
         if stored_key != key:
             _warn_once(
                 path,
@@ -146,7 +166,7 @@ class CompileCache:
                 payload_file = Path(tmp) / "artifact.bin"
                 payload_file.write_bytes(payload)
                 try:
-                    return load_payload(payload_file)
+                    return load_payload(payload_file), metadata
                 except Exception as exc:  # a stale entry: its format or dependencies changed
                     logger.warning(
                         "ir_piecewise: cache entry %s failed to load (%s: %s); recompiling",
@@ -160,9 +180,15 @@ class CompileCache:
             _warn_once(Path(tempfile.gettempdir()), _reason(exc), f"compiling without {path}")
             return None
 
-    def store(self, key: str, save_payload: Callable[[Path], None]) -> None:
+    def store(
+        self,
+        key: str,
+        save_payload: Callable[[Path], None],
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
         """Write the entry for `key`: `save_payload` writes the payload to the path it is
-        given; the checksummed entry is then renamed into place atomically. A file-system
+        given, `metadata` (JSON-ready values) goes beside it; the checksummed entry is then
+        renamed into place atomically. A file-system
         fault or a held lock skips the write (warned once); what `save_payload` raises is
         raised."""
         if not self._usable() or str(self.root) in _not_written:
@@ -179,7 +205,7 @@ class CompileCache:
             save_payload(payload_file)
             staged = Path(tmp) / "entry"
             try:
-                staged.write_bytes(_entry_bytes(key, payload_file.read_bytes()))
+                staged.write_bytes(_entry_bytes(key, payload_file.read_bytes(), metadata))
                 with self._lock():
                     os.replace(staged, path)
             except Timeout:

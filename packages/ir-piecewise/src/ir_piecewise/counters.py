@@ -4,6 +4,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ir_passes.autotune import Decision
+
 
 @dataclass
 class Counters:
@@ -25,6 +27,9 @@ class Counters:
             whose token threshold covers the whole range).
         fusions_applied: compile label -> fusion pattern -> times it fired in the pieces the
             backend compiled for it (pieces served by a cache or reused add nothing).
+        autotune_decisions: compile label -> ``<piece>.<node>`` -> the measured decision of
+            that IR op node (``PassConfig.autotune``), from the pieces compiled and those
+            loaded from the compile cache (whose entries keep them).
     """
 
     num_graphs_seen: int = 0
@@ -38,9 +43,10 @@ class Counters:
     num_artifacts_reused: int = 0
     fusions_enabled: dict[str, tuple[str, ...]] = field(default_factory=dict)
     fusions_applied: dict[str, dict[str, int]] = field(default_factory=dict)
+    autotune_decisions: dict[str, dict[str, Decision]] = field(default_factory=dict)
 
     def reset(self) -> None:
-        """Set every count to zero and empty the per-range fusion records."""
+        """Set every count to zero and empty the per-range fusion and autotune records."""
         fresh = Counters()
         for f in dataclasses.fields(self):
             setattr(self, f.name, getattr(fresh, f.name))

@@ -13,6 +13,7 @@ from torch import Tensor, fx
 import ir_passes
 from ir_passes.report import new_report
 
+from . import autotuned
 from .cache import CompileCache
 from .compilers import PieceRequest
 from .config import CompilationConfig
@@ -247,11 +248,12 @@ class CompiledPiece:
     ) -> Callable[..., Any]:
         compiler = self.compiler
         if self.cache is not None:
-            loaded = self.cache.load(key, compiler.load)
-            if loaded is not None:
+            found = self.cache.load_with_metadata(key, compiler.load)
+            if found is not None:
                 counters.num_cache_hits += 1
                 logger.debug("ir_piecewise: %s %s loaded from the cache", self.name, label)
-                return loaded  # type: ignore[no-any-return]
+                autotuned.restore(label, self.name, found[1])
+                return found[0]  # type: ignore[no-any-return]
             counters.num_cache_misses += 1
         if cached_only:
             raise NotCached(f"{self.name} {label}")
@@ -266,9 +268,15 @@ class CompiledPiece:
         for report in reports:
             for pattern, count in report.fusions.items():
                 applied[pattern] = applied.get(pattern, 0) + count
+        decisions = autotuned.decisions_of(reports)
+        autotuned.record(label, self.name, decisions)
         if store_in is not None:
             try:
-                store_in.store(key, lambda path: compiler.save(compiled, path))
+                store_in.store(
+                    key,
+                    lambda path: compiler.save(compiled, path),
+                    autotuned.metadata_of(decisions),
+                )
             except Exception as exc:  # an unsaveable graph still runs; it is just not cached
                 logger.warning("ir_piecewise: could not cache %s %s: %s", self.name, label, exc)
         return compiled

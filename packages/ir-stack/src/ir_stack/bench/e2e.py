@@ -13,7 +13,10 @@ Modes, in one process with the same weights:
 - ``ir_stack``: ``ir_stack.compile`` with ``FULL_AND_PIECEWISE``: decode steps (capturable
   attention) replay as one CUDA graph, prefill piecewise;
 - ``full CUDA graph``: the eager best-kernel model captured whole per decode batch size, the
-  ceiling (prefill attention reads its length on the host, so there is no prefill ceiling).
+  ceiling (prefill attention reads its length on the host, so there is no prefill ceiling);
+- ``ir_stack autotuned`` (only when ``--modes`` names it): ``ir_stack`` with
+  ``PassConfig(autotune=True)``, each IR op's implementation chosen by measurement per compile
+  range; its rows list the choices that differ from the priority's (``autotune_changed``).
 
 Then the rotary fusions on the Qwen3-style reference model (per-head query and key norms:
 `QWEN3_4B`'s sizes with `--fusion-layers` layers on a GPU, `QWEN3_TINY` on the CPU), each
@@ -77,6 +80,9 @@ MODES = (
     "ir_stack",
     "full CUDA graph",
 )
+#: ``ir_stack`` with selection by measurement: run only where ``--modes`` names it
+AUTOTUNED = "ir_stack autotuned"
+EXTRA_MODES = (AUTOTUNED,)
 #: the Qwen3-style model's modes: the switches of the rotary fusions in each (the one on
 #: without a token threshold)
 FUSION_MODES: dict[str, dict[str, Any]] = {
@@ -96,7 +102,7 @@ FUSION_MODES: dict[str, dict[str, Any]] = {
     },
 }
 #: every mode, in the order of the result's rows
-ALL_MODES = (*MODES, *FUSION_MODES)
+ALL_MODES = (*MODES, *EXTRA_MODES, *FUSION_MODES)
 #: the fusion rows' defaults on a GPU and on the CPU: model, decode batches, prefill tokens
 FUSION_SIZES = {"cuda": (QWEN3_4B, "1,32", 2048), "cpu": (QWEN3_TINY, "1,2", 16)}
 KEY = ["model", "mode", "workload"]
@@ -208,9 +214,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="fuse where the fused op would run natively too (always on the CPU)",
     )
     args = parser.parse_args(argv)
-    unknown = set(args.modes.split(",")) - set(MODES)
+    unknown = set(args.modes.split(",")) - {*MODES, *EXTRA_MODES}
     if unknown:
-        parser.error(f"--modes: unknown {sorted(unknown)}; expected some of {list(MODES)}")
+        parser.error(
+            f"--modes: unknown {sorted(unknown)}; expected some of {[*MODES, *EXTRA_MODES]}"
+        )
     resolve_sizes(parser, args)
     kind = "cuda" if torch.cuda.is_available() else "cpu"
     _, batches, prefill = FUSION_SIZES[kind]
@@ -400,6 +408,11 @@ def run_modes(
                 for row in rows:
                     if row["mode"] == mode:
                         row["cudagraph_skips"] = skips
+            if mode == AUTOTUNED:
+                changed = autotune_changes()
+                for row in rows:
+                    if row["mode"] == mode:
+                        row["autotune_changed"] = changed
             if mode in FUSION_MODES:
                 fired = rotary_fusions_fired()
                 for row in rows:
@@ -419,6 +432,18 @@ def rotary_fusions_fired() -> dict[str, int]:
             if applied.get(pattern):
                 fired[pattern] = fired.get(pattern, 0) + applied[pattern]
     return fired
+
+
+def autotune_changes() -> list[str]:
+    """The autotuned choices that differ from the priority's in the pieces compiled or loaded
+    since the counters were reset, one line each: compile range, op, arguments, the
+    priority's choice -> the measured one, and the times."""
+    lines = set()
+    for label, decisions in counters.autotune_decisions.items():
+        for decision in decisions.values():
+            if decision.changed:
+                lines.add(f"{label}: {decision.summary()}")
+    return sorted(lines)
 
 
 def make_mode(
@@ -474,6 +499,13 @@ def make_mode(
             return out
 
         return fusing
+    if mode == AUTOTUNED:
+        graphs = CUDAGraphMode.FULL_AND_PIECEWISE if on_cuda else CUDAGraphMode.NONE
+        config = dataclasses.replace(
+            piecewise_config(graphs, args.cache), passes=PassConfig(autotune=True)
+        )
+        tuned = ir_stack_compile(model, config)
+        return lambda w, ids, pos, cache: tuned(ids, pos, cache)
     graphs = IR_STACK_GRAPHS[mode] if on_cuda else CUDAGraphMode.NONE
     forward = ir_stack_compile(model, piecewise_config(graphs, args.cache))
     return lambda w, ids, pos, cache: forward(ids, pos, cache)

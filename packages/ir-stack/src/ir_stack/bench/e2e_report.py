@@ -55,7 +55,30 @@ def model_table(result: Result, model: str) -> list[str]:
         ]
     lines += target_lines(cells, workloads)
     lines += fusion_lines(rows, cells, workloads)
+    lines += autotune_lines(rows, cells, workloads)
     return lines
+
+
+#: the autotuned mode, and the mode it is held against
+AUTOTUNED, UNTUNED = "ir_stack autotuned", "ir_stack"
+
+
+def autotune_lines(
+    rows: list[dict[str, Any]], cells: dict[tuple[str, str], dict[str, Any]], workloads: list[str]
+) -> list[str]:
+    """Where the autotuned mode ran: its time per workload over ``ir_stack``'s, and the choices
+    measurement changed (``autotune_changed``)."""
+    changed = next((r["autotune_changed"] for r in rows if "autotune_changed" in r), None)
+    if changed is None:
+        return []
+    pairs = [(w, cells.get((UNTUNED, w)), cells.get((AUTOTUNED, w))) for w in workloads]
+    ratios = [f"{w} {t['ms'] / u['ms']:.3f}x" for w, u, t in pairs if u and t]
+    lines = [f"Selection by measurement ({AUTOTUNED}):", ""]
+    if ratios:
+        lines.append(f"- time over {UNTUNED}: " + ", ".join(ratios) + ".")
+    lines.append(f"- choices changed: {len(changed)}" + (":" if changed else "."))
+    lines += [f"  - {line}" for line in changed]
+    return [*lines, ""]
 
 
 #: the mode the rotary fusions' modes are held against
