@@ -120,3 +120,16 @@ def check_compiled(rank: int, world: int, cache_root: Path) -> None:
 @pytest.mark.parametrize("world", [2, 4])
 def test_collectives_compiled_and_piecewise_with_a_shared_cache(world: int, tmp_path: Path) -> None:
     run_in_world(check_compiled, world, tmp_path)
+
+
+def test_sp_min_token_num_starts_a_compile_range(tmp_path: Path) -> None:
+    """Sequence parallelism runs from ``sp_min_token_num`` tokens up: a range starts there."""
+    passes = ir_passes.PassConfig(enable_sp=True, sp_min_token_num=64)
+    config = ir_piecewise.CompilationConfig(cache_dir=tmp_path, passes=passes)
+    # 256: the rotary fusions' threshold
+    assert config.ranges == ((1, 63), (64, 256), (257, None))
+    applies = [passes.for_range(*r).fusion_applies("enable_sp") for r in config.ranges]
+    assert applies == [False, True, True]
+    every = ir_passes.PassConfig(fuse_gemm_comms=True, sp_min_token_num=1)
+    ranges = ir_piecewise.CompilationConfig(cache_dir=tmp_path, passes=every).ranges
+    assert ranges == ((1, 256), (257, None))
