@@ -166,3 +166,21 @@ def test_switch_defaults_and_lower_bound() -> None:
         PassConfig(sp_min_token_num=0)
     lower = {f.switch for f in FUSIONS if f.lower_bound}
     assert lower == {"enable_sp", "fuse_gemm_comms"}
+
+
+# ------------------------------------------------------------------ two GPUs, for real
+def check_gemm_comms_on_gpus(rank: int, world: int) -> None:
+    args = [a.cuda() for a in inputs(rank)]
+    with torch.no_grad():
+        expected = block(*args)
+    config = PassConfig(force_fusion=True, fuse_gemm_comms=True, fuse_allreduce_rms=False)
+    got, report = compiled_run(config, args)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    assert report.fusions["all_gather+matmul"] == 1, report.fusions
+    assert report.fusions["matmul+reduce_scatter"] == 1, report.fusions
+    assert not [s for s in report.skipped if s.startswith("fuse_gemm_comms:")], report.skipped
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs (NCCL, symmetric memory)")
+def test_gemm_comms_fuse_on_two_gpus() -> None:
+    run_in_world(check_gemm_comms_on_gpus, 2, backend="nccl")
