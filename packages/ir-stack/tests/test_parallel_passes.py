@@ -60,3 +60,15 @@ def check_passes(rank: int, world: int) -> None:
 
 def test_two_ranks_fuse_and_split_the_all_reduces() -> None:
     run_in_world(check_passes, 2)
+
+
+def test_sp_min_token_num_counts_the_sequences_that_reach_it() -> None:
+    """Per sequence length, the lower bound of sequence parallelism becomes the sequences
+    whose tokens reach it (rounded up), where the upper thresholds round down."""
+    from ir_stack.compiler import passes_per_length
+
+    passes = PassConfig(enable_sp=True, sp_min_token_num=256)
+    assert passes_per_length(passes, 1) is passes
+    assert passes_per_length(passes, 2048).sp_min_token_num == 1
+    assert passes_per_length(passes, 6).sp_min_token_num == 43
+    assert passes_per_length(passes, 6).rope_kvcache_max_tokens == 42

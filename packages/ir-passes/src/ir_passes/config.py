@@ -340,7 +340,8 @@ class PassConfig:
         return self.level >= CLONE_ELIMINATION_LEVEL
 
     def describe(self) -> list[dict[str, Any]]:
-        """One row a fusion: ``switch``, ``on``, ``source``, ``max_tokens``, ``fuses``,
+        """One row a fusion: ``switch``, ``on``, ``source``, ``max_tokens`` (the threshold),
+        ``lower_bound`` (whether it is the smallest count rather than the largest), ``fuses``,
         ``patterns`` (for ``ir-stack explain``)."""
         return [
             {
@@ -348,6 +349,7 @@ class PassConfig:
                 "on": self.fusion_on(f.switch),
                 "source": self.source_of(f.switch),
                 "max_tokens": self.max_tokens(f.switch),
+                "lower_bound": f.lower_bound,
                 "fuses": f.fuses,
                 "patterns": f.patterns,
             }
