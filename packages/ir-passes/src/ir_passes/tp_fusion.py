@@ -225,11 +225,13 @@ def _try_allreduce_rms(fusion: "FusionPass", graph: fx.Graph, reduce: fx.Node) -
     if not fusion.worth_it(fused_op, fused_args):
         return
     anchor = match.add if match.add is not None else match.norm
-    if match.add is not None:  # the fused op stands where the add stood
-        position = _position(graph)
-        others = [a for a in match.args[1:] if isinstance(a, fx.Node)]
-        if any(position[a] > position[match.add] for a in others):
-            return
+    # the fused op stands where the add (or the norm) stood: its other arguments, a scale the
+    # quantization read among them, must exist there already
+    position = _position(graph)
+    others = [a for a in fused_args[1:] if isinstance(a, fx.Node)]
+    if any(position[a] > position[anchor] for a in others):
+        return
+    if match.add is not None:
         inserting = graph.inserting_after(match.add)
     else:
         inserting = graph.inserting_before(anchor)
