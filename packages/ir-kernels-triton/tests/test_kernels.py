@@ -40,7 +40,8 @@ DTYPES = [torch.float32, torch.float16] + ([torch.bfloat16] if GPU else [])
 HIDDEN = [8, 769, 2048, 5125, 8192, 16384, 65536] if GPU else [8, 769, 2048, 5125]
 TOKENS = [0, 1, 7, 4096] if GPU else [0, 1, 7]
 LAYOUTS = ["contiguous", "strided", "3d"]
-PROVIDERS = [(op, p) for op in ops for p in op.impls if p.startswith("triton")]
+#: the collectives' implementations run in worlds of processes: test_collective.py
+PROVIDERS = [(op, p) for op in single_process_ops() for p in op.impls if p.startswith("triton")]
 
 
 def spec_for(
@@ -55,7 +56,7 @@ def test_provider_registered_everywhere() -> None:
     for op in single_process_ops():
         assert "triton" in op.impls, op.name
         assert op.impls["triton"].batch_invariant
-    for op in ops:
+    for op in single_process_ops():
         if op.allow_inplace:
             assert op.impls["triton_inplace"].inplace, op.name
             assert op.impls["triton_inplace"].batch_invariant, op.name
@@ -159,7 +160,7 @@ def test_variants(name: str, options: dict[str, Any], dtype: torch.dtype, layout
 
 def test_large_hidden_takes_the_looped_kernel() -> None:
     hidden = tuning.COMMON.rows.max_single_pass + 128 * 3
-    for op in ops:
+    for op in single_process_ops():
         for provider in [p for p in op.impls if p.startswith("triton")]:
             args = sample_inputs(op, spec_for(torch.float32, hidden, 2, "strided"))
             assert_impl_matches_native(op, provider, args)

@@ -25,7 +25,7 @@ from ir_kernels_triton.quant import static as sq
 from ir_kernels_triton.rotary import kernel as rk
 from ir_kernels_triton.rotary import qk_norm as qk
 from ir_spec import IrOp, ops
-from ir_spec.testing import clone_args, matrix_spec, results_of, sample_inputs
+from ir_spec.testing import clone_args, matrix_spec, results_of, sample_inputs, single_process_ops
 
 Launch = tuple[str, str, tuple[int, int, int], list[Any]]
 
@@ -438,7 +438,7 @@ def test_environment_switch(
 
 
 # ------------------------------------------------------------------- on the GPU, for real
-PROVIDERS = [(op, p) for op in ops for p in op.impls if p.startswith("triton")]
+PROVIDERS = [(op, p) for op in single_process_ops() for p in op.impls if p.startswith("triton")]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="plans replay compiled kernels")

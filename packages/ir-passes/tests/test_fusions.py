@@ -28,7 +28,11 @@ EPS = 1e-6
 T, HIDDEN, GROUP = 4, 128, 64  # tokens, hidden size, quant group size
 H, KH, D = 4, 2, 32  # query heads, key / value heads, head size
 BLOCKS, BLOCK_SIZE = 4, 8  # KV-cache blocks and slots a block
-ALL_PATTERNS = {p for f in FUSIONS for p in f.patterns}
+#: the tensor-parallel fusions act on collectives, which this file's one-process models have
+#: none of: test_tp_fusion.py runs them in worlds of several processes
+TP_SWITCHES = {"fuse_allreduce_rms", "enable_sp", "fuse_gemm_comms"}
+LOCAL = [f for f in FUSIONS if f.switch not in TP_SWITCHES]
+ALL_PATTERNS = {p for f in LOCAL for p in f.patterns}
 
 
 @pytest.fixture(autouse=True)
@@ -303,12 +307,12 @@ def test_lowering_a_direct_cache_write_calls_the_selected_implementation(
 
 
 # ---------------------------------------------------------------- switches and levels
-@pytest.mark.parametrize("switch", [f.switch for f in FUSIONS])
+@pytest.mark.parametrize("switch", [f.switch for f in LOCAL])
 def test_each_switch_turns_its_fusion_off(switch: str) -> None:
     off: dict[str, Any] = {switch: False}
     report = fused(PassConfig(force_fusion=True, **off))
     assert not set(report.fusions) & patterns_of(switch)
-    others = {f.switch for f in FUSIONS} - {switch}
+    others = {f.switch for f in LOCAL} - {switch}
     assert all(set(report.fusions) & patterns_of(other) for other in others)
 
 
@@ -316,8 +320,8 @@ def test_each_switch_turns_its_fusion_off(switch: str) -> None:
 LEVEL_DEFAULTS = {
     0: set(),
     1: {"fuse_residual_add", "fuse_norm_quant", "fuse_act_quant"},
-    2: {f.switch for f in FUSIONS},
-    3: {f.switch for f in FUSIONS},
+    2: {f.switch for f in FUSIONS} - {"enable_sp", "fuse_gemm_comms"},
+    3: {f.switch for f in FUSIONS} - {"enable_sp", "fuse_gemm_comms"},
 }
 
 
@@ -326,9 +330,12 @@ def test_levels_set_the_documented_defaults(level: int) -> None:
     config = PassConfig(level=level)
     assert {f.switch for f in FUSIONS if config.fusion_on(f.switch)} == LEVEL_DEFAULTS[level]
     assert config.clone_elimination_on == (level >= 1)
-    assert all(row["source"] == f"level {level}" for row in config.describe())
+    sources = {row["switch"]: row["source"] for row in config.describe()}
+    assert sources.pop("enable_sp") == sources.pop("fuse_gemm_comms") == "off unless set"
+    assert all(source == f"level {level}" for source in sources.values())
     report = fused(PassConfig(level=level, force_fusion=True))
-    assert set(report.fusions) == set().union(*(patterns_of(s) for s in LEVEL_DEFAULTS[level]))
+    local = LEVEL_DEFAULTS[level] - TP_SWITCHES
+    assert set(report.fusions) == set().union(*(patterns_of(s) for s in local))
 
 
 def test_default_is_level_2_and_explicit_switches_win() -> None:
@@ -346,7 +353,8 @@ def test_default_is_level_2_and_explicit_switches_win() -> None:
 def test_fuse_still_works_and_says_what_to_use() -> None:
     with pytest.warns(DeprecationWarning, match="use level=0 for no fusion"):
         off = PassConfig(fuse=False, fuse_norm_quant=True)
-    assert [f.switch for f in FUSIONS if off.fusion_on(f.switch)] == ["fuse_norm_quant"]
+    on = [f.switch for f in FUSIONS if off.fusion_on(f.switch)]
+    assert on == ["fuse_norm_quant"]
     assert off.source_of("fuse_act_quant") == "fuse"
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -376,8 +384,9 @@ def test_key_covers_every_field() -> None:
         "fuse_act_quant": False, "fuse_rope_kvcache": False, "enable_qk_norm_rope_fusion": True,
         "residual_add_max_tokens": 7, "norm_quant_max_tokens": 7, "act_quant_max_tokens": 7,
         "rope_kvcache_max_tokens": 7, "qk_norm_rope_max_tokens": 7, "force_fusion": True,
-        "lower": False, "autotune": True, "eliminate_clones": False, "token_range": (1, 8),
-        "debug_dir": "d",
+        "fuse_allreduce_rms": False, "enable_sp": True, "fuse_gemm_comms": True,
+        "allreduce_rms_max_tokens": 7, "sp_min_token_num": 7,
+        "lower": False, "autotune": True, "eliminate_clones": False, "token_range": (1, 8), "debug_dir": "d",
     }  # fmt: skip
     fields = {f.name for f in dataclasses.fields(PassConfig)} - {"fuse"}
     assert set(changed) == fields
@@ -399,7 +408,9 @@ def test_a_compile_range_decides_over_the_static_count() -> None:
     assert patterns_of("fuse_norm_quant") <= set(fused(config.for_range(1, 8)).fusions)
     assert not set(fused(config.for_range(9, None)).fusions) & patterns_of("fuse_norm_quant")
     assert not set(fused(config.for_range(2, 16)).fusions) & patterns_of("fuse_norm_quant")
-    assert config.fusions_for_range(1, 8) == tuple(f.switch for f in FUSIONS)
+    assert config.fusions_for_range(1, 8) == tuple(
+        f.switch for f in FUSIONS if f.switch not in ("enable_sp", "fuse_gemm_comms")
+    )
     assert "fuse_norm_quant" not in config.fusions_for_range(1, 9)
 
 

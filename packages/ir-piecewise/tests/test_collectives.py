@@ -120,3 +120,67 @@ def check_compiled(rank: int, world: int, cache_root: Path) -> None:
 @pytest.mark.parametrize("world", [2, 4])
 def test_collectives_compiled_and_piecewise_with_a_shared_cache(world: int, tmp_path: Path) -> None:
     run_in_world(check_compiled, world, tmp_path)
+
+
+def test_sp_min_token_num_starts_a_compile_range(tmp_path: Path) -> None:
+    """Sequence parallelism runs from ``sp_min_token_num`` tokens up: a range starts there."""
+    passes = ir_passes.PassConfig(enable_sp=True, sp_min_token_num=64)
+    config = ir_piecewise.CompilationConfig(cache_dir=tmp_path, passes=passes)
+    # 256: the rotary fusions' threshold
+    assert config.ranges == ((1, 63), (64, 256), (257, None))
+    applies = [passes.for_range(*r).fusion_applies("enable_sp") for r in config.ranges]
+    assert applies == [False, True, True]
+    every = ir_passes.PassConfig(fuse_gemm_comms=True, sp_min_token_num=1)
+    ranges = ir_piecewise.CompilationConfig(cache_dir=tmp_path, passes=every).ranges
+    assert ranges == ((1, 256), (257, None))
+
+
+class ToyNormBlock(nn.Module):
+    """The rank's share of a row-parallel projection, its all-reduce read by a norm alone,
+    then the toy attention (the splitting op)."""
+
+    def __init__(self, rank: int, world: int, group_name: str) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(0)
+        down = torch.randn(HIDDEN, FFN, generator=gen) / FFN**0.5
+        width = FFN // world
+        self.down = nn.Parameter(down[:, rank * width : (rank + 1) * width].contiguous())
+        self.norm = nn.Parameter(1 + 0.1 * torch.randn(HIDDEN, generator=gen))
+        self.rank, self.width, self.group_name = rank, width, group_name
+
+    def forward(self, x: Tensor) -> Tensor:
+        local = x[:, self.rank * self.width : (self.rank + 1) * self.width]
+        summed = ops.all_reduce(F.linear(local, self.down), self.group_name)
+        normed = ops.rms_norm(summed, self.norm, 1e-6)
+        out = torch.empty_like(normed)
+        torch.ops.ir_piecewise_toy.attention(normed, normed, normed, out)
+        return out
+
+
+def check_sequence_parallel_pieces(rank: int, world: int, cache_root: Path) -> None:
+    """Sequence parallelism in the compile sizes from ``sp_min_token_num`` up only; a compile
+    size there that does not divide among the ranks is refused."""
+    block = ToyNormBlock(rank, world, process_groups.default_group_name())
+    gen = torch.Generator().manual_seed(1)
+    x_full = {n: torch.randn(n, FFN, generator=gen) for n in (4, 8, 12)}
+    passes = ir_passes.PassConfig(force_fusion=True, enable_sp=True, sp_min_token_num=8)
+    config = toy_config(cache_root, compile_sizes=(4, 8), passes=passes, cache=False)
+    counters.reset()
+    piecewise = ir_piecewise.compile(block, config)
+    with torch.no_grad():
+        for x in x_full.values():
+            torch.testing.assert_close(piecewise(x), block(x), **TOL)
+    applied = counters.fusions_applied
+    assert applied["size-8"]["sp:all_reduce+rms_norm"] == 1, applied
+    assert "sp:all_reduce+rms_norm" not in applied.get("size-4", {})
+    # the range from 8 up is symbolic: skipped there, with the reason
+    assert "sp:all_reduce+rms_norm" not in applied.get("range-8-inf", {})
+    torch._dynamo.reset()
+    odd = toy_config(cache_root, compile_sizes=(9,), passes=passes, cache=False)
+    refused = f"compile size 9 does not divide among the {world} ranks"
+    with pytest.raises(Exception, match=refused), torch.no_grad():
+        ir_piecewise.compile(block, odd)(torch.randn(9, FFN))
+
+
+def test_sequence_parallel_pieces_of_compile_sizes(tmp_path: Path) -> None:
+    run_in_world(check_sequence_parallel_pieces, 2, tmp_path)

@@ -217,3 +217,41 @@ def test_tp_refuses_a_world_the_model_does_not_divide_into(
     with pytest.raises(SystemExit):
         tp.main(["--out", "x", "--model", "tiny", "--tp", "3"])
     assert "num_heads=4 does not divide among them" in capsys.readouterr().err
+
+
+def test_tp_fusion_variants_run_sequence_parallel_on_compile_sizes(tmp_path: Path) -> None:
+    """On the CPU: the all-reduce + norm fusion off, and sequence parallelism from 8 tokens
+    (the 8-token prefill, compiled as a size of its own), both give the single-device logits;
+    ``tp-fusions`` names the four variants the two-GPU run measures."""
+    variants = "--pass.fuse_allreduce_rms=false;" + (
+        "--pass.enable_sp=true --pass.sp_min_token_num=8 --pass.force_fusion=true"
+    )
+    done = run(
+        "bench", "--only", "tp", "--out", str(tmp_path), "--model", "tiny", "--",
+        "--batches", "2", "--prefill", "8", "--context", "8", "--iters", "1",
+        "--modes", "ir_stack", f"--pass-variants={variants}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    result = results.load(tmp_path / "tp-cpu.json")
+    assert {r["mode"] for r in result.rows} == {f"ir_stack [{v}]" for v in variants.split(";")}
+    assert all(r["max_abs_error"] < 1e-4 for r in result.rows)
+    args = tp.parse_args(["--model", "tiny", "--pass-variants=tp-fusions"])
+    assert [flags for flags, _ in args.variants] == tp.TP_FUSION_VARIANTS.split(";")
+    assert args.variants[3][1].passes.fusion_on("enable_sp")
+
+
+def test_tp_kernels_times_both_paths_over_two_gloo_ranks(tmp_path: Path) -> None:
+    """On the CPU (kernels in the interpreter): the fused op takes the fallback path and
+    agrees with the all-reduce + norm and the native composition."""
+    done = run(
+        "bench", "--only", "tp-kernels", "--out", str(tmp_path), "--",
+        "--tokens", "1,6", "--hidden", "32", "--iters", "1",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    result = results.load(tmp_path / "tp-kernels-cpu.json")
+    assert {(r["impl"], r["tokens"]) for r in result.rows} == {
+        (impl, t) for impl in ("fused", "all_reduce + norm") for t in (1, 6)
+    }
+    assert {r["path"] for r in result.rows if r["impl"] == "fused"} == {"fallback"}
+    assert all(r["max_abs_error"] < 1e-5 for r in result.rows)
+    assert "| tokens | fused path |" in (tmp_path / "tp-kernels-cpu.md").read_text()

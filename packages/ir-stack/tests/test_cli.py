@@ -190,7 +190,7 @@ def test_explain_takes_a_priority_flag_in_two_arguments() -> None:
 
 
 def fusion_rows(stdout: str) -> dict[str, list[str]]:
-    """The rows of explain's fusions table: switch to on, from, max tokens."""
+    """The rows of explain's fusions table: switch to on, from, tokens."""
     rows = {}
     for line in stdout.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("│").split("│")]
@@ -208,8 +208,11 @@ def test_explain_shows_the_fusions_of_the_configuration_in_force() -> None:
         "fuse_residual_add": ["on", "level 2", "no limit"],
         "fuse_norm_quant": ["on", "level 2", "no limit"],
         "fuse_act_quant": ["on", "level 2", "no limit"],
-        "fuse_rope_kvcache": ["on", "level 2", "256"],
-        "enable_qk_norm_rope_fusion": ["on", "level 2", "256"],
+        "fuse_rope_kvcache": ["on", "level 2", "<= 256"],
+        "enable_qk_norm_rope_fusion": ["on", "level 2", "<= 256"],
+        "fuse_allreduce_rms": ["on", "level 2", "no limit"],
+        "enable_sp": ["off", "off unless set", "no limit"],
+        "fuse_gemm_comms": ["off", "off unless set", "no limit"],
     }
     done = run(
         "explain", "rms_norm", "-O1", "--pass.enable_qk_norm_rope_fusion=true",
@@ -220,8 +223,13 @@ def test_explain_shows_the_fusions_of_the_configuration_in_force() -> None:
     rows = fusion_rows(done.stdout)
     assert rows["fuse_norm_quant"] == ["on", "level 1", "no limit"]
     assert rows["fuse_act_quant"] == ["off", "set", "no limit"]
-    assert rows["fuse_rope_kvcache"] == ["off", "level 1", "256"]
+    assert rows["fuse_rope_kvcache"] == ["off", "level 1", "<= 256"]
     assert rows["enable_qk_norm_rope_fusion"] == ["on", "set", "no limit"]
+    done = run("explain", "rms_norm", "--pass.fuse_gemm_comms=true", "--pass.sp_min_token_num=512")
+    assert done.returncode == 0, done.stderr
+    rows = fusion_rows(done.stdout)
+    assert rows["enable_sp"] == ["on", "fuse_gemm_comms", ">= 512"]
+    assert rows["fuse_gemm_comms"] == ["on", "set", ">= 512"]
 
 
 def test_a_bad_pass_flag_is_a_usage_error() -> None:

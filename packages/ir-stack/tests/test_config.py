@@ -281,7 +281,7 @@ def test_pass_configuration_from_code_toml_and_flags(tmp_path: Path) -> None:
         expected, level=3, fuse_act_quant=False, norm_quant_max_tokens=None
     )
     assert [s for s in FUSION_SWITCHES if passes.fusion_on(s)] == [
-        "fuse_residual_add", "fuse_norm_quant", "fuse_rope_kvcache",
+        "fuse_residual_add", "fuse_norm_quant", "fuse_rope_kvcache", "fuse_allreduce_rms",
     ]  # fmt: skip
 
 

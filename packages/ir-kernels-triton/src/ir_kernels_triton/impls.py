@@ -9,6 +9,12 @@ only (a head's, for the QK norm), so all are registered batch-invariant.
 the kernels can address (last dimension contiguous, leading dimensions collapsing into one row
 stride), contiguous parameters (weight, scale, cos/sin cache, positions, slot mapping) and KV
 caches as the cache ops' checks shape them.
+
+The all-reduce + norm composites (``all_reduce_rms_norm`` and its residual / static-fp8
+forms) run `collective.allreduce_norm`: one kernel over torch symmetric memory on GPUs of an
+NCCL group, the IR ``all_reduce`` and the norm kernels otherwise (the interpreter included).
+They are not registered batch-invariant: the path, and with it the order of a row's sum,
+depends on the message size, so on the number of rows.
 """
 
 from collections.abc import Callable
@@ -21,6 +27,7 @@ from ir_spec import IrOp, empty_rows, ops
 from ir_spec.catalog.quant import empty_group_scales
 
 from .activations.gated import ACT_GELU, ACT_GELU_TANH, ACT_SILU, launch_gated
+from .collective.allreduce_norm import allreduce_norm, supported_args
 from .kv_cache.kernel import launch_rotary_write_kv_cache, launch_write_kv_cache
 from .launch import tuning
 from .launch.device import on_kernel_device, unsupported_reason
@@ -45,18 +52,22 @@ SUPPORTED = not UNSUPPORTED_REASON
 
 
 def _provides(
-    op: IrOp, supports_args: Callable[..., bool], *, inplace: bool = False
+    op: IrOp,
+    supports_args: Callable[..., bool],
+    *,
+    inplace: bool = False,
+    batch_invariant: bool = True,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Make the decorated kernel function traceable (`traceable`) and register it as provider
-    ``triton`` of `op` (``triton_inplace`` where `inplace`): batch-invariant, supported where
-    Triton runs, else with the reason."""
+    ``triton`` of `op` (``triton_inplace`` where `inplace`): batch-invariant unless told,
+    supported where Triton runs, else with the reason."""
     register = op.register_impl(
         INPLACE_PROVIDER if inplace else PROVIDER,
         supported=SUPPORTED,
         unsupported_reason=UNSUPPORTED_REASON,
         supports_args=supports_args,
         inplace=inplace,
-        batch_invariant=True,
+        batch_invariant=batch_invariant,
     )
     return lambda fn: register(traceable(op, inplace=inplace)(fn))
 
@@ -623,3 +634,84 @@ def rotary_embedding_write_kv_cache_inplace(
         x_key,
     )
     return x_query, x_key
+
+
+# ------------------------------------------------------------ all-reduce + norm composites
+def all_reduce_rms_norm_supported(
+    x: Tensor, weight: Tensor | None, epsilon: float, group_name: str
+) -> bool:
+    return supported_args(x, weight)
+
+
+@_provides(ops.all_reduce_rms_norm, all_reduce_rms_norm_supported, batch_invariant=False)
+def all_reduce_rms_norm(
+    x: Tensor, weight: Tensor | None, epsilon: float, group_name: str
+) -> Tensor:
+    out, _ = allreduce_norm(x, None, weight, epsilon, None, group_name)
+    return out
+
+
+def all_reduce_fused_add_rms_norm_supported(
+    x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, group_name: str
+) -> bool:
+    return supported_args(x, x_residual, weight) and x_residual.shape == x.shape
+
+
+@_provides(
+    ops.all_reduce_fused_add_rms_norm,
+    all_reduce_fused_add_rms_norm_supported,
+    batch_invariant=False,
+)
+def all_reduce_fused_add_rms_norm(
+    x: Tensor, x_residual: Tensor, weight: Tensor | None, epsilon: float, group_name: str
+) -> tuple[Tensor, Tensor]:
+    out, residual_out = allreduce_norm(x, x_residual, weight, epsilon, None, group_name)
+    assert residual_out is not None
+    return out, residual_out
+
+
+def all_reduce_rms_norm_static_quant_fp8_supported(
+    x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor, group_name: str
+) -> bool:
+    return supported_args(x, weight, scale)
+
+
+@_provides(
+    ops.all_reduce_rms_norm_static_quant_fp8,
+    all_reduce_rms_norm_static_quant_fp8_supported,
+    batch_invariant=False,
+)
+def all_reduce_rms_norm_static_quant_fp8(
+    x: Tensor, weight: Tensor | None, epsilon: float, scale: Tensor, group_name: str
+) -> Tensor:
+    q, _ = allreduce_norm(x, None, weight, epsilon, scale, group_name)
+    return q
+
+
+def all_reduce_fused_add_rms_norm_static_quant_fp8_supported(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    group_name: str,
+) -> bool:
+    return supported_args(x, x_residual, weight, scale) and x_residual.shape == x.shape
+
+
+@_provides(
+    ops.all_reduce_fused_add_rms_norm_static_quant_fp8,
+    all_reduce_fused_add_rms_norm_static_quant_fp8_supported,
+    batch_invariant=False,
+)
+def all_reduce_fused_add_rms_norm_static_quant_fp8(
+    x: Tensor,
+    x_residual: Tensor,
+    weight: Tensor | None,
+    epsilon: float,
+    scale: Tensor,
+    group_name: str,
+) -> tuple[Tensor, Tensor]:
+    q, residual_out = allreduce_norm(x, x_residual, weight, epsilon, scale, group_name)
+    assert residual_out is not None
+    return q, residual_out

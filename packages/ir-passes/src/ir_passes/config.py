@@ -9,6 +9,9 @@ Each fusion has one switch (the seeds' names, plus ``fuse_residual_add``), a tok
     fuse_act_quant               act_quant_max_tokens      O1       none
     fuse_rope_kvcache            rope_kvcache_max_tokens   O2       256
     enable_qk_norm_rope_fusion   qk_norm_rope_max_tokens   O2       256
+    fuse_allreduce_rms           allreduce_rms_max_tokens  O2       none
+    enable_sp                    sp_min_token_num (lower)  off      none
+    fuse_gemm_comms              sp_min_token_num (lower)  off      none
 
 (`FUSIONS` lists each one's report names and what it fuses.)
 
@@ -26,6 +29,13 @@ range is unknown (``token_range`` None), a static token count of the matched op 
 a symbolic one is taken as unbounded, so the fusion stays off. The rotary fusions stop at 256
 tokens as the seeds' rotary + KV-cache fusion does (their QK-norm + rotary fusion is a
 low-range one too); the others run at every size.
+
+The tensor-parallel passes (`ir_passes.tp_fusion`) act on the collectives of a process group
+of more than one rank: ``fuse_allreduce_rms`` (O2+) runs below its threshold like the others;
+sequence parallelism (``enable_sp``) and the GEMM + collective fusion (``fuse_gemm_comms``,
+which turns ``enable_sp`` on where that is left at None) are off at every level and run
+*from* ``sp_min_token_num`` up: in a graph compiled for ``[first, last]`` where ``first`` is
+at least that (a lower bound, where every other threshold is an upper one).
 """
 
 import dataclasses
@@ -41,13 +51,17 @@ DEFAULT_LEVEL = 2
 @dataclass(frozen=True)
 class Fusion:
     """One fusion family: its switch, its threshold field, the lowest level it is on at, the
-    report names of its patterns and what it fuses."""
+    report names of its patterns and what it fuses. ``level`` None: off at every level (on
+    only where switched on); `lower_bound`: the threshold field is the smallest token count
+    it runs at, not the largest."""
 
     switch: str
     max_tokens_field: str
-    level: int
+    level: int | None
     patterns: tuple[str, ...]
     fuses: str
+    #: True where the threshold is a lower bound: the fusion runs from that many tokens up
+    lower_bound: bool = False
 
 
 #: report name of ``rms_norm(a + b)`` -> ``fused_add_rms_norm(a, b)``
@@ -56,6 +70,24 @@ RESIDUAL_ADD_PATTERN = "add+rms_norm"
 QK_NORM_ROPE_PATTERN = "qk_norm+rotary_embedding"
 #: report name of ``rotary_embedding`` -> ``write_kv_cache`` of its key
 ROPE_KVCACHE_PATTERN = "rotary_embedding+write_kv_cache"
+#: report names of ``all_reduce`` -> a norm (-> static fp8 quant), one each
+ALLREDUCE_RMS_PATTERNS = (
+    "all_reduce+rms_norm",
+    "all_reduce+fused_add_rms_norm",
+    "all_reduce+add+rms_norm",
+    "all_reduce+rms_norm+static_quant_fp8",
+    "all_reduce+fused_add_rms_norm+static_quant_fp8",
+    "all_reduce+add+rms_norm+static_quant_fp8",
+)
+#: report names of the sequence-parallel rewrites of ``all_reduce`` -> norm (-> quant)
+SP_PATTERNS = (
+    "sp:all_reduce+rms_norm",
+    "sp:all_reduce+fused_add_rms_norm",
+    "sp:all_reduce+rms_norm_static_quant_fp8",
+    "sp:all_reduce+fused_add_rms_norm_static_quant_fp8",
+)
+#: report names of the GEMM + collective fusions
+GEMM_COMMS_PATTERNS = ("all_gather+matmul", "matmul+reduce_scatter")
 
 FUSIONS: tuple[Fusion, ...] = (
     Fusion(
@@ -97,6 +129,30 @@ FUSIONS: tuple[Fusion, ...] = (
         (QK_NORM_ROPE_PATTERN,),
         "per-head rms_norm of query and key -> rotary_embedding  =>  qk_norm_rotary_embedding",
     ),
+    Fusion(
+        "fuse_allreduce_rms",
+        "allreduce_rms_max_tokens",
+        2,
+        ALLREDUCE_RMS_PATTERNS,
+        "all_reduce -> rms_norm / residual add + rms_norm (-> static fp8 quant)  =>  "
+        "all_reduce_* composite",
+    ),
+    Fusion(
+        "enable_sp",
+        "sp_min_token_num",
+        None,
+        SP_PATTERNS,
+        "all_reduce -> norm  =>  reduce_scatter -> norm of the rank's rows -> all_gather",
+        lower_bound=True,
+    ),
+    Fusion(
+        "fuse_gemm_comms",
+        "sp_min_token_num",
+        None,
+        GEMM_COMMS_PATTERNS,
+        "all_gather -> matmul, matmul -> reduce_scatter  =>  torch's symmetric-memory fused ops",
+        lower_bound=True,
+    ),
 )
 FUSION_BY_SWITCH = {f.switch: f for f in FUSIONS}
 #: the report name of each pattern -> its fusion's switch
@@ -127,12 +183,27 @@ class PassConfig:
         enable_qk_norm_rope_fusion: the per-head ``rms_norm`` of query and key feeding
             ``rotary_embedding`` becomes ``qk_norm_rotary_embedding``. None: from the level
             (O2+).
+        fuse_allreduce_rms: ``all_reduce`` then ``rms_norm``, a residual add and
+            ``rms_norm``, or ``fused_add_rms_norm`` (then static fp8 quantization) become the
+            ``all_reduce_*`` composite, over a group of more than one rank. None: from the
+            level (O2+).
+        enable_sp: sequence parallelism: ``all_reduce`` then a norm becomes
+            ``reduce_scatter``, the norm of this rank's rows and ``all_gather``, in graphs of
+            static token counts from ``sp_min_token_num`` up, which must divide by the
+            group's size. None: off, unless ``fuse_gemm_comms`` is on.
+        fuse_gemm_comms: after sequence parallelism, ``all_gather`` then a matrix product
+            and a matrix product then ``reduce_scatter`` become torch's symmetric-memory
+            fused ops (CUDA, NCCL). None: off.
         residual_add_max_tokens: the largest token count at which the residual add fusion
             runs (None: no limit).
         norm_quant_max_tokens: the same for the norm + quant fusion.
         act_quant_max_tokens: the same for the activation + quant fusion.
         rope_kvcache_max_tokens: the same for the rotary + KV-cache fusion (default 256).
         qk_norm_rope_max_tokens: the same for the QK-norm + rotary fusion (default 256).
+        allreduce_rms_max_tokens: the same for the all-reduce + norm fusion (None: no limit;
+            its kernels fall back to the unfused collective above their own message size).
+        sp_min_token_num: the smallest token count at which sequence parallelism and the
+            GEMM + collective fusion run (None: every count).
         force_fusion: fuse even where the fused op would run natively (Inductor fuses native
             compositions by itself, so by default only real kernels are worth it).
         lower: replace IR ops by their selected implementations (post-grad).
@@ -148,7 +219,8 @@ class PassConfig:
             a static token count in the graph decides.
         debug_dir: if set, write each pass's graph before and after to this directory.
         fuse: deprecated umbrella switch: False turns off every fusion whose own switch is
-            None, True turns them on. Use ``level`` or the per-fusion switches.
+            None, True turns them on (except those no level turns on: ``enable_sp``,
+            ``fuse_gemm_comms``). Use ``level`` or the per-fusion switches.
     """
 
     level: int = DEFAULT_LEVEL
@@ -158,11 +230,16 @@ class PassConfig:
     fuse_act_quant: bool | None = None
     fuse_rope_kvcache: bool | None = None
     enable_qk_norm_rope_fusion: bool | None = None
+    fuse_allreduce_rms: bool | None = None
+    enable_sp: bool | None = None
+    fuse_gemm_comms: bool | None = None
     residual_add_max_tokens: int | None = None
     norm_quant_max_tokens: int | None = None
     act_quant_max_tokens: int | None = None
     rope_kvcache_max_tokens: int | None = 256
     qk_norm_rope_max_tokens: int | None = 256
+    allreduce_rms_max_tokens: int | None = None
+    sp_min_token_num: int | None = None
     force_fusion: bool = False
     lower: bool = True
     autotune: bool = False
@@ -210,6 +287,10 @@ class PassConfig:
         value: bool | None = getattr(self, switch)
         if value is not None:
             return value
+        if switch == "enable_sp" and self.fuse_gemm_comms:
+            return True  # the GEMM + collective fusion works on what sequence parallelism makes
+        if fusion.level is None:  # on only where switched on
+            return False
         if self.fuse is not None:
             return self.fuse
         return self.level >= fusion.level
@@ -219,22 +300,31 @@ class PassConfig:
         _fusion(switch)
         if getattr(self, switch) is not None:
             return "set"
+        if switch == "enable_sp" and self.fuse_gemm_comms:
+            return "fuse_gemm_comms"
+        if _fusion(switch).level is None:
+            return "off unless set"
         return "fuse" if self.fuse is not None else f"level {self.level}"
 
     def max_tokens(self, switch: str) -> int | None:
-        """Fusion `switch`'s token threshold (None: no limit)."""
+        """Fusion `switch`'s token threshold (None: no limit); for a `Fusion.lower_bound`
+        one, the smallest count it runs at."""
         limit: int | None = getattr(self, _fusion(switch).max_tokens_field)
         return limit
 
     def fusion_applies(self, switch: str, tokens: int | None = None) -> bool:
         """Whether fusion `switch` runs on an op of `tokens` tokens (None: not static) in a
         graph compiled for ``token_range``: the switch is on and the threshold, if any, covers
-        the range's last count (or, where the range is unknown, `tokens`)."""
+        the range's last count (a lower-bound threshold: its first count), or, where the
+        range is unknown, `tokens`."""
         if not self.fusion_on(switch):
             return False
         limit = self.max_tokens(switch)
         if limit is None:
             return True
+        if _fusion(switch).lower_bound:
+            first = self.token_range[0] if self.token_range is not None else tokens
+            return first is not None and first >= limit
         last = self.token_range[1] if self.token_range is not None else tokens
         return last is not None and last <= limit
 
@@ -256,7 +346,8 @@ class PassConfig:
         return self.level >= CLONE_ELIMINATION_LEVEL
 
     def describe(self) -> list[dict[str, Any]]:
-        """One row a fusion: ``switch``, ``on``, ``source``, ``max_tokens``, ``fuses``,
+        """One row a fusion: ``switch``, ``on``, ``source``, ``max_tokens`` (the threshold),
+        ``lower_bound`` (whether it is the smallest count rather than the largest), ``fuses``,
         ``patterns`` (for ``ir-stack explain``)."""
         return [
             {
@@ -264,6 +355,7 @@ class PassConfig:
                 "on": self.fusion_on(f.switch),
                 "source": self.source_of(f.switch),
                 "max_tokens": self.max_tokens(f.switch),
+                "lower_bound": f.lower_bound,
                 "fuses": f.fuses,
                 "patterns": f.patterns,
             }

@@ -7,6 +7,8 @@ fusion, each under its `PassConfig` switch and token threshold (`config.FUSIONS`
   an add, a norm and a quantization end as one composite;
 - ``fuse_norm_quant`` / ``fuse_act_quant``: a norm or activation followed by fp8 quantization
   (static, dynamic per token, or per token group) becomes one composite op (`PATTERNS`);
+- ``enable_sp``, ``fuse_gemm_comms`` and ``fuse_allreduce_rms``, on the collectives of a
+  tensor-parallel model: see `tp_fusion`;
 - ``enable_qk_norm_rope_fusion`` and ``fuse_rope_kvcache``: see `rope_fusion`.
 
 A fusion applies where the fused op's selected implementation is a real kernel (Inductor
@@ -30,6 +32,7 @@ from .config import RESIDUAL_ADD_PATTERN, PassConfig
 from .graph_utils import alias_root, bound_args, fake_of, ir_op_of, static_tokens
 from .report import PassReport
 from .rope_fusion import fuse_qk_norm_rope, fuse_rope_kvcache
+from .tp_fusion import enable_sp, fuse_allreduce_rms, fuse_gemm_comms
 
 logger = logging.getLogger("ir_passes")
 
@@ -130,6 +133,9 @@ class FusionPass:
             for node in list(graph.nodes):
                 if _default_call_of(node) is getattr(ops, pattern.quant):
                     self._try(graph, pattern, node)
+        enable_sp(self, graph)
+        fuse_gemm_comms(self, graph)
+        fuse_allreduce_rms(self, graph)
         fuse_qk_norm_rope(self, graph)
         fuse_rope_kvcache(self, graph)
         graph.lint()
@@ -139,6 +145,12 @@ class FusionPass:
         """Count pattern `name`, which made `node`."""
         self.report.fusions[name] += 1
         logger.debug("ir_passes: fused %s -> %s", name, node.name)
+
+    def skipped(self, switch: str, node: fx.Node, reason: str) -> None:
+        """Record (`PassReport.skipped`) and log that fusion `switch` left `node` alone."""
+        entry = f"{switch}: {node.name}: {reason}"
+        self.report.skipped.append(entry)
+        logger.info("ir_passes: %s", entry)
 
     def _try_residual_add(
         self, graph: fx.Graph, norm: fx.Node, position: dict[fx.Node, int]

@@ -24,6 +24,9 @@ class PassReport:
         clones_inserted: clones lowering added for in-place implementations.
         clones_removed: of those, clones proven unneeded and removed.
         fusions: fusion pattern -> number of times it fired.
+        skipped: ``"<switch>: <node>: <reason>"`` for each match a fusion left alone for a
+            reason worth knowing (a world of one rank, a token count that does not divide
+            among the ranks, a device the fused op does not run on); also logged.
         platform_passes: the extra passes of the platform in force that ran, as
             ``<platform>:<pass>`` (`ir_dispatch.Platform.passes`).
         passes_ran: True when the post-grad passes (fusion, lowering, clone elimination) ran.
@@ -43,6 +46,7 @@ class PassReport:
     clones_inserted: int = 0
     clones_removed: int = 0
     fusions: Counter[str] = field(default_factory=Counter)
+    skipped: list[str] = field(default_factory=list)
     platform_passes: list[str] = field(default_factory=list)
     passes_ran: bool = False
     autotune: dict[str, Decision] = field(default_factory=dict)

@@ -211,10 +211,18 @@ class CompilationConfig:
         increasing order: endpoints of the compile ranges, as the seeds split the ranges so
         that a fusion profitable only for few tokens runs in the lower compiled range (without
         them the default single range ``[1, inf)`` would never run a fusion of threshold
-        256)."""
+        256). A lower-bound threshold ``m`` (sequence parallelism's ``sp_min_token_num``)
+        ends a range at ``m - 1``, so the next one starts at ``m``."""
         passes = self.passes
-        limits = {passes.max_tokens(f.switch) for f in FUSIONS if passes.fusion_on(f.switch)}
-        return tuple(sorted(limit for limit in limits if limit is not None))
+        limits: set[int] = set()
+        for f in FUSIONS:
+            limit = passes.max_tokens(f.switch)
+            if limit is None or not passes.fusion_on(f.switch):
+                continue
+            end = limit - 1 if f.lower_bound else limit
+            if end >= 1:
+                limits.add(end)
+        return tuple(sorted(limits))
 
     @property
     def range_endpoints(self) -> tuple[int, ...]:

@@ -98,15 +98,16 @@ def fusions_table(config: Config) -> Table:
     """The fusions of `config`'s passes: on or off and why, token threshold, what they fuse."""
     passes = config.passes
     table = Table(title=f"fusions at -O{passes.level} (force_fusion={passes.force_fusion})")
-    for column in ("switch", "on", "from", "max tokens", "fuses"):
+    for column in ("switch", "on", "from", "tokens", "fuses"):
         table.add_column(column)
     for row in passes.describe():
         limit = row["max_tokens"]
+        bound = ">=" if row["lower_bound"] else "<="
         table.add_row(
             row["switch"],
             "on" if row["on"] else "off",
             row["source"],
-            "no limit" if limit is None else str(limit),
+            "no limit" if limit is None else f"{bound} {limit}",
             row["fuses"],
         )
     return table

@@ -20,7 +20,8 @@ def passes_per_length(passes: ir_passes.PassConfig, tokens: int) -> ir_passes.Pa
     """`passes` for a trace of `tokens` tokens a sequence, whose dynamic dimension (the one
     ir-piecewise's compile ranges count) is the number of sequences: a fusion's threshold of
     N tokens becomes ``N // tokens`` sequences, and a fusion whose threshold is below one
-    sequence is off (a 2048-token prompt is past a threshold of 256 at any batch)."""
+    sequence is off (a 2048-token prompt is past a threshold of 256 at any batch); a lower
+    bound of N tokens (``sp_min_token_num``) becomes the sequences that reach N."""
     if tokens == 1:
         return passes
     changes: dict[str, Any] = {}
@@ -28,7 +29,9 @@ def passes_per_length(passes: ir_passes.PassConfig, tokens: int) -> ir_passes.Pa
         limit = passes.max_tokens(fusion.switch)
         if limit is None or not passes.fusion_on(fusion.switch):
             continue
-        if limit < tokens:
+        if fusion.lower_bound:  # from `limit` tokens up: from the sequences that reach it
+            changes[fusion.max_tokens_field] = -(-limit // tokens)
+        elif limit < tokens:
             changes[fusion.switch] = False
         else:
             changes[fusion.max_tokens_field] = limit // tokens

@@ -68,6 +68,15 @@ SUITES: dict[str, Suite] = {
             ranks=2,
         ),
         Suite(
+            "tp-kernels",
+            "How fast is the fused all-reduce + residual add + RMSNorm over two ranks, "
+            "against NCCL's all-reduce and the norm kernel, across message sizes?",
+            "ir_stack.bench.tp_kernels",
+            "ir_stack.bench.tp_kernels",
+            gpu_only=False,
+            ranks=2,
+        ),
+        Suite(
             "startup",
             "How long from compile to the first outputs, with empty caches and with warm ones?",
             "ir_stack.bench.startup",

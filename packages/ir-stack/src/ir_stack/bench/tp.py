@@ -14,7 +14,11 @@ for the 1B model on GPUs. Each rank times its own calls; the result holds rank 0
 flags (``-O<level>``, ``--pass.<field>=<value>``) as ``ir-stack`` takes them; its modes are
 named ``ir_stack [<flags>]``. So one run measures each fusion on and off:
 ``--pass-variants="--pass.enable_x=true;--pass.enable_x=false"`` (with ``=``: the value
-starts with a dash).
+starts with a dash). ``--pass-variants=tp-fusions`` names `TP_FUSION_VARIANTS`: the
+all-reduce + norm fusion off and on, sequence parallelism, and sequence parallelism with the
+GEMM + collective fusion, the last two from `SP_MIN_TOKENS` tokens (the prefill). A variant
+with sequence parallelism on compiles the workloads' batch sizes as compile sizes: it runs on
+static token counts only, which must divide among the ranks.
 
 It starts its ranks itself (``ir-stack bench --only tp``: NCCL with one GPU a rank, gloo on
 the CPU, where the CUDA-graph modes are left out), or is one of the processes of ``torchrun
@@ -52,6 +56,17 @@ from ..models.parallel import kv_heads_of, shard_sizes
 from . import common, e2e, results, timing
 
 MODES = e2e.MODES
+#: the token count from which the ``tp-fusions`` variants run sequence parallelism
+SP_MIN_TOKENS = 256
+#: ``--pass-variants=tp-fusions``: each tensor-parallel fusion on and off
+TP_FUSION_VARIANTS = ";".join(
+    (
+        "--pass.fuse_allreduce_rms=false",
+        "--pass.fuse_allreduce_rms=true",
+        f"--pass.enable_sp=true --pass.sp_min_token_num={SP_MIN_TOKENS}",
+        f"--pass.fuse_gemm_comms=true --pass.sp_min_token_num={SP_MIN_TOKENS}",
+    )
+)
 KEY = ["model", "mode", "workload"]
 METRICS = [results.Metric("ms", "ms")]
 
@@ -66,7 +81,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--pass-variants",
         default="",
         help="';'-separated pass flags, one compilation of the ir_stack modes each, given "
-        "as --pass-variants=FLAGS (default: the pass configuration in force)",
+        "as --pass-variants=FLAGS, or tp-fusions: each tensor-parallel fusion on and off "
+        "(default: the pass configuration in force)",
     )
     args = parser.parse_args(argv)
     unknown = set(args.modes.split(",")) - set(MODES)
@@ -77,6 +93,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     e2e.resolve_sizes(parser, args)
     try:
         shard_sizes(e2e.model_config(args), args.tp)
+        if args.pass_variants == "tp-fusions":
+            args.pass_variants = TP_FUSION_VARIANTS
         args.variants = [
             (flags.strip(), Config.load(shlex.split(flags)))
             for flags in args.pass_variants.split(";")
@@ -174,8 +192,13 @@ def make_mode(
         namespace = argparse.Namespace(cache=cache_dir)
         return e2e.make_mode(mode, model, plain, setup, namespace)
     graphs = e2e.IR_STACK_GRAPHS[mode] if setup.device.type == "cuda" else CUDAGraphMode.NONE
-    piecewise = CompilationConfig(cudagraph_mode=graphs, cache_dir=cache_dir)
-    config = Config(passes=variant.passes if variant else Config().passes, piecewise=piecewise)
+    passes = variant.passes if variant else Config().passes
+    # sequence parallelism splits static token counts: compile the workloads' batch sizes
+    sizes = sorted({w.batch for w in setup.workloads}) if passes.fusion_on("enable_sp") else []
+    piecewise = CompilationConfig(
+        cudagraph_mode=graphs, cache_dir=cache_dir, compile_sizes=tuple(sizes)
+    )
+    config = Config(passes=passes, piecewise=piecewise)
     forward = ir_stack_compile(model, config)
     return lambda w, ids, pos, cache: forward(ids, pos, cache)
 

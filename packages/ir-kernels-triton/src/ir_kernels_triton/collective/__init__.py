@@ -1,0 +1,1 @@
+"""The all-reduce + norm composites over torch symmetric memory (`allreduce_norm`)."""
