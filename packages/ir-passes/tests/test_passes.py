@@ -75,6 +75,20 @@ def test_reuse_of_donated_input_names_op_argument_and_line() -> None:
         InplaceFunctionalizationPass(PassReport())(graph)
 
 
+def test_reuse_by_a_later_op_call_names_the_callers_line() -> None:
+    def f(x: Tensor, r: Tensor, w: Tensor) -> Any:
+        a, _b = ops.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
+        return a + ops.rms_norm(r, w, 1e-6)  # r was donated; an op call reads it
+
+    graph = dynamo_graph(f, *inputs())
+    with pytest.raises(ValueError, match=r"'x_residual'.*used again") as caught:
+        InplaceFunctionalizationPass(PassReport())(graph)
+    # the program's line, not a frame of the op's own call path
+    assert "return a + ops.rms_norm(r, w, 1e-6)" in str(caught.value)
+    assert "test_passes.py" in str(caught.value)
+    assert "ir_spec" not in str(caught.value)
+
+
 # ----------------------------------------------------------------------------- lowering
 def test_lowering_native_leaves_aten_ops_only() -> None:
     gm = trace(lambda x, r, w: ops.fused_add_rms_norm(x, r, w, 1e-6), *inputs())
