@@ -289,3 +289,24 @@ def test_a_relocated_input_of_another_shape_is_refused() -> None:
         ):
             runner(4, live)
     assert torch.equal(runner.captured[4].inputs[0], torch.zeros(3, 2))
+
+
+def _reads_donated_after_the_split(x: Tensor, r: Tensor, w: Tensor) -> Tensor:
+    a, _ = ops.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
+    out: Tensor = ops.rms_norm(a, w, 1e-6) + r  # r was donated
+    return out
+
+
+@pytest.mark.parametrize("split", [(), ("ir::fused_add_rms_norm",), ("ir::rms_norm",)])
+def test_a_donated_value_used_again_in_any_piece_is_refused(split: tuple[str, ...]) -> None:
+    """Each piece's passes see only that piece: the whole graph is checked before it is
+    split, and the refusal is the IR passes' `ValueError` itself."""
+    config = CompilationConfig(splitting_ops=split, cache=False)
+    compiled = ir_piecewise.compile(
+        _reads_donated_after_the_split, config, dynamic_arg_dims={"x": 0, "r": 0}
+    )
+    try:
+        with pytest.raises(ValueError, match=r"'x_residual'.*used again"):
+            compiled(torch.randn(4, 8), torch.randn(4, 8), torch.randn(8))
+    finally:
+        torch._dynamo.reset()

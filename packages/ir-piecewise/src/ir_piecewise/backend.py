@@ -13,6 +13,7 @@ from torch import Tensor, fx
 
 import ir_passes
 from ir_passes.fingerprint import code_fingerprint
+from ir_passes.functionalize import check_donations
 
 from .config import CompilationConfig, CUDAGraphMode
 from .counters import counters
@@ -90,6 +91,9 @@ class PiecewiseBackend:
         the cache lacks raises `NotCached` instead of compiling)."""
         config = self.config
         counters.num_graphs_seen += 1
+        # each piece's passes see only that piece: a donated value used again in a later piece
+        # (or around a splitting op that runs eagerly) is refused here, on the whole graph
+        check_donations(gm.graph)
         split, pieces = split_graph(gm, config.splitting_op_names)
         counters.num_piecewise_graphs_seen += len(pieces)
         compiled = [p for p in pieces if not p.is_splitting]

@@ -12,6 +12,8 @@ from torch import Tensor, nn
 from torch.fx.experimental import _config as fx_config
 from torch.utils import _pytree as pytree
 
+from ir_passes.inductor import refusals_unwrapped
+
 from . import traces
 from .backend import PiecewiseBackend, UnexpectedRetrace, global_key
 from .cache import CompileCache
@@ -99,15 +101,18 @@ class PiecewiseCompiled:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         bound = self.signature.bind(*args, **kwargs)
         dynamic = self._dynamic(bound)
-        if not self.traced:
-            return self._trace(bound, dynamic)
-        try:
-            return self._call_traced(bound, dynamic)
-        except torch._dynamo.exc.BackendCompilerFailed as exc:
-            if not isinstance(exc.inner_exception, UnexpectedRetrace):
-                raise
-            logger.warning("ir_piecewise: Dynamo's caches were reset; tracing %s again", self.fn)
-            return self._trace(bound, dynamic)
+        with refusals_unwrapped():  # a program the IR passes refuse raises their ValueError
+            if not self.traced:
+                return self._trace(bound, dynamic)
+            try:
+                return self._call_traced(bound, dynamic)
+            except torch._dynamo.exc.BackendCompilerFailed as exc:
+                if not isinstance(exc.inner_exception, UnexpectedRetrace):
+                    raise
+                logger.warning(
+                    "ir_piecewise: Dynamo's caches were reset; tracing %s again", self.fn
+                )
+                return self._trace(bound, dynamic)
 
     def _call_traced(self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]) -> Any:
         size = int(bound.arguments[dynamic[0][0]].shape[dynamic[0][1]]) if dynamic else None
