@@ -291,6 +291,33 @@ def test_a_relocated_input_of_another_shape_is_refused() -> None:
     assert torch.equal(runner.captured[4].inputs[0], torch.zeros(3, 2))
 
 
+def _norm(x: Tensor, w: Tensor) -> Tensor:
+    out: Tensor = ops.rms_norm(x, w, 1e-6)
+    return out
+
+
+@pytest.mark.parametrize("first", [5, 1])
+@pytest.mark.parametrize("layout", ["padded rows", "3-D"])
+def test_view_inputs_run_as_eager(first: int, layout: str) -> None:
+    """An input that is a view (rows padded: Dynamo lifts its stride as a symbol of its own)
+    has one token dimension all the same."""
+
+    def make(tokens: int) -> Tensor:
+        if layout == "3-D":
+            return torch.randn(2, tokens, 8)
+        return torch.randn(tokens, 13)[:, :8]
+
+    w = torch.randn(8)
+    dims = {"x": 1 if layout == "3-D" else 0}
+    compiled = ir_piecewise.compile(_norm, CompilationConfig(cache=False), dynamic_arg_dims=dims)
+    try:
+        for tokens in (first, 3, 9):
+            x = make(tokens)
+            torch.testing.assert_close(compiled(x, w), ops.rms_norm.native(x, w, 1e-6), **TOL)
+    finally:
+        torch._dynamo.reset()
+
+
 def _reads_donated_after_the_split(x: Tensor, r: Tensor, w: Tensor) -> Tensor:
     a, _ = ops.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
     out: Tensor = ops.rms_norm(a, w, 1e-6) + r  # r was donated

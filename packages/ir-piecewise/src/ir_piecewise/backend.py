@@ -31,18 +31,21 @@ class UnexpectedRetrace(RuntimeError):
 
 
 def token_symbol(gm: fx.GraphModule) -> sympy.Symbol | None:
-    """The one symbol of the graph's dynamic dimension, or None for a static graph."""
+    """The one symbol of the graph's dynamic dimension, or None for a static graph. Only the
+    inputs' sizes count: Dynamo also lifts a symbolic stride (of a view input, such as rows
+    sliced from a wider buffer) as an input of its own, which is no dimension."""
     symbols: set[sympy.Symbol] = set()
     for value in placeholder_values(gm):
-        sizes = list(value.shape) if isinstance(value, Tensor) else [value]
-        for size in sizes:
-            if isinstance(size, torch.SymInt):
-                symbols |= size.node.expr.free_symbols
+        if isinstance(value, Tensor):
+            for size in value.shape:
+                if isinstance(size, torch.SymInt):
+                    symbols |= size.node.expr.free_symbols
     if len(symbols) > 1:
         raise ValueError(
             "dynamic_arg_dims: the traced graph has several dynamic sizes "
             f"{sorted(map(str, symbols))}; expected one token dimension (mark only dims of "
-            "the same size dynamic)"
+            "the same size dynamic; where no op relates two of them, say that they are "
+            "equal: torch._check(a.shape[0] == b.shape[0]))"
         )
     return next(iter(symbols), None)
 
