@@ -296,11 +296,12 @@ def _norm(x: Tensor, w: Tensor) -> Tensor:
     return out
 
 
-@pytest.mark.parametrize("first", [5, 1])
+@pytest.mark.parametrize("first", [5, 1, 0])
 @pytest.mark.parametrize("layout", ["padded rows", "3-D"])
-def test_view_inputs_run_as_eager(first: int, layout: str) -> None:
-    """An input that is a view (rows padded: Dynamo lifts its stride as a symbol of its own)
-    has one token dimension all the same."""
+def test_calls_of_no_tokens_and_view_inputs_run_as_eager(first: int, layout: str) -> None:
+    """A call of no tokens runs the first range's code; a first call of no tokens traces a
+    layout later calls share; an input that is a view (rows padded: Dynamo lifts its stride as
+    a symbol of its own) has one token dimension all the same."""
 
     def make(tokens: int) -> Tensor:
         if layout == "3-D":
@@ -311,7 +312,7 @@ def test_view_inputs_run_as_eager(first: int, layout: str) -> None:
     dims = {"x": 1 if layout == "3-D" else 0}
     compiled = ir_piecewise.compile(_norm, CompilationConfig(cache=False), dynamic_arg_dims=dims)
     try:
-        for tokens in (first, 3, 9):
+        for tokens in (first, 0, 3, 9):
             x = make(tokens)
             torch.testing.assert_close(compiled(x, w), ops.rms_norm.native(x, w, 1e-6), **TOL)
     finally:

@@ -248,6 +248,10 @@ class PiecewiseCompiled:
     def _trace_with_dynamo(
         self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]
     ) -> Any:
+        for name, dim in dynamic:
+            value = bound.arguments[name]
+            if value.shape[dim] == 0:
+                bound.arguments[name] = _empty_of_two(value, dim)
         self._mark_dynamic(bound, dynamic)
         self._forward = self.compiled
         self.backend.expecting_trace = True
@@ -317,6 +321,20 @@ class PiecewiseCompiled:
                 f"ir_piecewise: this call would need a recompile, so with guards dropped it "
                 f"would have run code traced for other inputs: {exc}"
             ) from exc
+
+
+def _empty_of_two(value: Tensor, dim: int) -> Tensor:
+    """`value` (no elements along its dynamic `dim`) as an empty view of a tensor of 2 along
+    `dim`, with `value`'s strides from `dim` inward (rows padded as they are) and the outer
+    dimensions laid out around it. The strides outside an empty dimension describe no layout
+    (torch computes them as if it had size 1: a [2, 0, h] tensor has strides [h, h, 1]);
+    traced as they are, they would be baked into the compiled code, and every later call would
+    fail its stride check."""
+    shape, strides = list(value.shape), list(value.stride())
+    shape[dim] = 2
+    for d in range(dim - 1, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    return value.new_empty_strided(shape, strides).narrow(dim, 0, 0)
 
 
 def _check_dims(signature: inspect.Signature, dims: DynamicArgDims | None) -> DynamicArgDims | None:
