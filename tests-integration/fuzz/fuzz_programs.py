@@ -375,7 +375,13 @@ class _Builder:
 
     # --------------------------------------------------------------------- values
     def live(self, name: str, start: int, stop: int) -> bool:
-        return all(stop <= a or b <= start for a, b in self.dead.get(name, ()))
+        """Whether columns ``start:stop`` of `name` are not donated. An empty slice at the
+        edge of a donated region counts as in it: compiled code refuses any later use of a
+        donated value, even a view of no elements."""
+        dead = self.dead.get(name, ())
+        if start == stop:
+            return all(stop < a or b < start for a, b in dead)
+        return all(stop <= a or b <= start for a, b in dead)
 
     def depth_of(self, name: str) -> int:
         value = self.pool.get(name)
