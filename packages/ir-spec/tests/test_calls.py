@@ -355,3 +355,18 @@ def test_row_view_addresses_rows_by_one_stride() -> None:
     assert row_view(torch.randn(3, 2, 40).transpose(0, 1)) is None  # needs a copy
     assert row_view(torch.randn(40, 6).t()) is None  # last dimension not contiguous
     assert row_view(torch.tensor(1.0)) is None
+
+
+def test_row_view_of_a_fake_tensor_that_needs_a_copy_is_none() -> None:
+    """Fake tensors (compiled code's implementation selection) refuse such a view with
+    `ValueError`, not `RuntimeError`: rows of a stride-0 expand over two leading dims."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ir_spec import row_view
+
+    with FakeTensorMode():
+        expanded = torch.randn(2, 5, 64)[..., :1, :32].expand(2, 5, 32)
+        assert row_view(expanded) is None
+        padded = row_view(torch.randn(2, 5, 64)[..., :32])
+        assert padded is not None
+        assert padded.shape == (10, 32)
