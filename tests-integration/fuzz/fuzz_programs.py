@@ -395,7 +395,7 @@ class _Builder:
         self.env[spec.name] = tensor
         rows = self.table_rows if spec.param == "positions" else 0
         self.input_params[spec.name] = (spec.param, tuple(tensor.shape), tensor.dtype, rows)
-        if self.is_row(tensor):
+        if self.is_row(tensor) and spec.param not in TABLES:
             self.pool[spec.name] = _Value(spec.name, tensor.shape[-1], 0, "")
         return spec.name
 
