@@ -444,3 +444,18 @@ def test_settings_default_to_500_programs_on_cpu_and_name_a_bad_variable() -> No
         fuzz_settings.from_environment({"IR_FUZZ_PROGRAMS": "many"})
     with pytest.raises(ValueError, match="IR_FUZZ_SEED='-1'"):
         fuzz_settings.from_environment({"IR_FUZZ_SEED": "-1"})
+
+
+def test_token_inputs_follow_the_token_count() -> None:
+    """Every input piecewise runs mark dynamic holds the token count at that dimension, on
+    any count the program runs with: a table of as many rows as a one-token program's tokens
+    is not one of them."""
+    for seed in COVERAGE_SEEDS:
+        program = program_of(seed)
+        if program.tokens != 1:
+            continue
+        tokens = max(program.min_tokens, 3)
+        made = program.make_inputs(tokens, seed)
+        for spec, tensor in zip(program.inputs, made, strict=True):
+            if spec.tokens_at is not None:
+                assert tensor.shape[spec.tokens_at] == tokens, (seed, spec)
