@@ -598,7 +598,7 @@ class _Builder:
             width = args[w].shape[0]
             if want == "weight_row":
                 # two tokens at least: on one, Inductor fails on the refusal instead
-                # (`test_compiled_code_refuses_a_weight_in_a_one_token_activation`)
+                # (`test_compiled_code_refuses_aliased_arguments_on_one_token`)
                 owner = acts[0]
                 region = regions.get(owner)
                 fits = region is not None and region.stop - region.start >= width
