@@ -386,7 +386,8 @@ def test_key_covers_every_field() -> None:
         "rope_kvcache_max_tokens": 7, "qk_norm_rope_max_tokens": 7, "force_fusion": True,
         "fuse_allreduce_rms": False, "enable_sp": True, "fuse_gemm_comms": True,
         "allreduce_rms_max_tokens": 7, "sp_min_token_num": 7,
-        "lower": False, "autotune": True, "eliminate_clones": False, "token_range": (1, 8), "debug_dir": "d",
+        "lower": False, "autotune": True, "eliminate_clones": False, "token_range": (1, 8),
+        "debug_dir": "d",
     }  # fmt: skip
     fields = {f.name for f in dataclasses.fields(PassConfig)} - {"fuse"}
     assert set(changed) == fields

@@ -296,3 +296,54 @@ def test_dynamic_tokens_keep_zero_copy() -> None:
     assert report is not None
     assert report.clones_inserted == 6
     assert report.clones_removed == 6
+
+
+# ------------------------------------------- with a symbolic token count, as piecewise compiles
+def same_input_twice(x: Tensor, w: Tensor) -> Any:
+    return FADD.maybe_inplace(x, x, w, EPS)
+
+
+def overlapping_columns_of_an_intermediate(x: Tensor, w: Tensor) -> Any:
+    h = x * 1.5
+    return FADD.maybe_inplace(h[:, :32], h[:, 16:48], w[:32], EPS)
+
+
+def weight_in_the_activation(x: Tensor, w: Tensor) -> Any:
+    return FADD.maybe_inplace(x[:, :32], x[:, 32:] * 1.5, x[0, :32], EPS)
+
+
+def disjoint_columns_of_an_intermediate(x: Tensor, w: Tensor) -> Any:
+    h = x * 1.5
+    return FADD.maybe_inplace(h[:, :32], h[:, 32:], w[:32], EPS)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        same_input_twice,
+        same_intermediate_twice,
+        overlapping_columns_of_an_intermediate,
+        weight_in_the_activation,
+        disjoint_columns_of_an_intermediate,
+    ],
+)
+def test_dynamic_tokens_refuse_aliased_arguments_as_eager(inplace_provider: str, fn: Any) -> None:
+    """Where the token count is symbolic, the fake tensors cannot tell whether two views of one
+    buffer share an element (not when they are empty): the call's tensors decide, so compiled
+    code refuses what eager refuses (and computes what eager computes) on every count."""
+    compiled = ir_passes.compile(fn, dynamic=True)
+    for tokens in (3, 6):
+        x, w = torch.randn(tokens, 64), torch.randn(64)
+        try:
+            expected: Any = fn(x.clone(), w)
+        except ValueError as err:
+            expected = err
+        if isinstance(expected, ValueError):
+            with pytest.raises(ValueError, match="maybe_inplace: arguments") as caught:
+                compiled(x.clone(), w)
+            assert str(caught.value) == str(expected)
+        else:
+            torch.testing.assert_close(compiled(x.clone(), w), expected)
+    report = ir_passes.last_report()
+    assert report is not None
+    assert report.inplace_checks == 1

@@ -8,6 +8,7 @@ from torch import Tensor, fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import ir_dispatch
+import ir_passes
 from ir_passes import (
     CloneEliminationPass,
     FusionPass,
@@ -73,6 +74,34 @@ def test_reuse_of_donated_input_names_op_argument_and_line() -> None:
         r"'x_residual'.*used again.*return a \+ r",
     ):
         InplaceFunctionalizationPass(PassReport())(graph)
+
+
+def test_reuse_by_a_later_op_call_names_the_callers_line() -> None:
+    def f(x: Tensor, r: Tensor, w: Tensor) -> Any:
+        a, _b = ops.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
+        return a + ops.rms_norm(r, w, 1e-6)  # r was donated; an op call reads it
+
+    graph = dynamo_graph(f, *inputs())
+    with pytest.raises(ValueError, match=r"'x_residual'.*used again") as caught:
+        InplaceFunctionalizationPass(PassReport())(graph)
+    # the program's line, not a frame of the op's own call path
+    assert "return a + ops.rms_norm(r, w, 1e-6)" in str(caught.value)
+    assert "test_passes.py" in str(caught.value)
+    assert "ir_spec" not in str(caught.value)
+
+
+def test_compile_raises_the_refusal_itself() -> None:
+    """Not Dynamo's BackendCompilerFailed around it: ``except ValueError`` catches it, as it
+    catches eager refusals."""
+
+    def f(x: Tensor, r: Tensor, w: Tensor) -> Any:
+        a, _b = ops.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
+        return a + r
+
+    with pytest.raises(ValueError, match=r"'x_residual'.*used again") as caught:
+        ir_passes.compile(f)(*inputs())
+    assert isinstance(caught.value.__cause__, torch._dynamo.exc.BackendCompilerFailed)
+    torch._dynamo.reset()
 
 
 # ----------------------------------------------------------------------------- lowering

@@ -295,3 +295,52 @@ def test_a_relocated_input_of_another_shape_is_refused() -> None:
         ):
             runner(4, live)
     assert torch.equal(runner.captured[4].inputs[0], torch.zeros(3, 2))
+
+
+def _norm(x: Tensor, w: Tensor) -> Tensor:
+    out: Tensor = ops.rms_norm(x, w, 1e-6)
+    return out
+
+
+@pytest.mark.parametrize("first", [5, 1, 0])
+@pytest.mark.parametrize("layout", ["padded rows", "3-D"])
+def test_calls_of_no_tokens_and_view_inputs_run_as_eager(first: int, layout: str) -> None:
+    """A call of no tokens runs the first range's code; a first call of no tokens traces a
+    layout later calls share; an input that is a view (rows padded: Dynamo lifts its stride as
+    a symbol of its own) has one token dimension all the same."""
+
+    def make(tokens: int) -> Tensor:
+        if layout == "3-D":
+            return torch.randn(2, tokens, 8)
+        return torch.randn(tokens, 13)[:, :8]
+
+    w = torch.randn(8)
+    dims = {"x": 1 if layout == "3-D" else 0}
+    compiled = ir_piecewise.compile(_norm, CompilationConfig(cache=False), dynamic_arg_dims=dims)
+    try:
+        for tokens in (first, 0, 3, 9):
+            x = make(tokens)
+            torch.testing.assert_close(compiled(x, w), ops.rms_norm.native(x, w, 1e-6), **TOL)
+    finally:
+        torch._dynamo.reset()
+
+
+def _reads_donated_after_the_split(x: Tensor, r: Tensor, w: Tensor) -> Tensor:
+    a, _ = ops.fused_add_rms_norm.maybe_inplace(x, r, w, 1e-6)
+    out: Tensor = ops.rms_norm(a, w, 1e-6) + r  # r was donated
+    return out
+
+
+@pytest.mark.parametrize("split", [(), ("ir::fused_add_rms_norm",), ("ir::rms_norm",)])
+def test_a_donated_value_used_again_in_any_piece_is_refused(split: tuple[str, ...]) -> None:
+    """Each piece's passes see only that piece: the whole graph is checked before it is
+    split, and the refusal is the IR passes' `ValueError` itself."""
+    config = CompilationConfig(splitting_ops=split, cache=False)
+    compiled = ir_piecewise.compile(
+        _reads_donated_after_the_split, config, dynamic_arg_dims={"x": 0, "r": 0}
+    )
+    try:
+        with pytest.raises(ValueError, match=r"'x_residual'.*used again"):
+            compiled(torch.randn(4, 8), torch.randn(4, 8), torch.randn(8))
+    finally:
+        torch._dynamo.reset()

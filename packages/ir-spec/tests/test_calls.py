@@ -367,3 +367,18 @@ def test_clone_args_keeps_padded_rows_apart() -> None:
     assert not copy.is_contiguous()
     assert torch.equal(copy, rows)
     assert copy.data_ptr() != rows.data_ptr()
+
+
+def test_row_view_of_a_fake_tensor_that_needs_a_copy_is_none() -> None:
+    """Fake tensors (compiled code's implementation selection) refuse such a view with
+    `ValueError`, not `RuntimeError`: rows of a stride-0 expand over two leading dims."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ir_spec import row_view
+
+    with FakeTensorMode():
+        expanded = torch.randn(2, 5, 64)[..., :1, :32].expand(2, 5, 32)
+        assert row_view(expanded) is None
+        padded = row_view(torch.randn(2, 5, 64)[..., :32])
+        assert padded is not None
+        assert padded.shape == (10, 32)

@@ -25,6 +25,35 @@ from .report import PassReport
 logger = logging.getLogger("ir_passes")
 
 
+def refuse_reuse(graph: fx.Graph, node: fx.Node, op: IrOp, args: list[Any]) -> None:
+    """Raise `ValueError` where an activation that the ``maybe_inplace`` call `node` (of `op`,
+    with bound `args`) donates is used again after it, naming the op, the argument and the
+    later use's source line."""
+    names = op.parameter_names
+    later = list(nodes_after(graph, node))
+    for index in op.activation_indices:
+        donated = args[index]
+        if not isinstance(donated, fx.Node):
+            continue
+        reuse = next((u for u in later if donated in u.all_input_nodes), None)
+        if reuse is not None:
+            raise ValueError(
+                f"ir.{op.name}.maybe_inplace: argument '{names[index]}' ({donated.name}) "
+                f"is donated but used again by {reuse.name} at {source_line(reuse)}; "
+                "use the default overload, or pass a clone"
+            )
+
+
+def check_donations(graph: fx.Graph) -> None:
+    """`refuse_reuse` for every ``maybe_inplace`` call of `graph`, which stays as it is: for a
+    graph that is compiled in parts (ir-piecewise splits it), where a donated value may be
+    used again in another part than the call's."""
+    for node in graph.nodes:
+        found = ir_op_of(node.target) if node.op == "call_function" else None
+        if found is not None and found[1] == "maybe_inplace":
+            refuse_reuse(graph, node, found[0], bound_args(found[0], node))
+
+
 class InplaceFunctionalizationPass:
     """Turn every ``torch.ops.ir.<op>.maybe_inplace`` node into ``.default``."""
 
@@ -40,20 +69,10 @@ class InplaceFunctionalizationPass:
                 continue
             op, _ = found
             args = bound_args(op, node)
-            names = list(op.signature.parameters)
-            later = list(nodes_after(graph, node))
+            refuse_reuse(graph, node, op, args)
             for index in op.activation_indices:
                 donated = args[index]
-                if not isinstance(donated, fx.Node):
-                    continue
-                reuse = next((u for u in later if donated in u.all_input_nodes), None)
-                if reuse is not None:
-                    raise ValueError(
-                        f"ir.{op.name}.maybe_inplace: argument '{names[index]}' ({donated.name}) "
-                        f"is donated but used again by {reuse.name} at {source_line(reuse)}; "
-                        "use the default overload, or pass a clone"
-                    )
-                if donated.op == "placeholder":
+                if isinstance(donated, fx.Node) and donated.op == "placeholder":
                     self.report.donated_inputs.add(placeholders.index(donated))
             self._check_at_run_time(graph, node, op, args, inputs)
             node.target = op.torch_op.default

@@ -35,13 +35,27 @@ def bound_args(op: IrOp, node: fx.Node) -> list[Any]:
     return list(op.normalize(tuple(node.args), dict(node.kwargs)))
 
 
+#: Where ir-spec's own frames come from: its generated call paths (``<ir_spec fast path for
+#: rms_norm>``) and its package. A stack trace that ends in one of them ends inside an op call.
+_IR_SPEC_FILES = ("<ir_spec ", str(Path(ir_spec.__file__).parent))
+
+
 def source_line(node: fx.Node) -> str:
-    """The user source line a node came from (last frame of its stack trace), or its name."""
-    trace = node.meta.get("stack_trace") or ""
-    frames = [line.strip() for line in trace.strip().splitlines() if line.strip()]
-    if len(frames) >= 2:
-        return f"{frames[-2]} | {frames[-1]}"
-    return frames[-1] if frames else f"node {node.name}"
+    """Where the user's code made `node`: the last frame of its stack trace outside ir-spec
+    (an IR op's own call path is no place to fix a program), as ``File "...", line N, in f |
+    <the line>``; its name where it has no stack trace."""
+    frames: list[list[str]] = []
+    for raw in (node.meta.get("stack_trace") or "").splitlines():
+        line = raw.strip()
+        if line.startswith('File "'):
+            frames.append([line])
+        elif frames and line.strip("^~ "):  # a source line, not the markers under one
+            frames[-1].append(line)
+    if not frames:
+        return f"node {node.name}"
+    user = [f for f in frames if not f[0].split('"')[1].startswith(_IR_SPEC_FILES)] or frames
+    header, *code = user[-1]
+    return f"{header} | {code[0]}" if code else header
 
 
 def _aliases_input(node: fx.Node) -> fx.Node | None:

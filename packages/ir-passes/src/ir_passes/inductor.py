@@ -9,11 +9,12 @@ exactly when none of these changed, and the ranks of a tensor-parallel model nev
 other's compiled code.
 """
 
+import contextlib
 import functools
 import hashlib
 import importlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +190,19 @@ def _hooks(config: PassConfig, _selection: str) -> tuple[PreGradPass, PostGradPa
     return PreGradPass(config), PostGradPass(config)
 
 
+@contextlib.contextmanager
+def refusals_unwrapped() -> Iterator[None]:
+    """Raise the `ValueError` with which a pass refuses a program (a donated value used
+    again), as the eager call would, rather than the `BackendCompilerFailed` that Dynamo wraps
+    every exception of a backend in (the wrapper is the error's cause)."""
+    try:
+        yield
+    except torch._dynamo.exc.BackendCompilerFailed as failed:
+        if isinstance(failed.inner_exception, ValueError):
+            raise failed.inner_exception from failed
+        raise
+
+
 def compile(
     fn: Callable[..., Any], *, config: PassConfig | None = None, **torch_compile_kwargs: Any
 ) -> Callable[..., Any]:
@@ -197,7 +211,8 @@ def compile(
     The returned callable recompiles when the selection state changes (priorities,
     registrations, batch-invariant mode): it keeps one compiled function per state. Each
     compilation starts a `PassReport` (`last_report`); when Inductor's caches serve it, the
-    passes do not run again and the report says so (``passes_ran=False``).
+    passes do not run again and the report says so (``passes_ran=False``). A program the
+    passes refuse raises their `ValueError` (`refusals_unwrapped`).
     """
     config = config or PassConfig()
     options = dict(torch_compile_kwargs.pop("options", None) or {})
@@ -213,7 +228,8 @@ def compile(
             )
             compiled[key] = target
             new_report()  # filled by the passes, or left empty if the caches serve the call
-        return target(*args, **kwargs)
+        with refusals_unwrapped():
+            return target(*args, **kwargs)
 
     run.__wrapped__ = fn  # type: ignore[attr-defined]
     return run

@@ -3,16 +3,18 @@ the fake tensors are final, at run time where they are not.
 
 Eager ``maybe_inplace`` refuses, with `ValueError`, to run an in-place implementation on an
 activation that shares memory with another tensor argument (`ir_spec.aliasing`). Compiled code
-must refuse the same calls. For memory the graph allocates, the fake tensors say it for good:
-where its buffers lie is fixed by the graph. (A run-time look would not do: Inductor may hand a
-kernel a copy of an intermediate.) For the graph's inputs they do not: Dynamo guards shapes and
-strides, not where views lie, so tensors it saw apart may later arrive as overlapping views of
-one buffer, and run the same compiled code.
+must refuse the same calls. For memory the graph allocates, the fake tensors say it for good
+where their layouts are static: where its buffers lie is fixed by the graph. For the graph's
+inputs they do not: Dynamo guards shapes and strides, not where views lie, so tensors it saw
+apart may later arrive as overlapping views of one buffer, and run the same compiled code. Nor
+do they with a symbolic token count: one tensor twice, or overlapping views of one buffer,
+share memory unless they are empty, which only the call's tensors tell.
 
 So `InplaceFunctionalizationPass` decides each pair of `ir_spec.aliasing.tensor_pairs` on the
 fake tensors, unless both lie in memory given to the graph (two inputs, or one input's storage
-that another input shares), and puts a call of ``torch.ops.ir_passes.check_inplace_args``
-before the ``maybe_inplace`` call where a pair is left to run time or refused. At run time it
+that another input shares) or the fake tensors cannot tell, and puts a call of
+``torch.ops.ir_passes.check_inplace_args`` before the ``maybe_inplace`` call where a pair is
+left to run time or refused. At run time it
 compares the pairs left to it, in eager's order, then raises the refusal decided at compile
 time, if any: the same `ValueError`, for the same pair, as eager. It reads only metadata, so a
 CUDA graph that captured it replays without it. After AOTAutograd, `keep_checks` makes each
@@ -149,8 +151,10 @@ def plan_check(
     decided now (or ""), in eager's order; None where every pair is proven apart for good.
 
     A pair in memory the graph allocates, or in one input's own storage, is decided on its fake
-    tensors; one that cannot be (a symbolic layout) is left to the clones lowering gives
-    in-place implementations, which stay where the graph cannot prove them unneeded.
+    tensors where they can tell. Where they cannot (a symbolic token count: one tensor twice,
+    or two views of one buffer, share memory unless they are empty), the real tensors decide
+    when the call runs, as eager's check does: the clones that lowering gives an in-place
+    implementation would compute the right values, but eager refuses the call.
     """
     later: list[int] = []
     for i, j in aliasing.tensor_pairs(op, values):
@@ -162,6 +166,9 @@ def plan_check(
         if sa in inputs and sb in inputs and (sa != sb or inputs[sa] > 1):
             later += [i, j]
             continue
-        if aliasing.overlap(a, b) is True:
+        verdict = aliasing.overlap(a, b)
+        if verdict is True:
             return later, str(aliasing.overlap_error(op, values, provider, (i, j), True))
+        if verdict is None:
+            later += [i, j]
     return (later, "") if later else None

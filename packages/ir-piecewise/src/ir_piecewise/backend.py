@@ -13,6 +13,7 @@ from torch import Tensor, fx
 
 import ir_passes
 from ir_passes.fingerprint import code_fingerprint
+from ir_passes.functionalize import check_donations
 
 from .config import CompilationConfig, CUDAGraphMode
 from .counters import counters
@@ -30,23 +31,26 @@ class UnexpectedRetrace(RuntimeError):
 
 
 def token_symbol(gm: fx.GraphModule, *, first: bool = False) -> sympy.Symbol | None:
-    """The one symbol of the graph's dynamic dimension, or None for a static graph. With
-    `first`, a graph of several takes the first in input order (the token count of a graph
-    Dynamo made dynamic by itself is the leading dimension of its first dynamic input);
-    otherwise several raise `ValueError`."""
+    """The one symbol of the graph's dynamic dimension, or None for a static graph. Only the
+    inputs' sizes count: Dynamo also lifts a symbolic stride (of a view input, such as rows
+    sliced from a wider buffer) as an input of its own, which is no dimension. With `first`,
+    a graph of several takes the first in input order (the token count of a graph Dynamo made
+    dynamic by itself is the leading dimension of its first dynamic input); otherwise several
+    raise `ValueError`."""
     symbols: dict[sympy.Symbol, None] = {}
     for value in placeholder_values(gm):
-        sizes = list(value.shape) if isinstance(value, Tensor) else [value]
-        for size in sizes:
-            if isinstance(size, torch.SymInt):
-                symbols.update(dict.fromkeys(sorted(size.node.expr.free_symbols, key=str)))
+        if isinstance(value, Tensor):
+            for size in value.shape:
+                if isinstance(size, torch.SymInt):
+                    symbols.update(dict.fromkeys(sorted(size.node.expr.free_symbols, key=str)))
     if len(symbols) > 1 and first:
         return next(iter(symbols))
     if len(symbols) > 1:
         raise ValueError(
             "dynamic_arg_dims: the traced graph has several dynamic sizes "
             f"{sorted(map(str, symbols))}; expected one token dimension (mark only dims of "
-            "the same size dynamic)"
+            "the same size dynamic; where no op relates two of them, say that they are "
+            "equal: torch._check(a.shape[0] == b.shape[0]))"
         )
     return next(iter(symbols), None)
 
@@ -99,6 +103,9 @@ class PiecewiseBackend:
         `token_symbol`."""
         config = self.config
         counters.num_graphs_seen += 1
+        # each piece's passes see only that piece: a donated value used again in a later piece
+        # (or around a splitting op that runs eagerly) is refused here, on the whole graph
+        check_donations(gm.graph)
         split, pieces = split_graph(gm, config.splitting_op_names)
         counters.num_piecewise_graphs_seen += len(pieces)
         compiled = [p for p in pieces if not p.is_splitting]

@@ -12,6 +12,8 @@ from torch import Tensor, nn
 from torch.fx.experimental import _config as fx_config
 from torch.utils import _pytree as pytree
 
+from ir_passes.inductor import refusals_unwrapped
+
 from . import traces
 from .backend import PiecewiseBackend, UnexpectedRetrace, global_key
 from .cache import CompileCache
@@ -99,15 +101,18 @@ class PiecewiseCompiled:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         bound = self.signature.bind(*args, **kwargs)
         dynamic = self._dynamic(bound)
-        if not self.traced:
-            return self._trace(bound, dynamic)
-        try:
-            return self._call_traced(bound, dynamic)
-        except torch._dynamo.exc.BackendCompilerFailed as exc:
-            if not isinstance(exc.inner_exception, UnexpectedRetrace):
-                raise
-            logger.warning("ir_piecewise: Dynamo's caches were reset; tracing %s again", self.fn)
-            return self._trace(bound, dynamic)
+        with refusals_unwrapped():  # a program the IR passes refuse raises their ValueError
+            if not self.traced:
+                return self._trace(bound, dynamic)
+            try:
+                return self._call_traced(bound, dynamic)
+            except torch._dynamo.exc.BackendCompilerFailed as exc:
+                if not isinstance(exc.inner_exception, UnexpectedRetrace):
+                    raise
+                logger.warning(
+                    "ir_piecewise: Dynamo's caches were reset; tracing %s again", self.fn
+                )
+                return self._trace(bound, dynamic)
 
     def _call_traced(self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]) -> Any:
         size = int(bound.arguments[dynamic[0][0]].shape[dynamic[0][1]]) if dynamic else None
@@ -244,6 +249,10 @@ class PiecewiseCompiled:
     def _trace_with_dynamo(
         self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]
     ) -> Any:
+        for name, dim in dynamic:
+            value = bound.arguments[name]
+            if value.shape[dim] == 0:
+                bound.arguments[name] = _empty_of_two(value, dim)
         self._mark_dynamic(bound, dynamic)
         self._forward = self.compiled
         self.backend.expecting_trace = True
@@ -313,6 +322,20 @@ class PiecewiseCompiled:
                 f"ir_piecewise: this call would need a recompile, so with guards dropped it "
                 f"would have run code traced for other inputs: {exc}"
             ) from exc
+
+
+def _empty_of_two(value: Tensor, dim: int) -> Tensor:
+    """`value` (no elements along its dynamic `dim`) as an empty view of a tensor of 2 along
+    `dim`, with `value`'s strides from `dim` inward (rows padded as they are) and the outer
+    dimensions laid out around it. The strides outside an empty dimension describe no layout
+    (torch computes them as if it had size 1: a [2, 0, h] tensor has strides [h, h, 1]);
+    traced as they are, they would be baked into the compiled code, and every later call would
+    fail its stride check."""
+    shape, strides = list(value.shape), list(value.stride())
+    shape[dim] = 2
+    for d in range(dim - 1, -1, -1):
+        strides[d] = strides[d + 1] * shape[d + 1]
+    return value.new_empty_strided(shape, strides).narrow(dim, 0, 0)
 
 
 def _check_dims(signature: inspect.Signature, dims: DynamicArgDims | None) -> DynamicArgDims | None:

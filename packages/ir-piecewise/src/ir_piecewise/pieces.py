@@ -299,7 +299,9 @@ class CompiledPiece:
         return out
 
     def _select(self, size: int | None, args: tuple[Any, ...]) -> Callable[..., Any]:
-        if size is None:
+        if size is None or size == 0:
+            # no tokens (an idle step): the first range's code, which the size-oblivious
+            # trace made for every size
             return self.by_range[0][2]
         if size in self.config.compile_sizes:
             compiled = self.by_size.get(size)

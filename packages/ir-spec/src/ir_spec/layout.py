@@ -10,13 +10,15 @@ def row_view(t: Tensor) -> Tensor | None:
     """`t` as ``[rows, hidden]`` sharing its memory, or None where that needs a copy.
 
     Row-wise kernels address a tensor by one row stride: its leading dimensions must collapse
-    into one row index and its last dimension be contiguous (strided rows are fine).
+    into one row index and its last dimension be contiguous (strided rows are fine). A view
+    that needs a copy raises `RuntimeError` on a real tensor and `ValueError` on a fake one
+    (as compiled code's implementation selection sees it): either means None.
     """
     if t.dim() == 0 or (t.shape[-1] > 1 and t.stride(-1) != 1):
         return None
     try:
         return t.view(-1, t.shape[-1])
-    except RuntimeError:
+    except (RuntimeError, ValueError):
         return None
 
 
