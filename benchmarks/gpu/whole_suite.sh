@@ -2,11 +2,11 @@
 # Usage: whole_suite.sh first|second OUT  (on the GPU machine, from the repository root)
 # The whole GPU test suite in two device calls, each inside the 600 s a command may run:
 #   first   build the ir_cuda kernels (its own time, logged to OUT/cuda-build.log), then the
-#           ir-spec, ir-dispatch and ir-kernels-cuda tests (about 280 s on an H200 once built;
-#           built inside the tests' time they no longer fit, as round 83 found)
+#           ir-spec, ir-dispatch and ir-kernels-cuda tests (the build runs apart: inside the
+#           tests' time limit the two do not fit together)
 #   second  the ir-kernels-triton tests beside the ir-passes, ir-piecewise, ir-stack and
-#           integration tests, two 8-process sessions at once (about 475 s on an H200; GPU
-#           memory peaked at 57 GiB), with nvidia-smi sampling memory every 2 s
+#           integration tests, two 8-process sessions at once, with nvidia-smi sampling
+#           memory every 2 s
 # Each session's log and failures land under OUT/<session>/ (see gpu_suite.sh). Exits non-zero
 # when the build or a session did.
 set -u
