@@ -280,9 +280,13 @@ NONFINITE_OPTIONS: tuple[tuple[str, dict[str, Any]], ...] = (
 def nonfinite_variants(provider_prefix: str) -> list[tuple[IrOp, str, dict[str, Any]]]:
     """What a provider's non-finite test runs: (op, provider, input options) for every
     implementation whose provider name starts with `provider_prefix` (``"cuda"`` takes
-    ``cuda_inplace`` too), first with each op's default inputs, then with `NONFINITE_OPTIONS`."""
+    ``cuda_inplace`` too), first with each op's default inputs, then with `NONFINITE_OPTIONS`.
+    The ops that need a process group are left out: they run in worlds of processes."""
     variants: list[tuple[IrOp, str, dict[str, Any]]] = [
-        (op, p, {}) for op in ops for p in op.impls if p.startswith(provider_prefix)
+        (op, p, {})
+        for op in single_process_ops()
+        for p in op.impls
+        if p.startswith(provider_prefix)
     ]
     for name, options in NONFINITE_OPTIONS:
         op = getattr(ops, name)

@@ -7,6 +7,7 @@ kernel is tested against the same numbers the unfused graph produces.
 
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from .. import checks
@@ -308,3 +309,17 @@ def _check_silu_and_mul_group_quant_fp8(
 def _silu_and_mul_group_quant_inputs(spec: SampleSpec) -> tuple[Any, ...]:
     x = spec.randn(spec.generator(), 2 * spec.hidden_size)
     return (x, *_sample_group(spec, spec.hidden_size))
+
+
+# The scales come from the peak of rows that the native composition rounds to the input dtype
+# first; a kernel that keeps them in float32 may give a scale one unit of the input dtype's
+# last place apart (bfloat16's, the coarsest: 2**-7 relative), so float32 results of these
+# ops compare at that relative tolerance.
+for _op in (
+    rms_norm_dynamic_quant_fp8,
+    fused_add_rms_norm_dynamic_quant_fp8,
+    rms_norm_group_quant_fp8,
+    fused_add_rms_norm_group_quant_fp8,
+    silu_and_mul_group_quant_fp8,
+):
+    _op.set_tolerance(torch.float32, atol=1e-5, rtol=2.0**-7)
