@@ -16,6 +16,8 @@ from toy_model import SPLITTING_OPS, ToyModel
 
 import ir_dispatch  # noqa: F401  (installs the dispatcher)
 import ir_piecewise
+from ir_piecewise import traces
+from ir_piecewise.backend import global_key
 
 SIZES = (3, 4, 9)
 
@@ -34,8 +36,12 @@ def main(cache_dir: str, out_file: str) -> None:
     with torch.no_grad():
         for n in SIZES:
             outputs[str(n)] = compiled(torch.randn(n, 64)).tolist()
+    with torch.no_grad():  # the key of the trace the first call (3 tokens) made, as seen here
+        key = traces.trace_key(global_key(config), model, {"x": torch.randn(3, 64)}, [("x", 0)])
     Path(out_file).write_text(
-        json.dumps({"outputs": outputs, "counters": ir_piecewise.counters.as_dict()})
+        json.dumps(
+            {"outputs": outputs, "counters": ir_piecewise.counters.as_dict(), "trace_key": key}
+        )
     )
 
 
