@@ -34,6 +34,23 @@ def test_breakdown_is_a_steps_worth() -> None:
     assert parts.us == {"matrix products": 40.0, "Inductor fused": 4.0, "other": 2.0}
     assert parts.kernels == {"matrix products": 2, "Inductor fused": 1, "other": 1}
     assert parts.total_us == 46.0
+    assert parts.top == {
+        "matrix products": [("gemm_b", 30.0), ("gemm_a", 10.0)],
+        "Inductor fused": [("triton_poi_fused_0", 4.0)],
+        "other": [("memcpy", 2.0)],
+    }
+
+
+def test_kernel_names_are_shortened_for_the_table() -> None:
+    name = (
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+        "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
+    )
+    assert profile.short_name(name) == "at::native::vectorized_elementwise_kernel"
+    assert profile.short_name("triton_per_fused_add_mul_rsqrt_0") == (
+        "triton_per_fused_add_mul_rsqrt_0"
+    )
+    assert len(profile.short_name("k" * 100)) == 60
 
 
 def test_the_triton_providers_kernels_are_known_by_name() -> None:
@@ -65,14 +82,15 @@ def test_the_report_renders_from_a_result(tmp_path: Path) -> None:
         {"model": "tiny", "workload": "decode b=1", "category": "step", "us": 50.0,
          "kernels": 30, "graph_step_ms": 0.06, "floor_ms": 0.04, "step_over_floor": 1.5},
         {"model": "tiny", "workload": "decode b=1", "category": "matrix products", "us": 40.0,
-         "kernels": 20, "share": 0.8},
+         "kernels": 20, "share": 0.8, "top_kernels": "gemm_b 30.0; gemm_a 10.0"},
         {"model": "tiny", "workload": "decode b=1", "category": "other", "us": 10.0,
          "kernels": 10, "share": 0.2},
     ]  # fmt: skip
     path = results.save(result, tmp_path)
     table = path.with_suffix(".md").read_text()
     assert "| decode b=1 | 0.06 | 50 | 30 | 0.04 | 1.5 | - | - |" in table
-    assert "| matrix products | 40 | 80.0 % | 20 |" in table
+    assert "| matrix products | 40 | 80.0 % | 20 | gemm_b 30.0; gemm_a 10.0 |" in table
+    assert "| other | 10 | 20.0 % | 10 | - |" in table  # a result saved before the column
     assert path.with_suffix(".png").stat().st_size > 0
 
 

@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import importlib
 import pkgutil
+import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -101,12 +102,18 @@ def category(name: str, ir_names: Iterable[str] = ()) -> str:
     return "other"
 
 
+#: kernels named per category in a result: the ones that take the most time
+TOP_KERNELS = 3
+
+
 @dataclasses.dataclass
 class Breakdown:
-    """Kernel time (µs) and launches a step, by category."""
+    """Kernel time (µs) and launches a step, by category, and each category's kernels that
+    take the most time a step (name, µs), longest first."""
 
     us: dict[str, float] = dataclasses.field(default_factory=dict)
     kernels: dict[str, int] = dataclasses.field(default_factory=dict)
+    top: dict[str, list[tuple[str, float]]] = dataclasses.field(default_factory=dict)
 
     @property
     def total_us(self) -> float:
@@ -120,14 +127,37 @@ def breakdown(
     names = frozenset(ir_names)
     us: dict[str, float] = collections.defaultdict(float)
     count: dict[str, int] = collections.defaultdict(int)
+    per_kernel: dict[str, dict[str, float]] = collections.defaultdict(
+        lambda: collections.defaultdict(float)
+    )
     for name, duration in events:
         kind = category(name, names)
         us[kind] += duration
         count[kind] += 1
+        per_kernel[kind][name] += duration
+    top = {
+        k: [(n, t / steps) for n, t in sorted(v.items(), key=lambda i: -i[1])[:TOP_KERNELS]]
+        for k, v in per_kernel.items()
+    }
     return Breakdown(
         {k: us[k] / steps for k in CATEGORIES if k in us},
         {k: round(count[k] / steps) for k in CATEGORIES if k in count},
+        {k: top[k] for k in CATEGORIES if k in top},
     )
+
+
+def short_name(kernel: str, width: int = 60) -> str:
+    """A kernel's name for a table cell: C++ template arguments and parameter lists dropped,
+    at most `width` characters."""
+    name = re.sub(r"\([^()]*\)$", "", kernel.strip())
+    depth, kept = 0, []
+    for char in name:
+        depth += char == "<"
+        if depth == 0:
+            kept.append(char)
+        depth -= char == ">" and depth > 0
+    name = "".join(kept).removeprefix("void ").strip() or kernel
+    return name if len(name) <= width else name[: width - 1] + "…"
 
 
 def profile_kernels(step: Callable[[], Any], steps: int) -> list[tuple[str, float]]:
@@ -249,6 +279,9 @@ def run(args: argparse.Namespace) -> results.Result:
                             "us": parts.us[kind],
                             "kernels": parts.kernels[kind],
                             "share": parts.us[kind] / parts.total_us,
+                            "top_kernels": "; ".join(
+                                f"{short_name(n)} {t:.1f}" for n, t in parts.top[kind]
+                            ),
                         }
                     )
             print(f"{w.name:>14}: graph step {step_ms:.3f} ms, kernels {parts.total_us:.0f} µs")
@@ -299,17 +332,18 @@ def markdown(result: results.Result) -> str:
         ]
         lines.append(f"## {step['workload']}\n")
         lines += results.table(
-            ["category", "µs a step", "share", "kernels"],
+            ["category", "µs a step", "share", "kernels", "longest kernels (µs a step)"],
             (
                 [
                     r["category"],
                     results.number(r["us"]),
                     f"{100 * r.get('share', 0):.1f} %",
                     results.number(r["kernels"]),
+                    r.get("top_kernels", "-").replace("|", "\\|") or "-",
                 ]
                 for r in parts
             ),
-            "lrrr",
+            "lrrrl",
         )
     lines += [f"{note}\n" for note in result.notes]
     return "\n".join(lines).rstrip("\n") + "\n"
