@@ -96,8 +96,11 @@ def check_compiled(rank: int, world: int, cache_root: Path) -> None:
         assert {"all_reduce", "reduce_scatter", "all_gather"} <= lowered, lowered
 
         config = toy_config(cache_root)
-        keys: list[str | None] = [None] * world
-        dist.all_gather_object(keys, global_key(config))
+        # gathered as tensors: all_gather_object needs numpy, which these tests do not install
+        mine = torch.tensor(list(global_key(config).encode()), dtype=torch.int32)
+        gathered = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(gathered, mine)
+        keys = [bytes(t.tolist()).decode() for t in gathered]
         assert len(set(keys)) == world, "ranks share a cache key"
         for attempt in ("compile", "load"):
             torch._dynamo.reset()
