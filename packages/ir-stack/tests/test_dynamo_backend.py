@@ -163,4 +163,5 @@ def test_backend_by_name_in_a_fresh_process(tmp_path: Path, source: str) -> None
         [sys.executable, "-c", script], capture_output=True, text=True, check=False, env=env
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "pieces 3 ranges ['range-1-8', 'range-9-inf']" in result.stdout
+    # the configured endpoint 8 and the rotary fusions' threshold 256 end the ranges
+    assert "pieces 3 ranges ['range-1-8', 'range-257-inf', 'range-9-256']" in result.stdout
