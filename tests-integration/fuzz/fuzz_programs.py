@@ -32,7 +32,13 @@ from torch import Tensor
 
 from ir_spec import IrOp, ops
 from ir_spec.catalog.kv_cache import sample_cache
-from ir_spec.testing import OPTION_VARIANTS, SampleSpec, catalog_ops, sample_inputs
+from ir_spec.testing import (
+    OPTION_VARIANTS,
+    SampleSpec,
+    catalog_ops,
+    needs_process_group,
+    sample_inputs,
+)
 
 #: Token counts a program is generated for (0 and 1 often: decode and empty batches).
 TOKENS = (0, 1, 1, 2, 3, 4, 5, 7, 8, 11, 16)
@@ -60,6 +66,12 @@ TABLES = ("cos_sin_cache",)
 MAX_POSITIONS = (1, 9, 64, 256)
 #: Steps per program.
 MIN_STEPS, MAX_STEPS = 2, 6
+
+
+def fuzzed_ops() -> list[IrOp]:
+    """The catalog ops programs call: every one but those that need a process group (the
+    collectives run in worlds of processes, tested apart)."""
+    return [op for op in catalog_ops() if not needs_process_group(op)]
 
 
 def program_dtypes(device: str) -> tuple[torch.dtype, ...]:
@@ -368,7 +380,7 @@ class _Builder:
         self.table_rows = 0  # the rows of the cos/sin table of the step being drawn
         # input name -> (parameter, shape, dtype, table rows for positions): what may share it
         self.input_params: dict[str, tuple[str, tuple[int, ...], torch.dtype, int]] = {}
-        self.ops = catalog_ops()
+        self.ops = fuzzed_ops()
         self.variants: dict[str, list[dict[str, Any]]] = {}
         for name, options in OPTION_VARIANTS:
             self.variants.setdefault(name, []).append(options)

@@ -42,14 +42,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from fuzz_programs import Checked, Program
+from fuzz_programs import Checked, Program, fuzzed_ops
 from torch import Tensor
 
 import ir_dispatch
 import ir_passes
 import ir_piecewise
 from ir_spec import Impl, IrOp, ops
-from ir_spec.testing import assert_close, catalog_ops, clone_args, results_of
+from ir_spec.testing import assert_close, clone_args, results_of
 
 Priority = Mapping[str, list[str]]
 
@@ -65,7 +65,7 @@ def providers() -> list[str]:
     ir_dispatch.selection_state()  # loads the providers' entry points, once
     names = {
         provider
-        for op in catalog_ops()
+        for op in fuzzed_ops()
         for provider, impl in op.impls.items()
         if provider != "native" and impl.supported
     }
@@ -74,7 +74,7 @@ def providers() -> list[str]:
 
 def provider_priority(provider: str) -> dict[str, list[str]]:
     """`provider` first for every op it implements (the other ops keep their defaults)."""
-    return {op.name: [provider] for op in catalog_ops() if provider in op.impls}
+    return {op.name: [provider] for op in fuzzed_ops() if provider in op.impls}
 
 
 def uses_provider(program: Program, provider: str) -> bool:
