@@ -82,6 +82,40 @@ def test_builtin_defaults_are_the_platforms_own() -> None:
     assert PLATFORMS.get("cpu").default_priority("eager", "rms_norm") == ["native"]
 
 
+@pytest.mark.parametrize("op", ["write_kv_cache", "rotary_embedding_write_kv_cache"])
+def test_cuda_writes_the_kv_cache_with_kernels_in_both_modes(op: str) -> None:
+    # a cache write stays an opaque call in a compiled graph: native would run there as a
+    # dozen eager ATen kernels, so both modes start with the kernels
+    cuda = PLATFORMS.get("cuda")
+    assert cuda.default_priority("eager", op)[:2] == ["triton", "cuda"]
+    assert cuda.default_priority("inductor", op)[-1] == "native"
+    assert cuda.default_priority("inductor", op)[0].startswith("triton")
+
+
+def test_cuda_compiles_the_fused_rotary_ops_with_in_place_kernels_first() -> None:
+    cuda = PLATFORMS.get("cuda")
+    for op in ("qk_norm_rotary_embedding", "rotary_embedding_write_kv_cache"):
+        assert cuda.default_priority("inductor", op) == [
+            "triton_inplace", "triton", "cuda_inplace", "cuda", "native",
+        ]  # fmt: skip
+        assert cuda.default_priority("eager", op) == ["triton", "cuda", "native"]
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        "fused_add_rms_norm_dynamic_quant_fp8",
+        "rms_norm_group_quant_fp8",
+        "fused_add_rms_norm_group_quant_fp8",
+        "silu_and_mul_group_quant_fp8",
+    ],
+)
+def test_every_fused_quant_op_is_kernels_first(op: str) -> None:
+    for name in ("cuda", "rocm", "xpu"):
+        priority = PLATFORMS.get(name).default_priority("inductor", op)
+        assert (priority[0], priority[-1]) == ("triton", "native")
+
+
 def test_detection_without_ir_platform(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("IR_PLATFORM")
     detect_platform.cache_clear()

@@ -20,25 +20,43 @@ Why each entry (the kernel benchmark, ``ir-stack bench --only kernels``, measure
 * CUDA, compiled, quantization and fused norm/activation + quant ops: ``triton`` then ``cuda``
   before ``native``: Inductor's kernels for per-token and per-group absmax reach only 0.60 to
   0.77 of copy bandwidth (two passes over the row), a fused kernel reads the row once.
-* In-place variants (``triton_inplace``, ``cuda_inplace``) of ``fused_add_rms_norm`` and
-  ``rotary_embedding`` come before the out-of-place ones when compiling: the lowering pass
-  clones their activations and clone elimination removes the clones of donated buffers, so they
-  save memory at no cost. In eager mode the out-of-place ones are used (a default-overload call
-  of an in-place kernel must clone first).
+* CUDA, both modes, the KV-cache writes (``write_kv_cache``, ``rotary_embedding_write_kv_cache``):
+  kernels first. An op that stores into its arguments stays an opaque call in a compiled graph,
+  so its native implementation runs as a dozen ATen kernels (gathers, a scatter, the padding
+  logic); a kernel writes each row once in one launch.
+* CUDA, both modes, ``qk_norm_rotary_embedding``: kernels first; the fused kernel beats both
+  the unfused ops and Inductor's code of the composition at every token count (``ir-stack
+  bench --only fusions``).
+* In-place variants (``triton_inplace``, ``cuda_inplace``) of ``fused_add_rms_norm``,
+  ``rotary_embedding`` and the two fused rotary ops come before the out-of-place ones when
+  compiling: the lowering pass clones their activations and clone elimination removes the
+  clones of donated buffers, so they save memory at no cost. In eager mode the out-of-place
+  ones are used (a default-overload call of an in-place kernel must clone first).
 * ROCm and XPU: ``triton`` then ``native`` in both modes (the ``cuda`` provider builds for
   NVIDIA GPUs only).
 """
 
 import torch
 
-from .defaults import EAGER, INDUCTOR, INPLACE_OPS, QUANT_OPS, SIMPLE_OPS
+from .defaults import (
+    CACHE_OPS,
+    EAGER,
+    INDUCTOR,
+    INPLACE_OPS,
+    KERNEL_INPLACE_OPS,
+    QUANT_OPS,
+    ROTARY_FUSED_OPS,
+    SIMPLE_OPS,
+)
 from .platforms import Platform
 
+_KERNEL_OPS = QUANT_OPS + CACHE_OPS + ROTARY_FUSED_OPS
 _KERNELS_FIRST = ["triton", "cuda", "native"]
 _NATIVE_FIRST = ["native", "triton", "cuda"]
 _TRITON_FIRST = ["triton", "native"]
 _NATIVE_FIRST_INPLACE = ["native", "triton_inplace", "triton", "cuda_inplace", "cuda"]
-_TRITON_EVERYWHERE = {op: _TRITON_FIRST for op in SIMPLE_OPS + QUANT_OPS}
+_KERNELS_FIRST_INPLACE = ["triton_inplace", "triton", "cuda_inplace", "cuda", "native"]
+_TRITON_EVERYWHERE = {op: _TRITON_FIRST for op in SIMPLE_OPS + _KERNEL_OPS}
 
 
 def _cuda() -> bool:
@@ -58,11 +76,12 @@ CUDA = Platform(
     "cuda",
     _cuda,
     {
-        EAGER: {op: _KERNELS_FIRST for op in SIMPLE_OPS + QUANT_OPS},
+        EAGER: {op: _KERNELS_FIRST for op in SIMPLE_OPS + _KERNEL_OPS},
         INDUCTOR: {
             **{op: _NATIVE_FIRST for op in SIMPLE_OPS},
             **{op: _NATIVE_FIRST_INPLACE for op in INPLACE_OPS},
-            **{op: _KERNELS_FIRST for op in QUANT_OPS},
+            **{op: _KERNELS_FIRST for op in _KERNEL_OPS},
+            **{op: _KERNELS_FIRST_INPLACE for op in KERNEL_INPLACE_OPS},
         },
     },
     detect_rank=20,

@@ -29,10 +29,21 @@ QUANT_OPS = (
     "fused_add_rms_norm_static_quant_fp8",
     "rms_norm_dynamic_quant_fp8",
     "silu_and_mul_static_quant_fp8",
+    "fused_add_rms_norm_dynamic_quant_fp8",
+    "rms_norm_group_quant_fp8",
+    "fused_add_rms_norm_group_quant_fp8",
+    "silu_and_mul_group_quant_fp8",
 )
+#: Ops that store into a KV cache: compiled graphs call them as opaque ops (Inductor cannot
+#: fuse a native implementation that writes into its arguments), so only a kernel helps.
+CACHE_OPS = ("write_kv_cache", "rotary_embedding_write_kv_cache")
+#: Fused rotary ops whose kernels beat Inductor's code of their native composition.
+ROTARY_FUSED_OPS = ("qk_norm_rotary_embedding",)
 #: Ops with in-place kernels: compiled graphs use them (clone elimination makes them free);
 #: eager default calls prefer out-of-place kernels (an in-place one would need a clone first).
 INPLACE_OPS = ("fused_add_rms_norm", "rotary_embedding")
+#: Kernel-first ops with in-place kernels too (compiled graphs take those first).
+KERNEL_INPLACE_OPS = ("rotary_embedding_write_kv_cache", "qk_norm_rotary_embedding")
 
 
 def default_priority(platform: "Platform", mode: str, op_name: str) -> list[str]:
