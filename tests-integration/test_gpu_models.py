@@ -86,8 +86,8 @@ def test_caches_sized_to_the_batch_replay_padded_graphs(
     mode: CUDAGraphMode, tmp_path: Path
 ) -> None:
     """Decode batches of 3 and 5 with caches of exactly 3 and 5 slots (`new_kv_cache(batch)`)
-    replay the graphs of 4 and 8: the padding row has no slot and is skipped (round 45; it
-    stopped with an index error before)."""
+    replay the graphs of 4 and 8: the padding row has no slot and is skipped. Each cache size
+    runs a trace of its own (the slots are a static dimension)."""
     model = LlamaModel(TINY, device="cuda").to(torch.bfloat16).eval()
     generator = torch.Generator(device="cuda").manual_seed(0)
     config = ir_stack.Config(piecewise=CompilationConfig(cudagraph_mode=mode, cache_dir=tmp_path))

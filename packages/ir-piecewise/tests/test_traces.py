@@ -244,3 +244,48 @@ def test_a_new_process_with_edited_source_traces_again(tmp_path: Path) -> None:
     edited = run("3.0")  # same module, class and sizes; only the source differs
     assert edited["counters"]["num_traces_loaded"] == 0
     assert edited["error"] < 1e-5
+
+
+class _TableLookup(nn.Module):
+    """Rows of `x` (the dynamic dim) against a table whose row count is static."""
+
+    def forward(self, x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+        return ops.rms_norm(x, torch.ones(64), 1e-6) @ table.t() + table.shape[0]
+
+
+@pytest.mark.parametrize("cache", [True, False], ids=["trace cache", "dynamo"])
+def test_a_call_of_other_static_sizes_runs_a_trace_of_its_own(
+    tmp_path: Path, cache: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # guards are dropped: without the signature check, a table of 5 rows would run the code
+    # traced for 3 (a wrong result, or an assertion deep in Inductor's code)
+    torch._dynamo.reset()
+    counters.reset()
+    model = _TableLookup()
+    cfg = CompilationConfig(cache_dir=tmp_path, cache=cache)
+    compiled = ir_piecewise.compile(model, cfg, dynamic_arg_dims={"x": 0})
+    caplog.set_level(logging.INFO, logger="ir_piecewise")
+    with torch.no_grad():
+        for rows, tokens in ((3, 4), (5, 4), (3, 7), (5, 2)):
+            x, table = torch.randn(tokens, 64), torch.randn(rows, 64)
+            torch.testing.assert_close(compiled(x, table), model(x, table), **TOL)
+    assert counters.num_graphs_seen == 2  # one trace a table size, each for every token count
+    assert "called with inputs of other static sizes" in caplog.text
+
+
+def test_static_signature_leaves_out_the_dynamic_dims_only() -> None:
+    from ir_piecewise.compiler import static_signature
+
+    def sig(x: torch.Tensor, cache: list[torch.Tensor], scale: float = 1.0) -> Any:
+        return static_signature({"x": x, "cache": cache, "scale": scale}, [("x", 0)])
+
+    base = sig(torch.ones(4, 8), [torch.ones(2, 3)])
+    assert sig(torch.ones(9, 8), [torch.ones(2, 3)]) == base
+    assert sig(torch.ones(4, 9), [torch.ones(2, 3)]) != base
+    assert sig(torch.ones(4, 8), [torch.ones(3, 3)]) != base
+    assert sig(torch.ones(4, 8), [torch.ones(2, 3)] * 2) != base
+    assert sig(torch.ones(4, 8, dtype=torch.float16), [torch.ones(2, 3)]) != base
+    assert sig(torch.ones(4, 8), [torch.ones(2, 3)], 2.0) != base
+    assert sig(torch.ones(4, 8), [torch.ones(2, 3)], float("nan")) == sig(
+        torch.ones(4, 8), [torch.ones(2, 3)], float("nan")
+    )

@@ -36,12 +36,16 @@ class PiecewiseCompiled:
 
     The first call traces (Dynamo, ``fullgraph=True``) with the dynamic dims marked; later calls
     skip guard evaluation (or, with ``check_guards``, raise `RecompileError` where a guard
-    fails). With the compile cache on, a module's trace is saved there too and a later process
-    loads it instead of tracing (`ir_piecewise.traces` says when a saved trace is used). With
-    CUDA graphs, a call of ``n <= max_capture_size`` tokens is padded to the next capture size,
-    and outputs are sliced back; captured outputs are valid until the next call.
-    Padding rows hold `pad_values` where given (say, -1 positions that a cache write skips),
-    else what earlier calls left there (zeros at first).
+    fails). Skipping guards is safe because every call's static signature (`static_signature`:
+    the sizes of every dimension but the dynamic ones, dtypes, devices, plain values) is compared
+    with the trace's: a call that differs (say, KV caches of another number of slots) runs a
+    trace of its own, made on its first such call, as a recompile would. With the compile cache
+    on, a module's trace is saved there too and a later process loads it instead of tracing
+    (`ir_piecewise.traces` says when a saved trace is used). With CUDA graphs, a call of
+    ``n <= max_capture_size`` tokens is padded to the next capture size, and outputs are sliced
+    back; captured outputs are valid until the next call. Padding rows hold `pad_values` where
+    given (say, -1 positions that a cache write skips), else what earlier calls left there
+    (zeros at first).
     """
 
     def __init__(
@@ -79,6 +83,10 @@ class PiecewiseCompiled:
             self._run_flat, self.backend.graph_pool, name="full graph", weak_outputs=False
         )
         self._treespec: Any = None
+        #: the static signature this object's trace is for (set by the first call), and the
+        #: compiled functions of the other signatures called since
+        self._signature: tuple[Any, ...] | None = None
+        self._other_signatures: dict[tuple[Any, ...], PiecewiseCompiled] = {}
 
     def _dynamic(self, bound: inspect.BoundArguments) -> list[tuple[str, int]]:
         dims: list[tuple[str, int]] = []
@@ -101,6 +109,12 @@ class PiecewiseCompiled:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         bound = self.signature.bind(*args, **kwargs)
         dynamic = self._dynamic(bound)
+        if not self.config.check_guards:  # with the guards kept, Dynamo's own check decides
+            signature = static_signature(bound.arguments, dynamic)
+            if self._signature is None:
+                self._signature = signature
+            elif signature != self._signature:
+                return self._for_signature(signature)(*args, **kwargs)
         with refusals_unwrapped():  # a program the IR passes refuse raises their ValueError
             if not self.traced:
                 return self._trace(bound, dynamic)
@@ -113,6 +127,23 @@ class PiecewiseCompiled:
                     "ir_piecewise: Dynamo's caches were reset; tracing %s again", self.fn
                 )
                 return self._trace(bound, dynamic)
+
+    def _for_signature(self, signature: tuple[Any, ...]) -> "PiecewiseCompiled":
+        """The compiled function of calls of `signature` (made on first use)."""
+        compiled = self._other_signatures.get(signature)
+        if compiled is None:
+            logger.info(
+                "ir_piecewise: %s called with inputs of other static sizes, dtypes or values "
+                "than its trace's; tracing for them (%d traces)",
+                getattr(self.fn, "__qualname__", type(self.fn).__qualname__),
+                len(self._other_signatures) + 2,
+            )
+            compiled = PiecewiseCompiled(
+                self.fn, self.config, self.dynamic_arg_dims, self.pad_values
+            )
+            compiled._signature = signature
+            self._other_signatures[signature] = compiled
+        return compiled
 
     def _call_traced(self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]) -> Any:
         size = int(bound.arguments[dynamic[0][0]].shape[dynamic[0][1]]) if dynamic else None
@@ -322,6 +353,28 @@ class PiecewiseCompiled:
                 f"ir_piecewise: this call would need a recompile, so with guards dropped it "
                 f"would have run code traced for other inputs: {exc}"
             ) from exc
+
+
+def static_signature(
+    arguments: Mapping[str, Any], dynamic: list[tuple[str, int]]
+) -> tuple[Any, ...]:
+    """What a trace of a call with `arguments` is specialized to: the structure of each
+    argument, each tensor's sizes (the `dynamic` dims left out), dtype and device, and every
+    other leaf's value (plain values) or type."""
+    parts: list[Any] = []
+    for name, value in arguments.items():
+        dims = tuple(d for n, d in dynamic if n == name)
+        leaves, spec = pytree.tree_flatten(value)
+        parts.append(spec)
+        for leaf in leaves:
+            if isinstance(leaf, Tensor):
+                sizes = tuple(-1 if d in dims else s for d, s in enumerate(leaf.shape))
+                parts.append((sizes, leaf.dtype, leaf.device))
+            elif leaf is None or isinstance(leaf, (bool, int, float, str)):
+                parts.append((type(leaf), repr(leaf)))
+            else:
+                parts.append(type(leaf))
+    return tuple(parts)
 
 
 def _empty_of_two(value: Tensor, dim: int) -> Tensor:

@@ -111,7 +111,9 @@ class CompilationConfig:
             it longer, this process warns once and stores nothing more in that directory;
             it still loads from it.
         check_guards: keep Dynamo's guards and raise `RecompileError` on any call that would
-            need a recompile, instead of dropping the guards after the first trace.
+            need a recompile, instead of dropping the guards after the first trace (and
+            tracing again, without raising, where a call's static sizes, dtypes or plain
+            values differ from the trace's).
         passes: the ir-passes configuration applied to every compiled piece, per compile
             range: a range ``[first, last]`` (a compile size: ``[n, n]``) compiles with
             ``passes.for_range(first, last)``, so a fusion with a token threshold runs only in
