@@ -1171,7 +1171,7 @@ def _assert_same_attention_calls(model: Any, attention_layers: int | None = None
 #: ``MALLOC_CHECK_=3``, 13 of 13 processes aborted ("free(): corrupted unsorted chunks",
 #: "double free or corruption") or crashed; without it, the abort took a whole test shard down
 #: twice. With transformers 5.24 on torch 2.11, and with 5.17 on torch 2.13, none did
-#: (`stack-tests-H200.md`, round 62, in `git show 930e4a3:benchmarks/results/`)
+#: (`stack-tests-H200.md` in `git show 930e4a3:benchmarks/results/`)
 INDUCTOR_CPU_FALCON_H1 = (
     "torch < 2.13 with transformers < 5.24: Inductor's CPU code for Falcon-H1 corrupts the heap, "
     "stock torch.compile of the original model too"

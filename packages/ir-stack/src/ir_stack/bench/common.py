@@ -1,5 +1,6 @@
 """What every suite's command line shares: ``--out`` and ``--quick``, the refusal of a GPU-only
-suite without a GPU, and loading the kernel providers."""
+suite without a GPU, loading the kernel providers, and starting a multi-process suite's
+ranks."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import importlib
 import logging
 import os
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -80,3 +82,37 @@ def load_providers() -> list[str]:
                 continue
             loaded.append(name)
     return loaded
+
+
+def run_ranks(
+    suite: str, run_rank: Callable[[int, int, argparse.Namespace], None], args: argparse.Namespace
+) -> int:
+    """Run a multi-process suite's `run_rank(rank, world, args)` on each of ``args.tp`` ranks:
+    in this process under ``torchrun`` (whose world must be ``--tp``), else in as many
+    processes started here (NCCL on GPUs, gloo on the CPU). Returns the exit status;
+    `CANNOT_RUN` where the world or the GPUs do not match ``--tp``."""
+    import torch.distributed as dist
+
+    from ir_spec import process_groups
+
+    from ..demo import launched_by_torchrun
+
+    if launched_by_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+        if args.tp not in (1, world):
+            print(f"{suite}: --tp {args.tp}; torchrun started {world} processes")
+            return CANNOT_RUN
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        try:
+            run_rank(dist.get_rank(), world, args)
+        finally:
+            dist.destroy_process_group()
+        return 0
+    gpus = torch.cuda.device_count()
+    if 0 < gpus < args.tp:
+        print(f"{suite}: --tp {args.tp} needs as many GPUs; {gpus} visible")
+        return CANNOT_RUN
+    process_groups.run_in_world(run_rank, args.tp, args, backend="nccl" if gpus else "gloo")
+    return 0

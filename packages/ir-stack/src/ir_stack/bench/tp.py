@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import dataclasses
 import functools
-import os
 import shlex
 import tempfile
 import time
@@ -46,11 +45,9 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ir_piecewise import CompilationConfig, CUDAGraphMode
-from ir_spec import process_groups
 
 from ..compiler import compile as ir_stack_compile
 from ..config import Config
-from ..demo import launched_by_torchrun
 from ..models import ParallelLlamaModel
 from ..models.parallel import kv_heads_of, shard_sizes
 from . import common, e2e, results, timing
@@ -237,26 +234,7 @@ def write_result(
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the suite (see the module's docstring)."""
     args = parse_args(argv)
-    if launched_by_torchrun():
-        world = int(os.environ["WORLD_SIZE"])
-        if args.tp not in (1, world):
-            print(f"--tp {args.tp}: torchrun started {world} processes; expected --tp {world}")
-            return common.CANNOT_RUN
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-        try:
-            run_rank(dist.get_rank(), world, args)
-        finally:
-            dist.destroy_process_group()
-        return 0
-    gpus = torch.cuda.device_count()
-    if 0 < gpus < args.tp:
-        print(f"tp: --tp {args.tp} needs as many GPUs; {gpus} visible")
-        return common.CANNOT_RUN
-    backend = "nccl" if gpus else "gloo"
-    process_groups.run_in_world(run_rank, args.tp, args, backend=backend)
-    return 0
+    return common.run_ranks("tp", run_rank, args)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ from torch import Tensor
 
 from ir_spec import ops, process_groups
 
-from ..demo import launched_by_torchrun
 from . import common, results, timing
 from .results import Result
 
@@ -209,23 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if not torch.cuda.is_available():  # the ranks import the kernels into the interpreter
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    if launched_by_torchrun():
-        world = int(os.environ["WORLD_SIZE"])
-        if torch.cuda.is_available():
-            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-        try:
-            run_rank(dist.get_rank(), world, args)
-        finally:
-            dist.destroy_process_group()
-        return 0
-    gpus = torch.cuda.device_count()
-    if 0 < gpus < args.tp:
-        print(f"tp-kernels: --tp {args.tp} needs as many GPUs; {gpus} visible")
-        return common.CANNOT_RUN
-    backend = "nccl" if gpus else "gloo"
-    process_groups.run_in_world(run_rank, args.tp, args, backend=backend)
-    return 0
+    return common.run_ranks("tp-kernels", run_rank, args)
 
 
 if __name__ == "__main__":
