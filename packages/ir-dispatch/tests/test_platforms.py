@@ -88,16 +88,19 @@ def test_cuda_writes_the_kv_cache_with_kernels_in_both_modes(op: str) -> None:
     # dozen eager ATen kernels, so both modes start with the kernels
     cuda = PLATFORMS.get("cuda")
     assert cuda.default_priority("eager", op)[:2] == ["triton", "cuda"]
-    assert cuda.default_priority("inductor", op)[-1] == "native"
-    assert cuda.default_priority("inductor", op)[0].startswith("triton")
+    assert cuda.default_priority("inductor", op)[:2] == ["triton", "cuda"]
 
 
-def test_cuda_compiles_the_fused_rotary_ops_with_in_place_kernels_first() -> None:
+def test_cuda_compiles_qk_norm_rope_in_place_and_the_cache_writes_out_of_place() -> None:
+    # the lowering of an op that stores into its arguments clones an in-place kernel's
+    # activations for good (no clone elimination there): out of place saves a copy a layer
     cuda = PLATFORMS.get("cuda")
+    assert cuda.default_priority("inductor", "qk_norm_rotary_embedding") == [
+        "triton_inplace", "triton", "cuda_inplace", "cuda", "native",
+    ]  # fmt: skip
+    for op in ("rotary_embedding_write_kv_cache", "write_kv_cache"):
+        assert cuda.default_priority("inductor", op) == ["triton", "cuda", "native"]
     for op in ("qk_norm_rotary_embedding", "rotary_embedding_write_kv_cache"):
-        assert cuda.default_priority("inductor", op) == [
-            "triton_inplace", "triton", "cuda_inplace", "cuda", "native",
-        ]  # fmt: skip
         assert cuda.default_priority("eager", op) == ["triton", "cuda", "native"]
 
 

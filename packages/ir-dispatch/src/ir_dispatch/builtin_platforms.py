@@ -28,10 +28,13 @@ Why each entry (the kernel benchmark, ``ir-stack bench --only kernels``, measure
   the unfused ops and Inductor's code of the composition at every token count (``ir-stack
   bench --only fusions``).
 * In-place variants (``triton_inplace``, ``cuda_inplace``) of ``fused_add_rms_norm``,
-  ``rotary_embedding`` and the two fused rotary ops come before the out-of-place ones when
+  ``rotary_embedding`` and ``qk_norm_rotary_embedding`` come before the out-of-place ones when
   compiling: the lowering pass clones their activations and clone elimination removes the
   clones of donated buffers, so they save memory at no cost. In eager mode the out-of-place
-  ones are used (a default-overload call of an in-place kernel must clone first).
+  ones are used (a default-overload call of an in-place kernel must clone first). The cache
+  writes take the out-of-place kernels in both modes: an op that stores into its arguments
+  keeps its own call in a compiled graph, and an in-place kernel there runs on clones that no
+  pass removes (a copy of the query and the key a layer).
 * ROCm and XPU: ``triton`` then ``native`` in both modes (the ``cuda`` provider builds for
   NVIDIA GPUs only).
 """

@@ -42,8 +42,10 @@ ROTARY_FUSED_OPS = ("qk_norm_rotary_embedding",)
 #: Ops with in-place kernels: compiled graphs use them (clone elimination makes them free);
 #: eager default calls prefer out-of-place kernels (an in-place one would need a clone first).
 INPLACE_OPS = ("fused_add_rms_norm", "rotary_embedding")
-#: Kernel-first ops with in-place kernels too (compiled graphs take those first).
-KERNEL_INPLACE_OPS = ("rotary_embedding_write_kv_cache", "qk_norm_rotary_embedding")
+#: Kernel-first ops with in-place kernels too (compiled graphs take those first). Not the
+#: cache writes: a compiled graph calls an in-place kernel of an op that stores into its
+#: arguments on clones of its activations (`ir_passes.mutating`), which no pass removes.
+KERNEL_INPLACE_OPS = ("qk_norm_rotary_embedding",)
 
 
 def default_priority(platform: "Platform", mode: str, op_name: str) -> list[str]:
