@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import traceback
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -181,10 +182,35 @@ def check_compiled(program: Program) -> None:
     instances = [(tokens, seed), (tokens, seed + 1)]
     runs = run_compiled(program, f"compiled[{provider}]", priority_of(provider), instances)
     for run in runs:
+        if run.tokens == 1 and fails_in_inductors_scheduler(run.error):
+            pytest.xfail(f"{ONE_TOKEN_SCHEDULER_DEFECT} ({run.runner}, seed {program.seed})")
         expected = reference(program, run.tokens, run.value_seed)
         inplace = selects_inplace_compiled(program, expected, priority_of(provider))
         with reported(program, run, "test_compiled"):
             check_run(program, run, expected, compiled_inplace=inplace)
+
+
+#: A known defect, loud (the compile raises) but not ours to fix here: reported as an expected
+#: failure where a program of one token hits it, and reproduced by
+#: `test_compiled_code_refuses_aliased_arguments_on_one_token`.
+ONE_TOKEN_SCHEDULER_DEFECT = (
+    "Inductor's scheduler fails (KeyError in compute_ancestors) on some graphs of one token "
+    "where an in-place kernel writes a tensor that another in-place call wrote or aliases"
+)
+
+
+def fails_in_inductors_scheduler(error: BaseException | None) -> bool:
+    """Whether `error` (or an exception it was raised from) is a KeyError raised in Inductor's
+    ``Scheduler.compute_ancestors``."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, KeyError):
+            frames = traceback.extract_tb(error.__traceback__)
+            if any(frame.name == "compute_ancestors" for frame in frames):
+                return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def check_piecewise(program: Program) -> None:
