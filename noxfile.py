@@ -50,11 +50,17 @@ TEST_EXTRAS: dict[str, list[str]] = {
 #: Environment per package's test session.
 TEST_ENV: dict[str, dict[str, str]] = {"ir-kernels-triton": {"TRITON_INTERPRET": "1"}}
 #: pytest arguments per package's test session: the interpreted Triton kernels spread over
-#: every core (two cores: 306 s to 163 s). The cuda tests gain little so (415 s to 393 s): their
-#: time is the host-emulation build and the nvcc check, which use every core already.
+#: every core (two cores: 306 s to 163 s), and so do ir-stack's model compilations (two cores:
+#: about 1050 s to 850 s). The cuda tests gain little so (415 s to 393 s): their time is the
+#: host-emulation build and the nvcc check, which use every core already.
 TEST_ARGS: dict[str, list[str]] = {
     # the offline reduction-layout compiles are the `layouts` session's
-    "ir-kernels-triton": ["-n", "auto", "--ignore=packages/ir-kernels-triton/tests/test_layouts.py"]
+    "ir-kernels-triton": [
+        "-n",
+        "auto",
+        "--ignore=packages/ir-kernels-triton/tests/test_layouts.py",
+    ],
+    "ir-stack": ["-n", "auto"],
 }
 
 nox.options.sessions = [
