@@ -114,7 +114,11 @@ class PiecewiseCompiled:
             if self._signature is None:
                 self._signature = signature
             elif signature != self._signature:
-                return self._for_signature(signature)(*args, **kwargs)
+                return self._for_signature(signature)._call_bound(bound, dynamic)
+        return self._call_bound(bound, dynamic)
+
+    def _call_bound(self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]) -> Any:
+        """Run a call whose arguments are bound and whose static signature is this trace's."""
         with refusals_unwrapped():  # a program the IR passes refuse raises their ValueError
             if not self.traced:
                 return self._trace(bound, dynamic)
