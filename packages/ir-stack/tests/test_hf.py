@@ -1167,11 +1167,10 @@ def _assert_same_attention_calls(model: Any, attention_layers: int | None = None
 
 
 #: torch 2.11's Inductor corrupts the heap running its CPU code for transformers 5.17's Falcon-H1
-#: (the original model too, with stock `torch.compile`). On an H200's host, under
-#: ``MALLOC_CHECK_=3``, 13 of 13 processes aborted ("free(): corrupted unsorted chunks",
-#: "double free or corruption") or crashed; without it, the abort took a whole test shard down
-#: twice. With transformers 5.24 on torch 2.11, and with 5.17 on torch 2.13, none did
-#: (`stack-tests-H200.md` in `git show 930e4a3:benchmarks/results/`)
+#: (the original model too, with stock `torch.compile`): under ``MALLOC_CHECK_=3`` the process
+#: aborts ("free(): corrupted unsorted chunks", "double free or corruption"), and without it the
+#: abort can take a whole test shard down. transformers 5.24 on torch 2.11, and 5.17 on torch
+#: 2.13, run it cleanly.
 INDUCTOR_CPU_FALCON_H1 = (
     "torch < 2.13 with transformers < 5.24: Inductor's CPU code for Falcon-H1 corrupts the heap, "
     "stock torch.compile of the original model too"
