@@ -228,3 +228,31 @@ def test_the_default_configuration_runs_the_rotary_fusions_below_256_tokens() ->
     applied = counters.fusions_applied
     assert applied["range-1-256"][QK_NORM_ROPE_PATTERN] == 2
     assert not {QK_NORM_ROPE_PATTERN, ROPE_KVCACHE_PATTERN} & set(applied["range-257-inf"])
+
+
+def test_pieces_served_by_inductors_graph_cache_are_counted_as_unreported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A piece Inductor's FX graph cache serves is compiled without the IR passes running:
+    ``fusions_unreported`` counts it, so an empty ``fusions_applied`` is not read as "nothing
+    fused"."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    model = ToyModel(fp8_mlp=True).eval()
+    passes = PassConfig(force_fusion=True, act_quant_max_tokens=8)
+    x = torch.randn(6, 64)  # in the range [1, 8], which fuses the activation and quant
+    with (
+        torch._inductor.config.patch(fx_graph_cache=True, force_disable_caches=False),
+        torch._functorch.config.patch(enable_autograd_cache=False),
+        torch.no_grad(),
+    ):
+        for run in range(2):
+            torch._dynamo.reset()
+            counters.reset()
+            config = toy_config(tmp_path / str(run), passes=passes, cache=False)
+            compiled = ir_piecewise.compile(model, config)
+            torch.testing.assert_close(compiled(x), model(x), atol=1e-4, rtol=1e-4)
+            if run == 0:
+                assert counters.fusions_unreported == {}
+                assert counters.fusions_applied["range-1-8"][ACT_QUANT] >= 1
+    assert counters.fusions_unreported.get("range-1-8", 0) >= 1, counters.fusions_unreported
+    assert ACT_QUANT not in counters.fusions_applied.get("range-1-8", {})

@@ -27,6 +27,9 @@ class Counters:
             whose token threshold covers the whole range).
         fusions_applied: compile label -> fusion pattern -> times it fired in the pieces the
             backend compiled for it (pieces served by a cache or reused add nothing).
+        fusions_unreported: compile label -> pieces the backend compiled for it without the
+            IR passes running (Inductor's FX graph cache served the piece, or a plugin
+            compiler does not run them): what fused there is not in ``fusions_applied``.
         autotune_decisions: compile label -> ``<piece>.<node>`` -> the measured decision of
             that IR op node (``PassConfig.autotune``), from the pieces compiled and those
             loaded from the compile cache (whose entries keep them).
@@ -43,6 +46,7 @@ class Counters:
     num_artifacts_reused: int = 0
     fusions_enabled: dict[str, tuple[str, ...]] = field(default_factory=dict)
     fusions_applied: dict[str, dict[str, int]] = field(default_factory=dict)
+    fusions_unreported: dict[str, int] = field(default_factory=dict)
     autotune_decisions: dict[str, dict[str, Decision]] = field(default_factory=dict)
 
     def reset(self) -> None:

@@ -265,6 +265,15 @@ class CompiledPiece:
             compiled = compiler.compile(request)
         counters.num_backend_compilations += 1
         applied = counters.fusions_applied.setdefault(label, {})
+        if not any(report.passes_ran for report in reports):
+            unreported = counters.fusions_unreported
+            unreported[label] = unreported.get(label, 0) + 1
+            logger.debug(
+                "ir_piecewise: %s %s compiled without the IR passes running (served by "
+                "Inductor's FX graph cache?): its fusions are not counted",
+                self.name,
+                label,
+            )
         for report in reports:
             for pattern, count in report.fusions.items():
                 applied[pattern] = applied.get(pattern, 0) + count
