@@ -609,15 +609,12 @@ class _Builder:
             w = weights[0]
             width = args[w].shape[0]
             if want == "weight_row":
-                # two tokens at least: on one, Inductor fails on the refusal instead
-                # (`test_compiled_code_refuses_aliased_arguments_on_one_token`)
                 owner = acts[0]
                 region = regions.get(owner)
                 fits = region is not None and region.stop - region.start >= width
-                if fits and self.tokens >= 2:
+                if fits:
                     assert region is not None
                     exprs[w] = self.row_of(region, width)
-                    self.min_tokens = 2
                     defect = Defect("weight_row", step_index, op.name, (names[owner], names[w]))
                     self.features.add("defect:weight_row")
             else:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import os
-import traceback
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -174,43 +173,13 @@ def check_compiled(program: Program) -> None:
     sets of fresh inputs."""
     seed = program.seed
     provider = compiled_priority(program)
-    tokens = program.tokens
-    if tokens == 1 and program.defect is not None and program.defect.kind != "reuse":
-        # compiling a refused call on one token fails in Inductor
-        # (`test_compiled_code_refuses_aliased_arguments_on_one_token`): check it on two
-        tokens = 2
-    instances = [(tokens, seed), (tokens, seed + 1)]
+    instances = [(program.tokens, seed), (program.tokens, seed + 1)]
     runs = run_compiled(program, f"compiled[{provider}]", priority_of(provider), instances)
     for run in runs:
-        if run.tokens == 1 and fails_in_inductors_scheduler(run.error):
-            pytest.xfail(f"{ONE_TOKEN_SCHEDULER_DEFECT} ({run.runner}, seed {program.seed})")
         expected = reference(program, run.tokens, run.value_seed)
         inplace = selects_inplace_compiled(program, expected, priority_of(provider))
         with reported(program, run, "test_compiled"):
             check_run(program, run, expected, compiled_inplace=inplace)
-
-
-#: A known defect, loud (the compile raises) but not ours to fix here: reported as an expected
-#: failure where a program of one token hits it, and reproduced by
-#: `test_compiled_code_refuses_aliased_arguments_on_one_token`.
-ONE_TOKEN_SCHEDULER_DEFECT = (
-    "Inductor's scheduler fails (KeyError in compute_ancestors) on some graphs of one token "
-    "where an in-place kernel writes a tensor that another in-place call wrote or aliases"
-)
-
-
-def fails_in_inductors_scheduler(error: BaseException | None) -> bool:
-    """Whether `error` (or an exception it was raised from) is a KeyError raised in Inductor's
-    ``Scheduler.compute_ancestors``."""
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, KeyError):
-            frames = traceback.extract_tb(error.__traceback__)
-            if any(frame.name == "compute_ancestors" for frame in frames):
-                return True
-        error = error.__cause__ or error.__context__
-    return False
 
 
 def check_piecewise(program: Program) -> None:
@@ -338,13 +307,6 @@ def _one_tensor_twice(x: Tensor, residual: Tensor) -> tuple[Tensor, Tensor]:
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RunFailed,
-    reason="Inductor's scheduler fails (KeyError in compute_ancestors) compiling a graph of "
-    "one token whose in-place call is refused for aliased arguments, instead of refusing it "
-    "(found by the fuzzer; reduced by hand)",
-)
 @pytest.mark.parametrize(
     ("donate", "arguments"),
     [
@@ -354,6 +316,9 @@ def _one_tensor_twice(x: Tensor, residual: Tensor) -> tuple[Tensor, Tensor]:
     ],
 )
 def test_compiled_code_refuses_aliased_arguments_on_one_token(donate: Any, arguments: str) -> None:
+    """On one token the sliced activations are dense with a row stride that a clone keeps;
+    the refusal is raised all the same (found by the fuzzer as a KeyError in Inductor's
+    scheduler: `ir_passes.lowering` clones an in-place call's activations contiguous)."""
     device = SETTINGS.device
     x = torch.randn(1, 13, device=device)
     residual = torch.randn(1, 8, device=device)

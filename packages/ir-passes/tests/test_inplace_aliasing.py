@@ -347,3 +347,25 @@ def test_dynamic_tokens_refuse_aliased_arguments_as_eager(inplace_provider: str,
     report = ir_passes.last_report()
     assert report is not None
     assert report.inplace_checks == 1
+
+
+def norm_then_sliced_step(x: Tensor, r: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+    """An in-place call on column slices of an intermediate and of an input."""
+    h = ops.rms_norm(x, w[:13], EPS)
+    out, residual = FADD.maybe_inplace(h[:, :8], r[:, 1:9], w[:8], EPS)
+    return out * 2, residual
+
+
+@pytest.mark.parametrize("tokens", [1, 3])
+def test_an_opaque_inplace_kernel_on_sliced_rows_compiles_for_one_token(tokens: int) -> None:
+    """On one token a column slice is dense with the row stride of its source; the clone an
+    in-place kernel writes is contiguous, which Inductor's scheduler needs (a clone that kept
+    the stride made it fail with a KeyError in ``compute_ancestors``)."""
+    ir_dispatch.set_priority(fused_add_rms_norm=["t_inplace"])
+    x, r, w = torch.randn(tokens, 13), torch.randn(tokens, 10), torch.randn(16)
+    expected = norm_then_sliced_step(x.clone(), r.clone(), w)
+    got = ir_passes.compile(norm_then_sliced_step)(x.clone(), r.clone(), w)
+    torch.testing.assert_close(got, expected)
+    report = ir_passes.last_report()
+    assert report is not None
+    assert report.selected_impls["fused_add_rms_norm"] == {"fused_add_rms_norm": "t_inplace"}

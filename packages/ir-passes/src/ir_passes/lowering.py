@@ -38,10 +38,17 @@ INSERTED_CLONE = "ir_passes_inserted_clone"
 
 
 def _with_clones(op: IrOp, impl: Impl) -> Any:
+    """`impl` called on contiguous clones of the activations it writes.
+
+    Contiguous, not the source's layout: a clone that keeps a row stride of a dimension of
+    size one (a slice of one token) is a buffer Inductor must copy into that exact layout for
+    the kernel and copy back after it, and its scheduler fails on the copy back (a node that
+    depends on itself)."""
+
     def call(*args: Any) -> Any:
         cloned = list(args)
         for i in op.activation_indices:
-            cloned[i] = args[i].clone()
+            cloned[i] = args[i].clone(memory_format=torch.contiguous_format)
         return impl.fn(*cloned)
 
     return call
