@@ -303,15 +303,17 @@ def _norm(x: Tensor, w: Tensor) -> Tensor:
 
 
 @pytest.mark.parametrize("first", [5, 1, 0])
-@pytest.mark.parametrize("layout", ["padded rows", "3-D"])
+@pytest.mark.parametrize("layout", ["padded rows", "3-D", "column-major"])
 def test_calls_of_no_tokens_and_view_inputs_run_as_eager(first: int, layout: str) -> None:
-    """A call of no tokens runs the first range's code; a first call of no tokens traces a
-    layout later calls share; an input that is a view (rows padded: Dynamo lifts its stride as
-    a symbol of its own) has one token dimension all the same."""
+    """A call of no tokens runs the first range's code; after a first call of no tokens, the
+    calls with tokens get a trace of their own; an input that is a view (rows padded: Dynamo
+    lifts its stride as a symbol of its own) has one token dimension all the same."""
 
     def make(tokens: int) -> Tensor:
         if layout == "3-D":
             return torch.randn(2, tokens, 8)
+        if layout == "column-major":  # empty, it reports row-major strides
+            return torch.randn(tokens, 8).mT.contiguous().mT
         return torch.randn(tokens, 13)[:, :8]
 
     w = torch.randn(8)
@@ -323,6 +325,28 @@ def test_calls_of_no_tokens_and_view_inputs_run_as_eager(first: int, layout: str
             torch.testing.assert_close(compiled(x, w), ops.rms_norm.native(x, w, 1e-6), **TOL)
     finally:
         torch._dynamo.reset()
+
+
+def _scaled_rows(positions: Tensor, x: Tensor) -> Tensor:
+    return x * positions.unsqueeze(-1)
+
+
+def test_a_first_call_of_no_tokens_gets_rows_of_its_own_count() -> None:
+    """The tokens inside a leading dimension ([2, tokens]): a first call of no tokens is traced
+    ahead of time on an example of two (on the empty tensors, whose strides are made up, Dynamo
+    may read the token count from a stride), and the calls with tokens share its trace."""
+    dims = {"positions": 1, "x": 1}
+    config = CompilationConfig(cache=False)
+    compiled = ir_piecewise.compile(_scaled_rows, config, dynamic_arg_dims=dims)
+    try:
+        for tokens in (0, 3, 0, 1):
+            positions, x = torch.randn(2, tokens), torch.randn(2, tokens, 8)
+            out = compiled(positions, x)
+            assert out.shape == (2, tokens, 8)
+            torch.testing.assert_close(out, _scaled_rows(positions, x))
+    finally:
+        torch._dynamo.reset()
+    assert counters.num_graphs_seen == 1
 
 
 def _reads_donated_after_the_split(x: Tensor, r: Tensor, w: Tensor) -> Tensor:

@@ -274,7 +274,7 @@ def test_a_call_of_other_static_sizes_runs_a_trace_of_its_own(
 
 
 def test_static_signature_leaves_out_the_dynamic_dims_only() -> None:
-    from ir_piecewise.compiler import static_signature
+    from ir_piecewise.signature import static_signature
 
     def sig(x: torch.Tensor, cache: list[torch.Tensor], scale: float = 1.0) -> Any:
         return static_signature({"x": x, "cache": cache, "scale": scale}, [("x", 0)])
@@ -289,3 +289,33 @@ def test_static_signature_leaves_out_the_dynamic_dims_only() -> None:
     assert sig(torch.ones(4, 8), [torch.ones(2, 3)], float("nan")) == sig(
         torch.ones(4, 8), [torch.ones(2, 3)], float("nan")
     )
+
+
+def test_static_signature_compares_layouts_as_at_two_tokens() -> None:
+    """Row-major rows at any token count share a signature, and so do column-major ones where
+    the strides tell the layout; rows of another layout or padding do not."""
+    from ir_piecewise.signature import static_signature
+
+    def sig(x: torch.Tensor) -> Any:
+        return static_signature({"x": x}, [("x", 0)])
+
+    row_major = sig(torch.ones(5, 8))
+    assert {sig(torch.ones(t, 8)) for t in (0, 1, 2, 9)} == {row_major}
+    column_major = sig(torch.ones(8, 5).mT)
+    assert column_major != row_major
+    assert {sig(torch.ones(8, t).mT) for t in (0, 1, 2, 9)} == {column_major}
+    padded = sig(torch.ones(5, 13)[:, :8])
+    assert padded not in (row_major, column_major)
+    assert sig(torch.ones(1, 13)[:, :8]) == padded
+    three_d = static_signature({"x": torch.ones(2, 5, 8)}, [("x", 1)])
+    assert static_signature({"x": torch.ones(2, 0, 8)}, [("x", 1)]) == three_d
+
+
+def test_strides_at_two_keep_the_memory_order() -> None:
+    from ir_piecewise.signature import strides_at_two
+
+    assert strides_at_two((0, 8), (8, 1), 0) == ([2, 8], [8, 1])
+    assert strides_at_two((1, 8), (1, 1), 0) == ([2, 8], [1, 2])  # column-major, one token
+    assert strides_at_two((0, 8), (13, 1), 0) == ([2, 8], [13, 1])  # padded rows
+    assert strides_at_two((2, 0, 8), (8, 8, 1), 1) == ([2, 2, 8], [16, 8, 1])
+    assert strides_at_two((4, 0, 8), (8, 32, 1), 1) == ([4, 2, 8], [8, 32, 1])  # tokens outside

@@ -22,6 +22,7 @@ from .counters import counters
 from .cudagraphs import CUDAGraphRunner
 from .pieces import NotCached
 from .serialized import PiecewiseGraph
+from .signature import laid_out_for_two, static_signature
 
 logger = logging.getLogger("ir_piecewise")
 DynamicArgDims = Mapping[str, int | tuple[int, ...]]
@@ -36,16 +37,16 @@ class PiecewiseCompiled:
 
     The first call traces (Dynamo, ``fullgraph=True``) with the dynamic dims marked; later calls
     skip guard evaluation (or, with ``check_guards``, raise `RecompileError` where a guard
-    fails). Skipping guards is safe because every call's static signature (`static_signature`:
-    the sizes of every dimension but the dynamic ones, dtypes, devices, plain values) is compared
-    with the trace's: a call that differs (say, KV caches of another number of slots) runs a
-    trace of its own, made on its first such call, as a recompile would. With the compile cache
-    on, a module's trace is saved there too and a later process loads it instead of tracing
-    (`ir_piecewise.traces` says when a saved trace is used). With CUDA graphs, a call of
-    ``n <= max_capture_size`` tokens is padded to the next capture size, and outputs are sliced
-    back; captured outputs are valid until the next call. Padding rows hold `pad_values` where
-    given (say, -1 positions that a cache write skips), else what earlier calls left there
-    (zeros at first).
+    fails). Skipping guards is safe because every call's static signature
+    (`ir_piecewise.signature`: the sizes of every dimension but the dynamic ones, layouts,
+    dtypes, devices, plain values) is compared with the trace's: a call that differs (say, KV
+    caches of another number of slots) runs a trace of its own, made on its first such call, as
+    a recompile would. With the compile cache on, a module's trace is saved there too and a
+    later process loads it instead of tracing (`ir_piecewise.traces` says when a saved trace is
+    used). With CUDA graphs, a call of ``n <= max_capture_size`` tokens is padded to the next
+    capture size, and outputs are sliced back; captured outputs are valid until the next call.
+    Padding rows hold `pad_values` where given (say, -1 positions that a cache write skips),
+    else what earlier calls left there (zeros at first).
     """
 
     def __init__(
@@ -137,8 +138,8 @@ class PiecewiseCompiled:
         compiled = self._other_signatures.get(signature)
         if compiled is None:
             logger.info(
-                "ir_piecewise: %s called with inputs of other static sizes, dtypes or values "
-                "than its trace's; tracing for them (%d traces)",
+                "ir_piecewise: %s called with inputs of other static sizes, layouts, dtypes or "
+                "values than its trace's; tracing for them (%d traces)",
                 getattr(self.fn, "__qualname__", type(self.fn).__qualname__),
                 len(self._other_signatures) + 2,
             )
@@ -199,7 +200,7 @@ class PiecewiseCompiled:
         else:
             compiled = self._trace_ahead_of_time(bound, dynamic)
             if compiled is None:
-                return self._trace_with_dynamo(bound, dynamic)
+                return self._trace_with_dynamo(bound, dynamic, tried_ahead_of_time=True)
             # where the piece compiler cannot save its pieces (Inductor without its graph
             # cache), a trace whose pieces are missing is loaded only to be traced again
             compiler = self.config.compiler()
@@ -207,6 +208,30 @@ class PiecewiseCompiled:
                 traces.save_trace(self.trace_cache, key, compiled)
         compiled.disable_guard_check()
         self._forward = functools.partial(compiled, self.fn)
+        self.traced = True
+        return self._forward(*bound.args, **bound.kwargs)
+
+    def _trace_without_tokens(
+        self,
+        bound: inspect.BoundArguments,
+        dynamic: list[tuple[str, int]],
+        tried_ahead_of_time: bool = False,
+    ) -> Any:
+        """A first call of no tokens: traced ahead of time on an example of two, then run. Run
+        on the empty tensors, Dynamo would read the token count from a stride (the strides of
+        an empty tensor are made up) and hand the compiled code a count of rows the tensors do
+        not have. Where the function cannot be traced ahead of time, the call runs eagerly and
+        the next call traces."""
+        compiled = None if tried_ahead_of_time else self._trace_ahead_of_time(bound, dynamic)
+        if compiled is None:
+            logger.warning(
+                "ir_piecewise: running %s's first call, of no tokens, eagerly",
+                getattr(self.fn, "__qualname__", type(self.fn).__qualname__),
+            )
+            return self.fn(*bound.args, **bound.kwargs)
+        compiled.disable_guard_check()
+        fn = self.fn
+        self._forward = functools.partial(compiled, fn) if isinstance(fn, nn.Module) else compiled
         self.traced = True
         return self._forward(*bound.args, **bound.kwargs)
 
@@ -227,28 +252,31 @@ class PiecewiseCompiled:
     def _trace_ahead_of_time(
         self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]
     ) -> Any | None:
-        """Trace the module's forward into a saveable compiled function, or None (logged) where
-        Dynamo cannot."""
-        module = self.fn
-        assert isinstance(module, nn.Module)
+        """Trace the function (a module's forward) on an example of at least two tokens, without
+        running it, into a compiled function that takes the module first, or None (logged) where
+        Dynamo cannot. A program the IR passes refuse raises their refusal."""
+        fn = self.fn
+        target = fn.forward if isinstance(fn, nn.Module) else fn
         example = self._example_of_two(bound, dynamic)
         for name, dim in dynamic:
             torch._dynamo.mark_dynamic(example.arguments[name], dim)
         # torch 2.11 attaches `aot_compile` to compiled functions only with this flag on
         with torch._dynamo.config.patch(enable_aot_compile=True):
             forward = torch.compile(
-                module.forward, backend=self.backend, fullgraph=True, dynamic=False,
-                options=self._options,
-            )  # fmt: skip
+                target, backend=self.backend, fullgraph=True, dynamic=False, options=self._options
+            )
         self.backend.expecting_trace = True
         try:
             with fx_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
                 return forward.aot_compile((example.args, example.kwargs))  # type: ignore[attr-defined]
         except Exception as exc:
+            failed = torch._dynamo.exc.BackendCompilerFailed
+            inner = exc.inner_exception if isinstance(exc, failed) else exc
+            if isinstance(inner, ValueError):
+                raise  # the passes refuse the program (`refusals_unwrapped` unwraps it)
             logger.warning(
-                "ir_piecewise: could not trace %s ahead of time (%s: %s); tracing it without "
-                "saving the trace",
-                type(self.fn).__qualname__,
+                "ir_piecewise: could not trace %s ahead of time (%s: %s)",
+                getattr(fn, "__qualname__", type(fn).__qualname__),
                 type(exc).__name__,
                 exc,
             )
@@ -265,9 +293,7 @@ class PiecewiseCompiled:
         for name, dim in dynamic:
             value = arguments[name]
             if value.shape[dim] < 2:
-                shape = list(value.shape)
-                shape[dim] = 2
-                grown = value.new_zeros(shape)
+                grown = laid_out_for_two(value, dim).zero_()
                 grown.narrow(dim, 0, value.shape[dim]).copy_(value)
                 arguments[name] = grown
         return inspect.BoundArguments(self.signature, arguments)
@@ -282,12 +308,13 @@ class PiecewiseCompiled:
             torch._dynamo.mark_dynamic(value, dim, hint_override=hint)
 
     def _trace_with_dynamo(
-        self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]
+        self,
+        bound: inspect.BoundArguments,
+        dynamic: list[tuple[str, int]],
+        tried_ahead_of_time: bool = False,
     ) -> Any:
-        for name, dim in dynamic:
-            value = bound.arguments[name]
-            if value.shape[dim] == 0:
-                bound.arguments[name] = _empty_of_two(value, dim)
+        if any(bound.arguments[name].shape[dim] == 0 for name, dim in dynamic):
+            return self._trace_without_tokens(bound, dynamic, tried_ahead_of_time)
         self._mark_dynamic(bound, dynamic)
         self._forward = self.compiled
         self.backend.expecting_trace = True
@@ -357,42 +384,6 @@ class PiecewiseCompiled:
                 f"ir_piecewise: this call would need a recompile, so with guards dropped it "
                 f"would have run code traced for other inputs: {exc}"
             ) from exc
-
-
-def static_signature(
-    arguments: Mapping[str, Any], dynamic: list[tuple[str, int]]
-) -> tuple[Any, ...]:
-    """What a trace of a call with `arguments` is specialized to: the structure of each
-    argument, each tensor's sizes (the `dynamic` dims left out), dtype and device, and every
-    other leaf's value (plain values) or type."""
-    parts: list[Any] = []
-    for name, value in arguments.items():
-        dims = tuple(d for n, d in dynamic if n == name)
-        leaves, spec = pytree.tree_flatten(value)
-        parts.append(spec)
-        for leaf in leaves:
-            if isinstance(leaf, Tensor):
-                sizes = tuple(-1 if d in dims else s for d, s in enumerate(leaf.shape))
-                parts.append((sizes, leaf.dtype, leaf.device))
-            elif leaf is None or isinstance(leaf, (bool, int, float, str)):
-                parts.append((type(leaf), repr(leaf)))
-            else:
-                parts.append(type(leaf))
-    return tuple(parts)
-
-
-def _empty_of_two(value: Tensor, dim: int) -> Tensor:
-    """`value` (no elements along its dynamic `dim`) as an empty view of a tensor of 2 along
-    `dim`, with `value`'s strides from `dim` inward (rows padded as they are) and the outer
-    dimensions laid out around it. The strides outside an empty dimension describe no layout
-    (torch computes them as if it had size 1: a [2, 0, h] tensor has strides [h, h, 1]);
-    traced as they are, they would be baked into the compiled code, and every later call would
-    fail its stride check."""
-    shape, strides = list(value.shape), list(value.stride())
-    shape[dim] = 2
-    for d in range(dim - 1, -1, -1):
-        strides[d] = strides[d + 1] * shape[d + 1]
-    return value.new_empty_strided(shape, strides).narrow(dim, 0, 0)
 
 
 def _check_dims(signature: inspect.Signature, dims: DynamicArgDims | None) -> DynamicArgDims | None:

@@ -6,13 +6,12 @@ A saved trace is used only for what it was made for. Its key covers the compile 
 key (configuration, torch and Triton versions, IR selection state), the module's class, each
 submodule's plain attributes (numbers, strings, dataclasses such as a model config) and the
 shapes, dtypes and devices of its parameters, buffers and tensor attributes, and the inputs'
-structure, dtypes, devices and sizes (the dynamic dims excepted). On load, every function Dynamo
-traced must still have the source it had; anything else is traced again. Only modules are
-cached: what a plain function reads from closures and globals cannot be described.
+static signature (`ir_piecewise.signature`: structure, sizes but the dynamic dims, layouts,
+dtypes, devices, plain values). On load, every function Dynamo traced must still have the source
+it had; anything else is traced again. Only modules are cached: what a plain function reads from
+closures and globals cannot be described.
 """
 
-import dataclasses
-import enum
 import hashlib
 import importlib
 import inspect
@@ -24,24 +23,15 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils import _pytree as pytree
 
 from ._version import __version__
 from .cache import CompileCache
 from .serialized import PiecewiseGraph
+from .signature import is_plain, static_signature
 
 logger = logging.getLogger("ir_piecewise")
 #: bumped when what a saved trace holds changes
 TRACE_FORMAT = 1
-_PLAIN = (int, float, bool, str, type(None), enum.Enum, torch.dtype, torch.device)
-
-
-def _is_plain(value: Any) -> bool:
-    if isinstance(value, _PLAIN):
-        return True
-    if isinstance(value, tuple | list):
-        return all(_is_plain(v) for v in value)
-    return dataclasses.is_dataclass(value) and not isinstance(value, type)
 
 
 def _describe_tensor(value: Tensor, dynamic_dims: tuple[int, ...] = ()) -> str:
@@ -53,7 +43,7 @@ def _describe_tensor(value: Tensor, dynamic_dims: tuple[int, ...] = ()) -> str:
 def _describe_value(value: Any) -> str:
     if isinstance(value, Tensor):
         return _describe_tensor(value)
-    if _is_plain(value):
+    if is_plain(value):
         return repr(value)
     return f"<{type(value).__module__}.{type(value).__qualname__}>"
 
@@ -76,20 +66,6 @@ def describe_module(module: nn.Module) -> str:
     return "\n".join(lines)
 
 
-def describe_inputs(arguments: dict[str, Any], dynamic: list[tuple[str, int]]) -> str:
-    """The call's arguments by structure, dtype, device and size (dynamic dims as ``*``)."""
-    lines = []
-    for name, value in arguments.items():
-        dims = tuple(d for n, d in dynamic if n == name)
-        leaves, spec = pytree.tree_flatten(value)
-        described = [
-            _describe_tensor(v, dims) if isinstance(v, Tensor) else _describe_value(v)
-            for v in leaves
-        ]
-        lines.append(f"{name}: {spec} {described}")
-    return "\n".join(lines)
-
-
 def trace_key(
     global_key: str, module: nn.Module, arguments: dict[str, Any], dynamic: list[tuple[str, int]]
 ) -> str:
@@ -99,7 +75,7 @@ def trace_key(
             f"format {TRACE_FORMAT}, ir-piecewise {__version__}, python {sys.version_info[:2]}",
             global_key,
             describe_module(module),
-            describe_inputs(arguments, dynamic),
+            repr(static_signature(arguments, dynamic)),
             f"grad {torch.is_grad_enabled()}, inference {torch.is_inference_mode_enabled()}",
         )
     )
