@@ -66,6 +66,13 @@ def _layout(value: Tensor, dims: tuple[int, ...]) -> tuple[int, ...]:
     return strides
 
 
+def _tensor_part(leaf: Tensor, dims: tuple[int, ...]) -> tuple[Any, ...]:
+    if not dims:
+        return (leaf.shape, leaf.stride(), leaf.dtype, leaf.device, leaf.requires_grad)
+    sizes = tuple(-1 if d in dims else s for d, s in enumerate(leaf.shape))
+    return (sizes, _layout(leaf, dims), leaf.dtype, leaf.device, leaf.requires_grad)
+
+
 def static_signature(
     arguments: Mapping[str, Any], dynamic: list[tuple[str, int]]
 ) -> tuple[Any, ...]:
@@ -75,13 +82,18 @@ def static_signature(
     parts: list[Any] = []
     for name, value in arguments.items():
         dims = tuple(d for n, d in dynamic if n == name)
+        # computed on every call: tensors and lists of tensors (KV caches) skip pytree
+        if isinstance(value, Tensor):
+            parts.append(_tensor_part(value, dims))
+            continue
+        if type(value) in (list, tuple) and all(isinstance(v, Tensor) for v in value):
+            parts.append((type(value), tuple(_tensor_part(v, dims) for v in value)))
+            continue
         leaves, spec = pytree.tree_flatten(value)
         parts.append(spec)
         for leaf in leaves:
             if isinstance(leaf, Tensor):
-                sizes = tuple(-1 if d in dims else s for d, s in enumerate(leaf.shape))
-                layout = _layout(leaf, dims) if dims else leaf.stride()
-                parts.append((sizes, layout, leaf.dtype, leaf.device, leaf.requires_grad))
+                parts.append(_tensor_part(leaf, dims))
             elif is_plain(leaf):
                 parts.append((type(leaf), repr(leaf)))
             else:
