@@ -58,12 +58,17 @@ def laid_out_for_two(value: Tensor, dim: int) -> Tensor:
     return value.new_empty_strided(sizes, strides)
 
 
-def _layout(value: Tensor, dims: tuple[int, ...]) -> tuple[int, ...]:
+def _layout(value: Tensor, dims: tuple[int, ...]) -> tuple[int | None, ...]:
+    """The strides at two tokens along each of `dims`; None for another dimension of one
+    element, whose stride describes nothing."""
     shape, strides = tuple(value.shape), value.stride()
     for dim in dims:
         sizes, grown = strides_at_two(shape, strides, dim)
         shape, strides = tuple(sizes), tuple(grown)
-    return strides
+    return tuple(
+        None if n == 1 and d not in dims else s
+        for d, (n, s) in enumerate(zip(shape, strides, strict=True))
+    )
 
 
 def _tensor_part(leaf: Tensor, dims: tuple[int, ...]) -> tuple[Any, ...]:
