@@ -253,8 +253,9 @@ class PiecewiseCompiled:
         self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]
     ) -> Any | None:
         """Trace the function (a module's forward) on an example of at least two tokens, without
-        running it, into a compiled function that takes the module first, or None (logged) where
-        Dynamo cannot. A program the IR passes refuse raises their refusal."""
+        running it, into a compiled function (of a forward: one that takes the module first),
+        or None (logged) where Dynamo cannot. A program the IR passes refuse raises their
+        refusal."""
         fn = self.fn
         target = fn.forward if isinstance(fn, nn.Module) else fn
         example = self._example_of_two(bound, dynamic)
