@@ -377,8 +377,10 @@ class _Builder:
             f"lead_rank:{self.lead_rank}",
         }
         self.min_tokens = 0
-        self.table_rows = 0  # the rows of the cos/sin table of the step being drawn
-        # input name -> (parameter, shape, dtype, table rows for positions): what may share it
+        # what the index parameters of the step being drawn index: the rows of its cos/sin
+        # table (positions), the slots of its KV caches (slot mapping)
+        self.index_rows: dict[str, int] = {}
+        # input name -> (parameter, shape, dtype, rows it indexes): what may share it
         self.input_params: dict[str, tuple[str, tuple[int, ...], torch.dtype, int]] = {}
         self.ops = fuzzed_ops()
         self.variants: dict[str, list[dict[str, Any]]] = {}
@@ -405,7 +407,7 @@ class _Builder:
     def new_input(self, spec: InputSpec, tensor: Tensor) -> str:
         self.inputs.append(spec)
         self.env[spec.name] = tensor
-        rows = self.table_rows if spec.param == "positions" else 0
+        rows = self.index_rows.get(spec.param, 0)
         self.input_params[spec.name] = (spec.param, tuple(tensor.shape), tensor.dtype, rows)
         if self.is_row(tensor) and spec.param not in TABLES:
             self.pool[spec.name] = _Value(spec.name, tensor.shape[-1], 0, "")
@@ -504,7 +506,6 @@ class _Builder:
         """Draw one step and keep it if the op accepts it; False if drawn in vain."""
         op = self.choose_op()
         sample, anchor = self.choose_sample(op)
-        self.table_rows = dict(sample.options).get("max_position", 0)
         step_index = len(self.steps)
         try:
             args = sample_args(
@@ -513,6 +514,10 @@ class _Builder:
             op.check(op.normalize(args, {}))
         except (ValueError, TypeError, IndexError, RuntimeError):
             return False
+        self.index_rows = {"positions": dict(sample.options).get("max_position", 0)}
+        if op.mutates:  # a slot mapping fits caches of as many slots only
+            key_cache = args[op.parameter_names.index("key_cache")]
+            self.index_rows["slot_mapping"] = key_cache.shape[0] * key_cache.shape[1]
         share = 0.8 if self.want is not None and self.defect is None else 0.5
         inplace = op.allow_inplace and self.rng.random() < share
         plan = self.arguments(op, sample, args, step_index, inplace, anchor)
@@ -729,7 +734,7 @@ class _Builder:
     ) -> str:
         """A non-row tensor argument: an earlier input of the same parameter, shape and
         dtype (positions, tables, weights, caches shared between steps), or a fresh one."""
-        rows = self.table_rows if param == "positions" else 0  # positions index their table
+        rows = self.index_rows.get(param, 0)  # positions and slots index their table, cache
         shared = [
             name
             for name, key in self.input_params.items()
