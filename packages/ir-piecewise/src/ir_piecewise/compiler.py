@@ -140,7 +140,7 @@ class PiecewiseCompiled:
             logger.info(
                 "ir_piecewise: %s called with inputs of other static sizes, layouts, dtypes or "
                 "values than its trace's; tracing for them (%d traces)",
-                getattr(self.fn, "__qualname__", type(self.fn).__qualname__),
+                self._name(),
                 len(self._other_signatures) + 2,
             )
             compiled = PiecewiseCompiled(
@@ -187,7 +187,10 @@ class PiecewiseCompiled:
         return self.config.compile_cache()
 
     def _trace(self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]) -> Any:
+        without_tokens = any(bound.arguments[name].shape[dim] == 0 for name, dim in dynamic)
         if self.trace_cache is None:
+            if without_tokens:
+                return self._trace_without_tokens(bound, dynamic)
             return self._trace_with_dynamo(bound, dynamic)
         assert isinstance(self.fn, nn.Module)
         key = traces.trace_key(global_key(self.config), self.fn, dict(bound.arguments), dynamic)
@@ -200,40 +203,46 @@ class PiecewiseCompiled:
         else:
             compiled = self._trace_ahead_of_time(bound, dynamic)
             if compiled is None:
-                return self._trace_with_dynamo(bound, dynamic, tried_ahead_of_time=True)
+                if without_tokens:
+                    return self._run_eagerly(bound)
+                return self._trace_with_dynamo(bound, dynamic)
             # where the piece compiler cannot save its pieces (Inductor without its graph
             # cache), a trace whose pieces are missing is loaded only to be traced again
             compiler = self.config.compiler()
             if not compiler.compiles or compiler.saveable(self.trace_cache.root):
                 traces.save_trace(self.trace_cache, key, compiled)
+        return self._run_ahead_of_time(compiled, bound)
+
+    def _run_ahead_of_time(self, compiled: Any, bound: inspect.BoundArguments) -> Any:
+        """Make `compiled` (an ahead-of-time trace, saved, loaded or fresh) this function's
+        trace, and run the call on it."""
         compiled.disable_guard_check()
-        self._forward = functools.partial(compiled, self.fn)
+        fn = self.fn
+        self._forward = functools.partial(compiled, fn) if isinstance(fn, nn.Module) else compiled
         self.traced = True
         return self._forward(*bound.args, **bound.kwargs)
 
     def _trace_without_tokens(
-        self,
-        bound: inspect.BoundArguments,
-        dynamic: list[tuple[str, int]],
-        tried_ahead_of_time: bool = False,
+        self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]
     ) -> Any:
         """A first call of no tokens: traced ahead of time on an example of two, then run. Run
         on the empty tensors, Dynamo would read the token count from a stride (the strides of
         an empty tensor are made up) and hand the compiled code a count of rows the tensors do
         not have. Where the function cannot be traced ahead of time, the call runs eagerly and
         the next call traces."""
-        compiled = None if tried_ahead_of_time else self._trace_ahead_of_time(bound, dynamic)
+        compiled = self._trace_ahead_of_time(bound, dynamic)
         if compiled is None:
-            logger.warning(
-                "ir_piecewise: running %s's first call, of no tokens, eagerly",
-                getattr(self.fn, "__qualname__", type(self.fn).__qualname__),
-            )
-            return self.fn(*bound.args, **bound.kwargs)
-        compiled.disable_guard_check()
+            return self._run_eagerly(bound)
+        return self._run_ahead_of_time(compiled, bound)
+
+    def _run_eagerly(self, bound: inspect.BoundArguments) -> Any:
+        """A first call of no tokens that cannot be traced ahead of time: run without a trace."""
+        logger.warning("ir_piecewise: running %s's first call, of no tokens, eagerly", self._name())
+        return self.fn(*bound.args, **bound.kwargs)
+
+    def _name(self) -> str:
         fn = self.fn
-        self._forward = functools.partial(compiled, fn) if isinstance(fn, nn.Module) else compiled
-        self.traced = True
-        return self._forward(*bound.args, **bound.kwargs)
+        return str(getattr(fn, "__qualname__", type(fn).__qualname__))
 
     def _build_loaded(self, compiled: Any) -> bool:
         """Build a loaded trace's pieces from the compile cache; False if one is missing."""
@@ -277,7 +286,7 @@ class PiecewiseCompiled:
                 raise  # the passes refuse the program (`refusals_unwrapped` unwraps it)
             logger.warning(
                 "ir_piecewise: could not trace %s ahead of time (%s: %s)",
-                getattr(fn, "__qualname__", type(fn).__qualname__),
+                self._name(),
                 type(exc).__name__,
                 exc,
             )
@@ -309,13 +318,8 @@ class PiecewiseCompiled:
             torch._dynamo.mark_dynamic(value, dim, hint_override=hint)
 
     def _trace_with_dynamo(
-        self,
-        bound: inspect.BoundArguments,
-        dynamic: list[tuple[str, int]],
-        tried_ahead_of_time: bool = False,
+        self, bound: inspect.BoundArguments, dynamic: list[tuple[str, int]]
     ) -> Any:
-        if any(bound.arguments[name].shape[dim] == 0 for name, dim in dynamic):
-            return self._trace_without_tokens(bound, dynamic, tried_ahead_of_time)
         self._mark_dynamic(bound, dynamic)
         self._forward = self.compiled
         self.backend.expecting_trace = True
