@@ -5,11 +5,10 @@ own: the same structure, dtypes, devices and plain values, the same sizes but in
 dims, and the same layout. The layout is compared as it would be at two tokens
 (`strides_at_two`): the strides of a dimension of one element, and those outside an empty one,
 describe no layout (torch computes them as if the dimension had one element: a [2, 0, h]
-tensor has strides [h, h, 1], a column-major [1, h] one [1, 1]). A trace made on a call of
-no tokens sees an empty view of a tensor laid out for two (`laid_out_for_two`): the strides
-as they are would be baked into the compiled code, and the later calls would fail its stride
-checks. (A call of one token is traced as it is: Dynamo reads the strides of a dimension of
-one element as products of the sizes, as at any other count.)
+tensor has strides [h, h, 1], a column-major [1, h] one [1, 1]). An ahead-of-time trace (and
+a first call of no tokens is traced that way) is made on an example grown to two tokens in that
+layout (`laid_out_for_two`). (A call of one token is traced as it is: Dynamo reads the strides
+of a dimension of one element as products of the sizes, as at any other count.)
 """
 
 import dataclasses
