@@ -117,3 +117,43 @@ def test_a_cache_store_counts_only_the_slots_it_writes() -> None:
     moved = min_traffic_bytes(op, (key, value, key_cache, value_cache, slots), ())
     row = 64 * key.element_size()
     assert moved == 2 * 9 * row + slots.numel() * slots.element_size() + 2 * real * row
+
+
+def test_several_models_get_a_model_column_and_headings_of_their_own(tmp_path: Path) -> None:
+    result = results.new_result(
+        "profile",
+        "profile of a made-up run",
+        results.Device("Made-up GPU", "made-up", "cuda"),
+        {"model": "tiny", "iters": 2, "hf": ["llama"]},
+        profile.KEY,
+        profile.METRICS,
+    )
+    result.facts = {"copy_bandwidth_gbps": 3000.0, "dense_bf16_tflops": 700.0}
+    for model, us in (("tiny", 50.0), ("transformers llama", 70.0)):
+        result.rows += [
+            {"model": model, "workload": "decode b=1", "category": "step", "us": us,
+             "kernels": 30, "graph_step_ms": us / 1e3, "floor_ms": 0.04},
+            {"model": model, "workload": "decode b=1", "category": "other", "us": us,
+             "kernels": 30, "share": 1.0},
+        ]  # fmt: skip
+    path = results.save(result, tmp_path)
+    table = path.with_suffix(".md").read_text()
+    assert "| model | workload | graph step (ms) |" in table
+    assert "| transformers llama | decode b=1 | 0.07 | 70 |" in table
+    tiny, llama = table.index("## tiny: decode b=1"), table.index("## transformers llama: decode")
+    assert tiny < llama
+    assert "| other | 70 | 100.0 % |" in table[llama:]
+    assert "the ir_stack backend, reduce-overhead" in table
+    assert path.with_suffix(".png").stat().st_size > 0
+
+
+def test_a_tied_output_projection_is_read_whole_and_the_table_a_row_a_token() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, vocab_size=100, tie_word_embeddings=True,
+    )  # fmt: skip
+    model = transformers.LlamaForCausalLM(config)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    layers = sum(p.numel() for p in model.model.layers.parameters()) + 32  # + the final norm
+    assert profile.weight_bytes(model, tokens=2) == 4 * (layers + 100 * 32 + 2 * 32)

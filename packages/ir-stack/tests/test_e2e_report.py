@@ -76,3 +76,21 @@ def test_its_command_line_renders_a_result(tmp_path: Path) -> None:
     path = results.save(result, tmp_path, render_too=False)
     assert e2e_report.main([str(path)]) == 0
     assert path.with_suffix(".md").read_text() == e2e_report.markdown(result)
+
+
+def test_a_converted_transformers_model_says_what_its_errors_are_against_and_what_did_not_run() -> (
+    None
+):
+    result = e2e_result()
+    model = "transformers llama, Llama 3.2 1B shape"
+    result.rows += [
+        row("hf eager", "decode b=1", 9.0, model=model),
+        row("ir_stack", "decode b=1", 1.0, model=model),
+    ]
+    why = "RuntimeError: operation not permitted when stream is capturing"
+    result.facts["hf"] = {"llama": {"model": model, "not_run": {"full CUDA graph": why}}}
+    table = e2e_report.markdown(result)
+    assert "the converted transformers models' against the original model in eager mode" in table
+    section = table[table.index(f"## {model}") :]
+    assert f"- full CUDA graph: not run ({why})." in section
+    assert "not run" not in table[: table.index(f"## {model}")]

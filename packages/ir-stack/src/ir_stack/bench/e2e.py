@@ -33,6 +33,13 @@ each fired (``fusions_fired``, in the pieces compiled: identical layers compile 
 batches ``--fusion-batches`` (1 and 32 on a GPU) and a ``--fusion-prefill`` prompt (2048
 tokens); ``--no-fusion-rows`` leaves them out.
 
+Then converted transformers models (``--hf``, on a GPU Llama and Qwen3 at the shapes of Llama
+3.2 1B and Qwen3 1.7B, random weights; `ir_stack.bench.hf_steps`), the same workloads over
+transformers' static cache: ``hf eager`` (the original, the reference of these rows' errors),
+stock ``torch.compile`` reduce-overhead of the original, ``ir_stack`` (the converted model
+through the Dynamo backend, ``mode="reduce-overhead"``) and the full CUDA graph of the converted
+eager model.
+
 Decode steps attend over `context` cached positions (random keys and values); prefill is one
 sequence of `prefill` tokens. Each time is the mean of `iters` back-to-back calls after warm-up
 calls (`ir_stack.bench.timing.mean_ms`). On the CPU (float32, the tiny model by default) the
@@ -101,8 +108,10 @@ FUSION_MODES: dict[str, dict[str, Any]] = {
         "enable_qk_norm_rope_fusion": False,
     },
 }
+#: the converted transformers models' reference mode: the original model, eager
+HF_EAGER = "hf eager"
 #: every mode, in the order of the result's rows
-ALL_MODES = (*MODES, *EXTRA_MODES, *FUSION_MODES)
+ALL_MODES = (HF_EAGER, *MODES, *EXTRA_MODES, *FUSION_MODES)
 #: the fusion rows' defaults on a GPU and on the CPU: model, decode batches, prefill tokens
 FUSION_SIZES = {"cuda": (QWEN3_4B, "1,32", 2048), "cpu": (QWEN3_TINY, "1,2", 16)}
 KEY = ["model", "mode", "workload"]
@@ -213,7 +222,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="fuse where the fused op would run natively too (always on the CPU)",
     )
+    add_hf_args(parser)
     args = parser.parse_args(argv)
+    args.hf = parse_hf(parser, args.hf, args.hf_layers)
     unknown = set(args.modes.split(",")) - {*MODES, *EXTRA_MODES}
     if unknown:
         parser.error(
@@ -236,6 +247,56 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.fusion_layers < 1:
         parser.error(f"--fusion-layers {args.fusion_layers}: expected a positive number")
     return args
+
+
+def add_hf_args(parser: argparse.ArgumentParser) -> None:
+    """The options naming the converted transformers models (shared with ``profile``)."""
+    parser.add_argument(
+        "--hf",
+        help="converted transformers models, some of llama,qwen3 ('' for none; default: both "
+        "on a GPU where transformers is installed, none on the CPU)",
+    )
+    parser.add_argument("--hf-layers", type=int, help="their layers (default: each checkpoint's)")
+
+
+def parse_hf(parser: argparse.ArgumentParser, text: str | None, layers: int | None) -> list[str]:
+    """The transformers families of ``--hf`` (see its help); `parser` reports a bad one."""
+    if text is None:
+        try:
+            import transformers  # noqa: F401
+        except ImportError:
+            return []
+        text = "llama,qwen3" if torch.cuda.is_available() else ""
+    families = [f for f in text.split(",") if f]
+    from .hf_steps import SHAPES
+
+    unknown = sorted(set(families) - set(SHAPES))
+    if unknown:
+        parser.error(f"--hf {text!r}: unknown {unknown}; expected some of {sorted(SHAPES)}")
+    if families and not torch.cuda.is_available():
+        parser.error(f"--hf {text!r}: the converted transformers models run on a GPU")
+    if layers is not None and layers < 1:
+        parser.error(f"--hf-layers {layers}: expected a positive number")
+    return families
+
+
+def hf_rows(
+    args: argparse.Namespace,
+    family: str,
+    workloads: Sequence[Workload],
+    mode_done: Callable[[list[dict[str, Any]]], None],
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The rows of `family`'s converted transformers model (`ir_stack.bench.hf_steps`), and
+    its facts: the parts converted, and the modes that could not run with the reason."""
+    from . import hf_steps
+    from .hf_families import convert
+
+    name = hf_steps.model_name(family, args.hf_layers)
+    model = hf_steps.build_model(family, args.hf_layers)
+    setup = hf_steps.prepare(name, model, lambda m: convert(family, m), workloads, args.context)
+    rows, missing = hf_steps.run_modes(setup, hf_steps.MODES, args.iters, mode_done)
+    facts = {"model": name, "converted": setup.conversion, "not_run": missing}
+    return rows, facts
 
 
 def model_config(args: argparse.Namespace) -> LlamaConfig:
@@ -511,17 +572,28 @@ def make_mode(
     return lambda w, ids, pos, cache: forward(ids, pos, cache)
 
 
+#: the parameters a result must share with the run that ``--append`` adds to it: the main
+#: model and its sizes (the fusion and transformers rows may come from runs of their own)
+APPEND_KEYS = ("model", "batches", "prefill", "context", "iters")
+
+
 def merge_previous(result: results.Result, path: Path) -> list[dict[str, Any]]:
-    """The rows of an earlier result at `path` (same model, device and sizes) to keep beside
-    the modes run now; ValueError where it holds another run."""
+    """The rows of an earlier result at `path` (same device, model and sizes) to keep beside
+    the modes run now, whose parameters and facts `result` takes beside its own; ValueError
+    where it holds another run."""
     if not path.exists():
         return []
     previous = results.load(path)
-    if previous.params != result.params or previous.device != result.device:
+    mine = {key: result.params.get(key) for key in APPEND_KEYS}
+    if {key: previous.params.get(key) for key in APPEND_KEYS} != mine or (
+        previous.device != result.device
+    ):
         raise ValueError(
             f"--append: {path} holds a run of another device, model or size ({previous.params}); "
-            f"expected {result.params}"
+            f"expected {mine}"
         )
+    result.params = {**previous.params, **result.params}
+    result.facts = {**previous.facts, **result.facts}
     return [r for r in previous.rows if r["mode"] in ALL_MODES]
 
 
@@ -546,7 +618,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             | {"fusion_prefill": args.fusion_prefill, "force_fusion": args.force_fusion}
             if args.fusion_rows
             else {}
-        ),
+        )
+        | ({"hf": args.hf, "hf_layers": args.hf_layers} if args.hf else {}),
         KEY,
         METRICS,
     )
@@ -574,12 +647,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="ir-stack-e2e-") as cache:
         args.cache = Path(cache)  # ir-piecewise's compile cache, fresh for this run
-        done_rows += run_modes(args, build_setup(args, device), write)
+        main_setup = build_setup(args, device)
+        done_rows += run_modes(args, main_setup, write)
         write([])
         if args.fusion_rows:
             setup = build_setup(args, device, qwen3, args.fusion_batches, args.fusion_prefill)
             modes = list(FUSION_MODES)
-            write(run_modes(args, setup, write, modes=modes, model_name=fusion_name))
+            done_rows += run_modes(args, setup, write, modes=modes, model_name=fusion_name)
+            write([])
+        del main_setup.decode_cache[:], main_setup.prefill_cache[:]
+        for family in args.hf:
+            rows, facts = hf_rows(args, family, main_setup.workloads, write)
+            done_rows += rows
+            result.facts.setdefault("hf", {})[family] = facts
+            write([])
     print(results.render(result, path).read_text())
     return 0
 

@@ -54,6 +54,7 @@ def model_table(result: Result, model: str) -> list[str]:
             "",
         ]
     lines += target_lines(cells, workloads)
+    lines += not_run_lines(result, model)
     lines += fusion_lines(rows, cells, workloads)
     lines += autotune_lines(rows, cells, workloads)
     return lines
@@ -79,6 +80,15 @@ def autotune_lines(
     lines.append(f"- choices changed: {len(changed)}" + (":" if changed else "."))
     lines += [f"  - {line}" for line in changed]
     return [*lines, ""]
+
+
+def not_run_lines(result: Result, model: str) -> list[str]:
+    """The modes a converted transformers model could not run, with the reason (its facts'
+    ``not_run``)."""
+    hf: dict[str, dict[str, Any]] = result.facts.get("hf", {})
+    facts = next((f for f in hf.values() if f.get("model") == model), {})
+    lines = [f"- {mode}: not run ({why})." for mode, why in facts.get("not_run", {}).items()]
+    return [*lines, ""] if lines else []
 
 
 #: the mode the rotary fusions' modes are held against
@@ -137,7 +147,13 @@ def markdown(result: Result) -> str:
         f"Milliseconds a call (mean of {p.get('iters')} back-to-back calls, timed with "
         f"{result.facts.get('timed_with', 'CUDA events')}); decode steps attend over "
         f"{p.get('context')} cached positions. In parentheses: max |error| of the logits "
-        f"against {result.facts.get('errors_against', 'eager native')}."
+        f"against {result.facts.get('errors_against', 'eager native')}"
+        + (
+            "; the converted transformers models' against the original model in eager mode "
+            "(hf eager)."
+            if any(r["mode"] == "hf eager" for r in result.rows)
+            else "."
+        )
     )
     lines = results.header(result, method)
     for model in models(result):

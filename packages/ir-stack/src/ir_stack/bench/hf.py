@@ -332,7 +332,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
     parser = common.parser("hf", (__doc__ or "").split("\n")[0])
     parser.add_argument(
-        "--families", default="llama", help=f"some of {', '.join(sorted(FAMILIES))}"
+        "--families",
+        default="llama",
+        help=f"some of {', '.join(sorted(FAMILIES))} ('' for none: the fusion rows alone)",
     )
     parser.add_argument("--layers", type=int, help="default: each family's own (4 with --quick)")
     parser.add_argument("--eager-only", action="store_true", help="only the eager forward ways")
@@ -372,7 +374,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="fuse where the fused op would run natively too",
     )
     args = parser.parse_args(argv)
-    args.families = args.families.split(",")
+    args.families = [family for family in args.families.split(",") if family]
     unknown = sorted(set(args.families) - set(FAMILIES))
     if unknown:
         parser.error(f"--families: unknown {unknown}; expected some of {sorted(FAMILIES)}")
@@ -438,8 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result.rows += rows
         result.facts = {"families": families}
         results.save(result, args.out, render_too=False)
-    family = args.families[0]
-    for batch in args.generate_batches:
+    for batch in args.generate_batches if args.families else []:
+        family = args.families[0]
         layers = args.layers or (4 if args.quick else default_layers(family))
         result.rows += generate_rows(
             family, layers, batch, args.prompt, args.new, args.rounds, kernels_first()

@@ -232,13 +232,15 @@ def default_layers(family: str) -> int:
     return int(config.num_hidden_layers)
 
 
-def build(family: str, layers: int) -> Any:
-    """A `family` model of its checkpoint's shape with `layers` layers, random weights, bf16, on
-    the GPU; its norms' weights drawn at random too, so that a norm applied wrongly shows."""
+def build(family: str, layers: int, *, shape: dict[str, Any] | None = None) -> Any:
+    """A `family` model of its checkpoint's shape (or of `shape`) with `layers` layers, random
+    weights, bf16, on the GPU; its norms' weights drawn at random too, so that a norm applied
+    wrongly shows."""
     import transformers
 
     torch.manual_seed(0)
-    config_name, model_name, shape, _ = FAMILIES[family]
+    config_name, model_name, default_shape, _ = FAMILIES[family]
+    shape = default_shape if shape is None else shape
     options: dict[str, Any] = {**shape, "num_hidden_layers": layers}
     if family == "gemma3":  # every sixth layer global
         options["layer_types"] = [

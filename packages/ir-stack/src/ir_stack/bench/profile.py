@@ -2,12 +2,15 @@
 
 For each workload of the reference model (decode steps over cached positions, a prefill), the
 model compiled by ``ir_stack.compile`` without CUDA graphs runs under ``torch.profiler`` so
-every kernel is seen; the kernels' time a step is summed by category (`CATEGORIES`: matrix
-products, attention, the IR ops' kernels, KV-cache writes, Inductor's fused code, other),
-with the kernels a step launches. Beside it, in the same run:
+every kernel is seen (and the same for converted transformers models, ``--hf``: the converted
+model through the ``ir_stack`` Dynamo backend over transformers' static cache, as the ``e2e``
+suite runs it, `ir_stack.bench.hf_steps`); the kernels' time a step is summed by category
+(`CATEGORIES`: matrix products, attention, the IR ops' kernels, KV-cache writes, Inductor's
+fused code, other), with the kernels a step launches. Beside it, in the same run:
 
 - the graph-replayed step: the model compiled with ``FULL_AND_PIECEWISE`` (decode steps replay
-  as one CUDA graph), the mean of back-to-back steps;
+  as one CUDA graph; a transformers model: the backend with ``mode="reduce-overhead"``), the
+  mean of back-to-back steps;
 - the weight-read floor of a decode step: the bytes of the weights the step reads (every
   parameter but the embedding table, of which a step reads one row a token) over the measured
   device copy bandwidth;
@@ -15,6 +18,7 @@ with the kernels a step launches. Beside it, in the same run:
 
     ir-stack bench --only profile [--model 1b|tiny] [--quick]
     python -m ir_stack.bench.profile --out DIR [--batches 1,32] [--prefill 2048] [--context 512]
+        [--hf llama,qwen3] [--hf-layers N]
 
 Writes ``DIR/profile-<device>.json``, ``.md`` and ``.png``. CUDA GPUs only.
 """
@@ -211,97 +215,159 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = common.parser("profile", (__doc__ or "").split("\n")[0])
     e2e.add_model_args(parser)
     parser.add_argument("--iters", type=int, help="steps profiled and timed (default: by model)")
+    e2e.add_hf_args(parser)
     args = parser.parse_args(argv)
     e2e.resolve_sizes(parser, args)
+    args.hf = e2e.parse_hf(parser, args.hf, args.hf_layers)
     return args
 
 
 def run(args: argparse.Namespace) -> results.Result:
-    """Profile every workload of the reference model; the result (not yet saved)."""
+    """Profile every workload of the reference model and of the converted transformers models
+    of ``--hf``; the result (not yet saved)."""
     device = torch.device("cuda")
     common.load_providers()
     setup = e2e.build_setup(args, device)
     model = e2e.build_model(setup)
-    config = setup.config
     bandwidth = timing.copy_bandwidth_gbps()
     tflops = dense_matrix_tflops(setup.dtype)
     name = args.model + (" fp8" if args.fp8 else "")
+    also = " and converted transformers models" if args.hf else ""
     result = results.new_result(
         "profile",
-        f"Where a step's GPU time goes: the {name} reference model, bfloat16",
+        f"Where a step's GPU time goes: the {name} reference model{also}, bfloat16",
         results.current_device("cuda"),
         {"model": name, "batches": args.batches, "prefill": args.prefill}
-        | {"context": args.context, "iters": args.iters},
+        | {"context": args.context, "iters": args.iters}
+        | ({"hf": args.hf, "hf_layers": args.hf_layers} if args.hf else {}),
         KEY,
         METRICS,
     )
     result.facts = {"copy_bandwidth_gbps": bandwidth, "dense_bf16_tflops": tflops}
-    ir_names = ir_kernel_names()
+    measure = functools.partial(
+        workload_rows, iters=args.iters, bandwidth=bandwidth, tflops=tflops, device=device
+    )
     with tempfile.TemporaryDirectory(prefix="ir-stack-profile-") as cache, torch.no_grad():
         profiled = ir_stack_compile(model, e2e.piecewise_config(CUDAGraphMode.NONE, Path(cache)))
         replayed = ir_stack_compile(
             model, e2e.piecewise_config(CUDAGraphMode.FULL_AND_PIECEWISE, Path(cache))
         )
         for w in setup.workloads:
-            ids, positions = setup.inputs[w.name]
-            kv = setup.cache_for(w)
-            events = profile_kernels(functools.partial(profiled, ids, positions, kv), args.iters)
-            parts = breakdown(events, args.iters, ir_names)
-            step_ms = timing.mean_ms(
-                functools.partial(replayed, ids, positions, kv), device, args.iters
-            )
-            tokens = w.batch * w.tokens
-            summary: dict[str, Any] = {
-                "model": name,
-                "workload": w.name,
-                "category": "step",
-                "us": parts.total_us,
-                "kernels": sum(parts.kernels.values()),
-                "graph_step_ms": step_ms,
-            }
-            if w.is_decode:
-                floor = weight_bytes(model, tokens) / (bandwidth * 1e9) * 1e3
-                summary |= {"floor_ms": floor, "step_over_floor": step_ms / floor}
-            else:
-                flops = matrix_flops(model, tokens, w.tokens, config.hidden_size)
-                summary |= {
-                    "model_tflops": flops / (step_ms * 1e-3) / 1e12,
-                    "fraction_of_dense": flops / (step_ms * 1e-3) / 1e12 / tflops,
-                }
-            result.rows.append(summary)
-            for kind in CATEGORIES:
-                if kind in parts.us:
-                    result.rows.append(
-                        {
-                            "model": name,
-                            "workload": w.name,
-                            "category": kind,
-                            "us": parts.us[kind],
-                            "kernels": parts.kernels[kind],
-                            "share": parts.us[kind] / parts.total_us,
-                            "top_kernels": "; ".join(
-                                f"{short_name(n)} {t:.1f}" for n, t in parts.top[kind]
-                            ),
-                        }
-                    )
-            print(f"{w.name:>14}: graph step {step_ms:.3f} ms, kernels {parts.total_us:.0f} µs")
+            call = (*setup.inputs[w.name], setup.cache_for(w))
+            width = setup.config.num_heads * setup.config.head_dim
+            result.rows += measure(
+                name, w, functools.partial(profiled, *call), functools.partial(replayed, *call),
+                model, width,
+            )  # fmt: skip
+    del model, profiled, replayed, setup
+    for family in args.hf:
+        result.rows += hf_rows(args, family, measure)
     return result
+
+
+def hf_rows(
+    args: argparse.Namespace, family: str, measure: Callable[..., list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """The rows of `family`'s converted transformers model, on the reference's workloads."""
+    from . import hf_steps
+    from .hf_families import convert
+
+    name = hf_steps.model_name(family, args.hf_layers)
+    original = hf_steps.build_model(family, args.hf_layers)
+    workloads = e2e.build_setup(args, torch.device("cuda")).workloads
+    setup = hf_steps.prepare(name, original, lambda m: convert(family, m), workloads, args.context)
+    del original, setup.model  # the original model is not profiled
+    config = setup.converted.config
+    width = config.num_attention_heads * getattr(
+        config, "head_dim", config.hidden_size // config.num_attention_heads
+    )
+    rows: list[dict[str, Any]] = []
+    with torch.no_grad():
+        profiled = hf_steps.ir_stack_steps(setup, graphs=False)
+        replayed = hf_steps.ir_stack_steps(setup, graphs=True)
+        for w in setup.workloads:
+            rows += measure(
+                name, w, functools.partial(profiled, w), functools.partial(replayed, w),
+                setup.converted, width,
+            )  # fmt: skip
+    return rows
+
+
+def workload_rows(
+    name: str,
+    w: e2e.Workload,
+    profiled: Callable[[], Any],
+    replayed: Callable[[], Any],
+    model: torch.nn.Module,
+    width: int,
+    *,
+    iters: int,
+    bandwidth: float,
+    tflops: float,
+    device: torch.device,
+) -> list[dict[str, Any]]:
+    """A workload's rows: its step (kernel time and launches of `profiled`, the time of
+    `replayed`, the floor or the matrix throughput of `model`, whose attention is `width` wide)
+    and its kernel time by category."""
+    parts = breakdown(profile_kernels(profiled, iters), iters, ir_kernel_names())
+    step_ms = timing.mean_ms(replayed, device, iters)
+    tokens = w.batch * w.tokens
+    summary: dict[str, Any] = {
+        "model": name,
+        "workload": w.name,
+        "category": "step",
+        "us": parts.total_us,
+        "kernels": sum(parts.kernels.values()),
+        "graph_step_ms": step_ms,
+    }
+    if w.is_decode:
+        floor = weight_bytes(model, tokens) / (bandwidth * 1e9) * 1e3
+        summary |= {"floor_ms": floor, "step_over_floor": step_ms / floor}
+    else:
+        achieved = matrix_flops(model, tokens, w.tokens, width) / (step_ms * 1e-3) / 1e12
+        summary |= {"model_tflops": achieved, "fraction_of_dense": achieved / tflops}
+    rows = [summary]
+    for kind in CATEGORIES:
+        if kind in parts.us:
+            rows.append(
+                {
+                    "model": name,
+                    "workload": w.name,
+                    "category": kind,
+                    "us": parts.us[kind],
+                    "kernels": parts.kernels[kind],
+                    "share": parts.us[kind] / parts.total_us,
+                    "top_kernels": "; ".join(
+                        f"{short_name(n)} {t:.1f}" for n, t in parts.top[kind]
+                    ),
+                }
+            )
+    print(f"{name} {w.name:>14}: graph step {step_ms:.3f} ms, kernels {parts.total_us:.0f} µs")
+    return rows
 
 
 def markdown(result: results.Result) -> str:
     """A table of steps against their floors, then each workload's breakdown by category."""
     facts = result.facts
     method = (
-        f"Kernel time a step from torch.profiler (compiled, no CUDA graphs); the step replayed "
-        f"as CUDA graphs (FULL_AND_PIECEWISE), mean of {result.params.get('iters')} steps. "
+        "Kernel time a step from torch.profiler (compiled, no CUDA graphs); the step replayed "
+        "as CUDA graphs (FULL_AND_PIECEWISE"
+        + (
+            "; a converted transformers model: the ir_stack backend, reduce-overhead"
+            if result.params.get("hf")
+            else ""
+        )
+        + f"), mean of {result.params.get('iters')} steps. "
         f"Copy bandwidth {results.number(facts.get('copy_bandwidth_gbps'))} GB/s, dense bf16 "
         f"matrix throughput {results.number(facts.get('dense_bf16_tflops'))} TFLOP/s, measured "
         "in the same run."
     )
     lines = results.header(result, method)
     steps = [r for r in result.rows if r["category"] == "step"]
+    several = len({r["model"] for r in steps}) > 1
     lines += results.table(
         [
+            *(["model"] if several else []),
             "workload",
             "graph step (ms)",
             "kernels (µs)",
@@ -313,6 +379,7 @@ def markdown(result: results.Result) -> str:
         ],
         (
             [
+                *([r["model"]] if several else []),
                 r["workload"],
                 results.number(r.get("graph_step_ms")),
                 results.number(r.get("us")),
@@ -324,13 +391,16 @@ def markdown(result: results.Result) -> str:
             ]
             for r in steps
         ),
-        "lrrrrrrr",
+        ("l" if several else "") + "lrrrrrrr",
     )
     for step in steps:
         parts = [
-            r for r in result.rows if r["workload"] == step["workload"] and r["category"] != "step"
+            r
+            for r in result.rows
+            if (r["model"], r["workload"]) == (step["model"], step["workload"])
+            and r["category"] != "step"
         ]
-        lines.append(f"## {step['workload']}\n")
+        lines.append(f"## {label(step, several)}\n")
         lines += results.table(
             ["category", "µs a step", "share", "kernels", "longest kernels (µs a step)"],
             (
@@ -349,21 +419,29 @@ def markdown(result: results.Result) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def label(row: Mapping[str, Any], with_model: bool) -> str:
+    """A workload's name in headings and on the plot, with its model's where several are."""
+    return f"{row['model']}: {row['workload']}" if with_model else str(row["workload"])
+
+
 def plot(result: results.Result, out: Path) -> None:
     """Stacked kernel time by category, a bar a workload (PNG)."""
     import matplotlib.pyplot as plt
 
-    workloads = [r["workload"] for r in result.rows if r["category"] == "step"]
+    several = len({r["model"] for r in result.rows}) > 1
+    workloads = [label(r, several) for r in result.rows if r["category"] == "step"]
     shares: Mapping[tuple[str, str], float] = {
-        (r["workload"], r["category"]): r["us"] for r in result.rows if r["category"] != "step"
+        (label(r, several), r["category"]): r["us"] for r in result.rows if r["category"] != "step"
     }
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(8 + 1.5 * several * len(workloads) / 4, 4.5))
     bottom = [0.0] * len(workloads)
     for kind in CATEGORIES:
         heights = [shares.get((w, kind), 0.0) / 1e3 for w in workloads]
         ax.bar(workloads, heights, bottom=bottom, label=kind)
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
     ax.set_ylabel("kernel time a step (ms)")
+    if several:
+        ax.tick_params(axis="x", labelrotation=30, labelsize=7)
     ax.set_title(f"{result.params.get('model')} on {result.device.name}")
     ax.legend(fontsize=7)
     fig.tight_layout()

@@ -1,0 +1,92 @@
+"""The converted transformers models' workloads of the e2e and profile suites
+(`ir_stack.bench.hf_steps`), on the CPU with tiny models: repeatable steps over a static cache
+holding random positions, and every mode's logits those of the original model."""
+
+from typing import Any
+
+import pytest
+import torch
+
+from ir_stack.bench import hf_steps
+from ir_stack.bench.e2e import Workload
+
+transformers = pytest.importorskip("transformers")
+
+SIZES = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "vocab_size": 128,
+    "max_position_embeddings": 64,
+}
+WORKLOADS = [
+    Workload("decode b=1", 1, 1),
+    Workload("decode b=2", 2, 1),
+    Workload("prefill 8", 1, 8),
+]
+CONTEXT = 12
+
+
+def tiny(family: str, workloads: list[Workload] = WORKLOADS) -> tuple[Any, hf_steps.HFSetup]:
+    from ir_stack.bench.hf_families import convert
+
+    classes = {"llama": "Llama", "qwen3": "Qwen3"}[family]
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{classes}Config")(**SIZES)
+    model = getattr(transformers, f"{classes}ForCausalLM")(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(0.5, 1.5)  # a norm applied wrongly shows
+    setup = hf_steps.prepare(family, model, lambda m: convert(family, m), workloads, CONTEXT)
+    return model, setup
+
+
+def test_a_decode_step_repeats_and_reads_the_random_positions_of_its_cache() -> None:
+    _, setup = tiny("llama")
+    step = hf_steps.make_mode(hf_steps.REFERENCE, setup)
+    decode = WORKLOADS[0]
+    with torch.no_grad():
+        first = step(decode)
+        assert first is not None
+        first = first.clone()
+        again = step(decode)
+        cache = setup.caches[decode.name]
+        assert cache.layers[0].keys.shape[-2] == CONTEXT + 1
+        cache.layers[0].keys[:, :, : CONTEXT // 2].mul_(-1)  # other keys: other logits
+        changed = step(decode)
+    torch.testing.assert_close(again, first, rtol=0, atol=0)
+    assert changed is not None
+    assert not torch.allclose(changed, first)
+
+
+def test_the_original_and_the_converted_copy_stay_apart() -> None:
+    model, setup = tiny("qwen3")
+    assert setup.converted is not model
+    assert setup.conversion == {"norms": 9, "mlps": 2, "experts": 0, "attentions": 2}
+    packages = {type(m).__module__.split(".")[0] for m in model.modules()}
+    assert "ir_stack" not in packages, "the original keeps transformers' modules"
+    assert "ir_stack" in {type(m).__module__.split(".")[0] for m in setup.converted.modules()}
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_every_mode_gives_the_original_models_logits(family: str) -> None:
+    """Stock torch.compile of the original and the ir_stack backend on the converted copy, on
+    batched decode and a prefill; the full CUDA graph is reported as not run on the CPU."""
+    workloads = WORKLOADS[1:]
+    _, setup = tiny(family, workloads)
+    rows, missing = hf_steps.run_modes(setup, hf_steps.MODES, iters=1)
+    assert missing == {"full CUDA graph": "no CUDA graphs on the CPU"}
+    assert {(r["mode"], r["workload"]) for r in rows} == {
+        (mode, w.name) for mode in hf_steps.MODES[:3] for w in workloads
+    }
+    assert all(r["model"] == family and r["ms"] > 0 for r in rows)
+    assert max(r["max_abs_error"] for r in rows) < 1e-4, rows
+
+
+def test_the_models_are_named_by_their_checkpoints_shape() -> None:
+    assert hf_steps.model_name("qwen3") == "transformers qwen3, Qwen3 1.7B shape"
+    assert hf_steps.model_name("llama", 4) == "transformers llama, Llama 3.2 1B shape, 4 layers"
