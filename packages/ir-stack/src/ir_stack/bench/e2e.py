@@ -315,6 +315,12 @@ def fusion_config(args: argparse.Namespace, device: torch.device) -> tuple[str, 
     return name, dataclasses.replace(base, num_layers=args.fusion_layers, max_positions=positions)
 
 
+def workloads_of(batches: Sequence[int], prefill: int) -> list[Workload]:
+    """A decode step of each batch size, then a prefill of `prefill` tokens (0: none)."""
+    workloads = [Workload(f"decode b={b}", b, 1) for b in batches]
+    return workloads + ([Workload(f"prefill {prefill}", 1, prefill)] if prefill else [])
+
+
 def build_setup(
     args: argparse.Namespace,
     device: torch.device,
@@ -327,9 +333,7 @@ def build_setup(
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     batches = [int(b) for b in (batches_text or args.batches).split(",")]
     prefill = args.prefill if prefill is None else prefill
-    workloads = [Workload(f"decode b={b}", b, 1) for b in batches]
-    if prefill:
-        workloads.append(Workload(f"prefill {prefill}", 1, prefill))
+    workloads = workloads_of(batches, prefill)
     setup = Setup(config or model_config(args), device, dtype, args.context, workloads)
     generator = torch.Generator(device=device).manual_seed(7)
     c = setup.config

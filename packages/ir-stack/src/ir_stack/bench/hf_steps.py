@@ -68,6 +68,12 @@ REFERENCE = "hf eager"
 Step = Callable[[Workload], Tensor | None]
 
 
+def recompiling() -> Any:
+    """A context in which Dynamo compiles `forward_of`'s function once a workload and mode
+    (static shapes; one code object for all of them) without reaching its recompile limit."""
+    return torch._dynamo.config.patch(recompile_limit=64)
+
+
 def model_name(family: str, layers: int | None = None) -> str:
     """The rows' name of `family`'s converted model (with its layers where cut)."""
     checkpoint, _ = SHAPES[family]
@@ -262,7 +268,7 @@ def run_modes(
     on_cuda = device.type == "cuda"
     rows: list[dict[str, Any]] = []
     missing: dict[str, str] = {}
-    with torch.no_grad():
+    with torch.no_grad(), recompiling():
         reference_step = make_mode(REFERENCE, setup)
         reference = {w.name: _logits(reference_step(w)) for w in setup.workloads}
         for mode in modes:

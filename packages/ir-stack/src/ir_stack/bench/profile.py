@@ -222,10 +222,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def run(args: argparse.Namespace) -> results.Result:
+def run(args: argparse.Namespace, device: torch.device | None = None) -> results.Result:
     """Profile every workload of the reference model and of the converted transformers models
-    of ``--hf``; the result (not yet saved)."""
-    device = torch.device("cuda")
+    of ``--hf`` on `device` (the GPU); the result (not yet saved)."""
+    device = device or torch.device("cuda")
     common.load_providers()
     setup = e2e.build_setup(args, device)
     model = e2e.build_model(setup)
@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> results.Result:
     result = results.new_result(
         "profile",
         f"Where a step's GPU time goes: the {name} reference model{also}, bfloat16",
-        results.current_device("cuda"),
+        results.current_device(device.type),
         {"model": name, "batches": args.batches, "prefill": args.prefill}
         | {"context": args.context, "iters": args.iters}
         | ({"hf": args.hf, "hf_layers": args.hf_layers} if args.hf else {}),
@@ -274,7 +274,7 @@ def hf_rows(
 
     name = hf_steps.model_name(family, args.hf_layers)
     original = hf_steps.build_model(family, args.hf_layers)
-    workloads = e2e.build_setup(args, torch.device("cuda")).workloads
+    workloads = e2e.workloads_of([int(b) for b in args.batches.split(",")], args.prefill)
     setup = hf_steps.prepare(name, original, lambda m: convert(family, m), workloads, args.context)
     del original, setup.model  # the original model is not profiled
     config = setup.converted.config
@@ -282,7 +282,8 @@ def hf_rows(
         config, "head_dim", config.hidden_size // config.num_attention_heads
     )
     rows: list[dict[str, Any]] = []
-    with torch.no_grad():
+    torch._dynamo.reset()
+    with torch.no_grad(), hf_steps.recompiling():
         profiled = hf_steps.ir_stack_steps(setup, graphs=False)
         replayed = hf_steps.ir_stack_steps(setup, graphs=True)
         for w in setup.workloads:
