@@ -171,6 +171,10 @@ def test_the_hf_suites_qwen3_rows_fire_the_qk_norm_fusion_where_it_is_on() -> No
     text = hf_report.markdown(result)
     assert f"## {hf.FUSION_FAMILY}" in text
     assert "| ir compile, kernels, qk_norm fusion on |" in text
+    assert (
+        "- ir compile, kernels, qk_norm fusion on over ir compile, kernels, qk_norm fusion off: "
+        in text
+    )
 
 
 def test_the_hf_suite_runs_the_fusion_rows_alone_without_families() -> None:

@@ -51,8 +51,25 @@ def forward_table(result: Result, family: str) -> list[str]:
         lines += [f"- Liger ways: {facts.get('liger')}"]
         for name, summary in facts.get("passes", {}).items():
             lines.append(f"- {name}: fusions {summary['fusions']}, kernels {summary['selected']}")
+        lines += fusion_ratio_lines(cells, workloads)
         lines.append("")
     return lines
+
+
+#: the fusion rows' ways: the fusion on, and the way it is held against
+FUSION_ON, FUSION_OFF = (
+    "ir compile, kernels, qk_norm fusion on",
+    "ir compile, kernels, qk_norm fusion off",
+)
+
+
+def fusion_ratio_lines(
+    cells: dict[tuple[str, str], dict[str, Any]], workloads: list[str]
+) -> list[str]:
+    """Where both fusion ways ran: the time with the fusion on over the time with it off."""
+    pairs = [(w, cells.get((FUSION_ON, w)), cells.get((FUSION_OFF, w))) for w in workloads]
+    ratios = [f"{w} {on['us'] / off['us']:.3f}x" for w, on, off in pairs if on and off]
+    return [f"- {FUSION_ON} over {FUSION_OFF}: " + ", ".join(ratios) + "."] if ratios else []
 
 
 def generate_table(result: Result, family: str) -> list[str]:
