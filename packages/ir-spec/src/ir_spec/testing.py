@@ -3,10 +3,13 @@ every package's packaging test uses (`assert_installed_version`)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import tempfile
 import unittest
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -22,6 +25,7 @@ from .sampling import SampleSpec
 
 __all__ = [
     "ACTIVATION_DTYPES",
+    "LARGE_CASE_ELEMENTS",
     "NONFINITE_CASES",
     "NONFINITE_CASE_IDS",
     "NONFINITE_OPTIONS",
@@ -37,6 +41,7 @@ __all__ = [
     "clone_args",
     "fused_add_rms_norm_inplace",
     "grad_leaves",
+    "large_case_turn",
     "matrix_spec",
     "needs_process_group",
     "nonfinite_variant_ids",
@@ -46,8 +51,45 @@ __all__ = [
     "run_in_world",
     "sample_inputs",
     "single_process_ops",
+    "taking_turns",
     "weighted_sum",
 ]
+
+
+#: The inputs of a `test_matches_native`-style case (``hidden`` x ``tokens`` elements) from which
+#: its test takes turns with others on a GPU (`taking_turns`): at this size a case holds
+#: gigabytes of inputs, outputs, references and comparison copies.
+LARGE_CASE_ELEMENTS = 1 << 26
+
+
+@contextlib.contextmanager
+def taking_turns(name: str) -> Iterator[None]:
+    """Hold the machine-wide lock `name` (a file in the temporary directory) while the block
+    runs, so processes that together would exhaust a shared resource take turns: the
+    pytest-xdist workers of a kernel test suite, each allocating gigabytes for its largest
+    cases on one GPU. Released when the block ends, however it ends (and by the system when
+    the process dies); a no-op where the platform has no ``fcntl``."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(Path(tempfile.gettempdir()) / f"ir-spec-{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def large_case_turn(params: Mapping[str, Any]) -> contextlib.AbstractContextManager[None]:
+    """The turn a test case of parameters `params` (a pytest ``callspec.params``) waits for:
+    on a GPU, a case of ``hidden`` x ``tokens`` >= `LARGE_CASE_ELEMENTS` takes turns with the
+    other large cases on the same GPU (`taking_turns`); any other case runs at once."""
+    elements = int(params.get("hidden", 0)) * int(params.get("tokens", 0))
+    if elements < LARGE_CASE_ELEMENTS or not torch.cuda.is_available():
+        return contextlib.nullcontext()
+    return taking_turns(f"large-cases-gpu{torch.cuda.current_device()}")
 
 
 #: The activation dtypes every catalog op defines.
