@@ -90,3 +90,34 @@ def test_every_mode_gives_the_original_models_logits(family: str) -> None:
 def test_the_models_are_named_by_their_checkpoints_shape() -> None:
     assert hf_steps.model_name("qwen3") == "transformers qwen3, Qwen3 1.7B shape"
     assert hf_steps.model_name("llama", 4) == "transformers llama, Llama 3.2 1B shape, 4 layers"
+
+
+class _OlderRelease(torch.nn.Module):
+    """A model of a transformers release that names the cache ``past_key_values`` and takes
+    the positions it writes as ``cache_position`` (5.1x)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[dict[str, Any]] = []
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        past_key_values: Any = None,
+        cache_position: torch.Tensor | None = None,
+        use_cache: bool = False,
+    ) -> Any:
+        self.calls.append({"cache": past_key_values, "where": cache_position})
+        return type("Output", (), {"logits": input_ids.float()})()
+
+
+def test_an_older_release_gets_the_cache_and_the_positions_it_writes() -> None:
+    model = _OlderRelease()
+    forward = hf_steps.forward_of(model)
+    cache = object()
+    ids = torch.zeros(2, 3, dtype=torch.long)
+    forward(ids, ids, cache, 12)
+    (call,) = model.calls
+    assert call["cache"] is cache
+    assert call["where"].tolist() == [12, 13, 14]
