@@ -2,36 +2,35 @@
 `large_case_turn` asks for it only for large cases on a GPU."""
 
 import contextlib
-import multiprocessing
-import time
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from ir_spec import testing
 
-
-def _hold(name: str, log: str, seconds: float) -> None:
-    with testing.taking_turns(name):
-        with open(log, "a") as handle:
-            handle.write(f"in {time.monotonic()}\n")
-        time.sleep(seconds)
-        with open(log, "a") as handle:
-            handle.write(f"out {time.monotonic()}\n")
+#: a process that holds the lock ``argv[1]`` for ``argv[3]`` seconds, logging to ``argv[2]``
+HOLD = """
+import sys, time
+from ir_spec.testing import taking_turns
+name, log, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+with taking_turns(name):
+    with open(log, "a") as handle:
+        handle.write("in\\n")
+    time.sleep(seconds)
+    with open(log, "a") as handle:
+        handle.write("out\\n")
+"""
 
 
 def test_processes_holding_one_lock_never_overlap(tmp_path: Path) -> None:
-    log = str(tmp_path / "log")
+    log = tmp_path / "log"
     name = f"test-{tmp_path.name}"
-    context = multiprocessing.get_context("spawn")
-    workers = [context.Process(target=_hold, args=(name, log, 0.3)) for _ in range(3)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=60)
-        assert worker.exitcode == 0
-    events = [line.split()[0] for line in Path(log).read_text().splitlines()]
-    assert events == ["in", "out"] * 3
+    command = [sys.executable, "-c", HOLD, name, str(log), "0.3"]
+    workers = [subprocess.Popen(command) for _ in range(3)]
+    assert [worker.wait(timeout=120) for worker in workers] == [0, 0, 0]
+    assert log.read_text().split() == ["in", "out"] * 3
 
 
 def test_the_lock_is_released_when_the_block_fails() -> None:
