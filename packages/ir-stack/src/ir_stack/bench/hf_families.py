@@ -101,6 +101,15 @@ QWEN3_4B = {
     "rope_theta": 1000000.0,
     "tie_word_embeddings": True,
 }
+#: Qwen3 1.7B's shape: Qwen3 4B's heads of 128 and norms, 16 query heads over a hidden size
+#: of 2048, 28 layers
+QWEN3_1_7B = {
+    **QWEN3_4B,
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+}
 #: gpt-oss-20b's shape (sliding-window and full layers in turn, attention sinks; its yarn rope
 #: and 128K positions the config's defaults); vocabulary cut as for Llama
 GPT_OSS_20B = {

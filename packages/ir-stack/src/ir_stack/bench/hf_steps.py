@@ -41,26 +41,10 @@ from .e2e import Workload
 
 log = logging.getLogger(__name__)
 
-#: family -> (the checkpoint whose shape the model takes, its config options); the vocabulary
-#: is cut to the ``hf`` suite's, so the logits stay small beside the layers
-SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
-    "llama": ("Llama 3.2 1B", {}),  # the hf suite's llama shape
-    "qwen3": (
-        "Qwen3 1.7B",
-        {
-            "hidden_size": 2048,
-            "intermediate_size": 6144,
-            "num_hidden_layers": 28,
-            "num_attention_heads": 16,
-            "num_key_value_heads": 8,
-            "head_dim": 128,
-            "vocab_size": 32000,
-            "max_position_embeddings": 4096,
-            "rope_theta": 1000000.0,
-            "tie_word_embeddings": True,
-        },
-    ),
-}
+#: family -> the checkpoint whose shape its model takes (`hf_families.LLAMA_1B`,
+#: `hf_families.QWEN3_1_7B`: the vocabulary cut to the ``hf`` suite's, so the logits stay
+#: small beside the layers)
+SHAPES = {"llama": "Llama 3.2 1B", "qwen3": "Qwen3 1.7B"}
 MODES = ("hf eager", "torch.compile reduce-overhead", "ir_stack", "full CUDA graph")
 #: the mode whose logits the others are compared with
 REFERENCE = "hf eager"
@@ -76,20 +60,17 @@ def recompiling() -> Any:
 
 def model_name(family: str, layers: int | None = None) -> str:
     """The rows' name of `family`'s converted model (with its layers where cut)."""
-    checkpoint, _ = SHAPES[family]
     cut = f", {layers} layers" if layers is not None else ""
-    return f"transformers {family}, {checkpoint} shape{cut}"
+    return f"transformers {family}, {SHAPES[family]} shape{cut}"
 
 
 def build_model(family: str, layers: int | None = None) -> Any:
-    """`family`'s model at its `SHAPES` shape (`layers` layers, default the checkpoint's),
-    random weights, bf16, on the GPU."""
-    from .hf_families import FAMILIES, build
+    """`family`'s model at its `SHAPES` checkpoint's shape (`layers` layers, default the
+    checkpoint's), random weights, bf16, on the GPU."""
+    from .hf_families import LLAMA_1B, QWEN3_1_7B, build
 
-    _, options = SHAPES[family]
-    shape = {**FAMILIES[family][2], **options}
-    layers = layers or int(shape["num_hidden_layers"])
-    return build(family, layers, shape=shape)
+    shape = {"llama": LLAMA_1B, "qwen3": QWEN3_1_7B}[family]
+    return build(family, layers or int(shape["num_hidden_layers"]), shape=shape)
 
 
 @dataclasses.dataclass
