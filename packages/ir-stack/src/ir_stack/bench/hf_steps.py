@@ -8,7 +8,8 @@ suites: a decode step of ``batch`` sequences at position ``context`` over a stat
 first ``context`` positions hold random keys and values, or a prefill of one prompt into an
 empty cache. Each workload has its own transformers ``StaticCache`` (it is sized by batch),
 shared by every mode; every call writes the same positions, so a step can be repeated (where
-transformers counts the cache's length in a tensor, `rewind` sets it back before each call).
+transformers counts the cache's length in tensors, `HFSetup.rewind` sets them back before each
+call).
 
 Modes (`MODES`), each a function of a workload returning the logits:
 
@@ -85,12 +86,27 @@ class HFSetup:
     workloads: list[Workload]
     inputs: dict[str, tuple[Tensor, Tensor]] = dataclasses.field(default_factory=dict)
     caches: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: the tensors in which each workload's cache counts its filled positions (`counters_of`)
+    counters: dict[str, list[Tensor]] = dataclasses.field(default_factory=dict)
     #: what `converter` returned (the ``hf`` suite's: the parts converted, by kind)
     conversion: object = None
 
     def filled(self, workload: Workload) -> int:
         """The cache positions filled before a call of `workload`."""
         return self.context if workload.is_decode else 0
+
+    def call_args(self, workload: Workload) -> tuple[Tensor, Tensor, Any, int]:
+        """The arguments of a `forward_of` function for a call of `workload`."""
+        ids, positions = self.inputs[workload.name]
+        return ids, positions, self.caches[workload.name], self.filled(workload)
+
+    def rewind(self, workload: Workload) -> None:
+        """Set `workload`'s cache back to the positions filled before its call, where
+        transformers counts them in tensors: two kernels for all the layers."""
+        counters = self.counters[workload.name]
+        if counters:
+            torch._foreach_zero_(counters)
+            torch._foreach_add_(counters, self.filled(workload))
 
 
 def prepare(
@@ -121,18 +137,17 @@ def prepare(
                 for tensor in (layer.keys, layer.values):
                     tensor.copy_(torch.randn(tensor.shape, generator=generator, device=device))
             setup.caches[w.name] = cache
+            setup.counters[w.name] = counters_of(cache)  # after the allocation moved them
     setup.conversion = converter(setup.converted)
     return setup
 
 
-def rewind(cache: Any, length: int) -> None:
-    """Set `cache` back to `length` filled positions, where transformers counts them in a
-    tensor (from 5.2x: each update advances it); earlier releases take the positions of each
-    call instead, and need nothing."""
-    for layer in cache.layers:
-        counted = getattr(layer, "cumulative_length", None)
-        if isinstance(counted, Tensor):
-            counted.fill_(length)
+def counters_of(cache: Any) -> list[Tensor]:
+    """The tensors in which `cache` counts its filled positions, one a layer (transformers
+    from 5.2x: each update advances them); none on earlier releases, which take the positions
+    of each call instead."""
+    counted = (getattr(layer, "cumulative_length", None) for layer in cache.layers)
+    return [counter for counter in counted if isinstance(counter, Tensor)]
 
 
 def forward_of(model: Any) -> Callable[[Tensor, Tensor, Any, int], Tensor]:
@@ -187,21 +202,16 @@ def ir_stack_steps(setup: HFSetup, *, graphs: bool) -> Step:
 
 def _calls(forward: Callable[..., Tensor], setup: HFSetup, *, graphs: bool = False) -> Step:
     def call(w: Workload) -> Tensor:
-        ids, positions = setup.inputs[w.name]
-        cache, filled = setup.caches[w.name], setup.filled(w)
-        rewind(cache, filled)
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        return forward(ids, positions, cache, filled)
+        return _rewound(setup, forward, w)
 
     return call
 
 
-def _rewound(
-    forward: Callable[..., Tensor], ids: Tensor, positions: Tensor, cache: Any, filled: int
-) -> Tensor:
-    rewind(cache, filled)
-    return forward(ids, positions, cache, filled)
+def _rewound(setup: HFSetup, forward: Callable[..., Tensor], w: Workload) -> Tensor:
+    setup.rewind(w)
+    return forward(*setup.call_args(w))
 
 
 class FullGraph:
@@ -213,10 +223,7 @@ class FullGraph:
         for w in setup.workloads:
             if not w.is_decode:
                 continue
-            ids, positions = setup.inputs[w.name]
-            cache, filled = setup.caches[w.name], setup.filled(w)
-
-            step = functools.partial(_rewound, forward, ids, positions, cache, filled)
+            step = functools.partial(_rewound, setup, forward, w)
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(stream):
