@@ -455,37 +455,44 @@ def run_modes(
                         continue
                     error = float((out.float() - reference[w.name]).abs().max())
                     ms = timing.mean_ms(step, setup.device, args.iters)
-                row: dict[str, Any] = {
-                    "model": name,
-                    "mode": mode,
-                    "workload": w.name,
-                    "batch": w.batch,
-                    "tokens": w.tokens,
-                    "ms": ms,
-                    "max_abs_error": 0.0 if mode == "eager native" else error,
-                }
+                row = workload_row(name, mode, w, ms, 0.0 if mode == "eager native" else error)
                 rows.append(row)
                 print(f"{mode:>30} {w.name:>14} {ms:9.3f} ms  err {row['max_abs_error']:.3g}")
             if mode == "torch.compile reduce-overhead":
-                # Inductor skips CUDA graphs for some graphs (mutated inputs such as the KV
-                # cache, ops tagged cudagraph_unsafe) and counts it
-                skips = int(torch._dynamo.utils.counters["inductor"]["cudagraph_skips"])
-                for row in rows:
-                    if row["mode"] == mode:
-                        row["cudagraph_skips"] = skips
+                stamp(rows, mode, "cudagraph_skips", cudagraph_skips())
             if mode == AUTOTUNED:
-                changed = autotune_changes()
-                for row in rows:
-                    if row["mode"] == mode:
-                        row["autotune_changed"] = changed
+                stamp(rows, mode, "autotune_changed", autotune_changes())
             if mode in FUSION_MODES:
-                fired = rotary_fusions_fired()
-                for row in rows:
-                    if row["mode"] == mode:
-                        row["fusions_fired"] = fired
+                stamp(rows, mode, "fusions_fired", rotary_fusions_fired())
             print(f"{mode}: {time.perf_counter() - started:.0f} s", flush=True)
             mode_done(rows)
     return rows
+
+
+def workload_row(model: str, mode: str, w: Workload, ms: float, error: float) -> dict[str, Any]:
+    """A result row: `mode`'s milliseconds a call of `w` and its logits' largest error."""
+    return {
+        "model": model,
+        "mode": mode,
+        "workload": w.name,
+        "batch": w.batch,
+        "tokens": w.tokens,
+        "ms": ms,
+        "max_abs_error": error,
+    }
+
+
+def stamp(rows: list[dict[str, Any]], mode: str, key: str, value: object) -> None:
+    """Set `key` to `value` in each of `rows` that `mode` measured."""
+    for row in rows:
+        if row["mode"] == mode:
+            row[key] = value
+
+
+def cudagraph_skips() -> int:
+    """How many compiled graphs Inductor ran without its CUDA graphs (mutated inputs such as
+    the KV cache, ops tagged cudagraph_unsafe): its ``cudagraph_skips`` counter."""
+    return int(torch._dynamo.utils.counters["inductor"]["cudagraph_skips"])
 
 
 def rotary_fusions_fired() -> dict[str, int]:

@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from . import timing
-from .e2e import Workload
+from .e2e import Workload, cudagraph_skips, stamp, workload_row
 
 log = logging.getLogger(__name__)
 
@@ -280,22 +280,11 @@ def run_modes(
                 error = float((out.float() - reference[w.name]).abs().max())
                 ms = timing.mean_ms(functools.partial(step, w), device, iters)
                 rows.append(
-                    {
-                        "model": setup.name,
-                        "mode": mode,
-                        "workload": w.name,
-                        "batch": w.batch,
-                        "tokens": w.tokens,
-                        "ms": ms,
-                        "max_abs_error": 0.0 if mode == REFERENCE else error,
-                    }
+                    workload_row(setup.name, mode, w, ms, 0.0 if mode == REFERENCE else error)
                 )
                 print(f"{setup.name}: {mode:>30} {w.name:>14} {ms:9.3f} ms  err {error:.3g}")
             if mode == "torch.compile reduce-overhead" and on_cuda:
-                skips = int(torch._dynamo.utils.counters["inductor"]["cudagraph_skips"])
-                for row in rows:
-                    if row["mode"] == mode:
-                        row["cudagraph_skips"] = skips
+                stamp(rows, mode, "cudagraph_skips", cudagraph_skips())
             mode_done(rows)
     return rows, missing
 
