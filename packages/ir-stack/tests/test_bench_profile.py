@@ -2,6 +2,7 @@
 step reads, and its report."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,16 +69,22 @@ def test_a_decode_step_reads_every_weight_but_the_embedding_table() -> None:
     assert profile.weight_bytes(model, tokens=3) == everything - table.numel() * 4 + 3 * row
 
 
-def test_the_report_renders_from_a_result(tmp_path: Path) -> None:
+def made_up_result(params: dict[str, Any]) -> results.Result:
+    """An empty profile result of a made-up GPU, its bandwidth and throughput set."""
     result = results.new_result(
         "profile",
         "profile of a made-up run",
         results.Device("Made-up GPU", "made-up", "cuda"),
-        {"model": "tiny", "iters": 2},
+        params,
         profile.KEY,
         profile.METRICS,
     )
     result.facts = {"copy_bandwidth_gbps": 3000.0, "dense_bf16_tflops": 700.0}
+    return result
+
+
+def test_the_report_renders_from_a_result(tmp_path: Path) -> None:
+    result = made_up_result({"model": "tiny", "iters": 2})
     result.rows = [
         {"model": "tiny", "workload": "decode b=1", "category": "step", "us": 50.0,
          "kernels": 30, "graph_step_ms": 0.06, "floor_ms": 0.04, "step_over_floor": 1.5},
@@ -120,15 +127,7 @@ def test_a_cache_store_counts_only_the_slots_it_writes() -> None:
 
 
 def test_several_models_get_a_model_column_and_headings_of_their_own(tmp_path: Path) -> None:
-    result = results.new_result(
-        "profile",
-        "profile of a made-up run",
-        results.Device("Made-up GPU", "made-up", "cuda"),
-        {"model": "tiny", "iters": 2, "hf": ["llama"]},
-        profile.KEY,
-        profile.METRICS,
-    )
-    result.facts = {"copy_bandwidth_gbps": 3000.0, "dense_bf16_tflops": 700.0}
+    result = made_up_result({"model": "tiny", "iters": 2, "hf": ["llama"]})
     for model, us in (("tiny", 50.0), ("transformers llama", 70.0)):
         result.rows += [
             {"model": model, "workload": "decode b=1", "category": "step", "us": us,
