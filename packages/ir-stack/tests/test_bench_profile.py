@@ -156,3 +156,30 @@ def test_a_tied_output_projection_is_read_whole_and_the_table_a_row_a_token() ->
     assert model.lm_head.weight is model.model.embed_tokens.weight
     layers = sum(p.numel() for p in model.model.layers.parameters()) + 32  # + the final norm
     assert profile.weight_bytes(model, tokens=2) == 4 * (layers + 100 * 32 + 2 * 32)
+
+
+def test_each_finished_model_is_handed_over_so_a_stopped_run_keeps_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`run` hands the result to `model_done` after the reference model and after each
+    transformers model (`main` saves it there); the GPU's measurements are stood in for."""
+    import argparse
+
+    import torch
+
+    monkeypatch.setattr(profile.timing, "copy_bandwidth_gbps", lambda: 3000.0)
+    monkeypatch.setattr(profile, "dense_matrix_tflops", lambda dtype: 700.0)
+    monkeypatch.setattr(profile, "profile_kernels", lambda step, steps: [("gemm", 5.0)] * steps)
+
+    def hf_rows(args: argparse.Namespace, family: str, measure: Any) -> list[dict[str, Any]]:
+        return [{"model": family, "workload": "decode b=1", "category": "step"}]
+
+    monkeypatch.setattr(profile, "hf_rows", hf_rows)
+    args = argparse.Namespace(
+        model="tiny", fp8=False, batches="1", prefill=0, context=8, iters=1,
+        hf=["llama", "qwen3"], hf_layers=None,
+    )  # fmt: skip
+    handed: list[list[str]] = []
+    profile.run(args, torch.device("cpu"), lambda r: handed.append([x["model"] for x in r.rows]))
+    reference = ["tiny", "tiny"]  # decode b=1: its step and its one category
+    assert handed == [reference, [*reference, "llama"], [*reference, "llama", "qwen3"]]

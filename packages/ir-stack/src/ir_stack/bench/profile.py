@@ -222,9 +222,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def run(args: argparse.Namespace, device: torch.device | None = None) -> results.Result:
+def run(
+    args: argparse.Namespace,
+    device: torch.device | None = None,
+    model_done: Callable[[results.Result], None] | None = None,
+) -> results.Result:
     """Profile every workload of the reference model and of the converted transformers models
-    of ``--hf`` on `device` (the GPU); the result (not yet saved)."""
+    of ``--hf`` on `device` (the GPU); the result, handed to `model_done` after each model as
+    well (`main` saves it there, so a run stopped midway keeps the models it finished)."""
     device = device or torch.device("cuda")
     common.load_providers()
     setup = e2e.build_setup(args, device)
@@ -260,8 +265,12 @@ def run(args: argparse.Namespace, device: torch.device | None = None) -> results
                 model, width,
             )  # fmt: skip
     del model, profiled, replayed, setup
+    if model_done is not None:
+        model_done(result)
     for family in args.hf:
         result.rows += hf_rows(args, family, measure)
+        if model_done is not None:
+            model_done(result)
     return result
 
 
@@ -458,9 +467,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except common.CannotRun as error:
         print(error)
         return common.CANNOT_RUN
-    result = run(args)
-    path = results.save(result, args.out)
-    print(path.with_suffix(".md").read_text())
+    saved: list[Path] = []
+    run(args, model_done=lambda partial: saved.append(results.save(partial, args.out)))
+    print(saved[-1].with_suffix(".md").read_text())
     return 0
 
 
