@@ -69,6 +69,19 @@ def test_a_decode_step_reads_every_weight_but_the_embedding_table() -> None:
     assert profile.weight_bytes(model, tokens=3) == everything - table.numel() * 4 + 3 * row
 
 
+def test_a_prompt_counts_every_linear_layer_and_each_layers_causal_attention() -> None:
+    model = LlamaModel(TINY)
+    c = TINY
+    per_layer = c.hidden_size * (c.num_heads + 2 * c.num_kv_heads) * c.head_dim  # qkv
+    per_layer += c.num_heads * c.head_dim * c.hidden_size  # output projection
+    per_layer += 3 * c.hidden_size * c.intermediate_size  # gate, up and down
+    linear = c.num_layers * per_layer + c.hidden_size * c.vocab_size  # and the logits
+    width = c.num_layers * c.num_heads * c.head_dim
+    # 12 tokens attend over 6 positions on average: 2 products of 2 FLOPs an element
+    expected = 2 * linear * 12 + 2 * 2 * 12 * 6 * width
+    assert profile.matrix_flops(model, 12, 12, width) == expected
+
+
 def made_up_result(params: dict[str, Any]) -> results.Result:
     """An empty profile result of a made-up GPU, its bandwidth and throughput set."""
     result = results.new_result(

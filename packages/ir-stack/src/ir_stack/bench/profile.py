@@ -195,12 +195,13 @@ def weight_bytes(model: torch.nn.Module, tokens: int) -> int:
     return total
 
 
-def matrix_flops(model: torch.nn.Module, tokens: int, context: int, heads_dim: int) -> float:
-    """The matrix FLOPs of a forward of `tokens` tokens: 2 a weight of every linear layer a
-    token, and the attention's two products over `context` positions (causal prompts attend
-    half on average)."""
+def matrix_flops(model: torch.nn.Module, tokens: int, context: int, attention_width: int) -> float:
+    """The matrix FLOPs of a causal forward of `tokens` tokens over `context` positions: 2 a
+    weight of every linear layer a token, and the attention's two products, 2 FLOPs a query
+    element and position each, over half the context on average; `attention_width` is the
+    query width (heads times head size) of all the attention layers together."""
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    return 2.0 * linear * tokens + 4.0 * tokens * context * heads_dim
+    return 2.0 * linear * tokens + 2.0 * tokens * context * attention_width
 
 
 def dense_matrix_tflops(dtype: torch.dtype = torch.bfloat16, size: int = 8192) -> float:
@@ -259,7 +260,7 @@ def run(
         )
         for w in setup.workloads:
             call = (*setup.inputs[w.name], setup.cache_for(w))
-            width = setup.config.num_heads * setup.config.head_dim
+            width = setup.config.num_layers * setup.config.num_heads * setup.config.head_dim
             result.rows += measure(
                 name, w, functools.partial(profiled, *call), functools.partial(replayed, *call),
                 model, width,
@@ -287,9 +288,8 @@ def hf_rows(
     setup = hf_steps.prepare(name, original, lambda m: convert(family, m), workloads, args.context)
     del original, setup.model  # the original model is not profiled
     config = setup.converted.config
-    width = config.num_attention_heads * getattr(
-        config, "head_dim", config.hidden_size // config.num_attention_heads
-    )
+    head_size = getattr(config, "head_dim", config.hidden_size // config.num_attention_heads)
+    width = config.num_hidden_layers * config.num_attention_heads * head_size
     rows: list[dict[str, Any]] = []
     torch._dynamo.reset()
     with torch.no_grad(), hf_steps.recompiling():
@@ -317,8 +317,8 @@ def workload_rows(
     device: torch.device,
 ) -> list[dict[str, Any]]:
     """A workload's rows: its step (kernel time and launches of `profiled`, the time of
-    `replayed`, the floor or the matrix throughput of `model`, whose attention is `width` wide)
-    and its kernel time by category."""
+    `replayed`, the floor or the matrix throughput of `model`, whose attention layers are
+    `width` wide together) and its kernel time by category."""
     parts = breakdown(profile_kernels(profiled, iters), iters, ir_kernel_names())
     step_ms = timing.mean_ms(replayed, device, iters)
     tokens = w.batch * w.tokens
