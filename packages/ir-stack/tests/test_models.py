@@ -80,6 +80,76 @@ def test_attention_ops_pass_opcheck() -> None:
     out = torch.empty_like(q)
     torch.library.opcheck(torch.ops.ir_stack.attention, (q, k, v, *caches, positions, out))
     torch.library.opcheck(torch.ops.ir_stack.decode_attention, (q, *caches, positions, out))
+    prompts = torch.tensor([[0, 1], [0, 1]])
+    plan = torch.ops.ir_stack.prompt_plan(prompts, 3)
+    torch.library.opcheck(torch.ops.ir_stack.prompt_plan, (prompts, 3))
+    torch.library.opcheck(torch.ops.ir_stack.attention, (q, k, v, *caches, prompts, out, plan))
+
+
+@pytest.mark.parametrize(
+    ("positions", "expected"),
+    [
+        ([[0, 1, 2], [0, 1, 2]], [2, 0]),  # whole prompts: their own keys, flash kernels
+        ([[4, 5, 6], [0, 1, 2]], [6, 3]),  # a chunk after 4 cached positions: over the cache
+        ([[0, 1, 2], [-1, -1, -1]], [2, 3]),  # padding within the slots: over the cache
+        ([[0, 1, 2], [0, 1, 2], [-1, -1, -1]], [2, 0]),  # padding past the last of 2 slots
+    ],
+)
+def test_a_prompt_plan_holds_the_attended_length_and_the_rows_off_their_prompt(
+    positions: list[list[int]], expected: list[int]
+) -> None:
+    plan = torch.ops.ir_stack.prompt_plan(torch.tensor(positions), 2)
+    assert plan.device.type == "cpu"
+    assert plan.tolist() == expected
+
+
+@pytest.mark.parametrize("start", [0, 4])
+def test_attention_given_its_plan_is_attention_that_reads_it_itself(start: int) -> None:
+    """Whole prompts (from 0) and a chunk over cached positions (from 4), with padding past
+    the last slot: the same output with the step's plan as without."""
+    torch.manual_seed(0)
+    batch, tokens, slots = 3, 3, 2
+    q = torch.randn(batch * tokens, 64)
+    k, v = torch.randn(batch * tokens, 32), torch.randn(batch * tokens, 32)
+    caches = [torch.randn(slots, 16, 2, 16) for _ in range(2)]
+    positions = torch.arange(start, start + tokens).repeat(batch, 1)
+    positions[-1] = -1
+    expected, got = torch.empty_like(q), torch.empty_like(q)
+    torch.ops.ir_stack.attention(q, k, v, *caches, positions, expected)
+    plan = torch.ops.ir_stack.prompt_plan(positions, slots)
+    torch.ops.ir_stack.attention(q, k, v, *caches, positions, got, plan)
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)
+
+
+def test_a_compiled_prompt_reads_the_positions_on_the_host_once_a_step(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    """Every layer's attention of a prompt takes the one plan of its step: the host waits for
+    the GPU once a step, not once a layer (the eager model and its piecewise compilation)."""
+    from ir_stack.models import attention
+
+    reads: list[torch.Size] = []
+    plan_of = attention._plan_of
+
+    def counted(positions: torch.Tensor) -> torch.Tensor:
+        reads.append(positions.shape)
+        return plan_of(positions)
+
+    monkeypatch.setattr(attention, "_plan_of", counted)
+    model = LlamaModel(TINY, seed=2).eval()
+    assert TINY.num_layers > 1
+    config = ir_stack.Config(piecewise=CompilationConfig(cache_dir=tmp_path, cache=False))
+    ids = torch.randint(0, TINY.vocab_size, (2, 5), generator=torch.Generator().manual_seed(1))
+    positions = torch.arange(5).repeat(2, 1)
+    with torch.no_grad():
+        expected = model(ids, positions, model.new_kv_cache(2))
+        assert len(reads) == 1
+        compiled = ir_stack.compile(model, config)
+        compiled(ids, positions, model.new_kv_cache(2))  # traces and compiles
+        reads.clear()
+        got = compiled(ids, positions, model.new_kv_cache(2))
+    assert len(reads) == 1
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
 
 
 KERNEL_CHECK = """

@@ -12,8 +12,8 @@ import ir_piecewise
 
 from .config import Config
 
-#: the splitting ops of the reference models
-ATTENTION_OPS = ("ir_stack::attention", "ir_stack::decode_attention")
+#: the splitting ops of the reference models: attention, and the host read its prompts share
+ATTENTION_OPS = ("ir_stack::attention", "ir_stack::decode_attention", "ir_stack::prompt_plan")
 
 
 def passes_per_length(passes: ir_passes.PassConfig, tokens: int) -> ir_passes.PassConfig:

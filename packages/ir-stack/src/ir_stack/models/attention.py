@@ -12,6 +12,11 @@ and their outputs zeroed.
 - ``torch.ops.ir_stack.attention``: any number of tokens per sequence; reads the attended
   length on the host, so it is tagged ``cudagraph_unsafe`` and runs eagerly between captured
   pieces. Whole prompts (positions ``0..tokens-1``) attend over their own keys and values.
+- ``torch.ops.ir_stack.prompt_plan``: what `attention` reads on the host (the attended length,
+  whether every sequence is a whole prompt), read once for a step of every layer: the model
+  passes it to each layer's `attention`, so a prompt synchronizes the host with the GPU once,
+  not once a layer (each synchronization drains the GPU's queue while the host launches the
+  next piece).
 - ``torch.ops.ir_stack.decode_attention``: one token per sequence, no host synchronization, so
   it can be captured in a CUDA graph (split-K Triton kernels on CUDA GPUs, `decode_kernel`) and
   a decode step can replay as one full graph.
@@ -61,6 +66,31 @@ def _attend(
     out.copy_(result.transpose(1, 2).reshape(out.shape))
 
 
+def _plan_of(positions: Tensor) -> Tensor:
+    """``[last position, rows that are not their prompt's own index]`` of ``[batch, tokens]``
+    `positions`, on the host: one synchronization for both."""
+    expected = torch.arange(positions.shape[1], device=positions.device)
+    return torch.stack([positions.max(), (positions != expected).sum()]).cpu()
+
+
+# cudagraph_unsafe: it reads the device on the host, which a CUDA graph cannot capture;
+# piecewise compilation runs it eagerly between captured pieces.
+@torch.library.custom_op(
+    "ir_stack::prompt_plan", mutates_args=(), tags=(torch.Tag.cudagraph_unsafe,)
+)
+def prompt_plan(positions: Tensor, slots: int) -> Tensor:
+    """What `attention` needs on the host of ``[batch, tokens]`` `positions` over caches of
+    `slots` slots, read once for every layer of a step: an int64 CPU tensor ``[last position,
+    scattered rows]`` (``scattered == 0``: every sequence is a whole prompt ``0..tokens-1``).
+    Rows past the last slot are padding and left out, as `attention` leaves them out."""
+    return _plan_of(positions[:slots])
+
+
+@prompt_plan.register_fake
+def _prompt_plan_fake(positions: Tensor, slots: int) -> Tensor:
+    return torch.empty(2, dtype=torch.int64, device="cpu")
+
+
 # cudagraph_unsafe: the attended length is read on the host (.item()), which a CUDA graph
 # cannot capture; piecewise compilation runs it eagerly between captured pieces.
 @torch.library.custom_op(
@@ -74,6 +104,7 @@ def attention(
     v_cache: Tensor,
     positions: Tensor,
     out: Tensor,
+    plan: Tensor | None = None,
 ) -> None:
     """Causal attention of ``[batch * tokens, heads * head_dim]`` queries over the cache.
 
@@ -81,18 +112,17 @@ def attention(
     ``0..positions[b, t]`` of slot ``b``, its own key and value already stored at
     ``positions[b, t]``. `key` and `value` are the tokens' own (``[batch * tokens, kv_heads *
     head_dim]``): whole prompts attend over them alone. Rows with negative positions are
-    padding.
+    padding. `plan` is `prompt_plan` of `positions` and the caches' slots; without it the op
+    reads the positions on the host itself.
     """
     (query, key, value), positions, out = _rows_with_slots(
         (query, key, value), k_cache, positions, out
     )
-    batch, tokens = positions.shape
-    expected = torch.arange(tokens, device=positions.device)
-    # one host synchronization for both: the attended length, and whether every sequence is a
-    # whole prompt 0..tokens-1 (then causal attention over the new keys alone, flash kernels)
-    last, scattered = torch.stack([positions.max(), (positions != expected).sum()]).tolist()
+    if plan is None:
+        plan = _plan_of(positions)
+    last, scattered = plan.tolist()
     if scattered == 0:
-        _attend_prompts(query, key, value, batch, k_cache.shape[3], out)
+        _attend_prompts(query, key, value, positions.shape[0], k_cache.shape[3], out)
     else:
         _attend(query, k_cache, v_cache, positions, int(last) + 1, out)
 
@@ -142,6 +172,7 @@ def _attention_fake(
     v_cache: Tensor,
     positions: Tensor,
     out: Tensor,
+    plan: Tensor | None = None,
 ) -> None:
     return None  # it only writes into `out`
 

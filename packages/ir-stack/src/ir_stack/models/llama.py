@@ -172,7 +172,10 @@ class DecoderLayer(nn.Module):
         k_cache: Tensor,
         v_cache: Tensor,
         slots: Tensor,
+        plan: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
+        """One decoder layer; `plan` is the step's `prompt_plan` where tokens attend through
+        ``ir_stack::attention`` (more than one a sequence)."""
         c = self.config
         if residual is None:  # the first layer: the embeddings start the residual stream
             residual = hidden
@@ -199,7 +202,7 @@ class DecoderLayer(nn.Module):
         if positions.shape[1] == 1:
             torch.ops.ir_stack.decode_attention(q, k_cache, v_cache, positions, out)
         else:
-            torch.ops.ir_stack.attention(q, k, v, k_cache, v_cache, positions, out)
+            torch.ops.ir_stack.attention(q, k, v, k_cache, v_cache, positions, out, plan)
         hidden, residual = self.ops.fused_add_rms_norm.maybe_inplace(
             self.o_proj(out), residual, self.post_attention_norm, c.rms_norm_eps
         )
@@ -299,8 +302,14 @@ class LlamaModel(nn.Module):
         cache = self.cos_sin_cache.to(hidden.dtype)
         first = kv_cache[0][0]
         slots = slot_mapping(positions, first.shape[0], first.shape[1])
+        # read on the host once for every layer's attention (decode steps never read it)
+        plan = None
+        if positions.shape[1] > 1:
+            plan = torch.ops.ir_stack.prompt_plan(positions, first.shape[0])
         for layer, (k_cache, v_cache) in zip(self.layers, kv_cache, strict=True):
-            hidden, residual = layer(hidden, residual, positions, cache, k_cache, v_cache, slots)
+            hidden, residual = layer(
+                hidden, residual, positions, cache, k_cache, v_cache, slots, plan
+            )
         hidden, _ = self.ops.fused_add_rms_norm.maybe_inplace(
             hidden, residual, self.final_norm, self.config.rms_norm_eps
         )
