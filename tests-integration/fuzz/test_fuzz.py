@@ -56,8 +56,10 @@ SETTINGS = fuzz_settings.current()
 REPLAYED = (9, 49, 38, 141, 82)
 #: Programs that once failed, replayed through every runner on every run: a piecewise first
 #: call of no tokens inside a leading dimension that ran the compiled code on two rows (987);
-#: compiled runs of one token that Inductor's scheduler failed on (956661233, 380609726).
-REGRESSIONS = (987, 956661233, 380609726)
+#: compiled runs of one token that Inductor's scheduler failed on (956661233, 380609726); a
+#: piecewise run whose in-place norm lost the contiguous clone of a padded-row input, so the
+#: piece after the split got other strides than it was compiled for (706989239).
+REGRESSIONS = (987, 956661233, 380609726, 706989239)
 #: A program that returns an input it donated (`test_compiled_code_refuses_returning_...`).
 RETURNS_DONATED_INPUT = 34
 

@@ -222,6 +222,24 @@ class TestCloneElimination:
         gm, _ = lowered(f, donated={0})
         assert remaining_clones(gm) == 1
 
+    def test_a_strided_input_keeps_its_contiguous_clone(self) -> None:
+        """Lowering clones contiguously: without the clone of a padded-row input the kernel's
+        results would have the input's strides, not the ones the graph after it records."""
+
+        def f(x: Tensor, r: Tensor, w: Tensor) -> Any:
+            return FADD.default(x, r, w, 1e-6)
+
+        _, r, w = inputs()
+        padded = torch.randn(4, 19)[:, :16]
+        gm = trace(f, padded, r, w)
+        report = PassReport(donated_inputs={0, 1})
+        LoweringPass(report)(gm.graph)
+        CloneEliminationPass(report)(gm.graph)
+        assert (report.clones_inserted, report.clones_removed) == (2, 1)
+        x_node = next(n for n in gm.graph.nodes if n.op == "placeholder")
+        kept = [n.args[0] for n in gm.graph.nodes if n.meta.get(INSERTED_CLONE)]
+        assert kept == [x_node]
+
     def test_results_still_correct_after_elimination(self) -> None:
         def f(x: Tensor, r: Tensor, w: Tensor) -> Any:
             a = x * 2

@@ -4,14 +4,18 @@ Lowering clones the activations of an in-place implementation. Using the origina
 safe exactly when nothing can observe the in-place write: no node reads the original's storage
 (the original itself, the tensor it views, or any other view of that storage) at or after the
 first use of the clone, the storage is not a graph output, if it is a graph input, that
-input was donated (passed to ``maybe_inplace``), and the original's own elements provably do
+input was donated (passed to ``maybe_inplace``), the original's own elements provably do
 not share memory (a stride-0 ``expand`` cannot hold one result per element; a symbolic layout
-cannot be told). Any clone that fails one condition stays.
+cannot be told), and the original provably has the clone's layout. Lowering's clones are
+contiguous, so a strided original (a padded row, a column slice) keeps its clone: without it
+the kernel's results would have the original's strides, and the graph after it, compiled for
+the clone's, would get tensors of another layout. Any clone that fails one condition stays.
 """
 
 import logging
 
 from torch import Tensor, fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from ir_spec import aliasing
 
@@ -48,6 +52,9 @@ class CloneEliminationPass:
         value = original.meta.get("val")
         if not isinstance(value, Tensor) or aliasing.internal_overlap(value) is not False:
             return False
+        cloned = clone.meta.get("val")
+        if not isinstance(cloned, Tensor) or not same_layout(value, cloned):
+            return False
         order = {n: i for i, n in enumerate(graph.nodes)}
         roots = alias_groups(graph)
         root = roots[original]
@@ -64,3 +71,18 @@ class CloneEliminationPass:
                 if user.op == "output" or order[user] >= first_write:
                     return False
         return True
+
+
+def same_layout(a: Tensor, b: Tensor) -> bool:
+    """Whether `a` and `b` provably have one shape and the same strides (a dimension of one
+    element has no stride that matters), without adding guards on symbolic sizes."""
+    if a.dim() != b.dim():
+        return False
+    for size, other, stride_a, stride_b in zip(
+        a.shape, b.shape, a.stride(), b.stride(), strict=True
+    ):
+        if not statically_known_true(size == other):
+            return False
+        if not statically_known_true(size == 1) and not statically_known_true(stride_a == stride_b):
+            return False
+    return True
