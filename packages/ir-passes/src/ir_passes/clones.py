@@ -15,7 +15,7 @@ the clone's, would get tensors of another layout. Any clone that fails one condi
 import logging
 
 from torch import Tensor, fx
-from torch.fx.experimental.symbolic_shapes import statically_known_true
+from torch.fx.experimental.symbolic_shapes import statically_known_true, sym_eq
 
 from ir_spec import aliasing
 
@@ -74,15 +74,12 @@ class CloneEliminationPass:
 
 
 def same_layout(a: Tensor, b: Tensor) -> bool:
-    """Whether `a` and `b` provably have one shape and the same strides (a dimension of one
-    element has no stride that matters), without adding guards on symbolic sizes."""
-    if a.dim() != b.dim():
+    """Whether `a` and `b` provably have one shape and the same strides, but in dimensions of
+    one element (whose stride Inductor's layout checks ignore too), without adding guards on
+    symbolic sizes."""
+    if not statically_known_true(sym_eq(a.shape, b.shape)):
         return False
-    for size, other, stride_a, stride_b in zip(
-        a.shape, b.shape, a.stride(), b.stride(), strict=True
-    ):
-        if not statically_known_true(size == other):
-            return False
-        if not statically_known_true(size == 1) and not statically_known_true(stride_a == stride_b):
-            return False
-    return True
+    return all(
+        statically_known_true(size == 1) or statically_known_true(stride_a == stride_b)
+        for size, stride_a, stride_b in zip(a.shape, a.stride(), b.stride(), strict=True)
+    )
