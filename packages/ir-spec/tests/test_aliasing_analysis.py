@@ -52,6 +52,17 @@ def test_overlap_agrees_with_element_addresses(data: st.DataObject) -> None:
     rows = a.dim() == 2 and b.dim() == 2 and a.stride(1) == 1 == b.stride(1)
     if rows and a.stride(0) == b.stride(0) >= max(a.shape[1], b.shape[1]):
         assert verdict is not None  # rows of one stride: always decided
+    if rows and a.stride(0) == 0 and b.stride(0) >= b.shape[1]:
+        assert verdict is not None  # an expanded row against rows: decided too
+
+
+def test_an_expanded_row_is_told_apart_from_other_columns_of_its_rows() -> None:
+    """The expanded first row of columns 8:12 and columns 0:4 of every row share no byte,
+    though each one's span covers the other's."""
+    base = torch.randn(5, 12)
+    key = base[:1, 8:12].expand(5, 4)
+    assert aliasing.overlap(key, base[:, 0:4]) is False
+    assert aliasing.overlap(key, base[:, 6:10]) is True
 
 
 @settings(max_examples=300, deadline=None)

@@ -71,8 +71,8 @@ def _rows(t: Tensor) -> _Rows | None:
     key, lo = _start(t)
     if key is not None and not _static(lo, *shape, *strides):  # a real tensor's are ints
         return None
-    # dimensions of size 1 address nothing
-    dims = [(n, s) for n, s in zip(shape, strides, strict=True) if n != 1]
+    # dimensions of size 1 address nothing new, nor do stride-0 ones (``expand``)
+    dims = [(n, s) for n, s in zip(shape, strides, strict=True) if n != 1 and s != 0]
     if dims and dims[-1][1] == 1:
         width, leading = dims[-1][0], dims[:-1]
     else:
