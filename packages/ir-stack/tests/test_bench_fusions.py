@@ -2,7 +2,9 @@
 (fused op, best unfused path, Inductor) agree with the native composition and render as its
 tables; the ``hf`` suite's converted Qwen3 fires the QK-norm fusion only where it is on."""
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -122,31 +124,16 @@ def test_append_keeps_the_rows_of_the_shapes_not_run_again(tmp_path: Path) -> No
         fusions.kept_rows(path, other, again)
 
 
-QWEN3 = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "vocab_size": 128,
-    "max_position_embeddings": 64,
-}
-
-
-def test_the_hf_suites_qwen3_rows_fire_the_qk_norm_fusion_where_it_is_on() -> None:
+def test_the_hf_suites_qwen3_rows_fire_the_qk_norm_fusion_where_it_is_on(
+    tiny_transformers: Callable[[str], Any],
+) -> None:
     """A tiny transformers Qwen3 on the CPU (forced, every op native here): the fusion fires
     once per attention layer and compilation where it is on, never where it is off, and the
     logits stay those of the original model."""
-    transformers = pytest.importorskip("transformers")
     from ir_stack.bench.hf_families import convert
 
-    torch.manual_seed(0)
-    model = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**QWEN3)).eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.uniform_(0.5, 1.5)  # a norm applied wrongly shows
+    model = tiny_transformers("qwen3")
+    layers = model.config.num_hidden_layers
     shapes = {"decode b=2": (2, 1), "prefill 8": (1, 8)}
     rows, facts = hf.fusion_rows(model, lambda m: convert("qwen3", m), shapes, force=True)
     ways = {r["way"] for r in rows}
@@ -157,10 +144,10 @@ def test_the_hf_suites_qwen3_rows_fire_the_qk_norm_fusion_where_it_is_on() -> No
     assert fired == {
         "hf eager": None,
         "ir compile, kernels, qk_norm fusion off": 0,
-        "ir compile, kernels, qk_norm fusion on": len(shapes) * QWEN3["num_hidden_layers"],
+        "ir compile, kernels, qk_norm fusion on": len(shapes) * layers,
     }
     assert all(r["max_abs_diff"] < 1e-4 for r in rows), rows
-    assert facts["converted"]["attentions"] == QWEN3["num_hidden_layers"]
+    assert facts["converted"]["attentions"] == layers
     on = facts["passes"]["ir compile, kernels, qk_norm fusion on"]
     assert (
         on["fusions"][ir_passes.QK_NORM_ROPE_PATTERN]

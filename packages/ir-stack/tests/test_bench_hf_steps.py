@@ -2,6 +2,7 @@
 (`ir_stack.bench.hf_steps`), on the CPU with tiny models: repeatable steps over a static cache
 holding random positions, and every mode's logits those of the original model."""
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,16 +13,8 @@ from ir_stack.bench.e2e import Workload
 
 transformers = pytest.importorskip("transformers")
 
-SIZES = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 16,
-    "vocab_size": 128,
-    "max_position_embeddings": 64,
-}
+TinyTransformers = Callable[[str], Any]  # the conftest fixture
+Tiny = Callable[..., tuple[Any, hf_steps.HFSetup]]
 WORKLOADS = [
     Workload("decode b=1", 1, 1),
     Workload("decode b=2", 2, 1),
@@ -30,22 +23,20 @@ WORKLOADS = [
 CONTEXT = 12
 
 
-def tiny(family: str, workloads: list[Workload] = WORKLOADS) -> tuple[Any, hf_steps.HFSetup]:
+@pytest.fixture
+def tiny(tiny_transformers: TinyTransformers) -> Tiny:
+    """``(family, workloads)`` to the tiny model and its setup for `workloads`."""
     from ir_stack.bench.hf_families import convert
 
-    classes = {"llama": "Llama", "qwen3": "Qwen3"}[family]
-    torch.manual_seed(0)
-    config = getattr(transformers, f"{classes}Config")(**SIZES)
-    model = getattr(transformers, f"{classes}ForCausalLM")(config).eval()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.uniform_(0.5, 1.5)  # a norm applied wrongly shows
-    setup = hf_steps.prepare(family, model, lambda m: convert(family, m), workloads, CONTEXT)
-    return model, setup
+    def prepare(family: str, workloads: list[Workload] = WORKLOADS) -> Any:
+        model = tiny_transformers(family)
+        setup = hf_steps.prepare(family, model, lambda m: convert(family, m), workloads, CONTEXT)
+        return model, setup
+
+    return prepare
 
 
-def test_a_decode_step_repeats_and_reads_the_random_positions_of_its_cache() -> None:
+def test_a_decode_step_repeats_and_reads_the_random_positions_of_its_cache(tiny: Tiny) -> None:
     _, setup = tiny("llama")
     step = hf_steps.make_mode(hf_steps.REFERENCE, setup)
     decode = WORKLOADS[0]
@@ -63,7 +54,7 @@ def test_a_decode_step_repeats_and_reads_the_random_positions_of_its_cache() -> 
     assert not torch.allclose(changed, first)
 
 
-def test_the_original_and_the_converted_copy_stay_apart() -> None:
+def test_the_original_and_the_converted_copy_stay_apart(tiny: Tiny) -> None:
     model, setup = tiny("qwen3")
     assert setup.converted is not model
     assert setup.conversion == {"norms": 9, "mlps": 2, "experts": 0, "attentions": 2}
@@ -73,7 +64,7 @@ def test_the_original_and_the_converted_copy_stay_apart() -> None:
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
-def test_every_mode_gives_the_original_models_logits(family: str) -> None:
+def test_every_mode_gives_the_original_models_logits(family: str, tiny: Tiny) -> None:
     """Stock torch.compile of the original and the ir_stack backend on the converted copy, on
     batched decode and a prefill; the full CUDA graph is reported as not run on the CPU."""
     workloads = WORKLOADS[1:]
