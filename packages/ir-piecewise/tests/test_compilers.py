@@ -25,6 +25,7 @@ from ir_piecewise.compilers import (
     compiler_loads,
     installed_compilers,
 )
+from ir_spec import ops
 
 sys.path.insert(0, str(Path(__file__).parent))
 from toy_model import ToyModel, toy_config
@@ -193,3 +194,37 @@ def test_inductor_options_and_autotuned_sizes_reach_inductor(
     assert tuned
     assert set(tuned) == {"from_example_inputs"}  # the size 4, not the range
     assert any(shapes == "from_graph" for shapes, _ in seen)
+
+
+def _write_an_expanded_value(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    key: torch.Tensor,
+    key_cache: torch.Tensor,
+    value_cache: torch.Tensor,
+    slots: torch.Tensor,
+) -> torch.Tensor:
+    out, _ = ops.fused_add_rms_norm(a[..., :16], b, None, 1e-6)
+    value = a[..., :1, 0:16].expand(*a.shape[:-1], 16)
+    ops.write_kv_cache(key, value, key_cache, value_cache, slots)
+    return out
+
+
+def test_a_piece_that_returns_nothing_compiles_with_its_inputs_symbols() -> None:
+    """The piece after the split only writes the caches: Inductor gets the shape environment
+    of its inputs (whose token counts it compares), not a new one it fails in."""
+    tokens = 11
+    gen = torch.Generator().manual_seed(11)
+    a, b, key = (torch.randn(tokens, w, generator=gen) for w in (32, 16, 16))
+    caches = [torch.randn(2, 16, 1, 16, generator=gen) for _ in range(2)]
+    slots = torch.randperm(32, generator=gen)[:tokens]
+    expected_caches = [c.clone() for c in caches]
+    expected = _write_an_expanded_value(a, b, key, *expected_caches, slots)
+    config = CompilationConfig(splitting_ops=("ir::fused_add_rms_norm",), cache=False)
+    dims = {"a": 0, "b": 0, "key": 0, "slots": 0}
+    compiled = ir_piecewise.compile(_write_an_expanded_value, config, dynamic_arg_dims=dims)
+    with torch._inductor.config.patch(fx_graph_cache=False):
+        out = compiled(a, b, key, *caches, slots)
+    torch.testing.assert_close(out, expected)
+    for cache, expected_cache in zip(caches, expected_caches, strict=True):
+        torch.testing.assert_close(cache, expected_cache)

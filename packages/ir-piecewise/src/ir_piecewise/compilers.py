@@ -156,11 +156,12 @@ class InductorCompiler(PieceCompiler):
             patches.update(AUTOTUNE_OPTIONS)
         patches.update(ir_passes.inductor_options(request.passes))
         save: dict[str, Any] = {"aot": True} if request.autograd and _AOT_SAVE else {}
-        with _unsaveable_expected(not request.will_save):
+        dynamic, context = _symbols_of(request)
+        with _unsaveable_expected(not request.will_save), context:
             artifact: Callable[..., Any] = torch._inductor.standalone_compile(
                 request.graph,
                 request.example_inputs,
-                dynamic_shapes=request.dynamic_shapes,  # type: ignore[arg-type]
+                dynamic_shapes=dynamic,  # type: ignore[arg-type]
                 options={"config_patches": patches},
                 **save,
             )
@@ -180,6 +181,35 @@ class InductorCompiler(PieceCompiler):
 
         artifact: Callable[..., Any] = CompiledArtifact.load(path=str(path), format="binary")
         return artifact
+
+
+def _symbols_of(
+    request: PieceRequest,
+) -> tuple[str, contextlib.AbstractContextManager[Any]]:
+    """The ``dynamic_shapes`` argument for `request`'s piece and the context to compile it in.
+
+    ``"from_graph"`` takes the shape environment from a fake tensor the graph returns; a piece
+    that returns none (one that only writes a cache) would get a new, empty one, in which the
+    symbols of its inputs have no ranges and Inductor fails on the first comparison of two of
+    them. Such a piece compiles in a tracing context of its inputs' fake mode instead."""
+    dynamic = request.dynamic_shapes
+    if dynamic != "from_graph" or _returns_a_fake_tensor(request.graph):
+        return dynamic, contextlib.nullcontext()
+    fake_mode = torch._guards.detect_fake_mode(request.example_inputs)
+    if fake_mode is None:
+        return dynamic, contextlib.nullcontext()
+    context = torch._guards.TracingContext(fake_mode)
+    return "from_tracing_context", torch._guards.tracing(context)
+
+
+def _returns_a_fake_tensor(graph: fx.GraphModule) -> bool:
+    output = next(n for n in reversed(graph.graph.nodes) if n.op == "output")
+    returned = output.args[0]
+    values = [returned] if isinstance(returned, fx.Node) else returned
+    fake = torch._subclasses.fake_tensor.FakeTensor
+    return any(
+        isinstance(v, fx.Node) and isinstance(v.meta.get("example_value"), fake) for v in values
+    )
 
 
 class EagerCompiler(PieceCompiler):
