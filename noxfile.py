@@ -50,9 +50,10 @@ TEST_EXTRAS: dict[str, list[str]] = {
 #: Environment per package's test session.
 TEST_ENV: dict[str, dict[str, str]] = {"ir-kernels-triton": {"TRITON_INTERPRET": "1"}}
 #: pytest arguments per package's test session: the interpreted Triton kernels spread over
-#: every core (two cores: 306 s to 163 s), and so do ir-stack's model compilations (two cores:
-#: about 1050 s to 850 s). The cuda tests gain little so (415 s to 393 s): their time is the
-#: host-emulation build and the nvcc check, which use every core already.
+#: every core (two cores: 306 s to 163 s), and so do the compilations of ir-passes',
+#: ir-piecewise's and ir-stack's tests (two cores: ir-stack about 1050 s to 850 s). The cuda
+#: tests gain little so (415 s to 393 s): their time is the host-emulation build and the nvcc
+#: check, which use every core already.
 TEST_ARGS: dict[str, list[str]] = {
     # the offline reduction-layout compiles are the `layouts` session's
     "ir-kernels-triton": [
@@ -60,6 +61,8 @@ TEST_ARGS: dict[str, list[str]] = {
         "auto",
         "--ignore=packages/ir-kernels-triton/tests/test_layouts.py",
     ],
+    "ir-passes": ["-n", "auto"],
+    "ir-piecewise": ["-n", "auto"],
     "ir-stack": ["-n", "auto"],
 }
 
@@ -201,7 +204,9 @@ def integration(session: nox.Session) -> None:
     session.install(
         *TEST_TOOLS, "numpy", "transformers>=4.56", "tests-integration/oot_provider", DOWNSTREAM
     )
-    session.run("pytest", "tests-integration", *session.posargs, env={"TRITON_INTERPRET": "1"})
+    session.run(
+        "pytest", "tests-integration", "-n", "auto", *session.posargs, env={"TRITON_INTERPRET": "1"}
+    )
 
 
 @nox.session(tags=["tests"])
