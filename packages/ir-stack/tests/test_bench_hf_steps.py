@@ -28,7 +28,7 @@ def tiny(tiny_transformers: TinyTransformers) -> Tiny:
     """``(family, workloads)`` to the tiny model and its setup for `workloads`."""
     from ir_stack.bench.hf_families import convert
 
-    def prepare(family: str, workloads: list[Workload] = WORKLOADS) -> Any:
+    def prepare(family: str, workloads: list[Workload] = WORKLOADS) -> tuple[Any, hf_steps.HFSetup]:
         model = tiny_transformers(family)
         setup = hf_steps.prepare(family, model, lambda m: convert(family, m), workloads, CONTEXT)
         return model, setup
