@@ -265,6 +265,36 @@ def test_qk_norm_heads_a_program_keep_the_bits(is_neox_style: bool) -> None:
     assert_close(op, runs[0], op.native(*args))
 
 
+@pytest.mark.parametrize("name", ["rotary_embedding", "rotary_embedding_write_kv_cache"])
+def test_rotary_heads_a_program_keep_the_bits(name: str) -> None:
+    """Every count of heads a program, up to all of a token's and wider than the key heads
+    (whose tile is then as wide as the key heads, `rotary.kernel.key_head_block`), gives
+    bitwise the same query, key and cache rows, the native ones: 24 query and 6 key heads,
+    partial rotary, strided rows, padding slots."""
+    from ir_kernels_triton.kv_cache.kernel import launch_rotary_write_kv_cache
+    from ir_kernels_triton.rotary.kernel import launch_rotary
+
+    op = getattr(ops, name)
+    options = {"head_size": 32, "rotary_dim": 16, "padding_slots": True}
+    args = sample_inputs(op, spec_for(torch.float32, 24 * 32, 5, "strided", **options))
+    runs = []
+    for head_block in (None, 1, 4, 8, 16, 32):
+        run = clone_args(args)
+        q_out, k_out = torch.empty_like(run[1]), torch.empty_like(run[2])
+        if name == "rotary_embedding":
+            launch_rotary(*run, q_out, k_out, head_block=head_block)
+            runs.append((q_out, k_out))
+        else:
+            launch_rotary_write_kv_cache(*run, q_out, k_out, head_block=head_block)
+            runs.append((q_out, k_out, run[7], run[8]))
+    for outs in runs[1:]:
+        for got, want in zip(outs, runs[0], strict=True):
+            assert torch.equal(got, want)
+    expected_args = clone_args(args)
+    expected = results_of(op, expected_args, op.native(*expected_args))
+    assert_close(op, runs[0], expected)
+
+
 HEAD_CASES = [
     (name, head_size, rotary_dim, neox)
     for name in (

@@ -26,6 +26,7 @@ from ..rotary.kernel import (
     cos_sin,
     head_pairs,
     head_tails,
+    key_head_block,
     rotary_head_block,
     rotate_heads,
     rotated,
@@ -211,6 +212,7 @@ def rotary_write_kv_cache_kernel(
     HALF_BLOCK: tl.constexpr,
     TAIL_BLOCK: tl.constexpr,
     V_BLOCK: tl.constexpr,
+    KV_BLOCK: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
     await_previous_grid(PDL)
@@ -248,12 +250,12 @@ def rotary_write_kv_cache_kernel(
         IS_NEOX,
         COPY_TAIL,
         HAS_TAIL,
-        HEAD_BLOCK,
+        KV_BLOCK,
         HALF_BLOCK,
         TAIL_BLOCK,
     )
     # the value heads of this block, copied to the cache
-    h = tl.arange(0, HEAD_BLOCK)[:, None]
+    h = tl.arange(0, KV_BLOCK)[:, None]
     j = tl.arange(0, V_BLOCK)[None, :]
     offs = (first_head + h) * v_head_size + j
     value_mask = (h < cached_heads) & (j < v_head_size)
@@ -278,11 +280,12 @@ def launch_rotary_write_kv_cache(
     query_out: torch.Tensor,
     key_out: torch.Tensor,
     head_block: int | None = None,
+    num_warps: int | None = None,
 ) -> None:
     """Rotate `query`/`key` into `query_out`/`key_out` (which may be the inputs themselves)
     and write the rotated key and `value` into the slots' rows of the caches. `head_block`
-    (heads a program, a power of two) overrides `rotary_head_block` (for tuning sweeps); the
-    warps are `tuning.Rotary.warps`."""
+    (heads a program, a power of two) and `num_warps` override `rotary_head_block` and
+    `tuning.Rotary.warps` (for tuning sweeps)."""
     tokens = num_rows(query)
     if tokens == 0:
         return
@@ -302,7 +305,7 @@ def launch_rotary_write_kv_cache(
     )
     in_place = query_out.data_ptr() == query.data_ptr()
     plan_key = None
-    if head_block is None and launch_plans_enabled():
+    if head_block is None and num_warps is None and launch_plans_enabled():
         # out of place the kernel copies the tail too
         plan_key = launch_key((head_size, is_neox_style, in_place), *values)
         if _ROTARY_WRITE_PLANS.replay(plan_key, values):
@@ -315,7 +318,7 @@ def launch_rotary_write_kv_cache(
     heads = max(q_heads, k_heads)
     if head_block is None:
         head_block = rotary_head_block(tokens, heads)
-    warps = tuning.COMMON.rotary.warps
+    warps = tuning.COMMON.rotary.warps if num_warps is None else num_warps
     q2, k2, v2, qo2, ko2 = rows(query), rows(key), rows(value), rows(query_out), rows(key_out)
     grid = (tokens, triton.cdiv(heads, head_block))
     args = (
@@ -353,6 +356,7 @@ def launch_rotary_write_kv_cache(
         HALF_BLOCK=next_power_of_2(half),
         TAIL_BLOCK=next_power_of_2(max(tail, 1)),
         V_BLOCK=next_power_of_2(v_head_size),
+        KV_BLOCK=key_head_block(head_block, k_heads),
         num_warps=warps,
         **launch_options(q2, grid, warps),
     )

@@ -4,7 +4,9 @@ A program rotates a block of heads of one token, in the query and in the key: it
 token's cos/sin once, and for each head the two rotated halves (neox) or the even/odd pairs
 (GPT-J). Out of place, it also copies the pass-through tail of partially rotated heads. Each
 element's arithmetic is the same whatever the blocking, so the blocking may follow the batch:
-few tokens split their heads over more programs.
+few tokens split their heads over more programs. The key's tile is as wide as the key heads a
+program can hold (`KV_BLOCK`), not the query's block: a program that takes all of a token's heads
+would otherwise hold a query-sized tile of mostly masked key heads in its registers.
 
 A position outside the table (negative, or ``>= max_position``) is not looked up: checking the
 positions on the host would wait for the GPU, so the kernel reads no cos/sin for that token and
@@ -132,6 +134,7 @@ def rotary_kernel(
     HEAD_BLOCK: tl.constexpr,
     HALF_BLOCK: tl.constexpr,
     TAIL_BLOCK: tl.constexpr,
+    KV_BLOCK: tl.constexpr,
     PDL: tl.constexpr = False,
 ):
     await_previous_grid(PDL)
@@ -163,7 +166,7 @@ def rotary_kernel(
         half,
         IS_NEOX,
         COPY_TAIL,
-        HEAD_BLOCK,
+        KV_BLOCK,
         HALF_BLOCK,
         TAIL_BLOCK,
     )
@@ -233,6 +236,7 @@ def launch_rotary(
         HEAD_BLOCK=head_block,
         HALF_BLOCK=next_power_of_2(half),
         TAIL_BLOCK=next_power_of_2(max(tail, 1)),
+        KV_BLOCK=key_head_block(head_block, k_heads),
         num_warps=num_warps,
         **launch_options(q2, grid, num_warps),
     )
@@ -253,3 +257,9 @@ def rotary_head_block(tokens: int, heads: int) -> int:
     else:
         block = heads
     return min(next_power_of_2(block), next_power_of_2(heads))
+
+
+def key_head_block(head_block: int, k_heads: int) -> int:
+    """Key heads a program's tile holds: its block of heads, or all the key heads (a power of
+    two) where the block is wider; programs past the key heads mask theirs off."""
+    return min(head_block, next_power_of_2(k_heads))
