@@ -217,10 +217,11 @@ def test_the_cache_keys_differ() -> None:
         PassConfig(autotune="yes")  # type: ignore[arg-type]
 
 
-def test_symbolic_sizes_take_the_ranges_representative_size() -> None:
-    assert autotune.representative_size((9, 256), 12) == 256
-    assert autotune.representative_size((257, None), 300) == 257 * autotune.UNBOUNDED_FACTOR
-    assert autotune.representative_size(None, 12) == 12
+def test_a_range_is_timed_at_both_ends() -> None:
+    assert autotune.timed_token_counts((9, 256)) == (9, 256)
+    assert autotune.timed_token_counts((8, 8)) == (8,)  # a compile size
+    assert autotune.timed_token_counts((257, None)) == (257, 257 * autotune.UNBOUNDED_FACTOR)
+    assert autotune.timed_token_counts(None) == (None,)  # the traced size
     captured: list[list[Any]] = []
 
     def graph(x: Tensor, positions: Tensor, cache: Tensor) -> Any:
@@ -231,8 +232,8 @@ def test_symbolic_sizes_take_the_ranges_representative_size() -> None:
     gm = make_fx(graph, tracing_mode="symbolic")(x, positions, torch.randn(40, 32))
     node = next(n for n in gm.graph.nodes if "rotary_embedding" in str(n.target))
     fakes = [a.meta["val"] if isinstance(a, torch.fx.Node) else a for a in node.args]
-    for token_range, tokens in (((9, 64), 64), ((65, None), 65 * 8), (None, 20)):
-        args = autotune.concrete_arguments(ops.rotary_embedding, fakes, token_range)
+    for timed, tokens in ((64, 64), (520, 520), (None, 20)):
+        args = autotune.concrete_arguments(ops.rotary_embedding, fakes, timed)
         captured.append(args)
         positions_arg, query = args[0], args[1]
         assert query.shape == (tokens, 256)
@@ -247,11 +248,67 @@ def test_symbolic_sizes_take_the_ranges_representative_size() -> None:
 
 
 def test_decisions_round_trip_and_refuse_bad_data() -> None:
-    decision = autotune.Decision(
-        "rms_norm", "(float32[4, 8])", {"a": 1.0, "native": 0.5}, "a", "native"
+    timed = (
+        autotune.Timed("(float32[1, 8])", {"a": 0.2, "native": 0.2}),
+        autotune.Timed("(float32[4, 8])", {"a": 1.0, "native": 0.5}),
     )
+    decision = autotune.Decision("rms_norm", timed, "a", "native")
     assert autotune.Decision.from_dict(decision.as_dict()) == decision
-    assert "a -> native" not in decision.summary()
-    assert "-> native (priority: a)" in decision.summary()
-    with pytest.raises(ValueError, match="expected op, arguments, timings_ms"):
+    assert decision.arguments == "(float32[4, 8])"  # the most tokens timed
+    assert decision.timings_ms == {"a": 1.0, "native": 0.5}
+    summary = decision.summary()
+    assert "a -> native" not in summary
+    assert summary.endswith("-> native (priority: a)")
+    assert "(float32[1, 8]): a 200.0us, native 200.0us; (float32[4, 8])" in summary
+    with pytest.raises(ValueError, match="expected op, timed"):
         autotune.Decision.from_dict({"op": "rms_norm"})
+    with pytest.raises(ValueError, match="no timed token count"):
+        autotune.Decision.from_dict({**decision.as_dict(), "timed": []})
+
+
+@pytest.mark.parametrize(
+    ("timings", "expected"),
+    [
+        # one count: the first whose time ties with the best
+        ([{"p": 1.0, "q": 0.9, "native": 1.01}], "q"),
+        ([{"p": 1.0, "q": 0.99, "native": 1.01}], "p"),
+        # q wins at the large end by 10 % but loses by 50 % at the small one: p's worst is 1.11
+        ([{"p": 1.0, "q": 1.5, "native": 1.0}, {"p": 1.0, "q": 0.9, "native": 1.0}], "p"),
+        # q wins at one end and ties at the other
+        ([{"p": 1.0, "q": 1.01, "native": 1.2}, {"p": 1.0, "q": 0.8, "native": 1.0}], "q"),
+        # native loses by 5 % at one end, p by 30 % at the other
+        ([{"p": 1.3, "native": 1.0}, {"p": 1.0, "native": 1.05}], "native"),
+    ],
+)
+def test_the_choice_holds_at_every_timed_count(
+    timings: list[dict[str, float]], expected: str
+) -> None:
+    order = [name for name in ("p", "q", "native") if name in timings[0]]
+    assert autotune.pick(timings, order) == expected
+
+
+def test_a_candidate_fastest_at_one_end_only_keeps_the_priority(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a graph compiled for 1 to 64 tokens, t_fast is 10 % faster than t_slow at 64 tokens
+    but 50 % slower at one: the priority's t_slow stays (timed at 64 alone, t_fast would win)."""
+    times = {1: {"t_slow": 1.0, "t_fast": 1.5, "native": 1.0}, 64: {"t_slow": 1.0, "t_fast": 0.9,
+             "native": 1.0}}  # fmt: skip
+    seen: list[int] = []
+
+    def fake_measure(call: Any, device: torch.device) -> float:
+        tokens = 1 if len(seen) < 3 else 64
+        provider = ["t_slow", "t_fast", "native"][len(seen) % 3]
+        seen.append(tokens)
+        return times[tokens][provider]
+
+    monkeypatch.setattr(autotune, "measure", fake_measure)
+    graph = make_fx(ops.silu_and_mul, tracing_mode="symbolic")(torch.randn(5, 16)).graph
+    report = PassReport()
+    with ir_dispatch.priority(SLOW_FIRST):
+        LoweringPass(report, PassConfig(autotune=True).for_range(1, 64))(graph)
+    (decision,) = report.autotune.values()
+    assert [t.arguments for t in decision.timed] == ["(float32[1, 16])", "(float32[64, 16])"]
+    assert decision.choice == "t_slow"
+    assert not decision.changed
+    assert autotune.pick([times[64]], ["t_slow", "t_fast", "native"]) == "t_fast"

@@ -38,17 +38,21 @@ def run_autotune(cache: Path, out: Path, inductor: Path) -> dict[str, Any]:
 def test_each_range_is_tuned_and_a_warm_start_times_nothing(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cold = run_autotune(cache, tmp_path / "cold.json", tmp_path / "inductor-cold")
-    tokens = {"range-1-8": 8, "range-9-256": 256, "range-257-inf": 257 * 8}
+    # each range at both ends
+    tokens = {"range-1-8": (1, 8), "range-9-256": (9, 256), "range-257-inf": (257, 257 * 8)}
     assert sorted(cold["decisions"]) == sorted(tokens)
     for label, decisions in cold["decisions"].items():
         assert decisions, label  # one silu_and_mul a layer, identical layers share a piece
         for decision in decisions.values():
             assert decision["op"] == "silu_and_mul"
-            assert decision["arguments"] == f"(float32[{tokens[label]}, 256])"
+            timed = decision["timed"]
+            assert [t["arguments"] for t in timed] == [
+                f"(float32[{n}, 256])" for n in tokens[label]
+            ]
             assert decision["priority_choice"] == "t_pw_slow"
             assert decision["choice"] == "native", decision  # the other candidate
-            assert decision["timings_ms"]["t_pw_slow"] > decision["timings_ms"]["native"]
-    assert cold["timed"] == 2 * 3  # two candidates, once a range
+            assert all(t["timings_ms"]["t_pw_slow"] > t["timings_ms"]["native"] for t in timed)
+    assert cold["timed"] == 2 * 2 * 3  # two candidates at two counts, in each range
     assert cold["compilations"] > 0
     assert max(cold["errors"]) < 2e-5
 

@@ -4,10 +4,11 @@ real shapes and keep the fastest.
 For one IR op node of a graph compiled for a compile range, `autotune` takes the node's fake
 arguments and materialises them (`concrete_arguments`) as fresh random tensors of the same
 shape, dtype, device and strides. The token count (the first dimension of the op's first
-activation), where symbolic, becomes the range's representative size (`representative_size`):
-its upper bound where the range has one, else `UNBOUNDED_FACTOR` times its lower bound; where
-the graph's range is unknown, the size the graph was traced with (the symbol's hint), as for
-every other symbolic size.
+activation), where symbolic, takes each of the range's timed counts (`timed_token_counts`):
+both ends of a bounded range, since its code serves every count in it (a decode step of one
+sequence and a batch of 256 run the same piece); the first count and `UNBOUNDED_FACTOR` times
+it for an unbounded one; where the graph's range is unknown, the size the graph was traced
+with (the symbol's hint), as for every other symbolic size.
 
 The candidates are every implementation the selection rule could pick on these arguments
 (`candidates`: supported, not disabled, accepted by ``supports_args``, in the effective
@@ -19,18 +20,20 @@ timed with ``triton.testing.do_bench`` (CUDA events without triton), elsewhere w
 ``time.perf_counter`` loop (`CPU_SAMPLES` samples of at least `CPU_SAMPLE_S` seconds each);
 the median counts.
 
-Ties go to the priority: the first candidate, in priority order, whose time is within
-`TIE_RELATIVE` of the best or `TIE_ABSOLUTE_MS` above it, wins, so measuring changes a choice
-only for a real difference. Decisions are kept in this process per op, arguments (shapes,
-dtypes, strides, non-tensor values), device and candidate set: a graph of thirty identical
-layers times each op once. Collectives (ops taking a process group) are never timed: every
-rank would have to time them in step.
+The choice must hold at every timed count: a candidate's slowdown is its largest ratio to the
+best time of a count, a time within `TIE_RELATIVE` of that best or `TIE_ABSOLUTE_MS` above it
+counting as none (`pick`). Ties go to the priority: the first candidate, in priority order,
+whose slowdown ties with the least wins, so measuring changes a choice only for a real
+difference at some count and never for one that loses at another. Decisions are kept in this
+process per op, arguments (shapes, dtypes, strides, non-tensor values), device and candidate
+set: a graph of thirty identical layers times each op once. Collectives (ops taking a process
+group) are never timed: every rank would have to time them in step.
 """
 
 import logging
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,8 +50,9 @@ logger = logging.getLogger("ir_passes")
 TIE_RELATIVE = 0.02
 #: a time at most this many milliseconds (0.1 us) above the best is a tie
 TIE_ABSOLUTE_MS = 1e-4
-#: an unbounded compile range ``[first, inf)`` is timed at ``first * UNBOUNDED_FACTOR`` tokens
-#: (2056 for the ``257-inf`` range the default fusion thresholds leave: a typical prompt)
+#: an unbounded compile range ``[first, inf)`` is timed at ``first`` and ``first *
+#: UNBOUNDED_FACTOR`` tokens (257 and 2056 for the ``257-inf`` range the default fusion
+#: thresholds leave: a short and a typical prompt)
 UNBOUNDED_FACTOR = 8
 #: the candidate name of the native function compiled by Inductor
 NATIVE = "native"
@@ -75,23 +79,50 @@ CPU_WARMUP = 3
 
 
 @dataclass(frozen=True)
-class Decision:
-    """One op's choice on one set of arguments.
+class Timed:
+    """The candidates' times on the arguments of one token count.
 
     Attributes:
-        op: the op's name.
         arguments: the timed arguments, as text (shape, dtype and strides of each tensor).
         timings_ms: candidate -> median milliseconds, in priority order (``native``: the
             native function compiled by Inductor).
+    """
+
+    arguments: str
+    timings_ms: dict[str, float]
+
+    def summary(self) -> str:
+        """The arguments and each candidate's time, as text."""
+        times = ", ".join(f"{name} {ms * 1e3:.1f}us" for name, ms in self.timings_ms.items())
+        return f"{self.arguments}: {times}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One op's choice on one set of arguments, timed at one token count or more.
+
+    Attributes:
+        op: the op's name.
+        timed: the candidates' times at each token count timed, fewest tokens first.
         priority_choice: what the selection rule picks on these arguments.
-        choice: the fastest candidate (the priority's choice on a tie).
+        choice: the candidate whose slowdown over the counts is least (the priority's choice
+            on a tie: `pick`).
     """
 
     op: str
-    arguments: str
-    timings_ms: dict[str, float]
+    timed: tuple[Timed, ...]
     priority_choice: str
     choice: str
+
+    @property
+    def arguments(self) -> str:
+        """The arguments at the most tokens timed, as text."""
+        return self.timed[-1].arguments
+
+    @property
+    def timings_ms(self) -> dict[str, float]:
+        """Each candidate's median milliseconds at the most tokens timed."""
+        return self.timed[-1].timings_ms
 
     @property
     def changed(self) -> bool:
@@ -102,8 +133,9 @@ class Decision:
         """The decision as JSON-ready values (`from_dict` reads them back)."""
         return {
             "op": self.op,
-            "arguments": self.arguments,
-            "timings_ms": dict(self.timings_ms),
+            "timed": [
+                {"arguments": t.arguments, "timings_ms": dict(t.timings_ms)} for t in self.timed
+            ],
             "priority_choice": self.priority_choice,
             "choice": self.choice,
         }
@@ -112,25 +144,27 @@ class Decision:
     def from_dict(cls, data: dict[str, Any]) -> "Decision":
         """The decision `as_dict` described; `ValueError` naming what is missing or wrong."""
         try:
-            timings = {str(k): float(v) for k, v in data["timings_ms"].items()}
-            return cls(
-                str(data["op"]),
-                str(data["arguments"]),
-                timings,
-                str(data["priority_choice"]),
-                str(data["choice"]),
+            timed = tuple(
+                Timed(
+                    str(t["arguments"]),
+                    {str(k): float(v) for k, v in t["timings_ms"].items()},
+                )
+                for t in data["timed"]
             )
+            if not timed:
+                raise ValueError("no timed token count")
+            return cls(str(data["op"]), timed, str(data["priority_choice"]), str(data["choice"]))
         except (KeyError, TypeError, AttributeError, ValueError) as exc:
             raise ValueError(
-                f"autotune decision: got {data!r}; expected op, arguments, timings_ms, "
-                f"priority_choice and choice ({type(exc).__name__}: {exc})"
+                f"autotune decision: got {data!r}; expected op, timed (arguments and timings_ms "
+                f"at each token count), priority_choice and choice ({type(exc).__name__}: {exc})"
             ) from None
 
     def summary(self) -> str:
-        """One line: op, arguments, each candidate's time, the choice."""
-        times = ", ".join(f"{name} {ms * 1e3:.1f}us" for name, ms in self.timings_ms.items())
+        """One line: op, the arguments and each candidate's time at each count, the choice."""
+        timed = "; ".join(t.summary() for t in self.timed)
         note = f" (priority: {self.priority_choice})" if self.changed else ""
-        return f"{self.op} on {self.arguments}: {times} -> {self.choice}{note}"
+        return f"{self.op} on {timed} -> {self.choice}{note}"
 
 
 @dataclass
@@ -168,14 +202,16 @@ def tunable(op: IrOp) -> bool:
 
 
 # ------------------------------------------------------------------ arguments
-def representative_size(token_range: tuple[int, int | None] | None, hint: int | None) -> int:
-    """The token count a symbolic size is timed at: the range's last count if it has one,
-    `UNBOUNDED_FACTOR` times its first otherwise; where the range is unknown (None), `hint`
-    (the traced size), else `UNBOUNDED_FACTOR`."""
-    if token_range is not None:
-        first, last = token_range
-        return last if last is not None else first * UNBOUNDED_FACTOR
-    return hint if hint is not None else UNBOUNDED_FACTOR
+def timed_token_counts(token_range: tuple[int, int | None] | None) -> tuple[int | None, ...]:
+    """The token counts a symbolic token count is timed at: both ends of a bounded range (one
+    where it holds one count), the first count and `UNBOUNDED_FACTOR` times it for an
+    unbounded range; None (the size the graph was traced with) where the range is unknown."""
+    if token_range is None:
+        return (None,)
+    first, last = token_range
+    if last is None:
+        return (first, first * UNBOUNDED_FACTOR)
+    return (first,) if last == first else (first, last)
 
 
 def _token_symbol(op: IrOp, fakes: Sequence[Any]) -> sympy.Symbol | None:
@@ -192,14 +228,12 @@ def _token_symbol(op: IrOp, fakes: Sequence[Any]) -> sympy.Symbol | None:
 
 
 class _Sizes:
-    """Concrete values of sizes and strides: the token symbol at the range's representative
-    size, any other symbol at its hint (the traced size)."""
+    """Concrete values of sizes and strides: the token symbol at `tokens` (None: its hint),
+    any other symbol at its hint (the traced size), `UNBOUNDED_FACTOR` where there is none."""
 
-    def __init__(
-        self, token: sympy.Symbol | None, token_range: tuple[int, int | None] | None
-    ) -> None:
+    def __init__(self, token: sympy.Symbol | None, tokens: int | None) -> None:
         self.token = token
-        self.token_range = token_range
+        self.tokens = tokens
 
     def __call__(self, value: Any) -> int:
         if not isinstance(value, torch.SymInt):
@@ -215,12 +249,10 @@ class _Sizes:
         for symbol in expr.free_symbols:
             hint = hints.get(symbol)
             hint = None if hint is None else int(hint)
-            if symbol == self.token or hint is None:
-                values[symbol] = representative_size(
-                    self.token_range if symbol == self.token else None, hint
-                )
+            if symbol == self.token and self.tokens is not None:
+                values[symbol] = self.tokens
             else:
-                values[symbol] = hint
+                values[symbol] = hint if hint is not None else UNBOUNDED_FACTOR
         return int(expr.xreplace(values))
 
 
@@ -240,19 +272,17 @@ def _random_tensor(fake: torch.Tensor, sizes: _Sizes, index_bound: int) -> torch
     return flat.as_strided(shape, stride)
 
 
-def concrete_arguments(
-    op: IrOp, fakes: Sequence[Any], token_range: tuple[int, int | None] | None
-) -> list[Any]:
+def concrete_arguments(op: IrOp, fakes: Sequence[Any], tokens: int | None) -> list[Any]:
     """`fakes` (an op's arguments, fake tensors among them) as fresh random tensors of the same
     shapes, dtypes, devices and strides; other values unchanged.
 
     The token count (the first dimension of the op's first activation, where symbolic) takes
-    the range's representative size (`representative_size`); any other symbolic size takes
-    the size the graph was traced with. Floating tensors are standard normal. Integer tensors
-    are indices in every catalog op (positions, cache slots): they are drawn in ``[0, n)``,
-    with ``n`` the smallest leading dimension of the op's floating tensors, so they index
-    every table in bounds."""
-    sizes = _Sizes(_token_symbol(op, fakes), token_range)
+    `tokens` (one of `timed_token_counts`; None: the size the graph was traced with); any other
+    symbolic size takes the size the graph was traced with. Floating tensors are standard
+    normal. Integer tensors are indices in every catalog op (positions, cache slots): they are
+    drawn in ``[0, n)``, with ``n`` the smallest leading dimension of the op's floating
+    tensors, so they index every table in bounds."""
+    sizes = _Sizes(_token_symbol(op, fakes), tokens)
     leading = [
         sizes(f.shape[0])
         for f in fakes
@@ -404,32 +434,52 @@ def _device_of(args: Sequence[Any]) -> torch.device:
     return next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
 
 
-def pick(timings: dict[str, float], order: Sequence[str]) -> str:
-    """The first candidate of `order` whose time ties with the best (`TIE_RELATIVE`,
-    `TIE_ABSOLUTE_MS`)."""
-    best = min(timings.values())
-    limit = max(best * (1 + TIE_RELATIVE), best + TIE_ABSOLUTE_MS)
-    return next(name for name in order if timings[name] <= limit)
+def slowdown(timings: Sequence[Mapping[str, float]], name: str) -> float:
+    """Candidate `name`'s largest ratio to the best time of a token count, over the counts of
+    `timings` (one mapping of candidate -> time a count); a time that ties with its count's best
+    (`TIE_RELATIVE`, `TIE_ABSOLUTE_MS`) counts as 1."""
+    worst = 1.0
+    for times in timings:
+        best = min(times.values())
+        mine = times[name]
+        if mine > max(best * (1 + TIE_RELATIVE), best + TIE_ABSOLUTE_MS):
+            worst = max(worst, mine / best)
+    return worst
+
+
+def pick(timings: Sequence[Mapping[str, float]], order: Sequence[str]) -> str:
+    """The first candidate of `order` whose `slowdown` over the counts of `timings` ties with
+    the least (within `TIE_RELATIVE`): at one count, the first whose time ties with the best."""
+    slowdowns = {name: slowdown(timings, name) for name in order}
+    least = min(slowdowns.values())
+    return next(name for name in order if slowdowns[name] <= least * (1 + TIE_RELATIVE))
 
 
 # ------------------------------------------------------------------ the decision
 def autotune(
     op: IrOp, fakes: Sequence[Any], token_range: tuple[int, int | None] | None
 ) -> Decision | None:
-    """The fastest candidate of `op` on `fakes` materialised for `token_range`, or None where
-    there is nothing to choose (one candidate, or a collective)."""
+    """The candidate of `op` on `fakes` that is fastest at every token count of `token_range`
+    (`timed_token_counts`, `pick`), or None where there is nothing to choose (one candidate, or
+    a collective)."""
     if not tunable(op):
         return None
     with ir_dispatch.mode(ir_dispatch.INDUCTOR):
         priority_choice = ir_dispatch.select(op, *fakes).provider
-    args = concrete_arguments(op, fakes, token_range)
-    eligible = candidates(op, args)
+    counts = timed_token_counts(token_range)
+    args_at = [concrete_arguments(op, fakes, tokens) for tokens in counts]
+    # the candidates of the most tokens, which every count must accept: the code is one
+    eligible = [
+        impl
+        for impl in candidates(op, args_at[-1])
+        if all(impl in candidates(op, args) for args in args_at[:-1])
+    ]
     if len(eligible) < 2:
         return None
-    device = _device_of(args)
+    device = _device_of(args_at[-1])
     key = (
         op.name,
-        _signature(args),
+        tuple(_signature(args) for args in args_at),
         str(device),
         tuple((impl.provider, id(impl.fn), impl.inplace) for impl in eligible),
     )
@@ -437,12 +487,16 @@ def autotune(
     if known is not None:
         stats.reused += 1
         return known
-    timings: dict[str, float] = {}
-    for impl in eligible:
-        call = inductor_native(op, args) if impl.provider == NATIVE else _call(op, impl, args)
-        timings[impl.provider] = measure(call, device)
-    choice = pick(timings, [impl.provider for impl in eligible])
-    decision = Decision(op.name, describe(args), timings, priority_choice, choice)
+    timed = []
+    for args in args_at:
+        timings: dict[str, float] = {}
+        for impl in eligible:
+            call = inductor_native(op, args) if impl.provider == NATIVE else _call(op, impl, args)
+            timings[impl.provider] = measure(call, device)
+        timed.append(Timed(describe(args), timings))
+    order = [impl.provider for impl in eligible]
+    choice = pick([t.timings_ms for t in timed], order)
+    decision = Decision(op.name, tuple(timed), priority_choice, choice)
     _decisions[key] = decision
     stats.decided += 1
     logger.debug("ir_passes: autotune %s", decision.summary())

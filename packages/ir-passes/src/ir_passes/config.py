@@ -209,8 +209,8 @@ class PassConfig:
         lower: replace IR ops by their selected implementations (post-grad).
         autotune: select by measurement (`ir_passes.autotune`): lowering times each IR op
             node's candidates (the eligible implementations and Inductor's code of the native
-            function) on the node's shapes at the compile range's representative size and
-            keeps the fastest, ties going to the priority's choice. Off by default: timings
+            function) on the node's shapes at both ends of the compile range and keeps the
+            one fastest at each, ties going to the priority's choice. Off by default: timings
             vary between runs, so builds with it may differ.
         eliminate_clones: remove clones that lowering added and that are provably unneeded.
             None: from the level (O1+).

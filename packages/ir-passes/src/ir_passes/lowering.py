@@ -10,8 +10,8 @@ prove unneeded. Every choice is recorded in the report. Ops that store into thei
 a torch op of the same schema (`mutating.lower_mutating`).
 
 With ``PassConfig.autotune`` the choice is made by measurement instead (`ir_passes.autotune`):
-the candidates are timed on the node's arguments at the compile range's representative size
-and the fastest replaces the priority's choice (``native``: the op is left for Inductor to
+the candidates are timed on the node's arguments at both ends of the compile range and the
+one fastest at each replaces the priority's choice (``native``: the op is left for Inductor to
 fuse, as the priority's ``native`` is). Each decision is recorded in the report
 (``PassReport.autotune``), with every candidate's time and whether it changed the choice.
 """
