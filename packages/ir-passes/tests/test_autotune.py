@@ -312,3 +312,13 @@ def test_a_candidate_fastest_at_one_end_only_keeps_the_priority(
     assert decision.choice == "t_slow"
     assert not decision.changed
     assert autotune.pick([times[64]], ["t_slow", "t_fast", "native"]) == "t_fast"
+
+
+def test_a_static_token_count_is_timed_once_whatever_the_range() -> None:
+    graph = make_fx(ops.silu_and_mul, tracing_mode="fake")(torch.randn(5, 16)).graph
+    report = PassReport()
+    with ir_dispatch.priority(SLOW_FIRST):
+        LoweringPass(report, PassConfig(autotune=True).for_range(1, 64))(graph)
+    (decision,) = report.autotune.values()
+    assert [t.arguments for t in decision.timed] == ["(float32[5, 16])"]
+    assert autotune.stats.timed == 3

@@ -466,7 +466,9 @@ def autotune(
         return None
     with ir_dispatch.mode(ir_dispatch.INDUCTOR):
         priority_choice = ir_dispatch.select(op, *fakes).provider
-    counts = timed_token_counts(token_range)
+    # a token count that is not a size of its own (static, or a product of symbols) is timed
+    # as traced, once
+    counts = timed_token_counts(token_range) if _token_symbol(op, fakes) is not None else (None,)
     args_at = [concrete_arguments(op, fakes, tokens) for tokens in counts]
     # the candidates of the most tokens, which every count must accept: the code is one
     eligible = [
