@@ -471,10 +471,11 @@ def autotune(
     counts = timed_token_counts(token_range) if _token_symbol(op, fakes) is not None else (None,)
     args_at = [concrete_arguments(op, fakes, tokens) for tokens in counts]
     # the candidates of the most tokens, which every count must accept: the code is one
+    accepted_at_fewer = [candidates(op, args) for args in args_at[:-1]]
     eligible = [
         impl
         for impl in candidates(op, args_at[-1])
-        if all(impl in candidates(op, args) for args in args_at[:-1])
+        if all(impl in accepted for accepted in accepted_at_fewer)
     ]
     if len(eligible) < 2:
         return None
