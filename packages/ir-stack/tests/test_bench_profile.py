@@ -196,3 +196,33 @@ def test_each_finished_model_is_handed_over_so_a_stopped_run_keeps_it(
     profile.run(args, torch.device("cpu"), lambda r: handed.append([x["model"] for x in r.rows]))
     reference = ["tiny", "tiny"]  # decode b=1: its step and its one category
     assert handed == [reference, [*reference, "llama"], [*reference, "llama", "qwen3"]]
+
+
+def test_autotune_profiles_the_reference_model_again_under_its_own_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--autotune`` adds the reference model compiled with ``PassConfig(autotune=True)``,
+    its rows named ``<model> autotuned``, handed over once it is done."""
+    import torch
+
+    from ir_stack import compiler
+
+    monkeypatch.setattr(profile.timing, "copy_bandwidth_gbps", lambda: 3000.0)
+    monkeypatch.setattr(profile, "dense_matrix_tflops", lambda dtype: 700.0)
+    monkeypatch.setattr(profile, "profile_kernels", lambda step, steps: [("gemm", 5.0)] * steps)
+    autotuned: list[bool] = []
+
+    def compile_spy(model: torch.nn.Module, config: Any) -> Any:
+        autotuned.append(config.passes.autotune)
+        return compiler.compile(model, config)
+
+    monkeypatch.setattr(profile, "ir_stack_compile", compile_spy)
+    sizes = ["--model", "tiny", "--batches", "1", "--prefill", "0", "--iters", "1"]
+    args = profile.parse_args(["--out", "unused", *sizes, "--autotune", "--hf", ""])
+    handed: list[list[str]] = []
+    result = profile.run(
+        args, torch.device("cpu"), lambda r: handed.append([x["model"] for x in r.rows])
+    )
+    assert autotuned == [False, False, True, True]  # profiled and replayed, each selection
+    assert handed == [["tiny", "tiny"], ["tiny", "tiny", "tiny autotuned", "tiny autotuned"]]
+    assert result.params["autotune"] is True

@@ -16,9 +16,13 @@ fused code, other), with the kernels a step launches. Beside it, in the same run
   device copy bandwidth;
 - for a prefill, the model's matrix FLOPs over the measured dense bf16 matrix throughput.
 
+``--autotune`` profiles the reference model a second time compiled with
+``PassConfig(autotune=True)`` (model ``<model> autotuned``), so the kernels that selection by
+measurement changes stand beside those of the default selection, in one run.
+
     ir-stack bench --only profile [--model 1b|tiny] [--quick]
     python -m ir_stack.bench.profile --out DIR [--batches 1,32] [--prefill 2048] [--context 512]
-        [--hf llama,qwen3] [--hf-layers N]
+        [--hf llama,qwen3] [--hf-layers N] [--autotune]
 
 Writes ``DIR/profile-<device>.json``, ``.md`` and ``.png``. CUDA GPUs only.
 """
@@ -39,6 +43,7 @@ from typing import Any
 
 import torch
 
+from ir_passes import PassConfig
 from ir_piecewise import CUDAGraphMode
 
 from ..compiler import compile as ir_stack_compile
@@ -216,6 +221,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = common.parser("profile", (__doc__ or "").split("\n")[0])
     e2e.add_model_args(parser)
     parser.add_argument("--iters", type=int, help="steps profiled and timed (default: by model)")
+    parser.add_argument(
+        "--autotune",
+        action="store_true",
+        help="also profile the reference model compiled with PassConfig(autotune=True)",
+    )
     e2e.add_hf_args(parser)
     args = parser.parse_args(argv)
     e2e.resolve_sizes(parser, args)
@@ -245,7 +255,8 @@ def run(
         results.current_device(device.type),
         {"model": name, "batches": args.batches, "prefill": args.prefill}
         | {"context": args.context, "iters": args.iters}
-        | ({"hf": args.hf, "hf_layers": args.hf_layers} if args.hf else {}),
+        | ({"hf": args.hf, "hf_layers": args.hf_layers} if args.hf else {})
+        | ({"autotune": True} if getattr(args, "autotune", False) else {}),
         KEY,
         METRICS,
     )
@@ -253,21 +264,29 @@ def run(
     measure = functools.partial(
         workload_rows, iters=args.iters, bandwidth=bandwidth, tflops=tflops, device=device
     )
-    with tempfile.TemporaryDirectory(prefix="ir-stack-profile-") as cache, torch.no_grad():
-        profiled = ir_stack_compile(model, e2e.piecewise_config(CUDAGraphMode.NONE, Path(cache)))
-        replayed = ir_stack_compile(
-            model, e2e.piecewise_config(CUDAGraphMode.FULL_AND_PIECEWISE, Path(cache))
-        )
-        for w in setup.workloads:
-            call = (*setup.inputs[w.name], setup.cache_for(w))
-            width = setup.config.num_layers * setup.config.num_heads * setup.config.head_dim
-            result.rows += measure(
-                name, w, functools.partial(profiled, *call), functools.partial(replayed, *call),
-                model, width,
-            )  # fmt: skip
-    del model, profiled, replayed, setup
-    if model_done is not None:
-        model_done(result)
+    selections = [(name, PassConfig())]
+    if getattr(args, "autotune", False):
+        selections.append((f"{name} autotuned", PassConfig(autotune=True)))
+    width = setup.config.num_layers * setup.config.num_heads * setup.config.head_dim
+    for label, passes in selections:
+        with tempfile.TemporaryDirectory(prefix="ir-stack-profile-") as cache, torch.no_grad():
+            profiled, replayed = (
+                ir_stack_compile(
+                    model,
+                    dataclasses.replace(e2e.piecewise_config(graphs, Path(cache)), passes=passes),
+                )
+                for graphs in (CUDAGraphMode.NONE, CUDAGraphMode.FULL_AND_PIECEWISE)
+            )
+            for w in setup.workloads:
+                call = (*setup.inputs[w.name], setup.cache_for(w))
+                result.rows += measure(
+                    label, w, functools.partial(profiled, *call),
+                    functools.partial(replayed, *call), model, width,
+                )  # fmt: skip
+            del profiled, replayed
+        if model_done is not None:
+            model_done(result)
+    del model, setup
     for family in args.hf:
         result.rows += hf_rows(args, family, measure)
         if model_done is not None:
