@@ -30,7 +30,7 @@ def run(*args: str, module: str = "ir_stack.cli") -> subprocess.CompletedProcess
     )
 
 
-@pytest.mark.parametrize("suite", ["kernels", "fusions", "memory", "hf"])
+@pytest.mark.parametrize("suite", ["kernels", "fusions", "attention", "memory", "hf"])
 def test_a_gpu_suite_named_on_the_cpu_is_refused(suite: str, tmp_path: Path) -> None:
     """Asked for by name, a suite that cannot run here fails rather than skips."""
     done = run("bench", "--only", suite, "--out", str(tmp_path / "unused"))

@@ -48,6 +48,14 @@ SUITES: dict[str, Suite] = {
             gpu_only=True,
         ),
         Suite(
+            "attention",
+            "How close does decode attention over a KV cache come to the copy bandwidth, "
+            "from one sequence up, and how does it compare with PyTorch's SDPA?",
+            "ir_stack.bench.attention",
+            "ir_stack.bench.attention_report",
+            gpu_only=True,
+        ),
+        Suite(
             "e2e",
             "How fast does the reference model decode and prefill in each mode, against stock "
             "torch.compile and a whole-model CUDA graph?",
