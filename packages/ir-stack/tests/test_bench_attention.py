@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import ir_stack.models.attention  # noqa: F401  (registers torch.ops.ir_stack.decode_attention)
-from ir_stack.bench import attention, attention_report, results
+from ir_stack.bench import attention, attention_report, results, timing
 from ir_stack.bench.attention import Shape
 
 
@@ -45,7 +45,7 @@ def test_grouped_sdpa_is_sdpa_over_repeated_key_value_heads() -> None:
 
 
 def test_every_column_matches_float32_sdpa_and_renders(tmp_path: Path) -> None:
-    time_fn = attention.cpu_time_fn(budget_s=0.01)
+    time_fn = timing.cpu_time_fn(budget_s=0.01)
     result = results.new_result(
         "attention", "t", results.current_device("cpu"), {}, attention.KEY, attention.METRICS
     )

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ir_passes
-from ir_stack.bench import fusions, fusions_report, hf, hf_report, results
+from ir_stack.bench import fusions, fusions_report, hf, hf_report, results, timing
 from ir_stack.bench.fusions import Shape
 
 
@@ -49,7 +49,7 @@ def test_every_candidate_matches_the_native_composition_and_renders(
     for tokens in (3, 16):
         shape = Shape(table, heads=4, kv_heads=2, tokens=tokens, head_size=32)
         rows += fusions.bench_shape(
-            shape, torch.device("cpu"), torch.float32, fusions.cpu_time_fn(0.01), seed=tokens
+            shape, torch.device("cpu"), torch.float32, timing.cpu_time_fn(0.01), seed=tokens
         )
     columns = {r["column"] for r in rows}
     assert set(fusions.COLUMNS) <= columns

@@ -41,6 +41,7 @@ from torch import Tensor
 import ir_dispatch
 
 from . import common, results, timing
+from .timing import TimeFn, gpu_time_fn
 
 HEADS = 32
 KV_HEADS = 8
@@ -57,9 +58,6 @@ TARGET_FRACTION = 0.7
 COLUMNS = ("split-K", "split-K, batch-invariant", "SDPA")
 KEY = ["head_size", "batch", "context", "column"]
 METRICS = [results.Metric("us", "µs")]
-
-#: Times one candidate: (its call, its minimum traffic in bytes) -> the row's measured fields.
-TimeFn = Callable[[Callable[[], Any], int], dict[str, Any]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,45 +186,6 @@ def bench_shape(
             }
         )
     return rows
-
-
-def gpu_time_fn(copy_gbps: float, quick: bool) -> TimeFn:
-    """Times a candidate replayed in a CUDA graph (``timing.device_us``) and plainly."""
-    rep = 10 if quick else 25
-
-    def measure(fn: Callable[[], Any], traffic: int) -> dict[str, Any]:
-        graph = timing.device_us(fn, rep)
-        plain = timing.plain_us(fn, rep)
-        gbps = traffic / (graph.median_us * 1e-6) / 1e9
-        return {
-            "us": graph.median_us,
-            "us_p20": graph.p20_us,
-            "us_p80": graph.p80_us,
-            "timed_by": graph.method,
-            "us_plain": plain.median_us,
-            "gbps": gbps,
-            "fraction_of_copy": gbps / copy_gbps,
-            "copy_gbps": copy_gbps,
-        }
-
-    return measure
-
-
-def cpu_time_fn(budget_s: float = 0.05) -> TimeFn:
-    """Times a candidate on the host (``timing.cpu_us``): the suite's CPU path, for tests."""
-
-    def measure(fn: Callable[[], Any], traffic: int) -> dict[str, Any]:
-        measured = timing.cpu_us(fn, budget_s=budget_s)
-        return {
-            "us": measured.median_us,
-            "us_p20": measured.p20_us,
-            "us_p80": measured.p80_us,
-            "timed_by": measured.method,
-            "gbps": traffic / (measured.median_us * 1e-6) / 1e9,
-            "fraction_of_copy": None,
-        }
-
-    return measure
 
 
 def parse_sizes(option: str, text: str) -> list[int]:

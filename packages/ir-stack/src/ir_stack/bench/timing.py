@@ -13,6 +13,9 @@
   back, the device synchronized before and after (eager dispatch, where the host sets the pace).
 - `mean_ms`: the mean of back-to-back calls between CUDA events (or `time.perf_counter` on the
   CPU), for whole-model steps.
+- `gpu_time_fn` / `cpu_time_fn`: a suite's row fields for one candidate and its minimum
+  traffic (`TimeFn`): replayed and plain times with GB/s and the fraction of the copy
+  bandwidth on a GPU, host times on the CPU path.
 """
 
 from __future__ import annotations
@@ -138,3 +141,48 @@ def mean_ms(fn: Callable[[], Any], device: torch.device, iters: int, warmup: int
 def _synchronize() -> None:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
+
+
+#: Times one benchmark candidate: (its call, its minimum traffic in bytes) -> the row's measured
+#: fields (``us`` at least).
+TimeFn = Callable[[Callable[[], Any], int], dict[str, Any]]
+
+
+def gpu_time_fn(copy_gbps: float, quick: bool) -> TimeFn:
+    """A `TimeFn` for a GPU: replayed in a CUDA graph (`device_us`) and plainly (`plain_us`),
+    with GB/s and the fraction of `copy_gbps`; `quick` takes shorter repetitions."""
+    rep = 10 if quick else 25
+
+    def measure(fn: Callable[[], Any], traffic: int) -> dict[str, Any]:
+        graph = device_us(fn, rep)
+        plain = plain_us(fn, rep)
+        gbps = traffic / (graph.median_us * 1e-6) / 1e9
+        return {
+            "us": graph.median_us,
+            "us_p20": graph.p20_us,
+            "us_p80": graph.p80_us,
+            "timed_by": graph.method,
+            "us_plain": plain.median_us,
+            "gbps": gbps,
+            "fraction_of_copy": gbps / copy_gbps,
+            "copy_gbps": copy_gbps,
+        }
+
+    return measure
+
+
+def cpu_time_fn(budget_s: float = 0.05) -> TimeFn:
+    """A `TimeFn` for the host (`cpu_us`): a suite's CPU path, for tests."""
+
+    def measure(fn: Callable[[], Any], traffic: int) -> dict[str, Any]:
+        measured = cpu_us(fn, budget_s=budget_s)
+        return {
+            "us": measured.median_us,
+            "us_p20": measured.p20_us,
+            "us_p80": measured.p80_us,
+            "timed_by": measured.method,
+            "gbps": traffic / (measured.median_us * 1e-6) / 1e9,
+            "fraction_of_copy": None,
+        }
+
+    return measure
