@@ -71,10 +71,9 @@ class Shape:
     kv_heads: int = KV_HEADS
 
     def __post_init__(self) -> None:
-        for name in ("head_size", "batch", "context", "heads", "kv_heads"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Shape.{name}: got {value!r}; expected a positive int")
+        common.require_positive_ints(
+            "Shape", self, ("head_size", "batch", "context", "heads", "kv_heads")
+        )
         if self.heads % self.kv_heads:
             raise ValueError(
                 f"Shape.heads: got {self.heads} over {self.kv_heads} key-value heads; expected "

@@ -1,6 +1,6 @@
 """What every suite's command line shares: ``--out`` and ``--quick``, the refusal of a GPU-only
-suite without a GPU, loading the kernel providers, and starting a multi-process suite's
-ranks."""
+suite without a GPU, loading the kernel providers, starting a multi-process suite's ranks, and
+the check of a shape's sizes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import importlib
 import logging
 import os
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import torch
@@ -42,6 +42,15 @@ def parser(suite: str, description: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--quick", action="store_true", help="fewer sizes and repetitions")
     return parser
+
+
+def require_positive_ints(owner: str, obj: object, names: Iterable[str]) -> None:
+    """Raise `ValueError` naming ``<owner>.<name>`` where an attribute of `obj` among `names`
+    is not a positive int (a bool is not one)."""
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{owner}.{name}: got {value!r}; expected a positive int")
 
 
 def require_gpu(suite: str) -> None:

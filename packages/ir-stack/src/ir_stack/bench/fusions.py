@@ -75,10 +75,7 @@ class Shape:
     def __post_init__(self) -> None:
         if self.table not in TABLES:
             raise ValueError(f"Shape.table: got {self.table!r}; expected one of {TABLES}")
-        for name in ("heads", "kv_heads", "tokens", "head_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Shape.{name}: got {value!r}; expected a positive int")
+        common.require_positive_ints("Shape", self, ("heads", "kv_heads", "tokens", "head_size"))
 
 
 @dataclasses.dataclass

@@ -248,6 +248,7 @@ def run(
     bandwidth = timing.copy_bandwidth_gbps()
     tflops = dense_matrix_tflops(setup.dtype)
     name = args.model + (" fp8" if args.fp8 else "")
+    autotune = getattr(args, "autotune", False)  # a namespace built by hand may lack it
     also = " and converted transformers models" if args.hf else ""
     result = results.new_result(
         "profile",
@@ -256,7 +257,7 @@ def run(
         {"model": name, "batches": args.batches, "prefill": args.prefill}
         | {"context": args.context, "iters": args.iters}
         | ({"hf": args.hf, "hf_layers": args.hf_layers} if args.hf else {})
-        | ({"autotune": True} if getattr(args, "autotune", False) else {}),
+        | ({"autotune": True} if autotune else {}),
         KEY,
         METRICS,
     )
@@ -265,7 +266,7 @@ def run(
         workload_rows, iters=args.iters, bandwidth=bandwidth, tflops=tflops, device=device
     )
     selections = [(name, PassConfig())]
-    if getattr(args, "autotune", False):
+    if autotune:
         selections.append((f"{name} autotuned", PassConfig(autotune=True)))
     width = setup.config.num_layers * setup.config.num_heads * setup.config.head_dim
     for label, passes in selections:
