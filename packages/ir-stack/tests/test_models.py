@@ -228,6 +228,52 @@ def test_decode_kernel_matches_reference_under_triton_interpreter() -> None:
     assert "ok" in done.stdout
 
 
+def test_decode_kernel_reads_a_cache_past_32_bit_offsets_in_step_with_the_reference() -> None:
+    """A cache of more than 2**31 elements (three sequences of 2**30): the last sequence starts
+    past a 32-bit offset and its attention still reads its own rows."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    pytest.importorskip("triton")
+    from ir_stack.models import decode_kernel
+    from ir_stack.models.attention import _attend
+
+    batch, max_pos, kv_heads, head_dim, heads, used = 3, 2**24, 2, 32, 4, 64
+    need = 2 * batch * max_pos * kv_heads * head_dim * 2 + (2 << 30)
+    if torch.cuda.mem_get_info()[0] < need:
+        pytest.skip(f"needs {need / 2**30:.0f} GiB of free GPU memory")
+    torch.manual_seed(0)
+    k_cache, v_cache = (
+        torch.empty(batch, max_pos, kv_heads, head_dim, dtype=torch.bfloat16, device="cuda")
+        for _ in range(2)
+    )
+    assert k_cache.numel() > 2**31
+    for cache in (k_cache, v_cache):
+        cache[:, :used].normal_()
+    q = torch.randn(batch, heads * head_dim, dtype=torch.bfloat16, device="cuda")
+    positions = torch.tensor([[used - 1], [5], [used - 2]], device="cuda")
+    out, expected = torch.empty_like(q), torch.empty_like(q)
+    assert decode_kernel.supports(q, k_cache, positions, out)
+    decode_kernel.decode_attention(q, k_cache, v_cache, positions, out)
+    _attend(q, k_cache[:, :used], v_cache[:, :used], positions, used, expected)
+    torch.testing.assert_close(out, expected, atol=2e-2, rtol=2e-2)
+    del k_cache, v_cache
+    torch.cuda.empty_cache()
+
+
+def test_decode_kernel_leaves_a_sequence_past_32_bit_offsets_to_the_reference() -> None:
+    """One sequence's rows must lie within 32-bit offsets of its start; a cache whose rows do
+    not is refused by `supports` (the op then attends with the reference code)."""
+    from ir_stack.models import decode_kernel
+
+    q = torch.randn(1, 4 * 32)
+    small = torch.empty(1, 8, 2, 32)
+    huge = torch.empty(1, 2**26, 2, 32, device="meta")  # one sequence of 2**32 elements
+    positions = torch.zeros(1, 1, dtype=torch.long)
+    out = torch.empty_like(q)
+    assert decode_kernel.supports(q, small, positions, out) == (decode_kernel.triton is not None)
+    assert not decode_kernel.supports(q, huge, positions, out)
+
+
 def test_fp8_model_is_close_to_full_precision_and_fuses_when_compiled() -> None:
     full = LlamaModel(TINY).eval()
     quantized = LlamaModel(TINY.with_fp8()).eval()

@@ -38,11 +38,15 @@ MIN_GROUP_ROWS = 16
 PROGRAMS_PER_SM = 2
 #: Most splits a sequence takes (bounds the partial results' scratch memory).
 MAX_SPLITS = 64
+#: The largest element offset within one sequence's cache the kernel computes in 32 bits (a
+#: sequence's start is a 64-bit offset: a whole cache may hold more than 2**31 elements).
+MAX_SEQUENCE_OFFSET = 2**31 - 1
 
 
 def supports(query: Tensor, k_cache: Tensor, positions: Tensor, out: Tensor) -> bool:
     """True where the kernel applies: Triton present, one token per sequence, a power-of-two
-    head size from 16, unit-stride rows and heads."""
+    head size from 16, unit-stride rows and heads, and one sequence's cache rows within 32-bit
+    offsets (`MAX_SEQUENCE_OFFSET`; offsets across sequences are 64-bit)."""
     head_dim = k_cache.shape[3]
     return (
         triton is not None
@@ -53,6 +57,7 @@ def supports(query: Tensor, k_cache: Tensor, positions: Tensor, out: Tensor) -> 
         and query.stride(-1) == 1
         and out.is_contiguous()
         and k_cache.stride(-1) == 1
+        and k_cache.shape[1] * k_cache.stride(1) <= MAX_SEQUENCE_OFFSET
     )
 
 
@@ -102,7 +107,7 @@ if triton is not None:
         BLOCK: tl.constexpr,
         PRECISION: tl.constexpr,
     ):
-        seq = tl.program_id(0)
+        seq = tl.program_id(0).to(tl.int64)  # a cache may hold more than 2**31 elements
         kv_head = tl.program_id(1)
         split = tl.program_id(2)
         # padding rows (negative positions) attend to position 0
@@ -161,7 +166,7 @@ if triton is not None:
         SPLITS_POW2: tl.constexpr,
         HEAD_DIM: tl.constexpr,
     ):
-        seq = tl.program_id(0)
+        seq = tl.program_id(0).to(tl.int64)
         head = tl.program_id(1)
         s = tl.arange(0, SPLITS_POW2)
         d = tl.arange(0, HEAD_DIM)
