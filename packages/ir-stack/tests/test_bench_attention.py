@@ -76,3 +76,25 @@ def test_the_summary_names_the_shapes_that_meet_the_target() -> None:
         "split-K reaches 0.7 of the copy bandwidth at 1 of 2 shapes (b=32 x 8192) and is "
         "faster than SDPA at 1 of 2."
     )
+
+
+def test_a_failing_candidate_is_left_out_but_a_device_fault_stops_the_run() -> None:
+    """An anchor that raises leaves its row out; an error of the device itself, which CUDA
+    keeps for every later call, ends the run instead of failing every candidate after it."""
+    shape = Shape(head_size=16, batch=2, context=7, heads=4, kv_heads=2)
+
+    def failing(error: Exception) -> timing.TimeFn:
+        def time_fn(call: object, traffic: int) -> dict[str, float]:
+            raise error
+
+        return time_fn  # type: ignore[return-value]
+
+    cpu = torch.device("cpu")
+    assert (
+        attention.bench_shape(shape, cpu, torch.float32, failing(RuntimeError("no kernel"))) == []
+    )
+    fault = getattr(torch, "AcceleratorError", None)
+    if fault is None:
+        pytest.skip(f"torch {torch.__version__} has no AcceleratorError")
+    with pytest.raises(fault, match="illegal"):
+        attention.bench_shape(shape, cpu, torch.float32, failing(fault("illegal address")))

@@ -167,6 +167,8 @@ def bench_shape(
         try:
             error = check(shape, x, call)
             times = time_fn(call, traffic)
+        except common.DEVICE_FAULTS:
+            raise
         except Exception as err:  # an anchor that fails must not stop the run
             print(f"  {shape} {column}: {type(err).__name__}: {err}")
             continue

@@ -1,6 +1,6 @@
 """What every suite's command line shares: ``--out`` and ``--quick``, the refusal of a GPU-only
-suite without a GPU, loading the kernel providers, starting a multi-process suite's ranks, and
-the check of a shape's sizes."""
+suite without a GPU, loading the kernel providers, starting a multi-process suite's ranks, the
+check of a shape's sizes, and which errors stop a run (`DEVICE_FAULTS`)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,14 @@ PROVIDER_PACKAGES = ("ir_kernels_triton", "ir_kernels_cuda")
 
 class CannotRun(Exception):
     """The suite cannot run on this machine; the message says why."""
+
+
+#: Errors of the device itself (an illegal address, a launch failure). CUDA keeps such an error
+#: for every later call of the process, so a suite stops at the first one instead of recording
+#: every candidate after it as failed; the rows saved before it stay.
+DEVICE_FAULTS: tuple[type[BaseException], ...] = tuple(
+    t for t in (getattr(torch, "AcceleratorError", None),) if isinstance(t, type)
+)
 
 
 def parser(suite: str, description: str) -> argparse.ArgumentParser:

@@ -177,6 +177,8 @@ def fastest(
     for provider, fn in providers_of(op, args).items():
         try:
             times = time_fn(bound(fn, args), traffic)
+        except common.DEVICE_FAULTS:
+            raise
         except Exception as err:  # a provider that fails must not stop the run
             print(f"  step {name} {provider}: {type(err).__name__}: {err}")
             continue
@@ -195,6 +197,8 @@ def inductor_candidate(op: IrOp, args: tuple[Any, ...]) -> Candidate:
     compiled = torch.compile(op.native, dynamic=False, fullgraph=True)
     try:
         compiled(*args)
+    except common.DEVICE_FAULTS:
+        raise
     except Exception as err:  # an anchor that fails must not stop the run; the check says so
         print(f"  inductor {op.name}: {type(err).__name__}: {err}")
     return Candidate("inductor", "inductor", bound(compiled, args))
@@ -316,6 +320,8 @@ def bench_shape(
     for i, candidate in enumerate(candidates):
         try:
             errors[i] = check(shape, inputs, candidate)
+        except common.DEVICE_FAULTS:
+            raise
         except Exception as err:  # an anchor that fails must not stop the run
             print(f"  {shape} {candidate.column} {candidate.provider}: {type(err).__name__}: {err}")
     if device.type == "cuda":
@@ -326,6 +332,8 @@ def bench_shape(
             continue
         try:
             times = time_fn(candidate.call, traffic)
+        except common.DEVICE_FAULTS:
+            raise
         except Exception as err:  # an anchor that fails must not stop the run
             print(f"  {shape} {candidate.column} {candidate.provider}: {type(err).__name__}: {err}")
             continue
