@@ -147,3 +147,24 @@ def test_one_result_is_rendered_again_and_parts_need_an_output(
     with pytest.raises(SystemExit):
         kernel_report.main([str(path), str(path)])
     assert "--out is required to merge 2 results" in capsys.readouterr().err
+
+
+def test_a_kernels_row_takes_the_shared_timer_under_its_schema_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`kernels.timed_row` measures as the other suites do and keeps the names the kernels
+    report reads (``us_graph``, ``gbps_graph``)."""
+    from ir_stack.bench import kernels, timing
+
+    monkeypatch.setattr(timing, "device_us", lambda fn, rep: timing.Timing(2.0, 1.9, 2.1, "graph"))
+    monkeypatch.setattr(timing, "plain_us", lambda fn, rep: timing.Timing(5.0, 4.9, 5.1, "plain"))
+    row = kernels.timed_row(lambda: None, traffic=6000, copy_gbps=4.0, quick=True)
+    assert row == {
+        "us_graph": 2.0,
+        "us_graph_p20": 1.9,
+        "us_graph_p80": 2.1,
+        "timed_by": "graph",
+        "us_plain": 5.0,
+        "gbps_graph": 3.0,
+        "fraction_of_copy": 0.75,
+    }
