@@ -11,7 +11,9 @@ the address its slot would give.
 it rotates the query heads, rotates the key heads and writes each rotated key head both to the
 returned key and to the cache, and copies the value heads into the cache, so the key and the
 value are read once and every output written once. Every element is computed alone, so the
-blocking may follow the batch (`rotary.kernel.rotary_head_block`).
+blocking may follow the batch (`rotary.kernel.rotary_head_block`). Its cache stores are marked
+evict-first: the cache rows are read by a later step's attention, while the rotated query and key
+are read by the very next kernel, so the L2 keeps those rather than the rows just stored.
 """
 
 import torch
@@ -168,15 +170,15 @@ def _rotate_key_heads(
     tl.store(dst_ptr + base + first, o1, mask=mask)
     tl.store(dst_ptr + base + second, o2, mask=mask)
     _, _, _, cached = head_pairs(cached_heads, head_size, half, IS_NEOX, HEAD_BLOCK, HALF_BLOCK)
-    tl.store(cache_ptr + base + first, o1, mask=cached)
-    tl.store(cache_ptr + base + second, o2, mask=cached)
+    tl.store(cache_ptr + base + first, o1, mask=cached, eviction_policy="evict_first")
+    tl.store(cache_ptr + base + second, o2, mask=cached, eviction_policy="evict_first")
     if HAS_TAIL:
         _, tail, tail_mask = head_tails(heads, head_size, half, HEAD_BLOCK, TAIL_BLOCK)
         xt = tl.load(src_ptr + base + tail, mask=tail_mask)
         if COPY_TAIL:
             tl.store(dst_ptr + base + tail, xt, mask=tail_mask)
         _, _, cached_tail = head_tails(cached_heads, head_size, half, HEAD_BLOCK, TAIL_BLOCK)
-        tl.store(cache_ptr + base + tail, xt, mask=cached_tail)
+        tl.store(cache_ptr + base + tail, xt, mask=cached_tail, eviction_policy="evict_first")
 
 
 @triton.jit
@@ -263,6 +265,7 @@ def rotary_write_kv_cache_kernel(
         v_cache_ptr + slot * v_slot_stride + offs,
         tl.load(v_ptr + token * v_stride + offs, mask=value_mask),
         mask=value_mask,
+        eviction_policy="evict_first",
     )
 
 
