@@ -140,7 +140,8 @@ def _bound(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[[], Any]:
     return lambda: fn(*args)
 
 
-#: The kernels schema's names of `timing.gpu_time_fn`'s fields (its rows predate the shared timer)
+#: `timing.gpu_time_fn`'s fields under the kernels schema's names, which its report and the
+#: stored results read
 _SCHEMA_NAMES = {
     "us": "us_graph",
     "us_p20": "us_graph_p20",
