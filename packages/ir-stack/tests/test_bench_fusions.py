@@ -107,6 +107,30 @@ def test_the_report_picks_each_columns_fastest_and_compares_the_fused_op() -> No
     assert "measured in the same run: **3000 GB/s**." in text
 
 
+def test_the_report_says_where_a_step_of_the_unfused_path_had_only_the_native_function() -> None:
+    result = results.new_result(
+        "fusions", "t", results.current_device("cpu"), {}, fusions.KEY, fusions.METRICS
+    )
+    base = {"table": "qk_norm_rope", "heads": 32, "kv_heads": 8, "head_size": 128}
+    step = fusions_report.STEP_PREFIX + "rms_norm query"
+    result.rows = [
+        {**base, "tokens": t, "column": column, "provider": provider, "us": 1.0}
+        for t in (1, 2, 4)
+        for column, provider in (("fused", "triton"), ("unfused", "u"), (step, "native"))
+    ]
+    result.rows.append({**base, "tokens": 1, "column": step, "provider": "triton", "us": 0.5})
+    assert fusions_report.native_only_steps(result, ("qk_norm_rope", 32, 8)) == {
+        "rms_norm query": [2, 4]
+    }
+    text = fusions_report.markdown(result)
+    assert (
+        "The unfused path ran the native function, as no kernel took the arguments, for "
+        "`rms_norm query` at 2 of 3 token counts (2 to 4)." in text
+    )
+    result.rows = [r for r in result.rows if r["provider"] != "native"]
+    assert "ran the native function" not in fusions_report.markdown(result)
+
+
 def test_append_keeps_the_rows_of_the_shapes_not_run_again(tmp_path: Path) -> None:
     device = results.current_device("cpu")
     old = results.new_result("fusions", "t", device, {}, fusions.KEY, fusions.METRICS)

@@ -47,6 +47,7 @@ from ir_spec import IrOp, ops
 from ir_spec.catalog.rotary import make_cos_sin_cache
 
 from . import common, results, timing
+from .fusions_report import STEP_PREFIX
 from .timing import TimeFn, gpu_time_fn
 
 TABLES = ("qk_norm_rope", "rope_kvcache")
@@ -182,7 +183,8 @@ def fastest(
         except Exception as err:  # a provider that fails must not stop the run
             print(f"  step {name} {provider}: {type(err).__name__}: {err}")
             continue
-        rows.append({"column": f"step: {name}", "provider": provider, "bytes": traffic, **times})
+        column = f"{STEP_PREFIX}{name}"
+        rows.append({"column": column, "provider": provider, "bytes": traffic, **times})
         if best is None or times["us"] < best[0]:
             best = (times["us"], provider, fn)
     if best is None:

@@ -25,6 +25,8 @@ TITLES = {
     "`rotary_embedding` then `write_kv_cache`",
 }
 COLUMNS = ("fused", "unfused", "inductor")
+#: the column of a row that times one step of the unfused path alone
+STEP_PREFIX = "step: "
 
 Group = tuple[str, int, int]  # table, heads, kv_heads
 Best = dict[int, dict[str, dict[str, Any]]]  # tokens -> column -> its fastest row
@@ -79,6 +81,43 @@ def summary(best: Best) -> str:
     )
 
 
+def native_only_steps(result: Result, group: Group) -> dict[str, list[int]]:
+    """For each step of `group`'s unfused path, the token counts at which the native function
+    was the only implementation that took its arguments (the step's rows name no other)."""
+    providers: dict[tuple[str, int], set[str]] = {}
+    for row in result.rows:
+        if (row["table"], row["heads"], row["kv_heads"]) == group and row["column"].startswith(
+            STEP_PREFIX
+        ):
+            step = row["column"].removeprefix(STEP_PREFIX)
+            providers.setdefault((step, row["tokens"]), set()).add(row["provider"])
+    native_only: dict[str, list[int]] = {}
+    for (step, tokens), names in sorted(providers.items()):
+        if names == {"native"}:
+            native_only.setdefault(step, []).append(tokens)
+    return native_only
+
+
+def native_only_note(result: Result, group: Group, counts: int) -> list[str]:
+    """A sentence where the unfused path had no kernel for a step: its column then times the
+    native function there, a weaker anchor than the kernels elsewhere in the table."""
+    native_only = native_only_steps(result, group)
+    if not native_only:
+        return []
+    parts = [
+        f"`{step}` at {len(tokens)} of {counts} token counts ({min(tokens)} to {max(tokens)})"
+        if len(tokens) > 1
+        else f"`{step}` at {tokens[0]} tokens"
+        for step, tokens in native_only.items()
+    ]
+    return [
+        "The unfused path ran the native function, as no kernel took the arguments, for "
+        + "; ".join(parts)
+        + ".",
+        "",
+    ]
+
+
 def group_table(result: Result, group: Group) -> list[str]:
     table, heads, kv_heads = group
     best = best_by_tokens(result, group)
@@ -88,6 +127,7 @@ def group_table(result: Result, group: Group) -> list[str]:
         "",
         summary(best),
         "",
+        *native_only_note(result, group, len(best)),
     ]
     rows = []
     for tokens, cells in best.items():
