@@ -17,7 +17,8 @@ Usage, on a GPU::
     python benchmarks/tuning/tune_triton.py [--ops norms,gates,...] [--out FILE] [--rep MS]
 
 ``--ops`` picks entry families (default: all of them): rows, norms, clusters, gates,
-static_quant, row_blocks, group_quant, rotary, qk_norm, kv_cache, programmatic, device.
+static_quant, row_blocks, group_quant, rotary, rotary_cache, qk_norm, kv_cache, programmatic,
+device.
 ``--out FILE`` writes the printed table to FILE and every timing to FILE with a ``.json``
 suffix.
 """
@@ -523,14 +524,13 @@ def entries() -> list[Entry]:
         ),
         e("rotary.warps", (2, 4, 8), f"{rotary} 1x4096", f"{rotary} 1024x4096"),
         e("rotary.few_tokens", (32, 64, 128), f"{rotary} 64x4096", f"{rotary} 128x4096"),
-        # the fused rotary kernels take the rotary's heads a program too
+        # the QK-norm kernel takes the rotary's heads a program too
         e(
             "rotary.few_heads",
             (2, 4, 8),
             f"{rotary} 1x8192",
             f"{rotary} 16x4096",
             f"{qk_rotary} 16x4096",
-            f"{rotary_cache} 16x4096",
         ),
         e("rotary.mid_tokens", (1024, 2048, 4096), f"{rotary} 2048x4096", f"{rotary} 4096x4096"),
         e(
@@ -539,7 +539,39 @@ def entries() -> list[Entry]:
             f"{rotary} 256x4096",
             f"{rotary} 1024x8192",
             f"{qk_rotary} 1024x4096",
+        ),
+        e(
+            "rotary_cache.warps",
+            (2, 4, 8),
+            f"{rotary_cache} 1x4096",
             f"{rotary_cache} 1024x4096",
+            f"{rotary_cache} 8192x4096",
+        ),
+        e(
+            "rotary_cache.few_tokens",
+            (32, 64, 128),
+            f"{rotary_cache} 64x4096",
+            f"{rotary_cache} 128x4096",
+        ),
+        e(
+            "rotary_cache.few_heads",
+            (2, 4, 8),
+            f"{rotary_cache} 16x4096",
+            f"{rotary_cache} 16x8192",
+        ),
+        e(
+            "rotary_cache.mid_tokens",
+            (1024, 2048, 4096),
+            f"{rotary_cache} 2048x4096",
+            f"{rotary_cache} 4096x4096",
+        ),
+        e(
+            "rotary_cache.mid_heads",
+            (8, 16, 32),
+            f"{rotary_cache} 1024x4096",
+            f"{rotary_cache} 2048x4096",
+            f"{rotary_cache} 1024x8192",
+            f"{rotary_cache} 2048x8192",
         ),
         e(
             "qk_norm.tile_elements",

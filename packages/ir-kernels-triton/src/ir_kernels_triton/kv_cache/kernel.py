@@ -30,7 +30,6 @@ from ..rotary.kernel import (
     head_tails,
     key_head_block,
     rotary_head_block,
-    rotate_heads,
     rotated,
 )
 
@@ -139,46 +138,44 @@ def launch_write_kv_cache(
 
 
 @triton.jit
-def _rotate_key_heads(
-    src_ptr,
-    dst_ptr,
-    cache_ptr,
-    heads,
-    cached_heads,
-    head_size,
-    cos,
-    sin,
-    half,
-    IS_NEOX: tl.constexpr,
-    COPY_TAIL: tl.constexpr,
-    HAS_TAIL: tl.constexpr,
-    HEAD_BLOCK: tl.constexpr,
-    HALF_BLOCK: tl.constexpr,
-    TAIL_BLOCK: tl.constexpr,
-):
-    """`rotary.kernel.rotate_heads` of the key heads at `src_ptr` into `dst_ptr`, each rotated
-    head written to `cache_ptr` too, the first `cached_heads` of them (0: a padding token's);
-    the elements past the rotary dimension (`HAS_TAIL`) go to the cache, and to `dst_ptr` out of
-    place (`COPY_TAIL`)."""
-    dtype = dst_ptr.dtype.element_ty
+def _load_pairs(
+    src_ptr, heads, head_size, half,
+    IS_NEOX: tl.constexpr, HEAD_BLOCK: tl.constexpr, HALF_BLOCK: tl.constexpr,
+):  # fmt: skip
+    """The rotated pairs of a block of `heads` heads at `src_ptr` (`rotary.kernel.head_pairs`),
+    as loaded."""
     base, first, second, mask = head_pairs(heads, head_size, half, IS_NEOX, HEAD_BLOCK, HALF_BLOCK)
-    x1 = tl.load(src_ptr + base + first, mask=mask, other=0.0).to(tl.float32)
-    x2 = tl.load(src_ptr + base + second, mask=mask, other=0.0).to(tl.float32)
-    o1, o2 = rotated(x1, x2, cos, sin)
-    o1 = o1.to(dtype)
-    o2 = o2.to(dtype)
-    tl.store(dst_ptr + base + first, o1, mask=mask)
-    tl.store(dst_ptr + base + second, o2, mask=mask)
-    _, _, _, cached = head_pairs(cached_heads, head_size, half, IS_NEOX, HEAD_BLOCK, HALF_BLOCK)
-    tl.store(cache_ptr + base + first, o1, mask=cached, eviction_policy="evict_first")
-    tl.store(cache_ptr + base + second, o2, mask=cached, eviction_policy="evict_first")
-    if HAS_TAIL:
-        _, tail, tail_mask = head_tails(heads, head_size, half, HEAD_BLOCK, TAIL_BLOCK)
-        xt = tl.load(src_ptr + base + tail, mask=tail_mask)
-        if COPY_TAIL:
-            tl.store(dst_ptr + base + tail, xt, mask=tail_mask)
-        _, _, cached_tail = head_tails(cached_heads, head_size, half, HEAD_BLOCK, TAIL_BLOCK)
-        tl.store(cache_ptr + base + tail, xt, mask=cached_tail, eviction_policy="evict_first")
+    x1 = tl.load(src_ptr + base + first, mask=mask, other=0.0)
+    x2 = tl.load(src_ptr + base + second, mask=mask, other=0.0)
+    return x1, x2
+
+
+@triton.jit
+def _store_pairs(
+    dst_ptr, o1, o2, heads, head_size, half,
+    IS_NEOX: tl.constexpr, HEAD_BLOCK: tl.constexpr, HALF_BLOCK: tl.constexpr, HINT: tl.constexpr,
+):  # fmt: skip
+    """Store the pairs (`o1`, `o2`) of a block of `heads` heads at `dst_ptr`, with the
+    eviction hint `HINT` ("" for none)."""
+    base, first, second, mask = head_pairs(heads, head_size, half, IS_NEOX, HEAD_BLOCK, HALF_BLOCK)
+    tl.store(dst_ptr + base + first, o1, mask=mask, eviction_policy=HINT)
+    tl.store(dst_ptr + base + second, o2, mask=mask, eviction_policy=HINT)
+
+
+@triton.jit
+def _copy_tails(
+    src_ptr, dst_ptr, cache_ptr, heads, cached_heads, head_size, half,
+    COPY_TAIL: tl.constexpr, HEAD_BLOCK: tl.constexpr, TAIL_BLOCK: tl.constexpr,
+):  # fmt: skip
+    """The elements past the rotary dimension of the key heads at `src_ptr` (partial rotary):
+    to the cache for the first `cached_heads` heads, and to `dst_ptr` out of place
+    (`COPY_TAIL`)."""
+    base, tail, tail_mask = head_tails(heads, head_size, half, HEAD_BLOCK, TAIL_BLOCK)
+    xt = tl.load(src_ptr + base + tail, mask=tail_mask)
+    if COPY_TAIL:
+        tl.store(dst_ptr + base + tail, xt, mask=tail_mask)
+    _, _, cached_tail = head_tails(cached_heads, head_size, half, HEAD_BLOCK, TAIL_BLOCK)
+    tl.store(cache_ptr + base + tail, xt, mask=cached_tail, eviction_policy="evict_first")
 
 
 @triton.jit
@@ -220,53 +217,72 @@ def rotary_write_kv_cache_kernel(
     await_previous_grid(PDL)
     token = tl.program_id(0).to(tl.int64)
     first_head = tl.program_id(1) * HEAD_BLOCK
-    cos, sin = cos_sin(pos_ptr, token, cos_sin_ptr, cos_sin_stride, max_position, half, HALF_BLOCK)
     first = first_head * head_size
-    rotate_heads(
-        q_ptr + token * q_stride + first,
-        q_out_ptr + token * q_out_stride + first,
-        q_heads - first_head,
-        head_size,
-        cos,
-        sin,
-        half,
-        IS_NEOX,
-        COPY_TAIL,
-        HEAD_BLOCK,
-        HALF_BLOCK,
-        TAIL_BLOCK,
-    )
+    q_src = q_ptr + token * q_stride + first
+    k_src = k_ptr + token * k_stride + first
+    k_heads_here = k_heads - first_head
     slot = tl.load(slot_ptr + token).to(tl.int64)
     # a padding token caches no head (a bound, not a mask: see `write_kv_cache_kernel`)
-    cached_heads = tl.where(slot >= 0, k_heads - first_head, 0)
-    _rotate_key_heads(
-        k_ptr + token * k_stride + first,
-        k_out_ptr + token * k_out_stride + first,
-        k_cache_ptr + slot * k_slot_stride + first,
-        k_heads - first_head,
-        cached_heads,
-        head_size,
-        cos,
-        sin,
-        half,
-        IS_NEOX,
-        COPY_TAIL,
-        HAS_TAIL,
-        KV_BLOCK,
-        HALF_BLOCK,
-        TAIL_BLOCK,
-    )
-    # the value heads of this block, copied to the cache
+    cached_heads = tl.where(slot >= 0, k_heads_here, 0)
     h = tl.arange(0, KV_BLOCK)[:, None]
     j = tl.arange(0, V_BLOCK)[None, :]
-    offs = (first_head + h) * v_head_size + j
-    value_mask = (h < cached_heads) & (j < v_head_size)
+    v_offs = (first_head + h) * v_head_size + j
+    v_mask = (h < cached_heads) & (j < v_head_size)
+    # every load is issued before the first store: a store may alias a later load as far as
+    # the compiler knows, so loads placed after a store would wait for it
+    q1, q2 = _load_pairs(
+        q_src, q_heads - first_head, head_size, half, IS_NEOX, HEAD_BLOCK, HALF_BLOCK
+    )
+    k1, k2 = _load_pairs(k_src, k_heads_here, head_size, half, IS_NEOX, KV_BLOCK, HALF_BLOCK)
+    value = tl.load(v_ptr + token * v_stride + v_offs, mask=v_mask)
+    cos, sin = cos_sin(pos_ptr, token, cos_sin_ptr, cos_sin_stride, max_position, half, HALF_BLOCK)
+
+    q_out = q_out_ptr + token * q_out_stride + first
+    o1, o2 = rotated(q1.to(tl.float32), q2.to(tl.float32), cos, sin)
+    dtype = q_out_ptr.dtype.element_ty
+    o1, o2 = o1.to(dtype), o2.to(dtype)
+    _store_pairs(
+        q_out, o1, o2, q_heads - first_head, head_size, half, IS_NEOX, HEAD_BLOCK, HALF_BLOCK, ""
+    )
+    k_out = k_out_ptr + token * k_out_stride + first
+    k_cache = k_cache_ptr + slot * k_slot_stride + first
+    o1, o2 = rotated(k1.to(tl.float32), k2.to(tl.float32), cos, sin)
+    dtype = k_out_ptr.dtype.element_ty
+    o1, o2 = o1.to(dtype), o2.to(dtype)
+    _store_pairs(k_out, o1, o2, k_heads_here, head_size, half, IS_NEOX, KV_BLOCK, HALF_BLOCK, "")
+    # the cache rows are read by a later step's attention, the rotated query and key by the
+    # very next kernel: the L2 keeps those
+    _store_pairs(
+        k_cache, o1, o2, cached_heads, head_size, half, IS_NEOX, KV_BLOCK, HALF_BLOCK, "evict_first"
+    )
     tl.store(
-        v_cache_ptr + slot * v_slot_stride + offs,
-        tl.load(v_ptr + token * v_stride + offs, mask=value_mask),
-        mask=value_mask,
+        v_cache_ptr + slot * v_slot_stride + v_offs,
+        value,
+        mask=v_mask,
         eviction_policy="evict_first",
     )
+    if HAS_TAIL:
+        if COPY_TAIL:
+            q_base, q_tail, q_tail_mask = head_tails(
+                q_heads - first_head, head_size, half, HEAD_BLOCK, TAIL_BLOCK
+            )
+            tl.store(
+                q_out + q_base + q_tail,
+                tl.load(q_src + q_base + q_tail, mask=q_tail_mask),
+                mask=q_tail_mask,
+            )
+        _copy_tails(
+            k_src,
+            k_out,
+            k_cache,
+            k_heads_here,
+            cached_heads,
+            head_size,
+            half,
+            COPY_TAIL,
+            KV_BLOCK,
+            TAIL_BLOCK,
+        )
 
 
 def launch_rotary_write_kv_cache(
@@ -288,7 +304,7 @@ def launch_rotary_write_kv_cache(
     """Rotate `query`/`key` into `query_out`/`key_out` (which may be the inputs themselves)
     and write the rotated key and `value` into the slots' rows of the caches. `head_block`
     (heads a program, a power of two) and `num_warps` override `rotary_head_block` and
-    `tuning.Rotary.warps` (for tuning sweeps)."""
+    the warps of `tuning.COMMON.rotary_cache` (for tuning sweeps)."""
     tokens = num_rows(query)
     if tokens == 0:
         return
@@ -319,9 +335,10 @@ def launch_rotary_write_kv_cache(
     k_heads = key.shape[-1] // head_size
     v_head_size = value.shape[-1] // k_heads
     heads = max(q_heads, k_heads)
+    table = tuning.COMMON.rotary_cache
     if head_block is None:
-        head_block = rotary_head_block(tokens, heads)
-    warps = tuning.COMMON.rotary.warps if num_warps is None else num_warps
+        head_block = rotary_head_block(tokens, heads, table)
+    warps = table.warps if num_warps is None else num_warps
     q2, k2, v2, qo2, ko2 = rows(query), rows(key), rows(value), rows(query_out), rows(key_out)
     grid = (tokens, triton.cdiv(heads, head_block))
     args = (

@@ -245,11 +245,11 @@ def launch_rotary(
         _ROTARY_PLANS.record(plan_key, rotary_kernel, compiled, grid, args, kwargs, _ROTARY_SLOTS)
 
 
-def rotary_head_block(tokens: int, heads: int) -> int:
-    """Heads per program (a power of two; `tuning.Rotary`): few tokens split their heads over
-    more programs so that every SM has work, many tokens take all of a token's heads in one
-    program, which loads the token's cos/sin once."""
-    table = tuning.COMMON.rotary
+def rotary_head_block(tokens: int, heads: int, table: tuning.Rotary | None = None) -> int:
+    """Heads per program (a power of two) by `table` (default `tuning.COMMON.rotary`): few
+    tokens split their heads over more programs so that every SM has work, many tokens take all
+    of a token's heads in one program, which loads the token's cos/sin once."""
+    table = table or tuning.COMMON.rotary
     if tokens <= table.few_tokens:
         block = table.few_heads
     elif tokens <= table.mid_tokens:
