@@ -10,8 +10,10 @@ the address its slot would give.
 `rotary_write_kv_cache_kernel` takes a block of heads of one token, as the rotary kernel does:
 it rotates the query heads, rotates the key heads and writes each rotated key head both to the
 returned key and to the cache, and copies the value heads into the cache, so the key and the
-value are read once and every output written once. Every element is computed alone, so the
-blocking may follow the batch (`rotary.kernel.rotary_head_block`). Its cache stores are marked
+value are read once and every output written once. It issues all of a program's loads before
+its first store (`rotary_write_kv_cache_kernel` says why). Every element is computed alone, so
+the blocking may follow the batch (`rotary.kernel.rotary_head_block` over
+`tuning.COMMON.rotary_cache`). Its cache stores are marked
 evict-first: the cache rows are read by a later step's attention, while the rotated query and key
 are read by the very next kernel, so the L2 keeps those rather than the rows just stored.
 """
