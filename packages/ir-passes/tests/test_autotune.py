@@ -142,6 +142,8 @@ def lowered(graph_fn: Any, *inputs: Tensor, config: PassConfig) -> PassReport:
     [
         ({"t_fast": 1.015, "t_slow": 1.0, "native": 1.01}, "t_slow"),  # within 2 %
         ({"t_fast": 0.00105, "t_slow": 0.00110, "native": 0.00100}, "t_slow"),  # within 0.1 us
+        ({"t_fast": 0.0011, "t_slow": 0.0014, "native": 0.0010}, "t_slow"),  # within 0.5 us
+        ({"t_fast": 0.0011, "t_slow": 0.0016, "native": 0.0010}, "t_fast"),  # 0.6 us apart
         ({"t_fast": 1.0, "t_slow": 1.03, "native": 1.01}, "t_fast"),
         ({"t_fast": 1.1, "t_slow": 1.1, "native": 0.5}, "native"),
     ],
@@ -322,3 +324,20 @@ def test_a_static_token_count_is_timed_once_whatever_the_range() -> None:
     (decision,) = report.autotune.values()
     assert [t.arguments for t in decision.timed] == ["(float32[5, 16])"]
     assert autotune.stats.timed == 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_candidates_are_timed_as_graph_replays_or_launches_where_capture_fails() -> None:
+    x = torch.randn(4096, device="cuda")
+    replayed = autotune._time_cuda_graph(lambda: x * 2)
+    assert 0 < replayed < 1.0  # milliseconds
+    with pytest.raises(RuntimeError):
+        autotune._time_cuda_graph(lambda: (x * 2).sum().item())
+    assert autotune._time_cuda(lambda: (x * 2).sum().item()) > 0  # timed as launches
+    assert not autotune._capturing([x])
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph):
+        inside = autotune._capturing([x])
+        x.add_(1)
+    assert inside

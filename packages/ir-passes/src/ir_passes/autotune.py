@@ -16,9 +16,14 @@ priority order of inductor mode) and ``native``, which is timed as Inductor comp
 native function traced and compiled by Inductor on the same arguments, the code a graph runs
 where lowering leaves the op for Inductor to fuse. An implementation that writes its
 arguments (an in-place one, or a mutating op's) gets its own copies of them. On CUDA each is
-timed with ``triton.testing.do_bench`` (CUDA events without triton), elsewhere with a
-``time.perf_counter`` loop (`CPU_SAMPLES` samples of at least `CPU_SAMPLE_S` seconds each);
-the median counts.
+timed as a compiled step runs it: `GRAPH_CALLS` calls captured back to back in one CUDA graph,
+whose replays are timed (`GRAPH_REPLAYS`; no launch overhead, inputs warm in the L2). A call
+that cannot be captured is timed with ``triton.testing.do_bench`` (CUDA events without
+triton), which flushes the L2 and times each launch: at decode sizes that measures a
+launch's latency more than its kernel, and its times of one kernel vary by more than the
+kernels differ. Elsewhere a ``time.perf_counter`` loop times it (`CPU_SAMPLES` samples of at
+least `CPU_SAMPLE_S` seconds each). The median counts. Nothing is timed while the current
+stream is capturing a CUDA graph (a compilation inside a capture): the priority decides.
 
 The choice must hold at every timed count: a candidate's slowdown is its largest ratio to the
 best time of a count, a time within `TIE_RELATIVE` of that best or `TIE_ABSOLUTE_MS` above it
@@ -48,8 +53,10 @@ logger = logging.getLogger("ir_passes")
 
 #: a time within this fraction of the best is a tie (kept by the priority's choice)
 TIE_RELATIVE = 0.02
-#: a time at most this many milliseconds (0.1 us) above the best is a tie
-TIE_ABSOLUTE_MS = 1e-4
+#: a time at most this many milliseconds (0.5 us) above the best is a tie: in a replayed step
+#: the gaps between kernels move by about this much with the kernels around them, more than the
+#: candidates of a decode-size op differ alone
+TIE_ABSOLUTE_MS = 5e-4
 #: an unbounded compile range ``[first, inf)`` is timed at ``first`` and ``first *
 #: UNBOUNDED_FACTOR`` tokens (257 and 2056 for the ``257-inf`` range the default fusion
 #: thresholds leave: a short and a typical prompt)
@@ -74,8 +81,12 @@ _NESTED_AOT: dict[str, Any] = {
     for name in ("enable_autograd_cache", "bundled_autograd_cache")
     if hasattr(torch._functorch.config, name)
 }
-#: CPU timing: calls before the samples (compilation, caches)
+#: CPU timing: calls before the samples (compilation, caches); CUDA timing: calls before the
+#: capture
 CPU_WARMUP = 3
+#: CUDA timing: calls captured back to back in one graph, and replays of it timed
+GRAPH_CALLS = 20
+GRAPH_REPLAYS = 10
 
 
 @dataclass(frozen=True)
@@ -403,7 +414,32 @@ def _time_cpu(call: Callable[[], Any]) -> float:
     return statistics.median(samples) * 1e3
 
 
-def _time_cuda(call: Callable[[], Any]) -> float:
+def _time_cuda_graph(call: Callable[[], Any]) -> float:
+    """Median milliseconds of one call, over replays of a CUDA graph of `GRAPH_CALLS` calls."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up off the default stream, as capture requires
+        for _ in range(CPU_WARMUP):
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(GRAPH_CALLS):
+            call()
+    graph.replay()
+    times: list[float] = []
+    for _ in range(GRAPH_REPLAYS):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / GRAPH_CALLS)
+    return float(statistics.median(times))
+
+
+def _time_cuda_launches(call: Callable[[], Any]) -> float:
+    """Median milliseconds of one call launched on its own (``do_bench``, else CUDA events)."""
     try:
         from triton.testing import do_bench
     except ImportError:
@@ -424,10 +460,30 @@ def _time_cuda(call: Callable[[], Any]) -> float:
     return float(statistics.median(times))
 
 
+def _time_cuda(call: Callable[[], Any]) -> float:
+    try:
+        return _time_cuda_graph(call)
+    except RuntimeError as error:  # a call that cannot be captured (a host synchronization)
+        torch.cuda.synchronize()
+        logger.debug("ir_passes: autotune times launches, a CUDA graph failed: %s", error)
+        return _time_cuda_launches(call)
+
+
 def measure(call: Callable[[], Any], device: torch.device) -> float:
     """Median milliseconds of one call of `call` on `device`."""
     stats.timed += 1
     return _time_cuda(call) if device.type == "cuda" else _time_cpu(call)
+
+
+def _capturing(args: Sequence[Any]) -> bool:
+    """Whether the arguments live on a CUDA device whose current stream is capturing a graph,
+    where nothing can be timed (a compilation inside a capture)."""
+    if _device_of(args).type != "cuda" or not torch.cuda.is_available():
+        return False
+    if torch.cuda.is_current_stream_capturing():
+        logger.info("ir_passes: autotune skipped: the current CUDA stream is capturing a graph")
+        return True
+    return False
 
 
 def _device_of(args: Sequence[Any]) -> torch.device:
@@ -462,7 +518,7 @@ def autotune(
     """The candidate of `op` on `fakes` that is fastest at every token count of `token_range`
     (`timed_token_counts`, `pick`), or None where there is nothing to choose (one candidate, or
     a collective)."""
-    if not tunable(op):
+    if not tunable(op) or _capturing(fakes):
         return None
     with ir_dispatch.mode(ir_dispatch.INDUCTOR):
         priority_choice = ir_dispatch.select(op, *fakes).provider
