@@ -53,9 +53,9 @@ logger = logging.getLogger("ir_passes")
 
 #: a time within this fraction of the best is a tie (kept by the priority's choice)
 TIE_RELATIVE = 0.02
-#: a time at most this many milliseconds (0.5 us) above the best is a tie: in a replayed step
-#: the gaps between kernels move by about this much with the kernels around them, more than the
-#: candidates of a decode-size op differ alone
+#: a time at most this many milliseconds (0.5 us) above the best is a tie: replayed, the
+#: candidates of a decode-size op differ by less, and a step does not resolve differences that
+#: small (its replays vary by more)
 TIE_ABSOLUTE_MS = 5e-4
 #: an unbounded compile range ``[first, inf)`` is timed at ``first`` and ``first *
 #: UNBOUNDED_FACTOR`` tokens (257 and 2056 for the ``257-inf`` range the default fusion
