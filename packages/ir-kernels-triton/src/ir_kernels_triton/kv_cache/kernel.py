@@ -230,8 +230,9 @@ def rotary_write_kv_cache_kernel(
     j = tl.arange(0, V_BLOCK)[None, :]
     v_offs = (first_head + h) * v_head_size + j
     v_mask = (h < cached_heads) & (j < v_head_size)
-    # every load is issued before the first store: a store may alias a later load as far as
-    # the compiler knows, so loads placed after a store would wait for it
+    # every load is issued before the first store: the compiler cannot tell a store from an
+    # alias of a later load, so it issues no load ahead of an earlier store, and loads placed
+    # after the query's stores would start their wait for memory only then
     q1, q2 = _load_pairs(
         q_src, q_heads - first_head, head_size, half, IS_NEOX, HEAD_BLOCK, HALF_BLOCK
     )
