@@ -295,6 +295,37 @@ def test_rotary_heads_a_program_keep_the_bits(name: str) -> None:
     assert_close(op, runs[0], expected)
 
 
+def test_the_fused_cache_write_takes_its_own_launch_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`launch_rotary_write_kv_cache` takes its heads a program and its warps from
+    `tuning.COMMON.rotary_cache`, not from the rotary kernel's entry: here 2 heads a program
+    over 2 warps for 8 query heads, where the rotary's entry gives 4 over 4."""
+    from ir_kernels_triton.kv_cache import kernel as kv
+
+    op = ops.rotary_embedding_write_kv_cache
+    args = sample_inputs(op, spec_for(torch.float32, 8 * 32, 5, "contiguous", head_size=32))
+    own = tuning.Rotary(warps=2, few_tokens=64, few_heads=2, mid_tokens=2048, mid_heads=2)
+    monkeypatch.setattr(tuning, "COMMON", dataclasses.replace(tuning.COMMON, rotary_cache=own))
+    monkeypatch.setattr(kv, "launch_plans_enabled", lambda: False)  # every call launches
+    launches: list[tuple[Any, int, int]] = []
+    kernel = kv.rotary_write_kv_cache_kernel
+
+    class Recorded:
+        def __getitem__(self, grid: Any) -> Any:
+            def launch(*kernel_args: Any, **options: Any) -> Any:
+                launches.append((grid, options["num_warps"], options["HEAD_BLOCK"]))
+                return kernel[grid](*kernel_args, **options)
+
+            return launch
+
+    monkeypatch.setattr(kv, "rotary_write_kv_cache_kernel", Recorded())
+    run = clone_args(args)
+    kv.launch_rotary_write_kv_cache(*run, run[1], run[2])
+    assert launches == [((5, 4), 2, 2)]
+    expected_args = clone_args(args)
+    expected = results_of(op, expected_args, op.native(*expected_args))
+    assert_close(op, (run[1], run[2], run[7], run[8]), expected)
+
+
 HEAD_CASES = [
     (name, head_size, rotary_dim, neox)
     for name in (
