@@ -10,8 +10,9 @@ the address its slot would give.
 `rotary_write_kv_cache_kernel` takes a block of heads of one token, as the rotary kernel does:
 it rotates the query heads, rotates the key heads and writes each rotated key head both to the
 returned key and to the cache, and copies the value heads into the cache, so the key and the
-value are read once and every output written once. It issues all of a program's loads before
-its first store (`rotary_write_kv_cache_kernel` says why). Every element is computed alone, so
+value are read once and every output written once. It loads the rotated pairs and the value
+heads before its first store (`rotary_write_kv_cache_kernel` says why); the tails of partial
+rotary, which pass through, are copied last. Every element is computed alone, so
 the blocking may follow the batch (`rotary.kernel.rotary_head_block` over
 `tuning.COMMON.rotary_cache`). Its cache stores are marked
 evict-first: the cache rows are read by a later step's attention, while the rotated query and key
@@ -230,9 +231,10 @@ def rotary_write_kv_cache_kernel(
     j = tl.arange(0, V_BLOCK)[None, :]
     v_offs = (first_head + h) * v_head_size + j
     v_mask = (h < cached_heads) & (j < v_head_size)
-    # every load is issued before the first store: the compiler cannot tell a store from an
-    # alias of a later load, so it issues no load ahead of an earlier store, and loads placed
-    # after the query's stores would start their wait for memory only then
+    # the rotated pairs and the value are loaded before the first store: the compiler cannot
+    # tell a store from an alias of a later load, so it issues no load ahead of an earlier
+    # store, and loads placed after the query's stores would start their wait for memory only
+    # then (the tails of partial rotary, copied last, are the exception)
     q1, q2 = _load_pairs(
         q_src, q_heads - first_head, head_size, half, IS_NEOX, HEAD_BLOCK, HALF_BLOCK
     )
