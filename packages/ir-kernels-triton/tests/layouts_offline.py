@@ -51,10 +51,11 @@ def norm_signature(dtype: str, weight: str, out: str, hidden: bool = True) -> di
         "w_ptr": f"*{weight}", "out_ptr": f"*{out}", "out_stride": "i32",
         "res_ptr": f"*{dtype}", "res_stride": "i32", "scale_ptr": "*fp32",
         "scale_out_ptr": "*fp32", "scale_ub_ptr": "*fp32", "hidden": "i32",
-        "variance_size": "i32", "eps": "fp32",
+        "variance_size": "i32", "eps": "fp32", "x_heads": "i32", "x_head_stride": "i32",
     }  # fmt: skip
     if not hidden:
-        del signature["hidden"]
+        for name in ("hidden", "x_heads", "x_head_stride"):
+            del signature[name]
     return signature
 
 
@@ -107,15 +108,17 @@ def norm_ttgir(case: Case, split: int, unaligned: bool = False) -> str:
 
     dtype, weight, residual, quant, block, early, full_row = case
     signature = norm_signature(dtype, weight, "fp8e4nv" if quant else dtype)
+    # rows addressed by one stride: one head a row, specialized away as at run time
     constants = dict(
-        HAS_RESIDUAL=residual, HAS_WEIGHT=True, QUANT=quant, HAS_UB=False, BLOCK=block,
+        x_heads=1, HAS_RESIDUAL=residual, HAS_WEIGHT=True, QUANT=quant, HAS_UB=False, BLOCK=block,
         SINGLE_PASS=True, EXACT_FP8=False, EARLY_WEIGHT=early, EVICT_FIRST=False, SPLIT=split,
         FULL_ROW=full_row, RELOAD=False, PDL=False,
     )  # fmt: skip
     if unaligned:
-        aligned = ["x_ptr", "x_stride"]
+        aligned = ["x_ptr", "x_stride", "x_head_stride"]
     else:
         aligned = [k for k, v in signature.items() if v.startswith("*")] + list(INTS)
+        aligned.append("x_head_stride")
     warps = rules.norm_warps(block, quant, residual)
     return str(compile_sm90(kernel.norm_kernel, signature, constants, aligned, warps).asm["ttgir"])
 

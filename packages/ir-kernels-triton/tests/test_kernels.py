@@ -238,6 +238,41 @@ def test_batch_invariant(op: IrOp, provider: str, hidden: int) -> None:
     assert_row_zero_batch_invariant(op, op.impls[provider], big)
 
 
+@pytest.mark.parametrize("tokens", [2, 7] + ([4099] if GPU else []))
+@pytest.mark.parametrize("head_size", [64, 128, 256, 67])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rms_norm_takes_the_heads_of_a_packed_projection(
+    dtype: torch.dtype, head_size: int, tokens: int
+) -> None:
+    """Query and key heads normalized head by head where they lie in a packed ``qkv``
+    projection (Qwen3's ``q_norm`` / ``k_norm``): no single row stride addresses them, yet
+    the kernel takes them (`head_rows`) and matches the native function; a layout whose
+    tokens do not collapse into one index is still refused."""
+    from ir_kernels_triton.launch.rows import head_rows
+
+    q_heads, kv_heads = 5, 2
+    width = (q_heads + 2 * kv_heads) * head_size
+    gen = torch.Generator(device=DEVICE).manual_seed(tokens * 1000 + head_size)
+    qkv = torch.randn(tokens, width, dtype=dtype, device=DEVICE, generator=gen)
+    q = qkv[:, : q_heads * head_size].view(tokens, q_heads, head_size)
+    k = qkv[:, q_heads * head_size : (q_heads + kv_heads) * head_size]
+    k = k.view(tokens, kv_heads, head_size)
+    for x, heads in ((q, q_heads), (k, kv_heads)):
+        assert head_rows(x) == (width, heads, head_size)
+        weight = torch.rand(head_size, dtype=dtype, device=DEVICE, generator=gen) + 0.5
+        assert_impl_matches_native(ops.rms_norm, "triton", (x, weight, 1e-6, None))
+        # the same heads under a leading batch dimension
+        batched = x.view(1, tokens, heads, head_size)
+        assert head_rows(batched) == (width, heads, head_size)
+        assert_impl_matches_native(ops.rms_norm, "triton", (batched, weight, 1e-6, None))
+    # tokens that do not collapse (every other token of a [2, tokens] batch) are not rows
+    pairs = qkv.view(1, tokens, width).expand(2, tokens, width)[:, ::2, : q_heads * head_size]
+    odd = pairs.unflatten(-1, (q_heads, head_size))
+    if odd.shape[1] > 1:
+        assert head_rows(odd) is None
+        assert not ops.rms_norm.impls["triton"].accepts((odd, weight, 1e-6, None))
+
+
 @pytest.mark.parametrize("is_neox_style", [True, False], ids=["neox", "pairs"])
 def test_qk_norm_heads_a_program_keep_the_bits(is_neox_style: bool) -> None:
     """The heads a QK-norm program takes follow the batch (`rotary_head_block`); they only

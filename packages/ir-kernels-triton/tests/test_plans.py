@@ -403,11 +403,12 @@ def test_plan_store_bounds_and_refusals(launches: list[Launch]) -> None:
     kernel = FakeKernel(nk.norm_kernel, launches)
     compiled = FakeCompiled("norm_kernel", launches)
     good = dict(SPLIT=1)
+    parameters = plans._parameters(nk.norm_kernel.fn)
+    args = [None] * sum(not is_c for _, is_c, _ in parameters)
     for key in range(3):
-        store.record(key, kernel, compiled, (1,), [None] * 15, {"BLOCK": 8}, (0,))
+        store.record(key, kernel, compiled, (1,), args, {"BLOCK": 8}, (0,))
     assert len(store) == 0  # constexprs without values or defaults: not planned
-    args = [None] * 15
-    constexprs = {name: 1 for name, is_c, default in plans._parameters(nk.norm_kernel.fn) if is_c}
+    constexprs = {name: 1 for name, is_c, default in parameters if is_c}
     for key in range(3):
         store.record(key, kernel, compiled, (1,), args, {**constexprs, **good}, (0,))
     assert len(store) == 1  # full at 2: dropped, then the third recorded

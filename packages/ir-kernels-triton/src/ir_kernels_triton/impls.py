@@ -7,8 +7,9 @@ every launch choice that changes the order of a row's arithmetic depends on the 
 only (a head's, for the QK norm), so all are registered batch-invariant.
 `supports_args` accepts float32/float16/bfloat16 activations on the kernels' device whose rows
 the kernels can address (last dimension contiguous, leading dimensions collapsing into one row
-stride), contiguous parameters (weight, scale, cos/sin cache, positions, slot mapping) and KV
-caches as the cache ops' checks shape them.
+stride; for ``rms_norm`` also a packed projection's heads, `launch.rows.head_rows`),
+contiguous parameters (weight, scale, cos/sin cache, positions, slot mapping) and KV caches
+as the cache ops' checks shape them.
 
 The all-reduce + norm composites (``all_reduce_rms_norm`` and its residual / static-fp8
 forms) run `collective.allreduce_norm`: one kernel over torch symmetric memory on GPUs of an
@@ -31,7 +32,7 @@ from .collective.allreduce_norm import allreduce_norm, supported_args
 from .kv_cache.kernel import launch_rotary_write_kv_cache, launch_write_kv_cache
 from .launch import tuning
 from .launch.device import on_kernel_device, unsupported_reason
-from .launch.rows import row_stride
+from .launch.rows import head_rows, row_stride
 from .launch.torch_ops import traceable
 from .norms.group import launch_group_norm
 from .norms.kernel import launch_norm
@@ -93,7 +94,13 @@ def _norm_ok(x: Tensor, weight: Tensor | None, *extra: Tensor | None) -> bool:
 def rms_norm_supported(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> bool:
-    return _norm_ok(x, weight)
+    # also the per-head rows of a packed projection (`head_rows`: Qwen3's query and key norms)
+    return _norm_ok(x, weight) or (
+        x.dtype in _DTYPES
+        and head_rows(x) is not None
+        and _param(weight)
+        and on_kernel_device(x, weight)
+    )
 
 
 @_provides(ops.rms_norm, rms_norm_supported)

@@ -29,6 +29,23 @@ def row_stride(t: torch.Tensor) -> int | None:
     return t.shape[-1] if t.dim() == 1 else int(view.stride(0))
 
 
+def head_rows(t: torch.Tensor) -> tuple[int, int, int] | None:
+    """``(token stride, heads, head stride)`` of per-head rows that one row stride cannot
+    address: `t` is ``[..., heads, head_size]`` with its last dimension contiguous and its
+    dimensions before the heads collapsing into one token index, while the heads do not
+    collapse into the tokens (a query's heads in a packed ``qkv`` projection, normalized head
+    by head). Row ``r`` starts at ``(r // heads) * token_stride + (r % heads) * head_stride``.
+    None for any other layout, including those `row_stride` addresses."""
+    if t.dim() < 3 or (t.shape[-1] > 1 and t.stride(-1) != 1) or row_stride(t) is not None:
+        return None
+    try:
+        # a fake tensor (implementation selection under compile) raises ValueError
+        view = t.view(-1, t.shape[-2], t.shape[-1])
+    except (RuntimeError, ValueError):
+        return None
+    return int(view.stride(0)), int(t.shape[-2]), int(view.stride(1))
+
+
 def rows(t: torch.Tensor) -> torch.Tensor:
     """`t` viewed as ``[rows, hidden]`` (callers checked `row_stride` first)."""
     return t.view(-1, t.shape[-1])

@@ -6,7 +6,9 @@ held in registers; longer rows are processed in chunks (the row is read again fr
 normalization pass). Each row's arithmetic is the same whatever the batch, so results are
 batch-invariant. Rows that fill their block go without masks (`rules.full_row_for`); streamed
 far beyond the L2, wide rows are read again after their sum instead of held through it
-(`rules.reload_for`): neither changes a bit of the result.
+(`rules.reload_for`): neither changes a bit of the result. The plain norm also takes rows of
+heads that no single stride addresses (`launch.rows.head_rows`: a packed projection's query
+heads, normalized head by head), a program a row.
 
 At decode sizes a wide row is bound by what one SM moves and issues. There `SPLIT` programs
 share a row (`rules.split_for`): each loads the whole row for its sum, then reads its own slice
@@ -28,6 +30,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ir_spec import row_view
+
 from ..launch import tuning
 from ..launch.clusters import CLUSTER_SIZES, sum_by_warps
 from ..launch.device import dram_gbps_per_sm
@@ -35,6 +39,7 @@ from ..launch.plans import launch_key, launch_plans_enabled, plans_for
 from ..launch.programmatic import await_previous_grid, launch_options
 from ..launch.rows import (
     footprint_share,
+    head_rows,
     next_power_of_2,
     num_rows,
     rows,
@@ -120,6 +125,8 @@ def norm_kernel(
     hidden,
     variance_size,
     eps,
+    x_heads,
+    x_head_stride,
     HAS_RESIDUAL: tl.constexpr,
     HAS_WEIGHT: tl.constexpr,
     QUANT: tl.constexpr,
@@ -137,7 +144,8 @@ def norm_kernel(
     await_previous_grid(PDL)
     row = tl.program_id(0).to(tl.int64)
     act_dtype = x_ptr.dtype.element_ty
-    x_row = x_ptr + row * x_stride
+    # rows of `x` are rows of heads where `x_heads` > 1 (`head_rows`); 1 specializes it away
+    x_row = x_ptr + (row // x_heads) * x_stride + (row % x_heads) * x_head_stride
     r_row = r_ptr + row * r_stride
     res_row = res_ptr + row * res_stride
     out_row = out_ptr + row * out_stride
@@ -380,7 +388,28 @@ def launch_norm(
         if plan is not None:
             plan.launch(values)
             return
-    x2 = rows(x)
+    # per-head rows that no single stride addresses (`head_rows`: plain norms of a packed
+    # projection's heads) take a program a row: neither split nor spread over a cluster
+    x2 = row_view(x)
+    heads = None if x2 is not None else head_rows(x)
+    if x2 is not None:
+        x_stride, x_heads, x_head_stride = x2.stride(0), 1, 0
+    elif heads is None:
+        raise ValueError(f"x: {tuple(x.shape)} with strides {x.stride()} has no rows to address")
+    elif (
+        residual is not None
+        or quant != rules.QUANT_NONE
+        or split not in (None, 1)
+        or cluster not in (None, 1)
+    ):
+        raise ValueError(
+            f"x: per-head rows {tuple(x.shape)} with strides {x.stride()} take the plain norm "
+            "alone, one program a row (no residual, quantization, split or cluster)"
+        )
+    else:
+        x2 = x
+        x_stride, x_heads, x_head_stride = heads
+        split, cluster = 1, 1
     out2 = rows(out)
     r2 = rows(residual) if residual is not None else x2
     res2 = rows(residual_out) if residual_out is not None else x2
@@ -438,7 +467,7 @@ def launch_norm(
     # the rows and scales, as both kernels take them (absent ones stand in as x)
     tensor_args = (
         x2,
-        x2.stride(0),
+        x_stride,
         r2,
         r2.stride(0),
         weight if weight is not None else x2,
@@ -495,10 +524,11 @@ def launch_norm(
             f"split={split}: expected a power of two up to the row block ({block}), and 1 "
             f"for looped rows (wider than {table.rows.max_single_pass}) or rows not 16-byte "
             "aligned "
-            f"(x: address {x.data_ptr():#x}, row stride {x2.stride(0)})"
+            f"(x: address {x.data_ptr():#x}, row stride {x_stride})"
         )
     warps = rules.norm_warps(block, quant, has_residual) if num_warps is None else num_warps
-    args = (*tensor_args, hidden, hidden if variance_size is None else variance_size, epsilon)
+    variance = hidden if variance_size is None else variance_size
+    args = (*tensor_args, hidden, variance, epsilon, x_heads, x_head_stride)
     kwargs = dict(
         HAS_RESIDUAL=residual is not None,
         HAS_WEIGHT=weight is not None,
