@@ -390,7 +390,8 @@ def markdown(result: results.Result) -> str:
         + f"), mean of {result.params.get('iters')} steps. "
         f"Copy bandwidth {results.number(facts.get('copy_bandwidth_gbps'))} GB/s, dense bf16 "
         f"matrix throughput {results.number(facts.get('dense_bf16_tflops'))} TFLOP/s, measured "
-        "in the same run."
+        "in the same run. Matrix products / floor: their kernel time a step over the "
+        "weight-read floor, what the step would be over the floor were every other kernel free."
     )
     lines = results.header(result, method)
     steps = [r for r in result.rows if r["category"] == "step"]
@@ -404,6 +405,7 @@ def markdown(result: results.Result) -> str:
             "kernels a step",
             "weight-read floor (ms)",
             "step / floor",
+            "matrix products / floor",
             "TFLOP/s",
             "of dense bf16",
         ],
@@ -416,12 +418,13 @@ def markdown(result: results.Result) -> str:
                 results.number(r.get("kernels")),
                 results.number(r.get("floor_ms")),
                 results.number(r.get("step_over_floor")),
+                results.number(matrix_over_floor(result.rows, r)),
                 results.number(r.get("model_tflops")),
                 results.number(r.get("fraction_of_dense")),
             ]
             for r in steps
         ),
-        ("l" if several else "") + "lrrrrrrr",
+        ("l" if several else "") + "lrrrrrrrr",
     )
     for step in steps:
         parts = [
@@ -447,6 +450,25 @@ def markdown(result: results.Result) -> str:
         )
     lines += [f"{note}\n" for note in result.notes]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def matrix_over_floor(rows: Iterable[Mapping[str, Any]], step: Mapping[str, Any]) -> float | None:
+    """A decode step's matrix-product kernel time over its weight-read floor (None without a
+    floor or matrix products): the part of ``step / floor`` that the matrix products alone
+    take."""
+    floor_ms = step.get("floor_ms")
+    matrix_us = next(
+        (
+            r["us"]
+            for r in rows
+            if (r["model"], r["workload"], r["category"])
+            == (step["model"], step["workload"], "matrix products")
+        ),
+        None,
+    )
+    if not floor_ms or matrix_us is None:
+        return None
+    return float(matrix_us) / (float(floor_ms) * 1e3)
 
 
 def label(row: Mapping[str, Any], with_model: bool) -> str:
