@@ -13,7 +13,7 @@ fused code, other), with the kernels a step launches. Beside it, in the same run
   mean of back-to-back steps;
 - the weight-read floor of a decode step: the bytes of the weights the step reads (every
   parameter but the embedding table, of which a step reads one row a token) over the measured
-  device copy bandwidth;
+  device copy bandwidth, and the matrix products' kernel time over it (`matrix_over_floor`);
 - for a prefill, the model's matrix FLOPs over the measured dense bf16 matrix throughput.
 
 ``--autotune`` profiles the reference model a second time compiled with
