@@ -265,6 +265,8 @@ def test_rms_norm_takes_the_heads_of_a_packed_projection(
         batched = x.view(1, tokens, heads, head_size)
         assert head_rows(batched) == (width, heads, head_size)
         assert_impl_matches_native(ops.rms_norm, "triton", (batched, weight, 1e-6, None))
+    # as the torch op compiled graphs call, on these rows (schema, fake and real agree)
+    torch.library.opcheck(ops.rms_norm.impls["triton"].fn.torch_op, (q, weight, 1e-6, None))
     # tokens that do not collapse (every other token of a [2, tokens] batch) are not rows
     pairs = qkv.view(1, tokens, width).expand(2, tokens, width)[:, ::2, : q_heads * head_size]
     odd = pairs.unflatten(-1, (q_heads, head_size))
