@@ -107,6 +107,27 @@ def test_the_report_picks_each_columns_fastest_and_compares_the_fused_op() -> No
     assert "measured in the same run: **3000 GB/s**." in text
 
 
+def test_the_report_says_what_the_unfused_path_reached_where_the_fused_op_loses() -> None:
+    result = results.new_result(
+        "fusions", "t", results.current_device("cpu"), {}, fusions.KEY, fusions.METRICS
+    )
+    base = {"table": "rope_kvcache", "heads": 64, "kv_heads": 8, "head_size": 128}
+    result.rows = [
+        {**base, "tokens": t, "column": column, "provider": "p", "us": us, "fraction_of_copy": f}
+        for t, fused, unfused in ((16, 1.0, 2.0), (2048, 30.3, 28.7), (8192, 122.7, 125.5))
+        for column, us, f in (("fused", fused, 0.97), ("unfused", unfused, 1.02))
+    ]
+    text = fusions_report.markdown(result)
+    assert "faster than the best unfused path at 2 of 3 token counts" in text
+    assert (
+        "Where the fused op loses, the unfused path ran at this fraction of the copy bandwidth "
+        "over the minimum traffic, which the fused op would need to reach: 2048 tokens: 1.02."
+        in text
+    )
+    result.rows = [r for r in result.rows if r["tokens"] != 2048]
+    assert "Where the fused op loses" not in fusions_report.markdown(result)
+
+
 def test_the_report_says_where_a_step_of_the_unfused_path_had_only_the_native_function() -> None:
     result = results.new_result(
         "fusions", "t", results.current_device("cpu"), {}, fusions.KEY, fusions.METRICS

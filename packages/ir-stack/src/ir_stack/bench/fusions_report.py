@@ -81,6 +81,27 @@ def summary(best: Best) -> str:
     )
 
 
+def losing_note(best: Best) -> list[str]:
+    """A sentence on the token counts where the fused op loses to the unfused path: the
+    fraction of the copy bandwidth that path reached over the minimum traffic, which the
+    fused op would have to reach to win there."""
+    losses = [
+        (tokens, float(cells["unfused"]["fraction_of_copy"]))
+        for tokens, cells in best.items()
+        if (r := ratio(cells, "unfused")) is not None
+        and r >= 1
+        and cells["unfused"].get("fraction_of_copy") is not None
+    ]
+    if not losses:
+        return []
+    where = "; ".join(f"{tokens} tokens: {fraction:.2f}" for tokens, fraction in losses)
+    return [
+        "Where the fused op loses, the unfused path ran at this fraction of the copy bandwidth "
+        f"over the minimum traffic, which the fused op would need to reach: {where}.",
+        "",
+    ]
+
+
 def native_only_steps(result: Result, group: Group) -> dict[str, list[int]]:
     """For each step of `group`'s unfused path, the token counts at which the native function
     was the only implementation that took its arguments (the step's rows name no other)."""
@@ -127,6 +148,7 @@ def group_table(result: Result, group: Group) -> list[str]:
         "",
         summary(best),
         "",
+        *losing_note(best),
         *native_only_note(result, group, len(best)),
     ]
     rows = []
