@@ -94,13 +94,9 @@ def _norm_ok(x: Tensor, weight: Tensor | None, *extra: Tensor | None) -> bool:
 def rms_norm_supported(
     x: Tensor, weight: Tensor | None, epsilon: float, variance_size: int | None = None
 ) -> bool:
-    # also the per-head rows of a packed projection (`head_rows`: Qwen3's query and key norms)
-    return _norm_ok(x, weight) or (
-        x.dtype in _DTYPES
-        and head_rows(x) is not None
-        and _param(weight)
-        and on_kernel_device(x, weight)
-    )
+    # also the per-head rows of a packed projection (`head_rows`: Qwen3's query and key norms),
+    # held to every other check through one head of them, which one stride addresses
+    return _norm_ok(x, weight) or (head_rows(x) is not None and _norm_ok(x[..., 0, :], weight))
 
 
 @_provides(ops.rms_norm, rms_norm_supported)
