@@ -108,7 +108,7 @@ def test_the_report_renders_from_a_result(tmp_path: Path) -> None:
     ]  # fmt: skip
     path = results.save(result, tmp_path)
     table = path.with_suffix(".md").read_text()
-    # the matrix products alone: 40 µs over a 40 µs floor
+    # matrix products / floor: the matrix products' row over the step's floor_ms, here 1
     assert "| decode b=1 | 0.06 | 50 | 30 | 0.04 | 1.5 | 1 | - | - |" in table
     assert "| matrix products | 40 | 80.0 % | 20 | gemm_b 30.0; gemm_a 10.0 |" in table
     assert "| other | 10 | 20.0 % | 10 | - |" in table  # a result saved before the column
