@@ -1338,6 +1338,85 @@ def test_quantized_projections_are_called_as_they_are_in_converted_layers() -> N
     assert isinstance(model.model.layers[0].mlp.down_proj, _ScaledInt8Linear)
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_query_key_and_value_projections_become_one_matrix(family: str) -> None:
+    """Plain query, key and value layers join into one ``qkv_proj`` (biases too: Qwen2's),
+    whose rows are the three weights in order; the converted forward splits its output, and
+    one matrix product a layer projects the three."""
+    model = build(family)
+    attentions = [layer.self_attn for layer in model.model.layers]
+    weights = [
+        torch.cat([getattr(a, n).weight.detach() for n in ("q_proj", "k_proj", "v_proj")])
+        for a in attentions
+    ]
+    report = convert_keeping_logits(model)
+    assert (
+        report.joined_qkv
+        == report.attentions
+        == [f"model.layers.{i}.self_attn" for i in range(SIZES["num_hidden_layers"])]
+    )
+    assert "2 with q, k and v joined" in str(report)
+    for attention, weight in zip(attentions, weights, strict=True):
+        assert not {"q_proj", "k_proj", "v_proj"} & set(attention._modules)
+        assert torch.equal(attention.qkv_proj.weight, weight)
+        assert (attention.qkv_proj.bias is not None) == (family == "qwen2")
+        assert sum(attention.ir_attention_plan.qkv_rows) == weight.shape[0]
+    products = Counter()
+    ids, mask = prompt()
+
+    def count(_module: Any, _args: Any, _out: Any) -> None:
+        products["linear"] += 1
+
+    hooks = [a.qkv_proj.register_forward_hook(count) for a in attentions]
+    with torch.no_grad():
+        model(ids, attention_mask=mask)
+    for hook in hooks:
+        hook.remove()
+    assert products["linear"] == len(attentions)
+
+
+def test_projections_that_are_not_plain_linear_layers_stay_apart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A quantized key projection (its own forward), a hooked value projection and a frozen
+    key projection beside trainable query and value ones keep their attention's three layers:
+    the attention still converts, and the debug log says why each kept them."""
+    model = build("llama", num_hidden_layers=3)
+    first, second, third = (layer.self_attn for layer in model.model.layers)
+    first.k_proj = _ScaledInt8Linear(first.k_proj)
+    second.v_proj.register_forward_pre_hook(lambda _module, args: None)
+    third.k_proj.weight.requires_grad_(False)
+    with caplog.at_level("DEBUG", logger="ir_stack"):
+        report = convert_hf_model(model)
+    assert len(report.attentions) == 3
+    assert report.joined_qkv == []
+    for attention in (first, second, third):
+        assert "qkv_proj" not in attention._modules
+        assert attention.ir_attention_plan.qkv_rows is None
+    assert "model.layers.0.self_attn keeps its projections: a projection is not a plain" in (
+        caplog.text
+    )
+    assert "input width, dtype, device or requires_grad" in caplog.text
+
+
+def test_a_joined_projection_differing_on_its_probe_keeps_the_three(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The joined projection runs on a probe beside the three layers before it stays: where
+    they differ (here the comparison made to fail), the three stay and nothing was lost."""
+    from ir_stack.hf import projections
+
+    model = build("llama")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    monkeypatch.setattr(projections, "close", lambda got, want: False)
+    report = convert_keeping_logits(model)
+    assert report.joined_qkv == []
+    assert len(report.attentions) == 2
+    after = model.state_dict()
+    assert list(after) == list(before)
+    assert all(torch.equal(after[k], v) for k, v in before.items())
+
+
 def test_a_converted_mlp_computing_other_than_the_original_is_left_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -1477,8 +1556,8 @@ def test_a_converted_model_fine_tunes_with_the_original_gradients(
 ) -> None:
     """Training through a converted model, eager or compiled with the IR passes, gives every
     parameter the original's gradient: the norms scaling by 1 + w (Gemma's, Qwen 3.5's)
-    included, whose kept float32 sum had none, and the joined gate and up rows (the gate's
-    divided by Falcon-H1's gate multiplier)."""
+    included, whose kept float32 sum had none, the joined gate and up rows (the gate's
+    divided by Falcon-H1's gate multiplier) and the joined query, key and value rows."""
     torch._dynamo.reset()
     model = build(family)
     original = copy.deepcopy(model)
@@ -1493,6 +1572,12 @@ def test_a_converted_model_fine_tunes_with_the_original_gradients(
             joined[f"{prefix}gate_up.weight"] = torch.cat(
                 [want.pop(gate) / module.gate_scale, want.pop(up)]
             )
+        rows = getattr(getattr(module, "ir_attention_plan", None), "qkv_rows", None)
+        if rows is not None:
+            for kind in ("weight", "bias"):
+                parts = [f"{path}.{name}.{kind}" for name in ("q_proj", "k_proj", "v_proj")]
+                if parts[0] in want:
+                    joined[f"{path}.qkv_proj.{kind}"] = torch.cat([want.pop(p) for p in parts])
     want |= joined
     assert set(got) == set(want)
     for name, grad in want.items():
@@ -1620,8 +1705,9 @@ def test_a_converted_attention_reads_only_the_plan_fields_that_are_set(family: s
     """Under Dynamo every field a forward reads is a guard checked at each call of each layer,
     so the converted forward reads a plan's optional fields only where `features` lists them:
     the fields it reads are `neox`, `rotates`, `features` and those set (a plain Llama plan's
-    are none; Qwen3's its head norms; Gemma 3's its sliding window's keyword; Llama 4's, its
-    norms and query scale; GPT-OSS's, its sinks; Qwen 3.5's, its output gate)."""
+    are the rows of its joined projection alone; Qwen3's also its head norms; Gemma 3's its
+    sliding window's keyword; Llama 4's, its norms and query scale; GPT-OSS's, its sinks; Qwen
+    3.5's, its output gate)."""
     model = build(family)
     convert_hf_model(model)
     ids, mask = prompt()
@@ -1646,7 +1732,7 @@ def test_a_converted_attention_reads_only_the_plan_fields_that_are_set(family: s
             "output_gate_function",
         }
     if family == "llama":
-        assert all(a.ir_attention_plan.plan.features == () for a in attentions)
+        assert all(a.ir_attention_plan.plan.features == ("qkv_rows",) for a in attentions)
 
 
 def _attributes_found_lacking(model: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:

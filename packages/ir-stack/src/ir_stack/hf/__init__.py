@@ -9,7 +9,8 @@ This subpackage needs ``transformers``, the ``hf`` extra of ir-stack
 Modules: `convert` (the entry point), `families` (the registry), `norms` and `mlp` (which
 norms and MLPs convert), `modules` (the modules put in), `attention` and `attention_probe`
 (the converted attention forward and the plan it follows), `rotary` and `rotation_probe` (the
-rotary tables and the rotation form), `experts` (routed experts' gating), `forward` (a forward
+rotary tables and the rotation form), `projections` (an attention layer's query, key and
+value projections joined into one), `experts` (routed experts' gating), `forward` (a forward
 for one module) and `probes` (the probe inputs and comparison every check uses).
 """
 

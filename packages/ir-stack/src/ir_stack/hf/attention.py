@@ -106,6 +106,10 @@ class AttentionPlan:
     #: the names of the layer's own forward's positional parameters, in order, which name the
     #: arguments a caller passes by position (Granite 4's forward takes the mask second)
     forward_parameters: tuple[str, ...] = ("hidden_states", "position_embeddings")
+    #: the rows of the query's, key's and value's projections in the one ``qkv_proj`` that the
+    #: conversion joined them into (`projections.join_qkv`), or None where the layer keeps its
+    #: own layers (or holds a joined one of its own, Phi-3's, split by its config)
+    qkv_rows: tuple[int, int, int] | None = None
     #: the names of the fields above (of `OPTIONAL_FEATURES`) that differ from their defaults,
     #: computed at construction. The converted forward reads only these: under Dynamo every field
     #: read is a guard, checked at each call of each layer (a Llama layer's plan took 38 guard
@@ -139,6 +143,7 @@ OPTIONAL_FEATURES = frozenset(
         "attention_kwargs",
         "attention_tensors",
         "kept_arguments",
+        "qkv_rows",
     )
 )
 
@@ -365,7 +370,9 @@ def _queries_keys_values(
     positions); and the output gate, ``[..., heads * head_dim]``, where the plan has one."""
     features = plan.features  # the plan's fields that are set: only these are read
     head_dim: int = attention.head_dim
-    q, k, v = _project_qkv(attention, hidden_states)
+    q, k, v = _project_qkv(
+        attention, hidden_states, plan.qkv_rows if "qkv_rows" in features else None
+    )
     gate = None
     if "gates_output" in features:  # each head's query, then its gate
         q, gate = (t.flatten(-2) for t in q.unflatten(-1, (-1, 2 * head_dim)).chunk(2, -1))
@@ -431,21 +438,25 @@ def _norm_each_head(norm: nn.Module, x: Tensor, head_dim: int) -> Tensor:
     return normed
 
 
-def _project_qkv(attention: Any, hidden_states: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _project_qkv(
+    attention: Any, hidden_states: Tensor, rows: tuple[int, int, int] | None
+) -> tuple[Tensor, Tensor, Tensor]:
     """Queries, keys and values: from three layers (a layer whose ``v_proj`` is None attends
-    its key projection's output as values: Gemma 4's full-attention layers), or from Phi-3's
-    one ``qkv_proj`` (views of its output, rows a stride apart, which the rotary kernels
-    take)."""
+    its key projection's output as values: Gemma 4's full-attention layers), or from one
+    ``qkv_proj``, the conversion's (`rows`: each part's) or Phi-3's own (split by its config):
+    views of its output, rows a stride apart, which the rotary kernels take."""
     # ``_modules``, not ``hasattr``, for `output_projection`'s reason: without a ``hasattr``
     # that finds the name lacking, a compiled forward's guards cost what the original's do
     if "qkv_proj" not in attention._modules:
         k = attention.k_proj(hidden_states)
         v = k if attention.v_proj is None else attention.v_proj(hidden_states)
         return attention.q_proj(hidden_states), k, v
-    head_dim: int = attention.head_dim
-    query = attention.config.num_attention_heads * head_dim
-    key_value = attention.config.num_key_value_heads * head_dim
-    q, k, v = attention.qkv_proj(hidden_states).split([query, key_value, key_value], dim=-1)
+    if rows is None:
+        head_dim: int = attention.head_dim
+        query = attention.config.num_attention_heads * head_dim
+        key_value = attention.config.num_key_value_heads * head_dim
+        rows = (query, key_value, key_value)
+    q, k, v = attention.qkv_proj(hidden_states).split(rows, dim=-1)
     return q, k, v
 
 

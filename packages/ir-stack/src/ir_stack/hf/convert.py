@@ -12,7 +12,9 @@ what the original does:
   weights and matrix products staying transformers';
 - each rotary module by `IRRotaryCache`, one cosine / sine table, and each attention layer's
   forward by one that rotates its queries and keys on ``rotary_embedding`` and then calls the
-  model's own attention function (`rotary`, `attention`, `attention_probe`).
+  model's own attention function (`rotary`, `attention`, `attention_probe`); its query, key
+  and value projections joined into one matrix where they are plain linear layers
+  (`projections`).
 
 What each part computes is found by running it on a probe beside the candidate forms
 (`probes`), never from its class name, so a part that computes none of them is left as it is
@@ -57,12 +59,15 @@ class ConversionReport:
     skipped: dict[str, str] = field(default_factory=dict)
     #: routed experts whose gating runs on the IR op (their module keeps its class)
     experts: list[str] = field(default_factory=list)
+    #: converted attention layers whose query, key and value projections are one matrix
+    joined_qkv: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         """The counts converted, then what was left alone, the paths grouped by reason."""
         lines = [
             f"{len(self.norms)} norms, {len(self.mlps)} MLPs, {len(self.experts)} routed "
             f"experts' gating, {len(self.attentions)} attention layers on IR ops"
+            + (f" ({len(self.joined_qkv)} with q, k and v joined)" if self.joined_qkv else "")
         ]
         by_reason: dict[str, list[str]] = {}
         for path, why in self.skipped.items():
@@ -160,6 +165,7 @@ def convert_hf_model(model: nn.Module, *, max_positions: int | None = None) -> C
     positions = int(config.max_position_embeddings) if max_positions is None else max_positions
     rotary = convert_rotary(model, positions)
     report.attentions.extend(rotary.attentions)
+    report.joined_qkv.extend(rotary.joined_qkv)
     report.skipped.update(rotary.skipped)
     logger.info("convert_hf_model: %s", report)
     return report

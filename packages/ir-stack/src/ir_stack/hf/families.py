@@ -1104,7 +1104,8 @@ which op:
   `gelu_and_mul`; routed experts keep their weights and matrix products and gate with the op;
 - **rotary and attention**: each attention layer rotates its queries and keys with
   `rotary_embedding` from a cosine / sine table ("yes": the halves of each head; "pairs":
-  interleaved pairs), then calls the model's own attention function;
+  interleaved pairs), then calls the model's own attention function; its query, key and value
+  projections, where they are plain linear layers, become one matrix;
 - **stays**: what keeps running as transformers runs it, and why.
 
 Each part converts only where a probe shows the converted form computes what the original

@@ -10,7 +10,7 @@ widths and their rotation form, so that one plan, probed with the first, fits ev
 import copy
 import itertools
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -20,6 +20,7 @@ from .attention import is_attention, layer_type_of, rotary_attention_forward
 from .attention_probe import attention_plan
 from .forward import with_forward
 from .modules import IRRotaryCache
+from .projections import join_qkv
 from .rotation_probe import ignores_position_embeddings, per_token_pairs, rotation_form
 
 logger = logging.getLogger("ir_stack")
@@ -46,6 +47,8 @@ class RotaryConversion:
 
     attentions: list[str]
     skipped: dict[str, str]
+    #: the converted layers whose query, key and value projections were joined into one
+    joined_qkv: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -149,7 +152,7 @@ def convert_rotary(model: nn.Module, max_positions: int) -> RotaryConversion:
         done.skipped[key] = why
         return done
     key = ropes[0].path if len(ropes) == 1 else "rotary_emb"
-    why = _convert(model, ropes, max_positions, done.attentions)
+    why = _convert(model, ropes, max_positions, done)
     if why:
         done.skipped[key] = why
     return done
@@ -175,9 +178,11 @@ def _reached_modules(model: nn.Module, rope_paths: list[str]) -> list[tuple[str,
     ]
 
 
-def _convert(model: nn.Module, ropes: list[_Rope], max_positions: int, converted: list[str]) -> str:
-    """Convert `ropes` and the attention layers (appending their paths to `converted`), or say
-    why not."""
+def _convert(
+    model: nn.Module, ropes: list[_Rope], max_positions: int, done: RotaryConversion
+) -> str:
+    """Convert `ropes` and the attention layers (appending their paths to `done`'s lists), or
+    say why not."""
     first = ropes[0]
     # layers of another form (`others`) keep their forward: DeepSeek's latent attention rotates
     # with the model's (cos, sin) itself, and leaves the rotary module alone; MiniMax's
@@ -273,7 +278,14 @@ def _convert(model: nn.Module, ropes: list[_Rope], max_positions: int, converted
             cache.config = rope.module.config
         model.set_submodule(rope.path, cache)
     for attention_path, attention, plan in plans:
+        assert not isinstance(plan, str)  # (`misfit` above)
+        joined = join_qkv(attention, plan)
+        if isinstance(joined, str):
+            logger.debug("convert_hf_model: %s keeps its projections: %s", attention_path, joined)
+        else:
+            plan = joined
+            done.joined_qkv.append(attention_path)
         attention.ir_attention_plan = plan
         with_forward(attention, rotary_attention_forward)
-        converted.append(attention_path)
+        done.attentions.append(attention_path)
     return ""
