@@ -115,6 +115,77 @@ def test_the_report_renders_from_a_result(tmp_path: Path) -> None:
     assert path.with_suffix(".png").stat().st_size > 0
 
 
+def test_matrix_products_are_read_by_shape_from_a_real_profile() -> None:
+    """The operators' recorded input shapes give each matrix product's ``m x k x n``: a
+    linear layer's ``addmm`` and a plain ``mm`` of the same shape merge, another shape stays
+    apart, counted a step (here on the CPU, its time the operators' own)."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    linear = torch.nn.Linear(64, 96)
+    x, other = torch.randn(3, 64), torch.randn(96, 8)
+    with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        for _ in range(2):
+            y = linear(x)
+            torch.mm(x, linear.weight.t())
+            torch.mm(y, other)
+    products = profile.matrix_products(
+        prof.key_averages(group_by_input_shape=True), steps=2, time_us=lambda a: 1.0
+    )
+    by_shape = {(p.m, p.k, p.n): p for p in products}
+    assert set(by_shape) == {(3, 64, 96), (3, 96, 8)}
+    assert by_shape[3, 64, 96].calls == 2  # an addmm and an mm a step
+    assert by_shape[3, 96, 8].calls == 1
+    assert by_shape[3, 64, 96].category == "matrix product 3x64x96"
+    assert by_shape[3, 64, 96].weight_bytes(2) == 64 * 96 * 2
+
+
+def test_a_scaled_product_counts_a_byte_a_weight_and_other_operators_are_ignored() -> None:
+    class Average:
+        def __init__(self, key: str, shapes: list[list[int]], count: int) -> None:
+            self.key, self.input_shapes, self.count = key, shapes, count
+            self.self_device_time_total = 10.0 * count
+
+    averages = [
+        Average("aten::_scaled_mm", [[1, 256], [256, 512], [], []], 4),
+        Average("aten::bmm", [[2, 1, 8], [2, 8, 5]], 4),
+        Average("aten::mm", [[1, 7]], 4),  # shapes cut short: skipped
+        Average("aten::add", [[1, 5], [1, 5]], 4),
+    ]
+    (product,) = profile.matrix_products(averages, steps=4)
+    assert (product.m, product.k, product.n, product.scaled) == (1, 256, 512, True)
+    assert (product.calls, product.us) == (1.0, 10.0)
+    assert product.weight_bytes(2) == 256 * 512
+    assert product.category == "matrix product 1x256x512 fp8"
+
+
+def test_a_decode_steps_shapes_get_a_table_of_their_own(tmp_path: Path) -> None:
+    result = made_up_result({"model": "tiny", "iters": 2})
+    result.rows = [
+        {"model": "tiny", "workload": "decode b=1", "category": "step", "us": 50.0,
+         "kernels": 30, "graph_step_ms": 0.06, "floor_ms": 0.04, "step_over_floor": 1.5},
+        {"model": "tiny", "workload": "decode b=1", "category": "matrix products", "us": 40.0,
+         "kernels": 20, "share": 1.0},
+        {"model": "tiny", "workload": "decode b=1", "category": "matrix product 1x2048x512",
+         "us": 8.0, "kernels": 4.0, "weight_bytes": 2097152, "fraction_of_copy": 0.35},
+        {"model": "tiny", "workload": "decode b=1", "category": "matrix product 1x2048x8192",
+         "us": 32.0, "kernels": 16.0, "weight_bytes": 33554432, "fraction_of_copy": 0.92},
+    ]  # fmt: skip
+    table = results.save(result, tmp_path).with_suffix(".md").read_text()
+    assert "| shape m x k x n | calls a step | µs a step | µs a call | weight MB | of copy |" in (
+        table
+    )
+    big, small = (
+        table.index("| 1x2048x8192 | 16 | 32 | 2 | 33.6 | 0.92 |"),
+        table.index("| 1x2048x512 | 4 | 8 | 2 | 2.1 | 0.35 |"),
+    )
+    assert big < small  # longest first
+    # the shapes are not categories: the breakdown lists matrix products once
+    assert table.count("| matrix products | 40 |") == 1
+    assert "| matrix product 1x2048" not in table
+
+
 def test_the_suite_refuses_to_run_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     if profile.torch.cuda.is_available():
         pytest.skip("a GPU is here")
@@ -183,7 +254,11 @@ def test_each_finished_model_is_handed_over_so_a_stopped_run_keeps_it(
 
     monkeypatch.setattr(profile.timing, "copy_bandwidth_gbps", lambda: 3000.0)
     monkeypatch.setattr(profile, "dense_matrix_tflops", lambda dtype: 700.0)
-    monkeypatch.setattr(profile, "profile_kernels", lambda step, steps: [("gemm", 5.0)] * steps)
+    monkeypatch.setattr(
+        profile,
+        "profile_kernels",
+        lambda step, steps: profile.ProfiledSteps([("gemm", 5.0)] * steps),
+    )
 
     def hf_rows(args: argparse.Namespace, family: str, measure: Any) -> list[dict[str, Any]]:
         return [{"model": family, "workload": "decode b=1", "category": "step"}]
@@ -210,7 +285,11 @@ def test_autotune_profiles_the_reference_model_again_under_its_own_name(
 
     monkeypatch.setattr(profile.timing, "copy_bandwidth_gbps", lambda: 3000.0)
     monkeypatch.setattr(profile, "dense_matrix_tflops", lambda dtype: 700.0)
-    monkeypatch.setattr(profile, "profile_kernels", lambda step, steps: [("gemm", 5.0)] * steps)
+    monkeypatch.setattr(
+        profile,
+        "profile_kernels",
+        lambda step, steps: profile.ProfiledSteps([("gemm", 5.0)] * steps),
+    )
     autotuned: list[bool] = []
 
     def compile_spy(model: torch.nn.Module, config: Any) -> Any:

@@ -14,7 +14,11 @@ fused code, other), with the kernels a step launches. Beside it, in the same run
 - the weight-read floor of a decode step: the bytes of the weights the step reads (every
   parameter but the embedding table, of which a step reads one row a token) over the measured
   device copy bandwidth, and the matrix products' kernel time over it (`matrix_over_floor`);
-- for a prefill, the model's matrix FLOPs over the measured dense bf16 matrix throughput.
+- for a prefill, the model's matrix FLOPs over the measured dense bf16 matrix throughput;
+- for a decode step, its matrix products by shape (`matrix_products`, from the operators'
+  recorded input shapes): calls and kernel time a step, and the weights each reads over that
+  time as a fraction of the copy bandwidth, which shows which products keep the step off the
+  floor.
 
 ``--autotune`` profiles the reference model a second time compiled with
 ``PassConfig(autotune=True)`` (model ``<model> autotuned``), so the kernels that selection by
@@ -63,6 +67,12 @@ METRICS = [
     results.Metric("us", "µs"),
     results.Metric("kernels", "count"),
 ]
+#: The category of a decode step's rows of one matrix-product shape: ``"<this> MxKxN"``
+#: (``" fp8"`` after it for a scaled product), beside the `CATEGORIES` rows.
+MATRIX_SHAPE = "matrix product"
+#: The matrix-product operators `matrix_products` reads, each with the index of its ``[m, k]``
+#: operand among its inputs (the ``[k, n]`` one follows it).
+_MATRIX_OPERANDS = {"aten::mm": 0, "aten::addmm": 1, "aten::_scaled_mm": 0}
 #: Parts of kernel names by category, matched in `CATEGORIES` order (after the IR ops' own
 #: kernel names, which `ir_kernel_names` collects).
 _MATMUL = ("gemm", "gemv", "cutlass", "cublas", "xmma", "nvjet", "matmul", "splitk")
@@ -169,22 +179,91 @@ def short_name(kernel: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
-def profile_kernels(step: Callable[[], Any], steps: int) -> list[tuple[str, float]]:
-    """The GPU kernels `steps` calls of `step` launch: (name, µs) each."""
+@dataclasses.dataclass(frozen=True)
+class MatrixProduct:
+    """The matrix products of one shape, ``[m, k] @ [k, n]``, in a step: their calls and the
+    kernel time they launch, a step's worth; `scaled` for fp8 products (``_scaled_mm``),
+    whose ``[k, n]`` operand holds a byte an element."""
+
+    m: int
+    k: int
+    n: int
+    scaled: bool
+    calls: float
+    us: float
+
+    @property
+    def category(self) -> str:
+        """The category of its row: `MATRIX_SHAPE` and the shape."""
+        return f"{MATRIX_SHAPE} {self.m}x{self.k}x{self.n}" + (" fp8" if self.scaled else "")
+
+    def weight_bytes(self, itemsize: int) -> int:
+        """The bytes of its ``[k, n]`` operand (the weight), its elements of `itemsize` bytes
+        (one for a scaled product)."""
+        return self.k * self.n * (1 if self.scaled else itemsize)
+
+
+@dataclasses.dataclass
+class ProfiledSteps:
+    """What `profile_kernels` saw: every GPU kernel (name, µs) and the matrix products by
+    shape (`matrix_products`)."""
+
+    kernels: list[tuple[str, float]]
+    products: list[MatrixProduct] = dataclasses.field(default_factory=list)
+
+
+def _device_us(average: Any) -> float:
+    # torch names it `self_device_time_total`; releases before 2.4 `self_cuda_time_total`
+    total = getattr(average, "self_device_time_total", None)
+    return float(total if total is not None else average.self_cuda_time_total)
+
+
+def matrix_products(
+    averages: Iterable[Any], steps: int, time_us: Callable[[Any], float] = _device_us
+) -> list[MatrixProduct]:
+    """The matrix products among a profile's operator averages grouped by input shape
+    (``key_averages(group_by_input_shape=True)``), merged by shape, a step's worth (over
+    `steps`), longest first; `time_us` reads an average's kernel time."""
+    merged: dict[tuple[int, int, int, bool], list[float]] = {}
+    for average in averages:
+        first = _MATRIX_OPERANDS.get(average.key)
+        shapes = average.input_shapes or []
+        if first is None or len(shapes) < first + 2:
+            continue
+        left, right = shapes[first], shapes[first + 1]
+        if len(left) != 2 or len(right) != 2 or left[1] != right[0]:
+            continue
+        key = (int(left[0]), int(left[1]), int(right[1]), average.key == "aten::_scaled_mm")
+        calls_us = merged.setdefault(key, [0.0, 0.0])
+        calls_us[0] += average.count
+        calls_us[1] += time_us(average)
+    products = [
+        MatrixProduct(m, k, n, scaled, calls / steps, us / steps)
+        for (m, k, n, scaled), (calls, us) in merged.items()
+    ]
+    return sorted(products, key=lambda p: -p.us)
+
+
+def profile_kernels(step: Callable[[], Any], steps: int) -> ProfiledSteps:
+    """The GPU kernels `steps` calls of `step` launch, (name, µs) each, and its matrix
+    products by shape (the operators' shapes recorded)."""
     from torch.profiler import DeviceType, ProfilerActivity, profile
 
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=activities, record_shapes=True) as prof:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
-    return [
+    kernels = [
         (event.name, float(event.device_time))
         for event in prof.events()
         if event.device_type == DeviceType.CUDA and event.device_time > 0
     ]
+    products = matrix_products(prof.key_averages(group_by_input_shape=True), steps)
+    return ProfiledSteps(kernels, products)
 
 
 def weight_bytes(model: torch.nn.Module, tokens: int) -> int:
@@ -339,7 +418,8 @@ def workload_rows(
     """A workload's rows: its step (kernel time and launches of `profiled`, the time of
     `replayed`, the floor or the matrix throughput of `model`, whose attention layers are
     `width` wide together) and its kernel time by category."""
-    parts = breakdown(profile_kernels(profiled, iters), iters, ir_kernel_names())
+    profiled_steps = profile_kernels(profiled, iters)
+    parts = breakdown(profiled_steps.kernels, iters, ir_kernel_names())
     step_ms = timing.mean_ms(replayed, device, iters)
     tokens = w.batch * w.tokens
     summary: dict[str, Any] = {
@@ -372,6 +452,24 @@ def workload_rows(
                     ),
                 }
             )
+    if w.is_decode:
+        itemsize = next(model.parameters()).element_size()
+        rows += [
+            {
+                "model": name,
+                "workload": w.name,
+                "category": product.category,
+                "us": product.us,
+                "kernels": product.calls,
+                "weight_bytes": product.weight_bytes(itemsize),
+                "fraction_of_copy": product.calls
+                * product.weight_bytes(itemsize)
+                / (product.us * 1e-6)
+                / (bandwidth * 1e9),
+            }
+            for product in profiled_steps.products
+            if product.us > 0
+        ]
     print(f"{name} {w.name:>14}: graph step {step_ms:.3f} ms, kernels {parts.total_us:.0f} µs")
     return rows
 
@@ -427,12 +525,12 @@ def markdown(result: results.Result) -> str:
         ("l" if several else "") + "lrrrrrrrr",
     )
     for step in steps:
-        parts = [
+        mine = [
             r
             for r in result.rows
             if (r["model"], r["workload"]) == (step["model"], step["workload"])
-            and r["category"] != "step"
         ]
+        parts = [r for r in mine if r["category"] in CATEGORIES]
         lines.append(f"## {label(step, several)}\n")
         lines += results.table(
             ["category", "µs a step", "share", "kernels", "longest kernels (µs a step)"],
@@ -448,8 +546,37 @@ def markdown(result: results.Result) -> str:
             ),
             "lrrrl",
         )
+        lines += shape_table([r for r in mine if r["category"].startswith(MATRIX_SHAPE)])
     lines += [f"{note}\n" for note in result.notes]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def shape_table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A decode step's matrix products by shape (`MATRIX_SHAPE` rows), longest first: what each
+    shape's calls take and the fraction of the copy bandwidth they reach over their weights;
+    nothing where the result has none."""
+    if not rows:
+        return []
+    lines = [
+        "Matrix products by shape (`[m, k] @ [k, n]`; weights: the `[k, n]` operand; of copy: "
+        "its bytes over the kernel time, over the copy bandwidth).\n"
+    ]
+    lines += results.table(
+        ["shape m x k x n", "calls a step", "µs a step", "µs a call", "weight MB", "of copy"],
+        (
+            [
+                r["category"].removeprefix(MATRIX_SHAPE).strip(),
+                results.number(r["kernels"]),
+                results.number(r["us"]),
+                results.number(r["us"] / r["kernels"] if r["kernels"] else None),
+                results.number(r.get("weight_bytes", 0) / 1e6),
+                results.number(r.get("fraction_of_copy")),
+            ]
+            for r in sorted(rows, key=lambda r: -float(r["us"]))
+        ),
+        "lrrrrr",
+    )
+    return lines
 
 
 def matrix_over_floor(rows: Iterable[Mapping[str, Any]], step: Mapping[str, Any]) -> float | None:
