@@ -181,9 +181,32 @@ def test_a_decode_steps_shapes_get_a_table_of_their_own(tmp_path: Path) -> None:
         table.index("| 1x2048x512 | 4 | 8 | 2 | 2.1 | 0.35 |"),
     )
     assert big < small  # longest first
-    # the shapes are not categories: the breakdown lists matrix products once
+    # the shapes are not categories, nor is the category a shape: each table has its own
     assert table.count("| matrix products | 40 |") == 1
     assert "| matrix product 1x2048" not in table
+    assert "| s | 20 |" not in table
+
+
+def test_ranges_named_on_the_gpu_timeline_are_not_kernels() -> None:
+    """A profile recording the CPU too puts Inductor's ``## Call CompiledFxGraph`` ranges on
+    the GPU's timeline, as long as the kernels in them: they are not counted."""
+
+    class Event:
+        def __init__(self, name: str, device: str, us: float, annotation: bool = False) -> None:
+            self.name, self.device_type, self.device_time = name, device, us
+            self.is_user_annotation = annotation
+
+    events = [
+        Event("## Call CompiledFxGraph abc ##", "cuda", 50.0, annotation=True),
+        Event("nvjet_gemm", "cuda", 30.0),
+        Event("triton_poi_fused_0", "cuda", 20.0),
+        Event("aten::mm", "cpu", 40.0),
+        Event("Memset", "cuda", 0.0),
+    ]
+    assert profile.kernel_events(events, "cuda") == [
+        ("nvjet_gemm", 30.0),
+        ("triton_poi_fused_0", 20.0),
+    ]
 
 
 def test_the_suite_refuses_to_run_without_a_gpu(capsys: pytest.CaptureFixture[str]) -> None:

@@ -257,13 +257,21 @@ def profile_kernels(step: Callable[[], Any], steps: int) -> ProfiledSteps:
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
-    kernels = [
-        (event.name, float(event.device_time))
-        for event in prof.events()
-        if event.device_type == DeviceType.CUDA and event.device_time > 0
-    ]
     products = matrix_products(prof.key_averages(group_by_input_shape=True), steps)
-    return ProfiledSteps(kernels, products)
+    return ProfiledSteps(kernel_events(prof.events(), DeviceType.CUDA), products)
+
+
+def kernel_events(events: Iterable[Any], device_type: Any) -> list[tuple[str, float]]:
+    """(name, µs) of each kernel among a profile's `events` on `device_type`: not the ranges
+    that code names on the GPU's timeline (a profile that records the CPU too puts Inductor's
+    ``## Call CompiledFxGraph`` ranges there, each as long as the kernels inside it)."""
+    return [
+        (event.name, float(event.device_time))
+        for event in events
+        if event.device_type == device_type
+        and event.device_time > 0
+        and not getattr(event, "is_user_annotation", False)
+    ]
 
 
 def weight_bytes(model: torch.nn.Module, tokens: int) -> int:
@@ -546,7 +554,7 @@ def markdown(result: results.Result) -> str:
             ),
             "lrrrl",
         )
-        lines += shape_table([r for r in mine if r["category"].startswith(MATRIX_SHAPE)])
+        lines += shape_table([r for r in mine if r["category"].startswith(f"{MATRIX_SHAPE} ")])
     lines += [f"{note}\n" for note in result.notes]
     return "\n".join(lines).rstrip("\n") + "\n"
 
