@@ -1396,7 +1396,7 @@ def test_projections_that_are_not_plain_linear_layers_stay_apart(
     assert "model.layers.0.self_attn keeps its projections: a projection is not a plain" in (
         caplog.text
     )
-    assert "input width, dtype, device or requires_grad" in caplog.text
+    assert "some of its projections' parameters are trained and some frozen" in caplog.text
 
 
 def test_a_joined_projection_differing_on_its_probe_keeps_the_three(

@@ -7,7 +7,7 @@ not the weights, sets their time. `join_qkv` puts the three weights (and biases)
 output into views (`attention.AttentionPlan.qkv_rows`), which the rotary kernels take.
 
 Only plain ``nn.Linear`` layers join, of one input width, dtype and device, all with biases or
-none, with no hooks of their own: a quantized layer, an adapter, a layer that a device map moves
+none, all trained or all frozen, with no hooks of their own: a quantized layer, an adapter, a layer that a device map moves
 inputs for or one sharded by tensor parallelism keeps its own forward, and its attention keeps
 the three layers. The joined result is checked on a probe against the three before it stays.
 
@@ -56,11 +56,13 @@ def qkv_join_refusal(attention: nn.Module, plan: AttentionPlan) -> str:
         return "it holds no separate query, key and value layers"
     if not all(_plain_linear(layer) for layer in layers):
         return "a projection is not a plain nn.Linear (quantized, hooked or sharded)"
-    weights = [layer.weight for layer in layers if isinstance(layer, nn.Linear)]
-    if len({(w.shape[1], w.dtype, w.device, w.requires_grad) for w in weights}) > 1:
-        return "its projections differ in input width, dtype, device or requires_grad"
-    if len({layer.bias is None for layer in layers if isinstance(layer, nn.Linear)}) > 1:
+    linears = [layer for layer in layers if isinstance(layer, nn.Linear)]
+    if len({(m.in_features, m.weight.dtype, m.weight.device) for m in linears}) > 1:
+        return "its projections differ in input width, dtype or device"
+    if len({m.bias is None for m in linears}) > 1:
         return "some projections have a bias and some not"
+    if len({p.requires_grad for m in linears for p in m.parameters()}) > 1:
+        return "some of its projections' parameters are trained and some frozen"
     return ""
 
 
