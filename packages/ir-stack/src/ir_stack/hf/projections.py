@@ -7,9 +7,10 @@ not the weights, sets their time. `join_qkv` puts the three weights (and biases)
 output into views (`attention.AttentionPlan.qkv_rows`), which the rotary kernels take.
 
 Only plain ``nn.Linear`` layers join, of one input width, dtype and device, all with biases or
-none, all trained or all frozen, with no hooks of their own: a quantized layer, an adapter, a layer that a device map moves
-inputs for or one sharded by tensor parallelism keeps its own forward, and its attention keeps
-the three layers. The joined result is checked on a probe against the three before it stays.
+none, all trained or all frozen, with no hooks of their own: a quantized layer, an adapter, a
+layer that a device map moves inputs for or one sharded by tensor parallelism keeps its own
+forward, and its attention keeps the three layers. The joined result is checked on a probe
+against the three before it stays.
 
 The attention's state dict still shows the three layers (hooks split the joined entries in
 their place and join them again on ``load_state_dict``), so a converted model saves the
