@@ -246,19 +246,25 @@ def matrix_products(
 
 def profile_kernels(step: Callable[[], Any], steps: int) -> ProfiledSteps:
     """The GPU kernels `steps` calls of `step` launch, (name, µs) each, and its matrix
-    products by shape (the operators' shapes recorded)."""
+    products by shape. Two profiles of `steps` calls each: the kernels from one that records
+    the GPU alone, the products from one that records the CPU's operators and their shapes
+    too, so the kernels' list holds nothing the CPU's record adds."""
     from torch.profiler import DeviceType, ProfilerActivity, profile
+
+    def profiled(activities: list[Any], shapes: bool) -> Any:
+        with profile(activities=activities, record_shapes=shapes) as prof:
+            for _ in range(steps):
+                step()
+            torch.cuda.synchronize()
+        return prof
 
     for _ in range(3):
         step()
     torch.cuda.synchronize()
-    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
-    with profile(activities=activities, record_shapes=True) as prof:
-        for _ in range(steps):
-            step()
-        torch.cuda.synchronize()
-    products = matrix_products(prof.key_averages(group_by_input_shape=True), steps)
-    return ProfiledSteps(kernel_events(prof.events(), DeviceType.CUDA), products)
+    kernels = profiled([ProfilerActivity.CUDA], False).events()
+    with_shapes = profiled([ProfilerActivity.CPU, ProfilerActivity.CUDA], True)
+    products = matrix_products(with_shapes.key_averages(group_by_input_shape=True), steps)
+    return ProfiledSteps(kernel_events(kernels, DeviceType.CUDA), products)
 
 
 def kernel_events(events: Iterable[Any], device_type: Any) -> list[tuple[str, float]]:
