@@ -157,6 +157,8 @@ def test_a_scaled_product_counts_a_byte_a_weight_and_other_operators_are_ignored
     assert (product.m, product.k, product.n, product.scaled) == (1, 256, 512, True)
     assert (product.calls, product.us) == (1.0, 10.0)
     assert product.weight_bytes(2) == 256 * 512
+    # 131072 bytes in 10 µs: 13.1 GB/s, a hundredth of 1310.72 GB/s
+    assert product.fraction_of_copy(2, 1310.72) == pytest.approx(0.01)
     assert product.category == "matrix product 1x256x512 fp8"
 
 

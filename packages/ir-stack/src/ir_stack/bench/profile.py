@@ -202,6 +202,11 @@ class MatrixProduct:
         (one for a scaled product)."""
         return self.k * self.n * (1 if self.scaled else itemsize)
 
+    def fraction_of_copy(self, itemsize: int, bandwidth_gbps: float) -> float:
+        """Its weights' bytes, read once a call, over its kernel time, as a fraction of a copy
+        bandwidth of `bandwidth_gbps`."""
+        return self.calls * self.weight_bytes(itemsize) / (self.us * 1e-6) / (bandwidth_gbps * 1e9)
+
 
 @dataclasses.dataclass
 class ProfiledSteps:
@@ -213,9 +218,7 @@ class ProfiledSteps:
 
 
 def _device_us(average: Any) -> float:
-    # torch names it `self_device_time_total`; releases before 2.4 `self_cuda_time_total`
-    total = getattr(average, "self_device_time_total", None)
-    return float(total if total is not None else average.self_cuda_time_total)
+    return float(average.self_device_time_total)
 
 
 def matrix_products(
@@ -476,10 +479,7 @@ def workload_rows(
                 "us": product.us,
                 "kernels": product.calls,
                 "weight_bytes": product.weight_bytes(itemsize),
-                "fraction_of_copy": product.calls
-                * product.weight_bytes(itemsize)
-                / (product.us * 1e-6)
-                / (bandwidth * 1e9),
+                "fraction_of_copy": product.fraction_of_copy(itemsize, bandwidth),
             }
             for product in profiled_steps.products
             if product.us > 0
